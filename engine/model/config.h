@@ -1,0 +1,97 @@
+// Model configuration: the Hugging Face Llama config.json fields the engine uses, plus the
+// "recursion" object of spec/checkpoints.md (from config.json or recursion.json).
+// Parsing is strict for the recursion object (unknown keys and impossible combinations are
+// errors naming the field) and tolerant of the many other keys HF configs carry.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+
+namespace morserve {
+
+enum class Sharing { kNone, kCycle, kSequence, kMiddleCycle, kMiddleSequence };
+enum class Routing { kNone, kExpertChoice, kTokenChoice, kEarlyExit };
+enum class RouterArch { kLinear, kMlp };
+enum class RouterActivation { kSigmoid, kTanh, kSoftmax };  // softmax: token-choice only
+enum class Gating { kWeighted, kAdditive };
+enum class KvMode { kRecursionWise, kShared };
+enum class ExitKv { kPropagate, kSkip };
+enum class LayerKind { kStandard, kRecurrent };
+
+struct RouterConfig {
+  RouterArch arch = RouterArch::kLinear;
+  RouterActivation activation = RouterActivation::kSigmoid;
+  float alpha = 1.0f;
+  float temperature = 1.0f;
+  float threshold = 0.0f;
+  Gating gating = Gating::kWeighted;
+  std::vector<float> capacity;  // one per loop, first loop first; filled with defaults
+  bool aux_router = false;
+};
+
+struct LoraConfig {
+  int rank = 0;  // 0: no LoRA
+  float alpha = 0.0f;
+  std::vector<std::string> targets;  // subset of q_proj k_proj v_proj o_proj gate_proj up_proj down_proj
+  float scale() const { return rank > 0 ? alpha / static_cast<float>(rank) : 0.0f; }
+  bool Targets(const std::string& proj) const;
+};
+
+struct EarlyExitConfig {
+  float threshold = 1.0f;
+  ExitKv exit_kv = ExitKv::kPropagate;
+};
+
+struct RecursionConfig {
+  bool present = false;  // false: vanilla model (no recursion object)
+  int num_recursions = 1;
+  Sharing sharing = Sharing::kNone;
+  Routing routing = Routing::kNone;
+  RouterConfig router;
+  KvMode kv = KvMode::kRecursionWise;
+  LoraConfig lora;
+  EarlyExitConfig early_exit;
+  LayerKind layer_kind = LayerKind::kStandard;
+};
+
+struct ModelConfig {
+  int hidden_size = 0;
+  int num_layers = 0;  // unrolled depth (num_hidden_layers)
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;  // hidden_size / num_heads unless config.json says head_dim
+  int intermediate_size = 0;
+  int vocab_size = 0;
+  int max_position_embeddings = 2048;
+  float rms_norm_eps = 1e-5f;
+  float rope_theta = 10000.0f;
+  bool tie_word_embeddings = false;
+  std::string torch_dtype = "bfloat16";
+  std::vector<std::string> architectures;
+  std::vector<int> bos_token_ids;
+  std::vector<int> eos_token_ids;
+  RecursionConfig recursion;
+
+  int q_dim() const { return num_heads * head_dim; }
+  int kv_dim() const { return num_kv_heads * head_dim; }
+};
+
+// Parses config.json (already read) and an optional recursion.json object
+// (nullptr when absent). Validates everything; errors name the offending field.
+absl::StatusOr<ModelConfig> ParseModelConfig(const nlohmann::json& config,
+                                             const nlohmann::json* recursion_sidecar);
+
+// Reads DIR/config.json and DIR/recursion.json (if present).
+absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& dir);
+
+// Serialises the recursion object back to JSON (mkmodel, inspect).
+nlohmann::json RecursionToJson(const RecursionConfig& r);
+
+const char* SharingName(Sharing s);
+const char* RoutingName(Routing r);
+const char* KvModeName(KvMode k);
+
+}  // namespace morserve

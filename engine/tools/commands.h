@@ -1,0 +1,15 @@
+// Subcommands of the `morserve` CLI. Each takes the arguments after its name and returns
+// the process exit code; usage errors print a message and return 2.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace morserve {
+
+using Args = std::vector<std::string>;
+
+int InspectCommand(const Args& args);   // morserve inspect DIR
+int MkmodelCommand(const Args& args);   // morserve mkmodel --family F --out DIR [...]
+
+}  // namespace morserve
