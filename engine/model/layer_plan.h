@@ -37,7 +37,9 @@ struct LayerPlan {
   int CacheSlot(int segment, int loop, int k) const;
   // Cache slots (segment, loop, k) that are written when running loop `loop` (kShared: loop 0
   // only writes; later loops write nothing).
-  bool WritesKv(int segment, int loop) const { return kv == KvMode::kRecursionWise || loop == 0 || !segments[segment].looped(); }
+  bool WritesKv(int segment, int loop) const {
+    return kv == KvMode::kRecursionWise || loop == 0 || !segments[segment].looped();
+  }
   int num_unrolled_layers() const;
   std::string Describe() const;  // human-readable, for `morserve inspect`
 };

@@ -1,0 +1,443 @@
+// Parsing and validation of config.json and the recursion object (see config.h).
+// Every error names the field it is about, as "config.json: <field>: <problem>".
+#include "engine/model/config.h"
+
+#include <cmath>
+#include <fstream>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "engine/model/layer_plan.h"
+
+namespace morserve {
+namespace {
+
+using nlohmann::json;
+
+absl::Status FieldError(const std::string& field, const std::string& problem) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", problem));
+}
+
+// Reads an integer field; `required` makes absence an error.
+absl::Status GetInt(const json& j, const std::string& prefix, const char* key, bool required,
+                    int* out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    return required ? FieldError(prefix + key, "missing") : absl::OkStatus();
+  }
+  if (!it->is_number_integer()) return FieldError(prefix + key, "must be an integer");
+  const int64_t v = it->get<int64_t>();
+  if (v < 0 || v > (1 << 30)) return FieldError(prefix + key, absl::StrCat("out of range: ", v));
+  *out = static_cast<int>(v);
+  return absl::OkStatus();
+}
+
+absl::Status GetFloat(const json& j, const std::string& prefix, const char* key, float* out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_number()) return FieldError(prefix + key, "must be a number");
+  *out = it->get<float>();
+  if (std::isnan(*out)) return FieldError(prefix + key, "is NaN");
+  return absl::OkStatus();
+}
+
+absl::Status GetBool(const json& j, const std::string& prefix, const char* key, bool* out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_boolean()) return FieldError(prefix + key, "must be true or false");
+  *out = it->get<bool>();
+  return absl::OkStatus();
+}
+
+// Reads a string field that must be one of `names` (mapped to `values`).
+template <typename E>
+absl::Status GetEnum(const json& j, const std::string& prefix, const char* key,
+                     const std::vector<std::pair<const char*, E>>& options, E* out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  std::vector<std::string> names;
+  for (const auto& [name, value] : options) {
+    names.push_back(name);
+    if (it->is_string() && it->get<std::string>() == name) {
+      *out = value;
+      return absl::OkStatus();
+    }
+  }
+  return FieldError(prefix + key, absl::StrCat("must be one of ", absl::StrJoin(names, ", "),
+                                               ", got ", it->dump()));
+}
+
+absl::Status CheckKnownKeys(const json& j, const std::string& prefix,
+                            const std::set<std::string>& known) {
+  if (!j.is_object()) return FieldError(prefix.substr(0, prefix.size() - 1), "must be an object");
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (!known.count(it.key())) {
+      return FieldError(prefix + it.key(),
+                        absl::StrCat("unknown key (known: ", absl::StrJoin(known, ", "), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GetTokenIds(const json& j, const char* key, std::vector<int>* out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  if (it->is_number_integer()) {
+    out->push_back(it->get<int>());
+    return absl::OkStatus();
+  }
+  if (it->is_array()) {
+    for (const json& v : *it) {
+      if (!v.is_number_integer()) return FieldError(key, "must be an integer or a list of them");
+      out->push_back(v.get<int>());
+    }
+    return absl::OkStatus();
+  }
+  return FieldError(key, "must be an integer or a list of them");
+}
+
+absl::Status ParseRouter(const json& j, Routing routing, int nr, RouterConfig* r) {
+  const std::string p = "recursion.router.";
+  if (auto s = CheckKnownKeys(j, p, {"arch", "activation", "alpha", "temperature", "threshold",
+                                     "gating", "capacity", "aux_router"});
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = GetEnum<RouterArch>(j, p, "arch", {{"linear", RouterArch::kLinear},
+                                                  {"mlp", RouterArch::kMlp}}, &r->arch);
+      !s.ok()) {
+    return s;
+  }
+  r->activation = routing == Routing::kTokenChoice ? RouterActivation::kSoftmax
+                                                   : RouterActivation::kSigmoid;
+  std::vector<std::pair<const char*, RouterActivation>> acts;
+  if (routing == Routing::kTokenChoice) {
+    acts = {{"softmax", RouterActivation::kSoftmax}, {"sigmoid", RouterActivation::kSigmoid}};
+  } else {
+    acts = {{"sigmoid", RouterActivation::kSigmoid}, {"tanh", RouterActivation::kTanh}};
+  }
+  if (auto s = GetEnum(j, p, "activation", acts, &r->activation); !s.ok()) return s;
+  for (auto [key, out] : {std::pair{"alpha", &r->alpha}, std::pair{"temperature", &r->temperature},
+                          std::pair{"threshold", &r->threshold}}) {
+    if (auto s = GetFloat(j, p, key, out); !s.ok()) return s;
+  }
+  if (!(r->temperature > 0)) return FieldError(p + "temperature", "must be > 0");
+  if (auto s = GetEnum<Gating>(j, p, "gating", {{"weighted", Gating::kWeighted},
+                                                {"additive", Gating::kAdditive}}, &r->gating);
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = GetBool(j, p, "aux_router", &r->aux_router); !s.ok()) return s;
+  if (r->aux_router && routing != Routing::kExpertChoice) {
+    return FieldError(p + "aux_router", "only with routing expert_choice");
+  }
+  r->capacity.clear();
+  if (auto it = j.find("capacity"); it != j.end() && !it->is_null()) {
+    if (routing != Routing::kExpertChoice) {
+      return FieldError(p + "capacity", "only with routing expert_choice");
+    }
+    if (!it->is_array() || static_cast<int>(it->size()) != nr) {
+      return FieldError(p + "capacity", absl::StrCat("must list one fraction per loop (", nr, ")"));
+    }
+    for (const json& v : *it) {
+      if (!v.is_number() || !(v.get<float>() > 0)) {
+        return FieldError(p + "capacity", "fractions must be numbers > 0");
+      }
+      r->capacity.push_back(v.get<float>());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseLora(const json& j, LoraConfig* l) {
+  const std::string p = "recursion.lora.";
+  if (auto s = CheckKnownKeys(j, p, {"rank", "alpha", "targets"}); !s.ok()) return s;
+  if (auto s = GetInt(j, p, "rank", true, &l->rank); !s.ok()) return s;
+  l->alpha = static_cast<float>(l->rank);
+  if (auto s = GetFloat(j, p, "alpha", &l->alpha); !s.ok()) return s;
+  l->targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  if (auto it = j.find("targets"); it != j.end()) {
+    const std::set<std::string> known(l->targets.begin(), l->targets.end());
+    l->targets.clear();
+    if (!it->is_array()) return FieldError(p + "targets", "must be a list of projection names");
+    for (const json& v : *it) {
+      if (!v.is_string() || !known.count(v.get<std::string>())) {
+        return FieldError(p + "targets", absl::StrCat("unknown projection ", v.dump()));
+      }
+      l->targets.push_back(v.get<std::string>());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseEarlyExit(const json& j, EarlyExitConfig* e) {
+  const std::string p = "recursion.early_exit.";
+  if (auto s = CheckKnownKeys(j, p, {"threshold", "exit_kv"}); !s.ok()) return s;
+  if (auto s = GetFloat(j, p, "threshold", &e->threshold); !s.ok()) return s;
+  if (!(e->threshold > 0)) return FieldError(p + "threshold", "must be > 0");
+  return GetEnum<ExitKv>(j, p, "exit_kv", {{"propagate", ExitKv::kPropagate},
+                                           {"skip", ExitKv::kSkip}}, &e->exit_kv);
+}
+
+absl::Status ParseRecursion(const json& j, RecursionConfig* r) {
+  const std::string p = "recursion.";
+  if (auto s = CheckKnownKeys(j, p, {"num_recursions", "sharing", "routing", "router", "kv",
+                                     "lora", "early_exit", "layer_kind"});
+      !s.ok()) {
+    return s;
+  }
+  r->present = true;
+  if (auto s = GetInt(j, p, "num_recursions", true, &r->num_recursions); !s.ok()) return s;
+  if (r->num_recursions < 1) return FieldError(p + "num_recursions", "must be >= 1");
+  if (auto s = GetEnum<Sharing>(j, p, "sharing",
+                                {{"none", Sharing::kNone}, {"cycle", Sharing::kCycle},
+                                 {"sequence", Sharing::kSequence},
+                                 {"middle_cycle", Sharing::kMiddleCycle},
+                                 {"middle_sequence", Sharing::kMiddleSequence}},
+                                &r->sharing);
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = GetEnum<Routing>(j, p, "routing",
+                                {{"none", Routing::kNone}, {"expert_choice", Routing::kExpertChoice},
+                                 {"token_choice", Routing::kTokenChoice},
+                                 {"early_exit", Routing::kEarlyExit}},
+                                &r->routing);
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = GetEnum<KvMode>(j, p, "kv", {{"recursion_wise", KvMode::kRecursionWise},
+                                            {"shared", KvMode::kShared}}, &r->kv);
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = GetEnum<LayerKind>(j, p, "layer_kind", {{"standard", LayerKind::kStandard},
+                                                       {"recurrent", LayerKind::kRecurrent}},
+                                  &r->layer_kind);
+      !s.ok()) {
+    return s;
+  }
+  const bool routed = r->routing == Routing::kExpertChoice || r->routing == Routing::kTokenChoice;
+  if (auto it = j.find("router"); it != j.end()) {
+    if (!routed) return FieldError(p + "router", "only with routing expert_choice or token_choice");
+    if (auto s = ParseRouter(*it, r->routing, r->num_recursions, &r->router); !s.ok()) return s;
+  } else if (routed) {
+    if (auto s = ParseRouter(json::object(), r->routing, r->num_recursions, &r->router); !s.ok()) {
+      return s;
+    }
+  }
+  if (auto it = j.find("lora"); it != j.end() && !it->is_null()) {
+    if (auto s = ParseLora(*it, &r->lora); !s.ok()) return s;
+  }
+  if (auto it = j.find("early_exit"); it != j.end() && !it->is_null()) {
+    if (r->routing != Routing::kEarlyExit) {
+      return FieldError(p + "early_exit", "only with routing early_exit");
+    }
+    if (auto s = ParseEarlyExit(*it, &r->early_exit); !s.ok()) return s;
+  } else if (r->routing == Routing::kEarlyExit) {
+    return FieldError(p + "early_exit", "missing (routing early_exit needs a threshold)");
+  }
+  return absl::OkStatus();
+}
+
+// Cross-field rules of spec/models.md.
+absl::Status ValidateRecursion(RecursionConfig* r) {
+  const std::string p = "recursion.";
+  const int nr = r->num_recursions;
+  if (r->sharing == Sharing::kNone && nr != 1) {
+    return FieldError(p + "num_recursions", "must be 1 with sharing none");
+  }
+  if (r->sharing == Sharing::kNone && r->routing != Routing::kNone) {
+    return FieldError(p + "routing", "needs a looped segment (sharing is none)");
+  }
+  if (r->lora.rank > 0 && r->sharing == Sharing::kNone) {
+    return FieldError(p + "lora", "needs a shared (looped) plan; sharing is none");
+  }
+  if (r->routing == Routing::kExpertChoice && r->router.capacity.empty()) {
+    for (int i = 0; i < nr; ++i) r->router.capacity.push_back(static_cast<float>(nr - i) / nr);
+  }
+  if (r->kv == KvMode::kShared && r->routing == Routing::kExpertChoice &&
+      r->router.capacity[0] < 1.0f) {
+    return FieldError(p + "kv", "shared needs every token to run loop 1 (router.capacity[0] >= 1)");
+  }
+  if (r->kv == KvMode::kShared && r->layer_kind == LayerKind::kRecurrent) {
+    return FieldError(p + "kv", "shared is not defined for layer_kind recurrent");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseBase(const json& c, ModelConfig* m) {
+  const std::string p = "config.json: ";
+  for (auto [key, out] : {std::pair{"hidden_size", &m->hidden_size},
+                          std::pair{"num_hidden_layers", &m->num_layers},
+                          std::pair{"num_attention_heads", &m->num_heads},
+                          std::pair{"intermediate_size", &m->intermediate_size},
+                          std::pair{"vocab_size", &m->vocab_size}}) {
+    if (auto s = GetInt(c, p, key, true, out); !s.ok()) return s;
+    if (*out <= 0) return FieldError(p + key, "must be > 0");
+  }
+  m->num_kv_heads = m->num_heads;
+  if (auto s = GetInt(c, p, "num_key_value_heads", false, &m->num_kv_heads); !s.ok()) return s;
+  if (auto s = GetInt(c, p, "max_position_embeddings", false, &m->max_position_embeddings);
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = GetFloat(c, p, "rms_norm_eps", &m->rms_norm_eps); !s.ok()) return s;
+  if (auto s = GetFloat(c, p, "rope_theta", &m->rope_theta); !s.ok()) return s;
+  if (auto s = GetBool(c, p, "tie_word_embeddings", &m->tie_word_embeddings); !s.ok()) return s;
+  if (auto it = c.find("torch_dtype"); it != c.end() && it->is_string()) m->torch_dtype = *it;
+  if (auto it = c.find("architectures"); it != c.end() && it->is_array()) {
+    for (const json& a : *it) {
+      if (a.is_string()) m->architectures.push_back(a.get<std::string>());
+    }
+  }
+  if (auto s = GetTokenIds(c, "bos_token_id", &m->bos_token_ids); !s.ok()) return s;
+  if (auto s = GetTokenIds(c, "eos_token_id", &m->eos_token_ids); !s.ok()) return s;
+  if (m->num_kv_heads <= 0 || m->num_heads % m->num_kv_heads != 0) {
+    return FieldError(p + "num_key_value_heads",
+                      absl::StrCat(m->num_kv_heads, " does not divide num_attention_heads ",
+                                   m->num_heads));
+  }
+  if (c.contains("head_dim") && !c["head_dim"].is_null()) {
+    if (auto s = GetInt(c, p, "head_dim", true, &m->head_dim); !s.ok()) return s;
+  } else if (m->hidden_size % m->num_heads != 0) {
+    return FieldError(p + "num_attention_heads", "does not divide hidden_size");
+  } else {
+    m->head_dim = m->hidden_size / m->num_heads;
+  }
+  if (m->head_dim <= 0 || m->head_dim % 2 != 0) {
+    return FieldError(p + "head_dim", "must be even and > 0 (RoPE rotates halves)");
+  }
+  if (!(m->rms_norm_eps > 0)) return FieldError(p + "rms_norm_eps", "must be > 0");
+  if (!(m->rope_theta > 0)) return FieldError(p + "rope_theta", "must be > 0");
+  if (m->max_position_embeddings <= 0) {
+    return FieldError(p + "max_position_embeddings", "must be > 0");
+  }
+  // Things the Llama block of spec/models.md does not compute: fail loudly.
+  if (auto it = c.find("rope_scaling"); it != c.end() && !it->is_null()) {
+    return FieldError(p + "rope_scaling", "not supported (plain RoPE only)");
+  }
+  if (auto it = c.find("hidden_act"); it != c.end() && *it != "silu") {
+    return FieldError(p + "hidden_act", "only silu is supported");
+  }
+  for (const char* key : {"attention_bias", "mlp_bias"}) {
+    if (auto it = c.find(key); it != c.end() && it->is_boolean() && it->get<bool>()) {
+      return FieldError(p + key, "biases are not supported");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<json> ReadJsonFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(path, ": not valid JSON"));
+  if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
+  return j;
+}
+
+}  // namespace
+
+bool LoraConfig::Targets(const std::string& proj) const {
+  if (rank <= 0) return false;
+  for (const std::string& t : targets) {
+    if (t == proj) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<ModelConfig> ParseModelConfig(const json& config, const json* recursion_sidecar) {
+  ModelConfig m;
+  if (!config.is_object()) return absl::InvalidArgumentError("config.json: not a JSON object");
+  if (auto s = ParseBase(config, &m); !s.ok()) return s;
+  const json* rec = nullptr;
+  if (auto it = config.find("recursion"); it != config.end() && !it->is_null()) rec = &*it;
+  if (rec != nullptr && recursion_sidecar != nullptr) {
+    return FieldError("recursion", "given both in config.json and in recursion.json");
+  }
+  if (rec == nullptr) rec = recursion_sidecar;
+  if (rec != nullptr) {
+    if (auto s = ParseRecursion(*rec, &m.recursion); !s.ok()) return s;
+    if (auto s = ValidateRecursion(&m.recursion); !s.ok()) return s;
+  }
+  // The plan carries the divisibility and single-looped-segment rules.
+  if (auto plan = BuildLayerPlan(m); !plan.ok()) return plan.status();
+  return m;
+}
+
+absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& dir) {
+  auto config = ReadJsonFile(dir + "/config.json");
+  if (!config.ok()) return config.status();
+  std::ifstream probe(dir + "/recursion.json");
+  if (!probe) return ParseModelConfig(*config, nullptr);
+  auto sidecar = ReadJsonFile(dir + "/recursion.json");
+  if (!sidecar.ok()) return sidecar.status();
+  return ParseModelConfig(*config, &*sidecar);
+}
+
+const char* SharingName(Sharing s) {
+  switch (s) {
+    case Sharing::kNone: return "none";
+    case Sharing::kCycle: return "cycle";
+    case Sharing::kSequence: return "sequence";
+    case Sharing::kMiddleCycle: return "middle_cycle";
+    case Sharing::kMiddleSequence: return "middle_sequence";
+  }
+  return "?";
+}
+
+const char* RoutingName(Routing r) {
+  switch (r) {
+    case Routing::kNone: return "none";
+    case Routing::kExpertChoice: return "expert_choice";
+    case Routing::kTokenChoice: return "token_choice";
+    case Routing::kEarlyExit: return "early_exit";
+  }
+  return "?";
+}
+
+const char* KvModeName(KvMode k) { return k == KvMode::kShared ? "shared" : "recursion_wise"; }
+
+namespace {
+const char* ActivationName(RouterActivation a) {
+  switch (a) {
+    case RouterActivation::kSigmoid: return "sigmoid";
+    case RouterActivation::kTanh: return "tanh";
+    case RouterActivation::kSoftmax: return "softmax";
+  }
+  return "?";
+}
+}  // namespace
+
+json RecursionToJson(const RecursionConfig& r) {
+  json j = {{"num_recursions", r.num_recursions},
+            {"sharing", SharingName(r.sharing)},
+            {"routing", RoutingName(r.routing)},
+            {"kv", KvModeName(r.kv)},
+            {"layer_kind", r.layer_kind == LayerKind::kRecurrent ? "recurrent" : "standard"}};
+  if (r.routing == Routing::kExpertChoice || r.routing == Routing::kTokenChoice) {
+    json router = {{"arch", r.router.arch == RouterArch::kMlp ? "mlp" : "linear"},
+                   {"activation", ActivationName(r.router.activation)},
+                   {"alpha", r.router.alpha},
+                   {"temperature", r.router.temperature},
+                   {"threshold", r.router.threshold},
+                   {"gating", r.router.gating == Gating::kAdditive ? "additive" : "weighted"}};
+    if (r.routing == Routing::kExpertChoice) {
+      router["capacity"] = r.router.capacity;
+      router["aux_router"] = r.router.aux_router;
+    }
+    j["router"] = router;
+  }
+  if (r.lora.rank > 0) {
+    j["lora"] = {{"rank", r.lora.rank}, {"alpha", r.lora.alpha}, {"targets", r.lora.targets}};
+  }
+  if (r.routing == Routing::kEarlyExit) {
+    j["early_exit"] = {{"threshold", r.early_exit.threshold},
+                       {"exit_kv", r.early_exit.exit_kv == ExitKv::kSkip ? "skip" : "propagate"}};
+  }
+  return j;
+}
+
+}  // namespace morserve

@@ -1,0 +1,201 @@
+// config.json / recursion object parsing and layer plans for every sharing strategy.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "engine/model/config.h"
+#include "engine/model/layer_plan.h"
+#include "tests/testutil.h"
+
+namespace morserve {
+namespace {
+
+using ::testing::HasSubstr;
+using nlohmann::json;
+
+json BaseConfig(int layers = 6) {
+  return {{"hidden_size", 64},       {"num_hidden_layers", layers}, {"num_attention_heads", 4},
+          {"num_key_value_heads", 2}, {"intermediate_size", 128},   {"vocab_size", 256},
+          {"rms_norm_eps", 1e-5},     {"rope_theta", 10000.0},      {"architectures", {"LlamaForCausalLM"}},
+          {"eos_token_id", 2},        {"bos_token_id", 1},          {"torch_dtype", "bfloat16"}};
+}
+
+absl::Status ParseError(json config) { return ParseModelConfig(config, nullptr).status(); }
+
+TEST(ConfigTest, VanillaDefaults) {
+  auto c = ParseModelConfig(BaseConfig(), nullptr);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->head_dim, 16);
+  EXPECT_EQ(c->kv_dim(), 32);
+  EXPECT_FALSE(c->recursion.present);
+  EXPECT_EQ(c->eos_token_ids, std::vector<int>{2});
+  auto plan = BuildLayerPlan(*c);
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->segments.size(), 1u);
+  EXPECT_EQ(plan->segments[0].num_layers, 6);
+  EXPECT_EQ(plan->num_cache_slots, 6);
+  EXPECT_EQ(plan->looped_segment, -1);
+}
+
+TEST(ConfigTest, MorExpertChoiceDefaultsCapacity) {
+  json c = BaseConfig(8);
+  c["recursion"] = {{"num_recursions", 3}, {"sharing", "middle_cycle"}, {"routing", "expert_choice"},
+                    {"router", {{"alpha", 0.1}}}};
+  auto m = ParseModelConfig(c, nullptr);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const RouterConfig& r = m->recursion.router;
+  ASSERT_EQ(r.capacity.size(), 3u);
+  EXPECT_FLOAT_EQ(r.capacity[0], 1.0f);
+  EXPECT_FLOAT_EQ(r.capacity[1], 2.0f / 3);
+  EXPECT_FLOAT_EQ(r.capacity[2], 1.0f / 3);
+  EXPECT_EQ(r.activation, RouterActivation::kSigmoid);
+  EXPECT_FLOAT_EQ(r.alpha, 0.1f);
+  auto plan = BuildLayerPlan(*m);
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->segments.size(), 3u);
+  EXPECT_EQ(plan->looped_segment, 1);
+  EXPECT_EQ(plan->segments[1].num_layers, 2);
+  EXPECT_EQ(plan->segments[1].loops, 3);
+  EXPECT_EQ(plan->num_layer_slots, 4);
+  EXPECT_EQ(plan->num_cache_slots, 1 + 6 + 1);
+  // Unrolled numbering: layer 0 unique, loops of 2 layers, then the last unique layer.
+  EXPECT_EQ(plan->UnrolledLayer(1, 0, 0), 1);
+  EXPECT_EQ(plan->UnrolledLayer(1, 2, 1), 6);
+  EXPECT_EQ(plan->UnrolledLayer(2, 0, 0), 7);
+  EXPECT_EQ(plan->CacheSlot(1, 2, 1), 1 + 5);
+}
+
+TEST(ConfigTest, SidecarAndSharedKv) {
+  json rec = {{"num_recursions", 2}, {"sharing", "cycle"}, {"kv", "shared"}};
+  auto m = ParseModelConfig(BaseConfig(4), &rec);
+  ASSERT_TRUE(m.ok()) << m.status();
+  auto plan = BuildLayerPlan(*m);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->num_cache_slots, 2);
+  EXPECT_EQ(plan->CacheSlot(0, 1, 1), plan->CacheSlot(0, 0, 1));
+  EXPECT_TRUE(plan->WritesKv(0, 0));
+  EXPECT_FALSE(plan->WritesKv(0, 1));
+}
+
+TEST(ConfigTest, SequenceSharingNumbering) {
+  json c = BaseConfig(6);
+  c["recursion"] = {{"num_recursions", 3}, {"sharing", "sequence"}};
+  auto m = ParseModelConfig(c, nullptr);
+  ASSERT_TRUE(m.ok()) << m.status();
+  auto plan = BuildLayerPlan(*m);
+  ASSERT_EQ(plan->segments.size(), 2u);
+  // Unrolled j uses slot j div Nr.
+  EXPECT_EQ(plan->UnrolledLayer(0, 2, 0), 2);
+  EXPECT_EQ(plan->UnrolledLayer(1, 0, 0), 3);
+  EXPECT_EQ(plan->looped_segment, -1);
+  EXPECT_EQ(plan->num_unrolled_layers(), 6);
+}
+
+TEST(ConfigTest, MiddleSequence) {
+  json c = BaseConfig(6);
+  c["recursion"] = {{"num_recursions", 4}, {"sharing", "middle_sequence"}, {"routing", "early_exit"},
+                    {"early_exit", {{"threshold", 0.9}, {"exit_kv", "skip"}}}};
+  auto m = ParseModelConfig(c, nullptr);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->recursion.early_exit.exit_kv, ExitKv::kSkip);
+  auto plan = BuildLayerPlan(*m);
+  EXPECT_EQ(plan->looped_segment, 1);
+  EXPECT_EQ(plan->num_cache_slots, 1 + 4 + 1);
+}
+
+struct BadCase {
+  const char* name;
+  json recursion;  // null: modify base instead
+  const char* field;
+};
+
+TEST(ConfigTest, RejectsBadRecursionNamingTheField) {
+  const std::vector<BadCase> cases = {
+      {"unknown key", {{"num_recursions", 2}, {"sharing", "cycle"}, {"bogus", 1}}, "recursion.bogus"},
+      {"bad sharing", {{"num_recursions", 2}, {"sharing", "spiral"}}, "recursion.sharing"},
+      {"indivisible", {{"num_recursions", 3}, {"sharing", "cycle"}}, "recursion.num_recursions"},
+      {"middle indivisible", {{"num_recursions", 3}, {"sharing", "middle_cycle"}}, "recursion.num_recursions"},
+      {"routing on multi-segment", {{"num_recursions", 2}, {"sharing", "sequence"}, {"routing", "expert_choice"}},
+       "recursion.routing"},
+      {"router unknown key", {{"num_recursions", 2}, {"sharing", "cycle"}, {"routing", "expert_choice"},
+                               {"router", {{"arch", "linear"}, {"size", 3}}}}, "recursion.router.size"},
+      {"capacity length", {{"num_recursions", 2}, {"sharing", "cycle"}, {"routing", "expert_choice"},
+                           {"router", {{"capacity", {1.0}}}}}, "recursion.router.capacity"},
+      {"tanh on token choice", {{"num_recursions", 2}, {"sharing", "cycle"}, {"routing", "token_choice"},
+                                {"router", {{"activation", "tanh"}}}}, "recursion.router.activation"},
+      {"early exit without threshold", {{"num_recursions", 2}, {"sharing", "cycle"}, {"routing", "early_exit"}},
+       "recursion.early_exit"},
+      {"router without routing", {{"num_recursions", 2}, {"sharing", "cycle"}, {"router", json::object()}},
+       "recursion.router"},
+      {"lora unknown target", {{"num_recursions", 2}, {"sharing", "cycle"},
+                               {"lora", {{"rank", 4}, {"targets", {"qkv"}}}}}, "recursion.lora.targets"},
+      {"none with loops", {{"num_recursions", 2}, {"sharing", "none"}}, "recursion.num_recursions"},
+      {"shared kv with capacity < 1", {{"num_recursions", 2}, {"sharing", "cycle"}, {"kv", "shared"},
+                                       {"routing", "expert_choice"}, {"router", {{"capacity", {0.5, 0.25}}}}},
+       "recursion.kv"},
+      {"num_recursions string", {{"num_recursions", "3"}, {"sharing", "cycle"}}, "recursion.num_recursions"},
+  };
+  for (const BadCase& bc : cases) {
+    json c = BaseConfig(4);
+    c["recursion"] = bc.recursion;
+    absl::Status s = ParseError(c);
+    EXPECT_FALSE(s.ok()) << bc.name;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(bc.field)) << bc.name << ": " << s;
+  }
+}
+
+TEST(ConfigTest, RejectsBadBaseFields) {
+  json c = BaseConfig();
+  c["num_key_value_heads"] = 3;
+  EXPECT_THAT(std::string(ParseError(c).message()), HasSubstr("num_key_value_heads"));
+  c = BaseConfig();
+  c.erase("vocab_size");
+  EXPECT_THAT(std::string(ParseError(c).message()), HasSubstr("vocab_size: missing"));
+  c = BaseConfig();
+  c["rope_scaling"] = {{"rope_type", "llama3"}};
+  EXPECT_THAT(std::string(ParseError(c).message()), HasSubstr("rope_scaling"));
+  c = BaseConfig();
+  c["hidden_act"] = "gelu";
+  EXPECT_THAT(std::string(ParseError(c).message()), HasSubstr("hidden_act"));
+  c = BaseConfig();
+  c["hidden_size"] = 66;
+  EXPECT_THAT(std::string(ParseError(c).message()), HasSubstr("num_attention_heads"));
+  c = BaseConfig();
+  c["recursion"] = {{"num_recursions", 2}, {"sharing", "cycle"}};
+  json rec = {{"num_recursions", 2}, {"sharing", "cycle"}};
+  EXPECT_THAT(std::string(ParseModelConfig(c, &rec).status().message()),
+              HasSubstr("both in config.json and in recursion.json"));
+}
+
+TEST(ConfigTest, LoadFromDirectory) {
+  testing::TempDir dir;
+  testing::WriteFile(dir.File("config.json"), BaseConfig(4).dump());
+  testing::WriteFile(dir.File("recursion.json"),
+                     json({{"num_recursions", 2}, {"sharing", "cycle"}, {"routing", "token_choice"}}).dump());
+  auto m = LoadModelConfig(dir.path());
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->recursion.routing, Routing::kTokenChoice);
+  EXPECT_EQ(m->recursion.router.activation, RouterActivation::kSoftmax);
+  testing::WriteFile(dir.File("config.json"), "{not json");
+  EXPECT_THAT(std::string(LoadModelConfig(dir.path()).status().message()), HasSubstr("not valid JSON"));
+}
+
+TEST(ConfigTest, RecursionJsonRoundTrip) {
+  json c = BaseConfig(8);
+  c["recursion"] = {{"num_recursions", 3}, {"sharing", "middle_cycle"}, {"routing", "expert_choice"},
+                    {"router", {{"arch", "mlp"}, {"activation", "tanh"}, {"alpha", 0.5},
+                                {"capacity", {1.0, 0.5, 0.25}}}},
+                    {"lora", {{"rank", 4}, {"alpha", 8}, {"targets", {"q_proj"}}}}};
+  auto m = ParseModelConfig(c, nullptr);
+  ASSERT_TRUE(m.ok()) << m.status();
+  json again = BaseConfig(8);
+  again["recursion"] = RecursionToJson(m->recursion);
+  auto m2 = ParseModelConfig(again, nullptr);
+  ASSERT_TRUE(m2.ok()) << m2.status();
+  EXPECT_EQ(RecursionToJson(m2->recursion), RecursionToJson(m->recursion));
+  EXPECT_FLOAT_EQ(m2->recursion.lora.scale(), 2.0f);
+  EXPECT_TRUE(m2->recursion.lora.Targets("q_proj"));
+  EXPECT_FALSE(m2->recursion.lora.Targets("v_proj"));
+}
+
+}  // namespace
+}  // namespace morserve
