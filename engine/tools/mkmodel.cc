@@ -1,0 +1,603 @@
+// Tiny random model writer (see mkmodel.h). Three steps: the family's defaults and the
+// user's overrides become a config.json (validated by ParseModelConfig); the layer plan of
+// that config says which layer copies exist; each copy's tensors are named in the family's
+// official layout and filled from a per-role RNG, so copies meant to be equal are equal
+// byte for byte and untied copies differ.
+#include "engine/tools/mkmodel.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "engine/io/safetensors_writer.h"
+#include "engine/model/layer_plan.h"
+#include "engine/tools/commands.h"
+
+namespace morserve {
+namespace {
+
+using nlohmann::json;
+
+constexpr float kEmbedStd = 0.4f;  // logits std ~ 0.4 * sqrt(hidden): peaked, not flat
+constexpr double kGeluOne = 0.8413447460685429;  // exact-erf GELU(1)
+
+struct FamilyDefaults {
+  const char* name;
+  const char* sharing;
+  const char* routing;
+  const char* layer_kind;
+  int lora_rank;
+  bool untied_attention;
+};
+
+constexpr FamilyDefaults kFamilies[] = {
+    {"vanilla", "none", "none", "standard", 0, false},
+    {"recursive-cycle", "cycle", "none", "standard", 0, false},
+    {"recursive-sequence", "sequence", "none", "standard", 0, false},
+    {"recursive-middle-cycle", "middle_cycle", "none", "standard", 0, false},
+    {"recursive-middle-sequence", "middle_sequence", "none", "standard", 0, false},
+    {"recursive-untied-attn", "cycle", "none", "standard", 0, true},
+    {"relaxed-lora", "cycle", "none", "standard", 4, false},
+    {"mor-ec", "middle_cycle", "expert_choice", "standard", 0, false},
+    {"mor-tc", "middle_cycle", "token_choice", "standard", 0, false},
+    {"early-exit", "middle_cycle", "early_exit", "standard", 0, false},
+    {"recurrent", "none", "none", "recurrent", 0, false},
+};
+
+// A spec with the family's defaults filled in.
+struct Resolved {
+  TinyModelSpec spec;
+  std::string sharing;
+  std::string routing;
+  int recursions = 1;
+  int layers = 0;
+};
+
+absl::StatusOr<Resolved> Resolve(const TinyModelSpec& spec) {
+  const FamilyDefaults* f = nullptr;
+  for (const FamilyDefaults& c : kFamilies) {
+    if (spec.family == c.name) f = &c;
+  }
+  if (f == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("mkmodel: unknown family '", spec.family,
+                                                   "' (known: ",
+                                                   absl::StrJoin(TinyModelFamilies(), ", "), ")"));
+  }
+  Resolved r{spec, spec.sharing.empty() ? f->sharing : spec.sharing, f->routing, 1, spec.layers};
+  TinyModelSpec& s = r.spec;
+  if (s.layer_kind.empty()) s.layer_kind = f->layer_kind;
+  if (s.lora_rank < 0) s.lora_rank = f->lora_rank;
+  if (s.lora_alpha < 0) s.lora_alpha = 2.0f * static_cast<float>(s.lora_rank);
+  if (s.lora_targets.empty()) s.lora_targets = {"q_proj", "v_proj"};
+  s.untied_attention = s.untied_attention || f->untied_attention;
+  if (s.activation.empty()) s.activation = r.routing == "token_choice" ? "softmax" : "sigmoid";
+  if (s.alpha < 0) s.alpha = r.routing == "token_choice" ? 1.0f : 0.1f;
+  r.recursions = r.sharing == "none" ? 1 : s.recursions;
+  if (r.layers <= 0) {
+    const bool middle = r.sharing == "middle_cycle" || r.sharing == "middle_sequence";
+    r.layers = r.sharing == "none" ? 4 : 2 * r.recursions + (middle ? 2 : 0);
+  }
+  if (s.shards < 1) return absl::InvalidArgumentError("mkmodel: --shards must be >= 1");
+  return r;
+}
+
+// Floats as the user would write them in JSON (0.1, not 0.10000000149011612).
+double Clean(float f) { return std::stod(absl::StrCat(f)); }
+
+json RecursionJson(const Resolved& r) {
+  const TinyModelSpec& s = r.spec;
+  json j = {{"num_recursions", r.recursions}, {"sharing", r.sharing}, {"routing", r.routing},
+            {"kv", s.kv}, {"layer_kind", s.layer_kind}};
+  if (r.routing == "expert_choice" || r.routing == "token_choice") {
+    json router = {{"arch", s.router}, {"activation", s.activation}, {"alpha", Clean(s.alpha)},
+                   {"temperature", 1.0}, {"threshold", 0.0}, {"gating", s.gating}};
+    if (r.routing == "expert_choice") {
+      router["aux_router"] = s.aux_router;
+      if (!s.capacity.empty()) {
+        json cap = json::array();
+        for (float c : s.capacity) cap.push_back(Clean(c));
+        router["capacity"] = cap;
+      }
+    }
+    j["router"] = router;
+  }
+  if (s.lora_rank > 0) {
+    j["lora"] = {{"rank", s.lora_rank}, {"alpha", Clean(s.lora_alpha)},
+                 {"targets", s.lora_targets}};
+  }
+  if (r.routing == "early_exit") {
+    j["early_exit"] = {{"threshold", Clean(s.exit_threshold)}, {"exit_kv", s.exit_kv}};
+  }
+  return j;
+}
+
+const char* TorchDtype(DType t) {
+  switch (t) {
+    case DType::kF32: return "float32";
+    case DType::kF16: return "float16";
+    default: return "bfloat16";
+  }
+}
+
+json ConfigJson(const Resolved& r) {
+  const TinyModelSpec& s = r.spec;
+  json j = {{"architectures", {"LlamaForCausalLM"}},
+            {"model_type", "llama"},
+            {"hidden_size", s.hidden},
+            {"intermediate_size", s.intermediate},
+            {"num_hidden_layers", r.layers},
+            {"num_attention_heads", s.heads},
+            {"num_key_value_heads", s.kv_heads},
+            {"vocab_size", s.vocab},
+            {"max_position_embeddings", s.max_pos},
+            {"rms_norm_eps", 1e-5},
+            {"rope_theta", 10000.0},
+            {"hidden_act", "silu"},
+            {"tie_word_embeddings", s.tie_embeddings},
+            {"torch_dtype", TorchDtype(s.dtype)},
+            {"bos_token_id", 1},
+            {"eos_token_id", 2},
+            {"mkmodel", {{"family", s.family}, {"seed", s.seed},
+                         {"router_bias", Clean(s.router_bias)}}}};
+  const bool vanilla = r.sharing == "none" && r.routing == "none" && s.layer_kind == "standard" &&
+                       s.lora_rank == 0;
+  if (!vanilla) j["recursion"] = RecursionJson(r);
+  return j;
+}
+
+// ---- Random values ---------------------------------------------------------------------
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+uint64_t Fnv1a(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+// n samples of N(mean, std), from a generator seeded by (seed, role) only.
+std::vector<float> Normal(uint64_t seed, const std::string& role, int64_t n, double std,
+                          double mean = 0.0) {
+  std::mt19937_64 rng(SplitMix64(seed ^ Fnv1a(role)));
+  auto uniform = [&rng] { return (static_cast<double>(rng() >> 11) + 0.5) * 0x1.0p-53; };
+  std::vector<float> out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; i += 2) {
+    const double radius = std::sqrt(-2.0 * std::log(uniform()));
+    const double angle = 2.0 * M_PI * uniform();
+    out[i] = static_cast<float>(mean + std * radius * std::cos(angle));
+    if (i + 1 < n) out[i + 1] = static_cast<float>(mean + std * radius * std::sin(angle));
+  }
+  return out;
+}
+
+// ---- Layout ---------------------------------------------------------------------------
+
+const char* const kProjModules[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                                    "self_attn.o_proj", "mlp.gate_proj",    "mlp.up_proj",
+                                    "mlp.down_proj"};
+const char* const kProjNames[] = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                  "gate_proj", "up_proj", "down_proj"};
+
+class TensorWriter {
+ public:
+  TensorWriter(const Resolved& r, const ModelConfig& c, const LayerPlan& plan)
+      : s_(r.spec), c_(c), plan_(plan), routing_(c.recursion.routing) {}
+
+  std::vector<OwnedTensor> Build();
+
+ private:
+  void Add(const std::string& name, std::vector<int64_t> shape, std::vector<float> values,
+           DType dtype) {
+    out_.push_back(OwnedTensor::FromF32(name, dtype, std::move(shape), values));
+  }
+  void Add(const std::string& name, std::vector<int64_t> shape, std::vector<float> values) {
+    Add(name, std::move(shape), std::move(values), s_.dtype);
+  }
+  // The hidden channel 0 is held constant in expert-choice models (router bias, see .h).
+  bool ConstantChannel() const { return routing_ == Routing::kExpertChoice; }
+  void AddLayerCopy(const std::string& prefix, int segment, int loop, int k);
+  void AddExpertRouter(const std::string& prefix, const std::string& role);
+  void AddTokenRouter(const std::string& layer);
+  void AddUnrolled();
+  void AddMor();
+
+  const TinyModelSpec& s_;
+  const ModelConfig& c_;
+  const LayerPlan& plan_;
+  const Routing routing_;
+  std::vector<OwnedTensor> out_;
+};
+
+void TensorWriter::AddLayerCopy(const std::string& prefix, int segment, int loop, int k) {
+  const int64_t h = c_.hidden_size, q = c_.q_dim(), kv = c_.kv_dim(), inter = c_.intermediate_size;
+  const std::string role = absl::StrCat("segment", segment, ".layer", k, ".");
+  const bool looped = plan_.segments[segment].looped();
+  for (const char* norm : {"input_layernorm", "post_attention_layernorm"}) {
+    Add(prefix + norm + ".weight", {h}, Normal(s_.seed, role + norm, h, 0.1, 1.0));
+  }
+  const std::vector<int64_t> shapes[] = {{q, h},     {kv, h},    {kv, h},    {h, q},
+                                         {inter, h}, {inter, h}, {h, inter}};
+  for (int p = 0; p < 7; ++p) {
+    const std::vector<int64_t>& shape = shapes[p];
+    std::string proj_role = role + kProjNames[p];
+    if (s_.untied_attention && looped && p <= 3) absl::StrAppend(&proj_role, ".loop", loop);
+    // Residual writers get a smaller scale so the stream stays tame over many layers.
+    const double std = (p == 3 || p == 6 ? 0.5 : 1.0) / std::sqrt(static_cast<double>(shape[1]));
+    std::vector<float> w = Normal(s_.seed, proj_role, shape[0] * shape[1], std);
+    if (ConstantChannel() && (p == 3 || p == 6)) {
+      std::fill(w.begin(), w.begin() + shape[1], 0.0f);  // nothing writes hidden channel 0
+    }
+    const std::string key = prefix + kProjModules[p];
+    if (!(looped && c_.recursion.lora.Targets(kProjNames[p]))) {
+      Add(key + ".weight", shape, std::move(w));
+      continue;
+    }
+    const int64_t rank = c_.recursion.lora.rank;
+    const std::string lora_role = absl::StrCat(proj_role, ".loop", loop, ".lora_");
+    Add(key + ".base_layer.weight", shape, std::move(w));
+    Add(key + ".lora_A.default.weight", {rank, shape[1]},
+        Normal(s_.seed, lora_role + "A", rank * shape[1], 1.0 / std::sqrt(double(shape[1]))));
+    Add(key + ".lora_B.default.weight", {shape[0], rank},
+        Normal(s_.seed, lora_role + "B", shape[0] * rank, 0.05));
+  }
+}
+
+// Expert-choice router (or aux router) of one loop, scoring the hidden state; carries the
+// router bias on hidden channel 0 (see mkmodel.h).
+void TensorWriter::AddExpertRouter(const std::string& prefix, const std::string& role) {
+  const int64_t h = c_.hidden_size;
+  const float bias = s_.router_bias;
+  if (c_.recursion.router.arch == RouterArch::kLinear) {
+    std::vector<float> w = Normal(s_.seed, role, h, 1.0 / std::sqrt(double(h)));
+    w[0] = bias;
+    Add(prefix + ".weight", {1, h}, std::move(w));
+    return;
+  }
+  std::vector<float> w1 = Normal(s_.seed, role + ".0", 2 * h * h, 1.0 / std::sqrt(double(h)));
+  for (int64_t i = 0; i < 2 * h; ++i) w1[i * h] = 0.0f;  // only unit 0 reads channel 0
+  std::fill(w1.begin(), w1.begin() + h, 0.0f);
+  w1[0] = 1.0f;
+  std::vector<float> w2 = Normal(s_.seed, role + ".2", 2 * h, 1.0 / std::sqrt(double(2 * h)));
+  w2[0] = static_cast<float>(bias / kGeluOne);
+  Add(prefix + ".0.weight", {2 * h, h}, std::move(w1));
+  Add(prefix + ".2.weight", {1, 2 * h}, std::move(w2));
+}
+
+void TensorWriter::AddTokenRouter(const std::string& layer) {
+  const int64_t h = c_.hidden_size, nr = c_.recursion.num_recursions;
+  const std::string prefix = layer + "mor_router.router";
+  if (c_.recursion.router.arch == RouterArch::kLinear) {
+    Add(prefix + ".weight", {nr, h}, Normal(s_.seed, "tc_router", nr * h, 1.0 / std::sqrt(h)));
+  } else {
+    Add(prefix + ".0.weight", {2 * h, h},
+        Normal(s_.seed, "tc_router.0", 2 * h * h, 1.0 / std::sqrt(double(h))));
+    Add(prefix + ".2.weight", {nr, 2 * h},
+        Normal(s_.seed, "tc_router.2", nr * 2 * h, 1.0 / std::sqrt(double(2 * h))));
+  }
+  std::vector<float> bias(nr);
+  for (int64_t i = 0; i < nr; ++i) bias[i] = s_.router_bias * static_cast<float>(i);
+  Add(layer + "router_bias", {nr}, std::move(bias), DType::kF32);
+}
+
+// model.layers.{j} for every unrolled layer j (Hugging Face / plain Recursive / PEFT).
+void TensorWriter::AddUnrolled() {
+  for (int s = 0; s < static_cast<int>(plan_.segments.size()); ++s) {
+    const Segment& seg = plan_.segments[s];
+    for (int loop = 0; loop < seg.loops; ++loop) {
+      if (loop > 0 && s_.first_copy_only) break;
+      for (int k = 0; k < seg.num_layers; ++k) {
+        AddLayerCopy(absl::StrCat("model.layers.", plan_.UnrolledLayer(s, loop, k), "."), s,
+                     loop, k);
+      }
+    }
+  }
+}
+
+// Official MoR layouts: unique layers take one model.layers index each, an expert-choice
+// segment one per loop (.block.{k}), a token-choice segment one in all (.block_list.{r}.{k}).
+void TensorWriter::AddMor() {
+  int index = 0;
+  for (int s = 0; s < static_cast<int>(plan_.segments.size()); ++s) {
+    const Segment& seg = plan_.segments[s];
+    if (!seg.looped()) {
+      for (int k = 0; k < seg.num_layers; ++k) {
+        AddLayerCopy(absl::StrCat("model.layers.", index++, "."), s, 0, k);
+      }
+      continue;
+    }
+    const int copies = s_.first_copy_only ? 1 : seg.loops;
+    if (routing_ == Routing::kTokenChoice) {
+      const std::string layer = absl::StrCat("model.layers.", index++, ".");
+      for (int loop = 0; loop < copies; ++loop) {
+        for (int k = 0; k < seg.num_layers; ++k) {
+          AddLayerCopy(absl::StrCat(layer, "block_list.", loop, ".", k, "."), s, loop, k);
+        }
+      }
+      AddTokenRouter(layer);
+      continue;
+    }
+    for (int loop = 0; loop < seg.loops; ++loop) {
+      const std::string layer = absl::StrCat("model.layers.", index + loop, ".");
+      for (int k = 0; loop < copies && k < seg.num_layers; ++k) {
+        AddLayerCopy(absl::StrCat(layer, "block.", k, "."), s, loop, k);
+      }
+      AddExpertRouter(layer + "mor_router.router", absl::StrCat("router.loop", loop));
+      if (c_.recursion.router.aux_router) {
+        AddExpertRouter(layer + "mlp_router", absl::StrCat("aux_router.loop", loop));
+      }
+    }
+    index += seg.loops;
+  }
+}
+
+std::vector<OwnedTensor> TensorWriter::Build() {
+  const int64_t v = c_.vocab_size, h = c_.hidden_size;
+  std::vector<float> embed = Normal(s_.seed, "embed", v * h, kEmbedStd);
+  if (ConstantChannel()) {
+    for (int64_t i = 0; i < v; ++i) embed[i * h] = 1.0f;
+  }
+  Add("model.embed_tokens.weight", {v, h}, std::move(embed));
+  const bool mor = routing_ == Routing::kExpertChoice || routing_ == Routing::kTokenChoice;
+  if (mor) {
+    AddMor();
+  } else {
+    AddUnrolled();
+  }
+  Add("model.norm.weight", {h}, Normal(s_.seed, "final_norm", h, 0.1, 1.0));
+  if (!c_.tie_word_embeddings) Add("lm_head.weight", {v, h}, Normal(s_.seed, "lm_head", v * h, kEmbedStd));
+  return std::move(out_);
+}
+
+// ---- Files ----------------------------------------------------------------------------
+
+absl::Status WriteText(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  if (!out) return absl::InternalError(absl::StrCat("mkmodel: cannot write ", path));
+  return absl::OkStatus();
+}
+
+void RemoveStaleModelFiles(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("model", 0) == 0 && (name.ends_with(".safetensors") ||
+                                        name == "model.safetensors.index.json")) {
+      std::filesystem::remove(entry.path(), ec);
+    }
+  }
+}
+
+absl::Status WriteShards(const std::string& dir, std::vector<OwnedTensor> tensors, int shards) {
+  if (shards == 1) return WriteSafetensors(dir + "/model.safetensors", tensors);
+  const size_t n = tensors.size();
+  if (static_cast<size_t>(shards) > n) {
+    return absl::InvalidArgumentError(absl::StrCat("mkmodel: --shards ", shards, " exceeds the ",
+                                                   n, " tensors"));
+  }
+  json weight_map = json::object();
+  uint64_t total = 0;
+  for (int i = 0; i < shards; ++i) {
+    char file[64];
+    std::snprintf(file, sizeof file, "model-%05d-of-%05d.safetensors", i + 1, shards);
+    std::vector<OwnedTensor> part(std::make_move_iterator(tensors.begin() + i * n / shards),
+                                  std::make_move_iterator(tensors.begin() + (i + 1) * n / shards));
+    for (const OwnedTensor& t : part) {
+      weight_map[t.name] = file;
+      total += t.bytes.size();
+    }
+    if (auto s = WriteSafetensors(dir + "/" + file, part); !s.ok()) return s;
+  }
+  json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+  return WriteText(dir + "/model.safetensors.index.json", index.dump(2) + "\n");
+}
+
+}  // namespace
+
+const std::vector<std::string>& TinyModelFamilies() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const FamilyDefaults& f : kFamilies) v.push_back(f.name);
+    return v;
+  }();
+  return names;
+}
+
+absl::StatusOr<ModelConfig> TinyModelConfig(const TinyModelSpec& spec) {
+  auto r = Resolve(spec);
+  if (!r.ok()) return r.status();
+  auto config = ParseModelConfig(ConfigJson(*r), nullptr);
+  if (!config.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("mkmodel: family ", spec.family,
+                                                   " with these options: ",
+                                                   config.status().message()));
+  }
+  return config;
+}
+
+absl::StatusOr<std::vector<OwnedTensor>> TinyModelTensors(const TinyModelSpec& spec) {
+  auto r = Resolve(spec);
+  if (!r.ok()) return r.status();
+  auto config = TinyModelConfig(spec);
+  if (!config.ok()) return config.status();
+  auto plan = BuildLayerPlan(*config);
+  if (!plan.ok()) return plan.status();
+  return TensorWriter(*r, *config, *plan).Build();
+}
+
+absl::Status WriteTinyModel(const TinyModelSpec& spec, const std::string& dir) {
+  auto r = Resolve(spec);
+  if (!r.ok()) return r.status();
+  auto tensors = TinyModelTensors(spec);
+  if (!tensors.ok()) return tensors.status();
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("mkmodel: cannot create ", dir, ": ", ec.message()));
+  RemoveStaleModelFiles(dir);
+  if (auto s = WriteText(dir + "/config.json", ConfigJson(*r).dump(2) + "\n"); !s.ok()) return s;
+  return WriteShards(dir, std::move(*tensors), spec.shards);
+}
+
+// ---- Command line ---------------------------------------------------------------------
+
+const char* MkmodelUsage() {
+  return "usage: morserve mkmodel --family F --out DIR [options]\n"
+         "families: vanilla recursive-cycle recursive-sequence recursive-middle-cycle\n"
+         "          recursive-middle-sequence recursive-untied-attn relaxed-lora mor-ec mor-tc\n"
+         "          early-exit recurrent\n"
+         "sizes:    --hidden 64 --layers N --heads 4 --kv-heads 2 --intermediate 128\n"
+         "          --vocab 256 --recursions 3 --max-pos 512\n"
+         "files:    --seed 1 --dtype bf16|f16|f32 --shards N --tie-embeddings\n"
+         "          --first-copy-only (store loop 0's copy of shared layers only)\n"
+         "plan:     --sharing none|cycle|sequence|middle_cycle|middle_sequence\n"
+         "          --kv recursion_wise|shared --layer-kind standard|recurrent --untied-attn\n"
+         "LoRA:     --lora-rank R --lora-alpha A --lora-targets q_proj,v_proj\n"
+         "MoR:      --router linear|mlp --activation sigmoid|tanh|softmax --alpha A\n"
+         "          --gating weighted|additive --aux-router --capacity 1,0.67,0.33\n"
+         "          --router-bias B (> 0: deeper, < 0: earlier exits; see mkmodel.h)\n"
+         "early exit: --exit-threshold 0.9 --exit-kv propagate|skip\n";
+}
+
+namespace {
+
+absl::Status BadValue(const std::string& flag, const std::string& value) {
+  return absl::InvalidArgumentError(absl::StrCat("mkmodel: bad value for ", flag, ": '", value,
+                                                 "'"));
+}
+
+absl::Status ParseIntFlag(const std::string& flag, const std::string& v, int* out) {
+  if (!absl::SimpleAtoi(v, out)) return BadValue(flag, v);
+  return absl::OkStatus();
+}
+
+absl::Status ParseFloatFlag(const std::string& flag, const std::string& v, float* out) {
+  if (!absl::SimpleAtof(v, out)) return BadValue(flag, v);
+  return absl::OkStatus();
+}
+
+absl::Status ParseDtype(const std::string& v, DType* out) {
+  if (v == "bf16" || v == "bfloat16") {
+    *out = DType::kBF16;
+  } else if (v == "f16" || v == "float16") {
+    *out = DType::kF16;
+  } else if (v == "f32" || v == "float32") {
+    *out = DType::kF32;
+  } else {
+    return BadValue("--dtype", v);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ApplyValueFlag(const std::string& flag, const std::string& v, TinyModelSpec* s,
+                            std::string* out_dir) {
+  const std::map<std::string, int*> ints = {
+      {"--hidden", &s->hidden},         {"--layers", &s->layers},
+      {"--heads", &s->heads},           {"--kv-heads", &s->kv_heads},
+      {"--intermediate", &s->intermediate}, {"--vocab", &s->vocab},
+      {"--recursions", &s->recursions}, {"--max-pos", &s->max_pos},
+      {"--shards", &s->shards},         {"--lora-rank", &s->lora_rank}};
+  const std::map<std::string, float*> floats = {{"--router-bias", &s->router_bias},
+                                                {"--alpha", &s->alpha},
+                                                {"--lora-alpha", &s->lora_alpha},
+                                                {"--exit-threshold", &s->exit_threshold}};
+  const std::map<std::string, std::string*> strings = {
+      {"--family", &s->family},   {"--out", out_dir},         {"--sharing", &s->sharing},
+      {"--router", &s->router},   {"--activation", &s->activation}, {"--gating", &s->gating},
+      {"--kv", &s->kv},           {"--exit-kv", &s->exit_kv}, {"--layer-kind", &s->layer_kind}};
+  if (auto it = ints.find(flag); it != ints.end()) return ParseIntFlag(flag, v, it->second);
+  if (auto it = floats.find(flag); it != floats.end()) return ParseFloatFlag(flag, v, it->second);
+  if (auto it = strings.find(flag); it != strings.end()) {
+    *it->second = v;
+    return absl::OkStatus();
+  }
+  if (flag == "--seed") {
+    if (!absl::SimpleAtoi(v, &s->seed)) return BadValue(flag, v);
+    return absl::OkStatus();
+  }
+  if (flag == "--dtype") return ParseDtype(v, &s->dtype);
+  if (flag == "--lora-targets") {
+    s->lora_targets = absl::StrSplit(v, ',', absl::SkipEmpty());
+    return absl::OkStatus();
+  }
+  if (flag == "--capacity") {
+    s->capacity.clear();
+    for (absl::string_view part : absl::StrSplit(v, ',', absl::SkipEmpty())) {
+      float f;
+      if (!absl::SimpleAtof(part, &f)) return BadValue(flag, v);
+      s->capacity.push_back(f);
+    }
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat("mkmodel: unknown flag ", flag));
+}
+
+}  // namespace
+
+absl::StatusOr<TinyModelSpec> TinyModelSpecFromArgs(const std::vector<std::string>& args,
+                                                    std::string* out_dir) {
+  TinyModelSpec spec;
+  const std::map<std::string, bool*> switches = {{"--aux-router", &spec.aux_router},
+                                                 {"--untied-attn", &spec.untied_attention},
+                                                 {"--first-copy-only", &spec.first_copy_only},
+                                                 {"--tie-embeddings", &spec.tie_embeddings}};
+  bool family_given = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string flag = args[i], value;
+    const size_t eq = flag.find('=');
+    const bool inline_value = eq != std::string::npos;
+    if (inline_value) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+    }
+    if (auto it = switches.find(flag); it != switches.end() && !inline_value) {
+      *it->second = true;
+      continue;
+    }
+    if (!inline_value) {
+      if (i + 1 >= args.size()) {
+        return absl::InvalidArgumentError(absl::StrCat("mkmodel: ", flag, " needs a value"));
+      }
+      value = args[++i];
+    }
+    family_given = family_given || flag == "--family";
+    if (auto s = ApplyValueFlag(flag, value, &spec, out_dir); !s.ok()) return s;
+  }
+  if (!family_given) return absl::InvalidArgumentError("mkmodel: --family is required");
+  if (out_dir->empty()) return absl::InvalidArgumentError("mkmodel: --out is required");
+  return spec;
+}
+
+int MkmodelCommand(const Args& args) {
+  for (const std::string& a : args) {
+    if (a == "--help" || a == "-h") {
+      std::fputs(MkmodelUsage(), stdout);
+      return 0;
+    }
+  }
+  std::string out_dir;
+  auto spec = TinyModelSpecFromArgs(args, &out_dir);
+  if (!spec.ok()) {
+    std::fprintf(stderr, "%s\n%s", std::string(spec.status().message()).c_str(), MkmodelUsage());
+    return 2;
+  }
+  if (auto s = WriteTinyModel(*spec, out_dir); !s.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  std::printf("wrote %s model to %s\n", spec->family.c_str(), out_dir.c_str());
+  return 0;
+}
+
+}  // namespace morserve
