@@ -132,9 +132,11 @@ bool Numel(const std::vector<int64_t>& shape, int64_t* numel) {
 }
 
 bool IsContiguous(const std::vector<int64_t>& shape, const std::vector<int64_t>& stride) {
+  for (int64_t d : shape) {
+    if (d == 0) return true;  // empty: no element is addressed
+  }
   int64_t expected = 1;
   for (size_t i = shape.size(); i-- > 0;) {
-    if (shape[i] == 0) return true;  // empty: no element is addressed
     if (shape[i] != 1 && stride[i] != expected) return false;
     expected *= shape[i];  // cannot overflow: Numel() succeeded first
   }
