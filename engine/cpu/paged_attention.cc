@@ -1,0 +1,156 @@
+// Paged KV writes and fp32 paged attention (see paged_attention.h for layout and invariants).
+#include "engine/cpu/paged_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "engine/cpu/cpu_check.h"
+
+namespace morserve {
+namespace {
+
+// Dot product with 8 interleaved partial sums combined in a fixed order (vectorisable, and the
+// order depends only on head_dim).
+float Dot(const float* a, const float* b, int n) {
+  float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) part[j] += a[i + j] * b[i + j];
+  }
+  for (int j = 0; i < n; ++i, ++j) part[j] += a[i] * b[i];
+  return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+}
+
+// Online-softmax state of one query head.
+struct SoftmaxState {
+  float max = -std::numeric_limits<float>::infinity();
+  float sum = 0;
+  float* acc = nullptr;  // [head_dim]
+};
+
+// Folds one chunk of entries (scores already scaled) into the state: one rescale per chunk.
+void FoldChunk(SoftmaxState& st, const float* scores, const float* const* values, int count,
+               int head_dim) {
+  float chunk_max = st.max;
+  for (int j = 0; j < count; ++j) chunk_max = std::max(chunk_max, scores[j]);
+  const float correction = std::exp(st.max - chunk_max);  // exp(-inf) = 0 on the first chunk
+  st.sum *= correction;
+  for (int d = 0; d < head_dim; ++d) st.acc[d] *= correction;
+  for (int j = 0; j < count; ++j) {
+    const float w = std::exp(scores[j] - chunk_max);
+    st.sum += w;
+    const float* v = values[j];
+    for (int d = 0; d < head_dim; ++d) st.acc[d] += w * v[d];
+  }
+  st.max = chunk_max;
+}
+
+// Scratch for one (row, kv head) unit, reused across units on a thread.
+struct UnitScratch {
+  std::vector<float> acc;            // [group][head_dim]
+  std::vector<float> scores;         // [block_size]
+  std::vector<const float*> keys;    // [block_size]
+  std::vector<const float*> values;  // [block_size]
+};
+
+void AttendUnit(const PagedAttentionParams& p, int row, int kv_head, UnitScratch& s) {
+  const PagedKvPool& kv = *p.pool;
+  const int group = p.n_heads / p.n_kv_heads;
+  const int hd = p.head_dim;
+  const int bs = kv.block_size;
+  s.acc.assign(static_cast<size_t>(group) * hd, 0.0f);
+  s.scores.resize(std::max(bs, 1));
+  s.keys.resize(std::max(bs, 1));
+  s.values.resize(std::max(bs, 1));
+  std::vector<SoftmaxState> states(group);
+  for (int g = 0; g < group; ++g) states[g].acc = s.acc.data() + static_cast<size_t>(g) * hd;
+  const size_t q_stride = static_cast<size_t>(p.n_heads) * hd;
+  const float* q_row = p.q + row * q_stride;
+
+  const int len = p.kv_len[row];
+  const int32_t* blocks = p.table_blocks + p.table_indptr[row];
+  MORSERVE_CPU_CHECK(len <= (p.table_indptr[row + 1] - p.table_indptr[row]) * bs,
+                     "kv_len exceeds the row's block table");
+  for (int start = 0; start < len; start += bs) {
+    const int count = std::min(bs, len - start);
+    const int64_t base = static_cast<int64_t>(blocks[start / bs]) * bs;
+    MORSERVE_CPU_CHECK(base >= 0 && base + count <= kv.num_slots(), "block id outside the pool");
+    for (int j = 0; j < count; ++j) {
+      s.keys[j] = kv.KeyAt(base + j, kv_head);
+      s.values[j] = kv.ValueAt(base + j, kv_head);
+    }
+    for (int g = 0; g < group; ++g) {
+      const float* q = q_row + static_cast<size_t>(kv_head * group + g) * hd;
+      for (int j = 0; j < count; ++j) s.scores[j] = Dot(q, s.keys[j], hd) * p.scale;
+      FoldChunk(states[g], s.scores.data(), s.values.data(), count, hd);
+    }
+  }
+  if (p.extra_k != nullptr) {
+    const size_t kv_stride = static_cast<size_t>(p.n_kv_heads) * hd;
+    const float* k = p.extra_k + row * kv_stride + static_cast<size_t>(kv_head) * hd;
+    const float* v = p.extra_v + row * kv_stride + static_cast<size_t>(kv_head) * hd;
+    for (int g = 0; g < group; ++g) {
+      const float* q = q_row + static_cast<size_t>(kv_head * group + g) * hd;
+      const float score = Dot(q, k, hd) * p.scale;
+      FoldChunk(states[g], &score, &v, 1, hd);
+    }
+  }
+  for (int g = 0; g < group; ++g) {
+    float* out = p.out + row * q_stride + static_cast<size_t>(kv_head * group + g) * hd;
+    const float inv = states[g].sum > 0 ? 1.0f / states[g].sum : 0.0f;
+    for (int d = 0; d < hd; ++d) out[d] = states[g].acc[d] * inv;
+  }
+}
+
+}  // namespace
+
+PagedKvPool MakePagedKvPool(int num_blocks, int block_size, int kv_heads, int head_dim) {
+  PagedKvPool pool;
+  pool.num_blocks = num_blocks;
+  pool.block_size = block_size;
+  pool.kv_heads = kv_heads;
+  pool.head_dim = head_dim;
+  const size_t n = static_cast<size_t>(num_blocks) * block_size * kv_heads * head_dim;
+  pool.k.assign(n, 0.0f);
+  pool.v.assign(n, 0.0f);
+  return pool;
+}
+
+void KvWrite(PagedKvPool& pool, const float* k_rows, const float* v_rows,
+             const int32_t* slot_mapping, int rows) {
+  const size_t dim = static_cast<size_t>(pool.kv_dim());
+  for (int r = 0; r < rows; ++r) {
+    const int64_t slot = slot_mapping[r];
+    if (slot == -1) continue;
+    MORSERVE_CPU_CHECK(slot >= 0 && slot < pool.num_slots(), "slot outside the KV pool");
+    std::memcpy(pool.k.data() + slot * dim, k_rows + r * dim, dim * sizeof(float));
+    std::memcpy(pool.v.data() + slot * dim, v_rows + r * dim, dim * sizeof(float));
+  }
+}
+
+void PagedAttention(const PagedAttentionParams& p, ThreadPool* threads) {
+  if (p.num_rows <= 0) return;
+  MORSERVE_CPU_CHECK(p.n_kv_heads > 0 && p.n_heads % p.n_kv_heads == 0,
+                     "n_kv_heads must divide n_heads");
+  MORSERVE_CPU_CHECK(p.pool->kv_heads == p.n_kv_heads && p.pool->head_dim == p.head_dim,
+                     "attention params do not match the KV pool shape");
+  MORSERVE_CPU_CHECK((p.extra_k == nullptr) == (p.extra_v == nullptr),
+                     "extra_k and extra_v go together");
+  const int64_t units = static_cast<int64_t>(p.num_rows) * p.n_kv_heads;
+  auto body = [&](int64_t begin, int64_t end) {
+    thread_local UnitScratch scratch;
+    for (int64_t u = begin; u < end; ++u) {
+      AttendUnit(p, static_cast<int>(u / p.n_kv_heads), static_cast<int>(u % p.n_kv_heads),
+                 scratch);
+    }
+  };
+  if (threads == nullptr) {
+    body(0, units);
+  } else {
+    threads->ParallelFor(units, body);
+  }
+}
+
+}  // namespace morserve
