@@ -47,8 +47,7 @@ absl::StatusOr<std::shared_ptr<MappedFile>> MappedFile::Open(const std::string& 
     }
   }
   ::close(fd);  // the mapping stays valid without the descriptor
-  return std::shared_ptr<MappedFile>(
-      new MappedFile(path, static_cast<const uint8_t*>(addr), size));
+  return std::shared_ptr<MappedFile>(new MappedFile(path, static_cast<const uint8_t*>(addr), size));
 }
 
 MappedFile::~MappedFile() {

@@ -115,14 +115,15 @@ absl::StatusOr<TensorView> ParseEntry(const std::string& name, const Json& entry
     return TensorError(name, file, absl::StrCat("data_offsets end ", end, " < begin ", begin));
   }
   if (end > data_size) {
-    return TensorError(name, file, absl::StrCat("data_offsets [", begin, ", ", end,
-                                                ") outside the data region of ", data_size,
-                                                " bytes"));
+    return TensorError(name, file,
+                       absl::StrCat("data_offsets [", begin, ", ", end,
+                                    ") outside the data region of ", data_size, " bytes"));
   }
   if (end - begin != *nbytes) {
-    return TensorError(name, file, absl::StrCat("size ", end - begin, " bytes does not match ",
-                                                std::string(DTypeName(*dtype)), " ", ShapeString(*shape),
-                                                " (", *nbytes, " bytes)"));
+    return TensorError(
+        name, file,
+        absl::StrCat("size ", end - begin, " bytes does not match ", std::string(DTypeName(*dtype)),
+                     " ", ShapeString(*shape), " (", *nbytes, " bytes)"));
   }
   TensorView view;
   view.name = name;
@@ -174,7 +175,8 @@ absl::StatusOr<std::map<std::string, std::set<std::string>>> ReadWeightMap(
 absl::StatusOr<std::vector<TensorView>> ParseSafetensors(const uint8_t* bytes, size_t size,
                                                          const std::string& file) {
   if (size < 8) {
-    return FileError(file, absl::StrCat("truncated: ", size, " bytes, need an 8-byte header "
+    return FileError(file, absl::StrCat("truncated: ", size,
+                                        " bytes, need an 8-byte header "
                                         "length"));
   }
   const uint64_t header_len = ReadLe64(bytes);
@@ -215,13 +217,13 @@ absl::Status LoadSafetensorsFile(const std::string& path, TensorStore* store) {
 }
 
 absl::Status LoadShardedSafetensors(const std::string& index_path, TensorStore* store) {
-  absl::StatusOr<std::map<std::string, std::set<std::string>>> shards =
-      ReadWeightMap(index_path);
+  absl::StatusOr<std::map<std::string, std::set<std::string>>> shards = ReadWeightMap(index_path);
   if (!shards.ok()) return shards.status();
   const std::filesystem::path dir = std::filesystem::path(index_path).parent_path();
   for (const auto& [shard, expected] : *shards) {
     const std::string path = (dir / shard).string();
-    if (!std::filesystem::is_regular_file(path)) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec)) {
       return TensorError(*expected.begin(), index_path,
                          absl::StrCat("shard ", path, " listed in the index is missing"));
     }
@@ -243,8 +245,8 @@ absl::Status LoadShardedSafetensors(const std::string& index_path, TensorStore* 
     }
     for (const std::string& name : expected) {
       if (!found.contains(name)) {
-        return TensorError(name, path, absl::StrCat("listed in ", index_path,
-                                                    " but not found in the shard"));
+        return TensorError(name, path,
+                           absl::StrCat("listed in ", index_path, " but not found in the shard"));
       }
     }
   }

@@ -25,16 +25,24 @@ absl::Status TensorStore::Add(TensorView view) {
   return absl::OkStatus();
 }
 
+namespace {
+
+bool Exists(const std::filesystem::path& path) {
+  std::error_code ec;  // the throwing overload would escape on permission errors
+  return std::filesystem::exists(path, ec);
+}
+
+}  // namespace
+
 absl::StatusOr<std::shared_ptr<TensorStore>> OpenCheckpointDir(const std::string& dir) {
   const std::filesystem::path root(dir);
   auto store = std::make_shared<TensorStore>();
   absl::Status status;
-  if (std::filesystem::exists(root / "model.safetensors")) {
+  if (Exists(root / "model.safetensors")) {
     status = LoadSafetensorsFile((root / "model.safetensors").string(), store.get());
-  } else if (std::filesystem::exists(root / "model.safetensors.index.json")) {
-    status = LoadShardedSafetensors((root / "model.safetensors.index.json").string(),
-                                    store.get());
-  } else if (std::filesystem::exists(root / "pytorch_model.bin")) {
+  } else if (Exists(root / "model.safetensors.index.json")) {
+    status = LoadShardedSafetensors((root / "model.safetensors.index.json").string(), store.get());
+  } else if (Exists(root / "pytorch_model.bin")) {
     status = LoadTorchZip((root / "pytorch_model.bin").string(), store.get());
   } else {
     return absl::NotFoundError(absl::StrCat(

@@ -26,6 +26,13 @@ absl::Status TensorError(const std::string& name, const std::string& file,
   return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' in ", file, ": ", what));
 }
 
+absl::Status EntryError(const std::string& what) { return absl::InvalidArgumentError(what); }
+
+// Prefixes an entry error with the archive path.
+absl::Status InFile(const std::string& file, const absl::Status& status) {
+  return FileError(file, std::string(status.message()));
+}
+
 struct ZipCloser {
   void operator()(zip_t* z) const { zip_discard(z); }
 };
@@ -69,27 +76,33 @@ absl::StatusOr<Archive> OpenArchive(const std::string& path) {
 }
 
 // Reads the entry `name` whole, if its size (bounded by the archive) is within max_size.
+// Errors do not name the archive: callers add the file, or the tensor and the file.
 absl::StatusOr<std::vector<uint8_t>> ReadEntry(const Archive& archive, const std::string& name,
                                                uint64_t max_size) {
   const zip_int64_t index = zip_name_locate(archive.zip.get(), name.c_str(), 0);
-  if (index < 0) return FileError(archive.path, absl::StrCat("missing entry ", name));
+  if (index < 0) return EntryError(absl::StrCat("missing entry ", name));
   zip_stat_t st;
   zip_stat_init(&st);
   if (zip_stat_index(archive.zip.get(), static_cast<zip_uint64_t>(index), 0, &st) != 0 ||
       (st.valid & (ZIP_STAT_SIZE | ZIP_STAT_COMP_SIZE | ZIP_STAT_COMP_METHOD)) !=
           (ZIP_STAT_SIZE | ZIP_STAT_COMP_SIZE | ZIP_STAT_COMP_METHOD)) {
-    return FileError(archive.path, absl::StrCat("cannot stat entry ", name));
+    return EntryError(absl::StrCat("cannot stat entry ", name));
   }
+  if (st.size > max_size) {
+    return EntryError(absl::StrCat("entry ", name, " has ", st.size, " bytes, more than the ",
+                                   max_size, " expected"));
+  }
+  // Bound the allocation below by what the archive can really hold.
   const bool stored = st.comp_method == ZIP_CM_STORE;
-  if (st.size > max_size || st.comp_size > archive.file_size ||
+  if (st.comp_size > archive.file_size ||
       (stored ? st.size > st.comp_size : st.size / kMaxDeflateRatio > st.comp_size)) {
-    return FileError(archive.path, absl::StrCat("entry ", name, " claims ", st.size,
-                                                " bytes, more than the archive can hold"));
+    return EntryError(absl::StrCat("entry ", name, " claims ", st.size,
+                                   " bytes, more than the archive can hold"));
   }
   zip_file_t* f = zip_fopen_index(archive.zip.get(), static_cast<zip_uint64_t>(index), 0);
   if (f == nullptr) {
-    return FileError(archive.path, absl::StrCat("cannot open entry ", name, ": ",
-                                                zip_strerror(archive.zip.get())));
+    return EntryError(
+        absl::StrCat("cannot open entry ", name, ": ", zip_strerror(archive.zip.get())));
   }
   std::vector<uint8_t> bytes(st.size);
   uint64_t done = 0;
@@ -101,8 +114,8 @@ absl::StatusOr<std::vector<uint8_t>> ReadEntry(const Archive& archive, const std
   const std::string error = zip_file_strerror(f);
   zip_fclose(f);
   if (done != st.size) {
-    return FileError(archive.path, absl::StrCat("entry ", name, " truncated: read ", done, " of ",
-                                                st.size, " bytes (", error, ")"));
+    return EntryError(absl::StrCat("entry ", name, " truncated: read ", done, " of ", st.size,
+                                   " bytes (", error, ")"));
   }
   return bytes;
 }
@@ -111,7 +124,7 @@ absl::Status CheckByteOrder(const Archive& archive) {
   const std::string name = archive.prefix + "byteorder";
   if (zip_name_locate(archive.zip.get(), name.c_str(), 0) < 0) return absl::OkStatus();
   absl::StatusOr<std::vector<uint8_t>> order = ReadEntry(archive, name, 64);
-  if (!order.ok()) return order.status();
+  if (!order.ok()) return InFile(archive.path, order.status());
   if (std::string(order->begin(), order->end()) != "little") {
     return FileError(archive.path, "big-endian storages are not supported");
   }
@@ -173,9 +186,9 @@ absl::StatusOr<const Storage*> GetStorage(const Archive& archive, const TorchTen
     return TensorError(r.name, archive.path, std::string(bytes.status().message()));
   }
   if (bytes->size() != need) {
-    return TensorError(r.name, archive.path,
-                       absl::StrCat("storage ", entry, " has ", bytes->size(),
-                                    " bytes, expected ", need));
+    return TensorError(
+        r.name, archive.path,
+        absl::StrCat("storage ", entry, " has ", bytes->size(), " bytes, expected ", need));
   }
   if (bytes->empty()) bytes->reserve(1);  // an empty tensor still gets a non-null pointer
   Storage storage{std::make_shared<std::vector<uint8_t>>(*std::move(bytes)), dtype};
@@ -222,19 +235,22 @@ absl::Status CheckTorchTensor(const TorchTensorRecord& r, const std::string& fil
     return TensorError(r.name, file, absl::StrCat("bad shape ", ShapeString(r.shape)));
   }
   if (r.stride.size() != r.shape.size()) {
-    return TensorError(r.name, file, absl::StrCat("stride ", ShapeString(r.stride),
-                                                  " does not match shape ", ShapeString(r.shape)));
+    return TensorError(r.name, file,
+                       absl::StrCat("stride ", ShapeString(r.stride), " does not match shape ",
+                                    ShapeString(r.shape)));
   }
   if (!IsContiguous(r.shape, r.stride)) {
-    return TensorError(r.name, file, absl::StrCat("non-contiguous: shape ", ShapeString(r.shape),
-                                                  ", stride ", ShapeString(r.stride)));
+    return TensorError(r.name, file,
+                       absl::StrCat("non-contiguous: shape ", ShapeString(r.shape), ", stride ",
+                                    ShapeString(r.stride)));
   }
   int64_t end = 0;
   if (r.storage_offset < 0 || r.storage_numel < 0 ||
       __builtin_add_overflow(r.storage_offset, numel, &end) || end > r.storage_numel) {
-    return TensorError(r.name, file, absl::StrCat("elements [", r.storage_offset, ", +", numel,
-                                                  ") outside storage ", r.storage_key, " of ",
-                                                  r.storage_numel, " elements"));
+    return TensorError(
+        r.name, file,
+        absl::StrCat("elements [", r.storage_offset, ", +", numel, ") outside storage ",
+                     r.storage_key, " of ", r.storage_numel, " elements"));
   }
   return absl::OkStatus();
 }
@@ -245,7 +261,7 @@ absl::Status LoadTorchZip(const std::string& path, TensorStore* store) {
   if (absl::Status s = CheckByteOrder(*archive); !s.ok()) return s;
   absl::StatusOr<std::vector<uint8_t>> pickle =
       ReadEntry(*archive, archive->prefix + "data.pkl", kMaxPickleBytes);
-  if (!pickle.ok()) return pickle.status();
+  if (!pickle.ok()) return InFile(path, pickle.status());
   absl::StatusOr<std::vector<TorchTensorRecord>> records = ReadTorchStateDict(
       std::string_view(reinterpret_cast<const char*>(pickle->data()), pickle->size()), path);
   if (!records.ok()) return records.status();
@@ -262,8 +278,8 @@ absl::Status LoadTorchZip(const std::string& path, TensorStore* store) {
     view.file = path;
     view.dtype = *dtype;
     view.shape = r.shape;
-    view.data = (*storage)->bytes->data() +
-                static_cast<size_t>(r.storage_offset) * DTypeSize(*dtype);
+    view.data =
+        (*storage)->bytes->data() + static_cast<size_t>(r.storage_offset) * DTypeSize(*dtype);
     if (absl::Status s = store->Add(std::move(view)); !s.ok()) return s;
   }
   for (auto& [key, storage] : storages) store->Own(storage.bytes);

@@ -22,12 +22,11 @@ constexpr uint8_t kMark = '(', kStop = '.', kPop = '0', kBinFloat = 'G', kBinInt
                   kBinInt1 = 'K', kBinInt2 = 'M', kNone = 'N', kBinPersId = 'Q', kReduce = 'R',
                   kBinString = 'T', kShortBinString = 'U', kBinUnicode = 'X', kAppend = 'a',
                   kBuild = 'b', kGlobal = 'c', kDict = 'd', kAppends = 'e', kBinGet = 'h',
-                  kLongBinGet = 'j', kList = 'l', kBinPut = 'q', kLongBinPut = 'r',
-                  kSetItem = 's', kTuple = 't', kSetItems = 'u', kEmptyDict = '}',
-                  kEmptyList = ']', kEmptyTuple = ')', kProto = 0x80, kTuple1 = 0x85,
-                  kTuple2 = 0x86, kTuple3 = 0x87, kNewTrue = 0x88, kNewFalse = 0x89,
-                  kLong1 = 0x8a, kShortBinUnicode = 0x8c, kBinUnicode8 = 0x8d,
-                  kStackGlobal = 0x93, kMemoize = 0x94, kFrame = 0x95;
+                  kLongBinGet = 'j', kList = 'l', kBinPut = 'q', kLongBinPut = 'r', kSetItem = 's',
+                  kTuple = 't', kSetItems = 'u', kEmptyDict = '}', kEmptyList = ']',
+                  kEmptyTuple = ')', kProto = 0x80, kTuple1 = 0x85, kTuple2 = 0x86, kTuple3 = 0x87,
+                  kNewTrue = 0x88, kNewFalse = 0x89, kLong1 = 0x8a, kShortBinUnicode = 0x8c,
+                  kBinUnicode8 = 0x8d, kStackGlobal = 0x93, kMemoize = 0x94, kFrame = 0x95;
 }  // namespace op
 
 class Machine {
@@ -166,21 +165,44 @@ absl::Status Machine::Step(uint8_t code) {
       return absl::OkStatus();
     case op::kPop:
       return Pop().status();
-    case op::kNone: case op::kNewTrue: case op::kNewFalse: case op::kBinInt: case op::kBinInt1:
-    case op::kBinInt2: case op::kLong1: case op::kBinFloat:
+    case op::kNone:
+    case op::kNewTrue:
+    case op::kNewFalse:
+    case op::kBinInt:
+    case op::kBinInt1:
+    case op::kBinInt2:
+    case op::kLong1:
+    case op::kBinFloat:
       return Scalar(code);
-    case op::kBinUnicode: case op::kShortBinUnicode: case op::kBinUnicode8: case op::kBinString:
+    case op::kBinUnicode:
+    case op::kShortBinUnicode:
+    case op::kBinUnicode8:
+    case op::kBinString:
     case op::kShortBinString:
       return String(code);
-    case op::kBinPut: case op::kLongBinPut: case op::kMemoize: case op::kBinGet:
+    case op::kBinPut:
+    case op::kLongBinPut:
+    case op::kMemoize:
+    case op::kBinGet:
     case op::kLongBinGet:
       return Memo(code);
-    case op::kEmptyTuple: case op::kTuple: case op::kTuple1: case op::kTuple2: case op::kTuple3:
+    case op::kEmptyTuple:
+    case op::kTuple:
+    case op::kTuple1:
+    case op::kTuple2:
+    case op::kTuple3:
       return Tuple(code);
-    case op::kGlobal: case op::kStackGlobal:
+    case op::kGlobal:
+    case op::kStackGlobal:
       return Global(code);
-    case op::kEmptyDict: case op::kEmptyList: case op::kDict: case op::kList: case op::kSetItem:
-    case op::kSetItems: case op::kAppend: case op::kAppends:
+    case op::kEmptyDict:
+    case op::kEmptyList:
+    case op::kDict:
+    case op::kList:
+    case op::kSetItem:
+    case op::kSetItems:
+    case op::kAppend:
+    case op::kAppends:
       return Collection(code);
     case op::kReduce:
       return Reduce();
@@ -199,7 +221,8 @@ absl::Status Machine::Scalar(uint8_t code) {
   switch (code) {
     case op::kNone:
       break;
-    case op::kNewTrue: case op::kNewFalse:
+    case op::kNewTrue:
+    case op::kNewFalse:
       v.kind = PickleKind::kBool;
       v.int_value = code == op::kNewTrue;
       break;
@@ -208,7 +231,8 @@ absl::Status Machine::Scalar(uint8_t code) {
       v.kind = PickleKind::kInt;
       v.int_value = static_cast<int32_t>(static_cast<uint32_t>(raw));
       break;
-    case op::kBinInt1: case op::kBinInt2:
+    case op::kBinInt1:
+    case op::kBinInt2:
       if (!ReadLe(code == op::kBinInt1 ? 1 : 2, &raw)) return Error("truncated");
       v.kind = PickleKind::kInt;
       v.int_value = static_cast<int64_t>(raw);
@@ -252,7 +276,9 @@ absl::Status Machine::String(uint8_t code) {
 absl::Status Machine::Memo(uint8_t code) {
   uint64_t index = 0;
   switch (code) {
-    case op::kBinPut: case op::kLongBinPut: case op::kMemoize: {
+    case op::kBinPut:
+    case op::kLongBinPut:
+    case op::kMemoize: {
       if (code == op::kMemoize) {
         index = memo_.size();
       } else if (!ReadLe(code == op::kBinPut ? 1 : 4, &index)) {
@@ -313,8 +339,7 @@ absl::Status Machine::Global(uint8_t code) {
 }
 
 absl::Status Machine::Collection(uint8_t code) {
-  if (code == op::kEmptyDict || code == op::kEmptyList || code == op::kDict ||
-      code == op::kList) {
+  if (code == op::kEmptyDict || code == op::kEmptyList || code == op::kDict || code == op::kList) {
     PickleValue v;
     v.kind = (code == op::kEmptyDict || code == op::kDict) ? PickleKind::kDict : PickleKind::kList;
     if (code == op::kDict || code == op::kList) {
@@ -343,7 +368,8 @@ absl::Status Machine::Collection(uint8_t code) {
   if (!target.ok()) return target.status();
   const bool to_dict = code == op::kSetItem || code == op::kSetItems;
   PickleValue* container = As(*target, to_dict ? PickleKind::kDict : PickleKind::kList);
-  if (container == nullptr) return Error(to_dict ? "SETITEM on a non-dict" : "APPEND on a non-list");
+  if (container == nullptr)
+    return Error(to_dict ? "SETITEM on a non-dict" : "APPEND on a non-list");
   if (to_dict && items.size() % 2 != 0) return Error("odd number of dict items");
   container->items.insert(container->items.end(), items.begin(), items.end());
   return absl::OkStatus();

@@ -23,7 +23,7 @@ enum class PickleKind {
   kBool,
   kInt,
   kFloat,
-  kString,   // str (and Python 2 byte strings)
+  kString,  // str (and Python 2 byte strings)
   kTuple,
   kList,
   kDict,     // dict or OrderedDict, in insertion order

@@ -121,42 +121,43 @@ TEST(SafetensorsTest, HeaderLengthBeyondFile) {
   const std::string header = R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
   EXPECT_TRUE(ErrorHas(Parse(Image(header, 4, header.size() + 5)),
                        {"bad.safetensors", "header length", "beyond the file"}));
-  EXPECT_TRUE(ErrorHas(Parse(Image(header, 4, ~uint64_t{0})),
-                       {"bad.safetensors", "18446744073709551615"}));
+  EXPECT_TRUE(
+      ErrorHas(Parse(Image(header, 4, ~uint64_t{0})), {"bad.safetensors", "18446744073709551615"}));
 }
 
 TEST(SafetensorsTest, HeaderNotJson) {
-  EXPECT_TRUE(ErrorHas(Parse(Image(R"({"w":{"dtype":)", 0)), {"bad.safetensors", "not valid JSON"}));
+  EXPECT_TRUE(
+      ErrorHas(Parse(Image(R"({"w":{"dtype":)", 0)), {"bad.safetensors", "not valid JSON"}));
   EXPECT_TRUE(ErrorHas(Parse(Image("", 0)), {"bad.safetensors", "not valid JSON"}));
 }
 
 TEST(SafetensorsTest, HeaderNotObject) {
   EXPECT_TRUE(ErrorHas(Parse(Image("[1, 2, 3]", 0)), {"bad.safetensors", "not a JSON object"}));
-  EXPECT_TRUE(ErrorHas(Parse(Image(R"({"w": [1]})", 0)),
-                       {"'w'", "bad.safetensors", "not an object"}));
+  EXPECT_TRUE(
+      ErrorHas(Parse(Image(R"({"w": [1]})", 0)), {"'w'", "bad.safetensors", "not an object"}));
 }
 
 TEST(SafetensorsTest, OffsetsOutsideDataRegion) {
-  EXPECT_TRUE(ErrorHas(
-      Parse(Image(R"({"w.weight":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 8)),
-      {"'w.weight'", "bad.safetensors", "outside the data region of 8 bytes"}));
+  EXPECT_TRUE(
+      ErrorHas(Parse(Image(R"({"w.weight":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 8)),
+               {"'w.weight'", "bad.safetensors", "outside the data region of 8 bytes"}));
   EXPECT_TRUE(ErrorHas(
       Parse(Image(R"({"w.weight":{"dtype":"F32","shape":[2],"data_offsets":[16,24]}})", 8)),
       {"'w.weight'", "bad.safetensors", "outside the data region"}));
 }
 
 TEST(SafetensorsTest, OffsetsEndBeforeBegin) {
-  EXPECT_TRUE(ErrorHas(
-      Parse(Image(R"({"w.weight":{"dtype":"F32","shape":[0],"data_offsets":[8,4]}})", 8)),
-      {"'w.weight'", "bad.safetensors", "end 4 < begin 8"}));
+  EXPECT_TRUE(
+      ErrorHas(Parse(Image(R"({"w.weight":{"dtype":"F32","shape":[0],"data_offsets":[8,4]}})", 8)),
+               {"'w.weight'", "bad.safetensors", "end 4 < begin 8"}));
 }
 
 TEST(SafetensorsTest, OffsetsMalformed) {
   for (const char* offsets : {"[0]", "[0,4,8]", "[-4,0]", "[0,4.5]", "\"0,4\"", "[0,1e30]"}) {
     const std::string header =
         absl::StrCat(R"({"w.weight":{"dtype":"F32","shape":[1],"data_offsets":)", offsets, "}}");
-    EXPECT_TRUE(ErrorHas(Parse(Image(header, 4)), {"'w.weight'", "bad.safetensors",
-                                                   "data_offsets"}))
+    EXPECT_TRUE(
+        ErrorHas(Parse(Image(header, 4)), {"'w.weight'", "bad.safetensors", "data_offsets"}))
         << offsets;
   }
   EXPECT_TRUE(ErrorHas(Parse(Image(R"({"w.weight":{"dtype":"F32","shape":[1]}})", 4)),
@@ -173,9 +174,9 @@ TEST(SafetensorsTest, UnknownOrMissingDtype) {
   EXPECT_TRUE(ErrorHas(
       Parse(Image(R"({"w.weight":{"dtype":"F8_E4M3","shape":[4],"data_offsets":[0,4]}})", 4)),
       {"'w.weight'", "bad.safetensors", "unknown dtype 'F8_E4M3'"}));
-  EXPECT_TRUE(ErrorHas(
-      Parse(Image(R"({"w.weight":{"dtype":7,"shape":[4],"data_offsets":[0,4]}})", 4)),
-      {"'w.weight'", "bad.safetensors", "dtype"}));
+  EXPECT_TRUE(
+      ErrorHas(Parse(Image(R"({"w.weight":{"dtype":7,"shape":[4],"data_offsets":[0,4]}})", 4)),
+               {"'w.weight'", "bad.safetensors", "dtype"}));
 }
 
 TEST(SafetensorsTest, NegativeOrNonIntegerDims) {
@@ -188,25 +189,23 @@ TEST(SafetensorsTest, NegativeOrNonIntegerDims) {
 }
 
 TEST(SafetensorsTest, ShapeProductOverflow) {
-  EXPECT_TRUE(ErrorHas(
-      Parse(Image(R"({"w.weight":{"dtype":"F32","shape":[4294967296,4294967296],)"
-                  R"("data_offsets":[0,0]}})",
-                  0)),
-      {"'w.weight'", "bad.safetensors", "overflows"}));
+  EXPECT_TRUE(ErrorHas(Parse(Image(R"({"w.weight":{"dtype":"F32","shape":[4294967296,4294967296],)"
+                                   R"("data_offsets":[0,0]}})",
+                                   0)),
+                       {"'w.weight'", "bad.safetensors", "overflows"}));
   // The element product fits in int64 but the byte count does not.
-  EXPECT_TRUE(ErrorHas(
-      Parse(Image(R"({"w.weight":{"dtype":"I64","shape":[9223372036854775807],)"
-                  R"("data_offsets":[0,0]}})",
-                  0)),
-      {"'w.weight'", "overflows"}));
+  EXPECT_TRUE(ErrorHas(Parse(Image(R"({"w.weight":{"dtype":"I64","shape":[9223372036854775807],)"
+                                   R"("data_offsets":[0,0]}})",
+                                   0)),
+                       {"'w.weight'", "overflows"}));
 }
 
 TEST(SafetensorsTest, DuplicateNameInOneHeader) {
-  EXPECT_TRUE(ErrorHas(
-      Parse(Image(R"({"w.weight":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
-                  R"("w.weight":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
-                  8)),
-      {"'w.weight'", "bad.safetensors", "twice"}));
+  EXPECT_TRUE(
+      ErrorHas(Parse(Image(R"({"w.weight":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                           R"("w.weight":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                           8)),
+               {"'w.weight'", "bad.safetensors", "twice"}));
 }
 
 TEST(SafetensorsTest, TruncatedDataRegionNamesTheTensor) {
@@ -215,8 +214,8 @@ TEST(SafetensorsTest, TruncatedDataRegionNamesTheTensor) {
   const std::string bytes = testing::ReadFile(dir.File("model.safetensors"));
   WriteFile(dir.File("model.safetensors"), bytes.substr(0, bytes.size() - 3));
   absl::StatusOr<std::shared_ptr<TensorStore>> store = OpenCheckpointDir(dir.path());
-  EXPECT_TRUE(ErrorHas(store.status(), {"'positions'", dir.File("model.safetensors"),
-                                        "outside the data region"}));
+  EXPECT_TRUE(ErrorHas(store.status(),
+                       {"'positions'", dir.File("model.safetensors"), "outside the data region"}));
 }
 
 // Every prefix of a valid file is rejected and never read past its end.
@@ -291,9 +290,9 @@ TEST(ShardedSafetensorsTest, MissingShard) {
   TempDir dir;
   ASSERT_TRUE(WriteSafetensors(dir.File("s1.safetensors"), Shard1()).ok());
   WriteIndex(dir, R"({"a":"s1.safetensors","b":"s1.safetensors","c":"s2.safetensors"})");
-  EXPECT_TRUE(ErrorHas(OpenCheckpointDir(dir.path()).status(),
-                       {"'c'", dir.File("s2.safetensors"), "missing",
-                        dir.File("model.safetensors.index.json")}));
+  EXPECT_TRUE(ErrorHas(
+      OpenCheckpointDir(dir.path()).status(),
+      {"'c'", dir.File("s2.safetensors"), "missing", dir.File("model.safetensors.index.json")}));
 }
 
 TEST(ShardedSafetensorsTest, IndexedTensorMissingFromShard) {
@@ -341,8 +340,8 @@ TEST(ShardedSafetensorsTest, BadShardNamesTheShard) {
   TempDir dir;
   WriteFile(dir.File("s1.safetensors"), "short");
   WriteIndex(dir, R"({"a":"s1.safetensors"})");
-  EXPECT_TRUE(ErrorHas(OpenCheckpointDir(dir.path()).status(),
-                       {dir.File("s1.safetensors"), "truncated"}));
+  EXPECT_TRUE(
+      ErrorHas(OpenCheckpointDir(dir.path()).status(), {dir.File("s1.safetensors"), "truncated"}));
 }
 
 // ---- directory discovery and the store ----

@@ -66,14 +66,17 @@ std::string PickleInts(const std::vector<int64_t>& v) {
 
 // The opcodes torch.save emits for an OrderedDict of tensors (protocol 2, no memo).
 std::string PickleStateDict(const std::vector<FakeTensor>& tensors) {
-  std::string p = "\x80\x02" "ccollections\nOrderedDict\n)R(";
+  std::string p =
+      "\x80\x02"
+      "ccollections\nOrderedDict\n)R(";
   for (const FakeTensor& t : tensors) {
     p += PickleStr(t.name);
     p += "ctorch._utils\n_rebuild_tensor_v2\n((";
     p += PickleStr("storage") + "ctorch\n" + t.storage_class + "\n" + PickleStr(t.key) +
          PickleStr("cpu") + PickleInt(t.storage_numel) + "tQ";
     p += PickleInt(t.offset) + PickleInts(t.shape) + PickleInts(t.stride);
-    p += "\x89" "ccollections\nOrderedDict\n)RtR";
+    p += "\x89"
+         "ccollections\nOrderedDict\n)RtR";
   }
   return p + "u.";
 }
@@ -111,8 +114,8 @@ absl::Status LoadZip(const TempDir& dir,
 
 FakeTensor F32Tensor(std::string name, std::vector<int64_t> shape, std::vector<int64_t> stride,
                      int64_t offset = 0, int64_t numel = 6) {
-  return FakeTensor{std::move(name), "FloatStorage", "0", numel, offset, std::move(shape),
-                    std::move(stride)};
+  return FakeTensor{std::move(name),  "FloatStorage",   "0", numel, offset,
+                    std::move(shape), std::move(stride)};
 }
 
 // ---- the PyTorch-written fixture ----
@@ -167,13 +170,13 @@ TEST(TorchZipTest, EveryTruncationOfTheFixtureIsAnError) {
 TEST(TorchZipTest, TopDirectoryNameAndOffsets) {
   TempDir dir;
   std::shared_ptr<TensorStore> store;
-  const absl::Status s = LoadZip(
-      dir,
-      {{"archive/data.pkl", PickleStateDict({F32Tensor("a", {2}, {1}, 0),
-                                             F32Tensor("b", {2, 2}, {2, 1}, 2)})},
-       {"archive/data/0", F32Bytes({1, 2, 3, 4, 5, 6})},
-       {"archive/byteorder", "little"}},
-      &store);
+  const absl::Status s =
+      LoadZip(dir,
+              {{"archive/data.pkl",
+                PickleStateDict({F32Tensor("a", {2}, {1}, 0), F32Tensor("b", {2, 2}, {2, 1}, 2)})},
+               {"archive/data/0", F32Bytes({1, 2, 3, 4, 5, 6})},
+               {"archive/byteorder", "little"}},
+              &store);
   ASSERT_TRUE(s.ok()) << s;
   EXPECT_EQ(store->Find("a")->ToF32Vector(), (std::vector<float>{1, 2}));
   EXPECT_EQ(store->Find("b")->ToF32Vector(), (std::vector<float>{3, 4, 5, 6}));
@@ -183,12 +186,12 @@ TEST(TorchZipTest, TopDirectoryNameAndOffsets) {
 TEST(TorchZipTest, SizeOneDimsAndEmptyTensorsAreContiguousWhateverTheirStride) {
   TempDir dir;
   std::shared_ptr<TensorStore> store;
-  const absl::Status s = LoadZip(
-      dir,
-      {{"a/data.pkl", PickleStateDict({F32Tensor("row", {1, 3}, {99, 1}, 3),
-                                       F32Tensor("none", {0, 3}, {7, 7}, 6)})},
-       {"a/data/0", F32Bytes({1, 2, 3, 4, 5, 6})}},
-      &store);
+  const absl::Status s =
+      LoadZip(dir,
+              {{"a/data.pkl", PickleStateDict({F32Tensor("row", {1, 3}, {99, 1}, 3),
+                                               F32Tensor("none", {0, 3}, {7, 7}, 6)})},
+               {"a/data/0", F32Bytes({1, 2, 3, 4, 5, 6})}},
+              &store);
   ASSERT_TRUE(s.ok()) << s;
   EXPECT_EQ(store->Find("row")->ToF32Vector(), (std::vector<float>{4, 5, 6}));
   EXPECT_EQ(store->Find("none")->numel(), 0);
@@ -197,8 +200,8 @@ TEST(TorchZipTest, SizeOneDimsAndEmptyTensorsAreContiguousWhateverTheirStride) {
 TEST(TorchZipTest, NotAZipFile) {
   TempDir dir;
   testing::WriteFile(dir.File("pytorch_model.bin"), std::string("\x80\x02}q\x00.", 6));
-  EXPECT_TRUE(ErrorHas(OpenCheckpointDir(dir.path()).status(),
-                       {dir.File("pytorch_model.bin"), "zip"}));
+  EXPECT_TRUE(
+      ErrorHas(OpenCheckpointDir(dir.path()).status(), {dir.File("pytorch_model.bin"), "zip"}));
 }
 
 TEST(TorchZipTest, NoDataPkl) {
@@ -228,6 +231,14 @@ TEST(TorchZipTest, StorageShorterThanDeclared) {
       {"'w.weight'", dir.File("pytorch_model.bin"), "has 12 bytes, expected 24"}));
 }
 
+TEST(TorchZipTest, StorageLongerThanDeclared) {
+  TempDir dir;
+  EXPECT_TRUE(ErrorHas(
+      LoadZip(dir, {{"archive/data.pkl", PickleStateDict({F32Tensor("w.weight", {2}, {1}, 0, 2)})},
+                    {"archive/data/0", F32Bytes({1, 2, 3})}}),
+      {"'w.weight'", dir.File("pytorch_model.bin"), "has 12 bytes, more than the 8 expected"}));
+}
+
 TEST(TorchZipTest, UnsupportedStorageType) {
   TempDir dir;
   FakeTensor t = F32Tensor("model.position_ids", {6}, {1});
@@ -252,15 +263,14 @@ TEST(TorchZipTest, ViewOutsideItsStorage) {
       LoadZip(dir, {{"archive/data.pkl", PickleStateDict({F32Tensor("w", {2, 2}, {2, 1}, 3)})},
                     {"archive/data/0", F32Bytes({1, 2, 3, 4, 5, 6})}}),
       {"'w'", dir.File("pytorch_model.bin"), "outside storage 0 of 6 elements"}));
-  EXPECT_TRUE(ErrorHas(
-      LoadZip(dir, {{"archive/data.pkl", PickleStateDict({F32Tensor("w", {2}, {1}, -1)})},
-                    {"archive/data/0", F32Bytes({1, 2, 3, 4, 5, 6})}}),
-      {"'w'", "outside storage"}));
-  EXPECT_TRUE(ErrorHas(
-      LoadZip(dir, {{"archive/data.pkl",
-                     PickleStateDict({F32Tensor("w", {2}, {1}, INT64_MAX - 1)})},
-                    {"archive/data/0", F32Bytes({1, 2, 3, 4, 5, 6})}}),
-      {"'w'", "outside storage"}));
+  EXPECT_TRUE(
+      ErrorHas(LoadZip(dir, {{"archive/data.pkl", PickleStateDict({F32Tensor("w", {2}, {1}, -1)})},
+                             {"archive/data/0", F32Bytes({1, 2, 3, 4, 5, 6})}}),
+               {"'w'", "outside storage"}));
+  EXPECT_TRUE(ErrorHas(LoadZip(dir, {{"archive/data.pkl",
+                                      PickleStateDict({F32Tensor("w", {2}, {1}, INT64_MAX - 1)})},
+                                     {"archive/data/0", F32Bytes({1, 2, 3, 4, 5, 6})}}),
+                       {"'w'", "outside storage"}));
 }
 
 TEST(TorchZipTest, BadShapes) {
@@ -271,19 +281,18 @@ TEST(TorchZipTest, BadShapes) {
       LoadZip(dir, {{"archive/data.pkl", PickleStateDict({F32Tensor("neg", {-2, 3}, {3, 1})})},
                     {"archive/data/0", data}}),
       {"'neg'", file, "bad shape [-2, 3]"}));
-  EXPECT_TRUE(ErrorHas(
-      LoadZip(dir, {{"archive/data.pkl",
-                     PickleStateDict({F32Tensor("big", {INT64_MAX, 4}, {4, 1})})},
-                    {"archive/data/0", data}}),
-      {"'big'", file, "bad shape"}));
+  EXPECT_TRUE(ErrorHas(LoadZip(dir, {{"archive/data.pkl",
+                                      PickleStateDict({F32Tensor("big", {INT64_MAX, 4}, {4, 1})})},
+                                     {"archive/data/0", data}}),
+                       {"'big'", file, "bad shape"}));
   EXPECT_TRUE(ErrorHas(
       LoadZip(dir, {{"archive/data.pkl", PickleStateDict({F32Tensor("rank", {2, 3}, {1})})},
                     {"archive/data/0", data}}),
       {"'rank'", file, "stride [1] does not match shape [2, 3]"}));
   FakeTensor huge = F32Tensor("huge_storage", {1}, {1}, 0, INT64_MAX / 2);
-  EXPECT_TRUE(ErrorHas(LoadZip(dir, {{"archive/data.pkl", PickleStateDict({huge})},
-                                     {"archive/data/0", data}}),
-                       {"'huge_storage'", file}));
+  EXPECT_TRUE(ErrorHas(
+      LoadZip(dir, {{"archive/data.pkl", PickleStateDict({huge})}, {"archive/data/0", data}}),
+      {"'huge_storage'", file}));
 }
 
 TEST(TorchZipTest, StorageKeyEscapingTheArchive) {
@@ -298,19 +307,19 @@ TEST(TorchZipTest, StorageUsedWithTwoDtypes) {
   TempDir dir;
   FakeTensor half = F32Tensor("h", {6}, {1}, 0, 12);
   half.storage_class = "HalfStorage";
-  EXPECT_TRUE(ErrorHas(LoadZip(dir, {{"archive/data.pkl",
-                                      PickleStateDict({F32Tensor("f", {6}, {1}), half})},
-                                     {"archive/data/0", F32Bytes({1, 2, 3, 4, 5, 6})}}),
-                       {"'h'", dir.File("pytorch_model.bin"), "two dtypes"}));
+  EXPECT_TRUE(ErrorHas(
+      LoadZip(dir, {{"archive/data.pkl", PickleStateDict({F32Tensor("f", {6}, {1}), half})},
+                    {"archive/data/0", F32Bytes({1, 2, 3, 4, 5, 6})}}),
+      {"'h'", dir.File("pytorch_model.bin"), "two dtypes"}));
 }
 
 TEST(TorchZipTest, BigEndianRejected) {
   TempDir dir;
-  EXPECT_TRUE(ErrorHas(
-      LoadZip(dir, {{"archive/data.pkl", PickleStateDict({F32Tensor("w", {6}, {1})})},
-                    {"archive/data/0", F32Bytes({1, 2, 3, 4, 5, 6})},
-                    {"archive/byteorder", "big"}}),
-      {dir.File("pytorch_model.bin"), "big-endian"}));
+  EXPECT_TRUE(
+      ErrorHas(LoadZip(dir, {{"archive/data.pkl", PickleStateDict({F32Tensor("w", {6}, {1})})},
+                             {"archive/data/0", F32Bytes({1, 2, 3, 4, 5, 6})},
+                             {"archive/byteorder", "big"}}),
+               {dir.File("pytorch_model.bin"), "big-endian"}));
 }
 
 TEST(TorchZipTest, DuplicateKeyInStateDict) {

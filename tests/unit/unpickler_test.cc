@@ -50,9 +50,15 @@ std::string FixturePickle() {
 TEST(UnpicklerTest, DictOfScalars) {
   // {'a': 1, 'b': -2, 'c': 70000, 'd': None, 'e': True, 'f': 1.5, 'g': [1, 2]}
   const std::string p =
-      "\x80\x02}q\x00(X\x01\x00\x00\x00" "aK\x01X\x01\x00\x00\x00" "b\x8a\x01\xfe"
-      "X\x01\x00\x00\x00" "cJ\x70\x11\x01\x00X\x01\x00\x00\x00" "dNX\x01\x00\x00\x00" "e\x88"
-      "X\x01\x00\x00\x00" "fG\x3f\xf8\x00\x00\x00\x00\x00\x00X\x01\x00\x00\x00g]q\x01(K\x01M\x02\x00"
+      "\x80\x02}q\x00(X\x01\x00\x00\x00"
+      "aK\x01X\x01\x00\x00\x00"
+      "b\x8a\x01\xfe"
+      "X\x01\x00\x00\x00"
+      "cJ\x70\x11\x01\x00X\x01\x00\x00\x00"
+      "dNX\x01\x00\x00\x00"
+      "e\x88"
+      "X\x01\x00\x00\x00"
+      "fG\x3f\xf8\x00\x00\x00\x00\x00\x00X\x01\x00\x00\x00g]q\x01(K\x01M\x02\x00"
       "eu."s;
   absl::StatusOr<Unpickled> u = Unpickle(p);
   ASSERT_TRUE(u.ok()) << u.status();
@@ -75,8 +81,9 @@ TEST(UnpicklerTest, DictOfScalars) {
 
 TEST(UnpicklerTest, MemoSharesValues) {
   // x = ('s',); (x, x) through BINPUT / BINGET and LONG_BINPUT / LONG_BINGET.
-  const std::string p = "\x80\x02X\x01\x00\x00\x00s\x85q\x07r\x00\x01\x00\x00"
-                        "0h\x07j\x00\x01\x00\x00\x86."s;
+  const std::string p =
+      "\x80\x02X\x01\x00\x00\x00s\x85q\x07r\x00\x01\x00\x00"
+      "0h\x07j\x00\x01\x00\x00\x86."s;
   absl::StatusOr<Unpickled> u = Unpickle(p);
   ASSERT_TRUE(u.ok()) << u.status();
   const PickleValue& root = u->at(u->root);
@@ -87,8 +94,10 @@ TEST(UnpicklerTest, MemoSharesValues) {
 
 TEST(UnpicklerTest, Protocol4Framing) {
   // FRAME, SHORT_BINUNICODE, MEMOIZE, STACK_GLOBAL building an OrderedDict.
-  const std::string p = "\x80\x04\x95\x10\x00\x00\x00\x00\x00\x00\x00"
-                        "\x8c\x0b" "collections\x94\x8c\x0bOrderedDict\x94\x93\x94)R\x94."s;
+  const std::string p =
+      "\x80\x04\x95\x10\x00\x00\x00\x00\x00\x00\x00"
+      "\x8c\x0b"
+      "collections\x94\x8c\x0bOrderedDict\x94\x93\x94)R\x94."s;
   absl::StatusOr<Unpickled> u = Unpickle(p);
   ASSERT_TRUE(u.ok()) << u.status();
   EXPECT_EQ(u->at(u->root).kind, PickleKind::kDict);
@@ -135,16 +144,26 @@ TEST(UnpicklerTest, Malformed) {
       {"\x80\x02t."s, "no MARK"},
       {"\x80\x02\x8a\x09\x01\x02\x03\x04\x05\x06\x07\x08\x09."s, "wider than 64 bits"},
       {"\x80\x02]K\x01K\x02s."s, "SETITEM on a non-dict"},
-      {"\x80\x02}K\x01" "a."s, "APPEND on a non-list"},
+      {"\x80\x02}K\x01"
+       "a."s,
+       "APPEND on a non-list"},
       {"\x80\x02}(K\x01u."s, "odd number"},
       {"\x80\x02K\x01}b."s, "BUILD on a non-dict"},
-      {"\x80\x02" "cos\nsystem\nX\x02\x00\x00\x00ls\x85R."s, "unsupported callable os.system"},
-      {"\x80\x02" "cbuiltins\neval"s, "bad GLOBAL"},
+      {"\x80\x02"
+       "cos\nsystem\nX\x02\x00\x00\x00ls\x85R."s,
+       "unsupported callable os.system"},
+      {"\x80\x02"
+       "cbuiltins\neval"s,
+       "bad GLOBAL"},
       {"\x80\x02K\x01)R."s, "REDUCE needs a global and a tuple"},
       {"\x80\x02K\x01Q."s, "persistent id is not a 5-tuple"},
       {"\x80\x02(K\x01K\x01K\x01K\x01K\x01tQ."s, "('storage', type, key, location, numel)"},
-      {"\x80\x02" "ctorch._utils\n_rebuild_tensor_v2\nK\x01\x85R."s, "at least 4 arguments"},
-      {"\x80\x02" "ctorch._utils\n_rebuild_parameter\nK\x01\x85R."s, "without a tensor"},
+      {"\x80\x02"
+       "ctorch._utils\n_rebuild_tensor_v2\nK\x01\x85R."s,
+       "at least 4 arguments"},
+      {"\x80\x02"
+       "ctorch._utils\n_rebuild_parameter\nK\x01\x85R."s,
+       "without a tensor"},
       {"\x80\x02K\x01(0."s, "stack underflow"},  // POP may not reach below a MARK
       {"\x80\x02K\x01\x93."s, "stack underflow"},
   };
@@ -161,9 +180,9 @@ TEST(UnpicklerTest, ErrorsNameOffsetAndOpcode) {
 TEST(UnpicklerTest, StateDictShapeErrors) {
   EXPECT_TRUE(ErrorHas(ReadTorchStateDict("\x80\x02K\x01.", "f.bin").status(),
                        {"f.bin", "does not hold a dict"}));
-  EXPECT_TRUE(ErrorHas(
-      ReadTorchStateDict("\x80\x02}X\x07\x00\x00\x00step_idK\x05s."s, "f.bin").status(),
-      {"'step_id'", "f.bin", "not a tensor"}));
+  EXPECT_TRUE(
+      ErrorHas(ReadTorchStateDict("\x80\x02}X\x07\x00\x00\x00step_idK\x05s."s, "f.bin").status(),
+               {"'step_id'", "f.bin", "not a tensor"}));
   EXPECT_TRUE(ErrorHas(ReadTorchStateDict("\x80\x02}K\x01K\x05s.", "f.bin").status(),
                        {"f.bin", "key is not a string"}));
 }
