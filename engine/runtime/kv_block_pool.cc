@@ -1,0 +1,158 @@
+// See kv_block_pool.h for the invariants. Every mutation either completes or leaves the
+// state untouched: capacity checks come before any id moves.
+#include "engine/runtime/kv_block_pool.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+namespace morserve {
+namespace {
+
+#define MORSERVE_KV_CHECK(cond, msg)                                                         \
+  do {                                                                                       \
+    if (!(cond)) {                                                                           \
+      std::fprintf(stderr, "%s:%d: check failed: %s: %s\n", __FILE__, __LINE__, #cond, msg); \
+      std::abort();                                                                          \
+    }                                                                                        \
+  } while (0)
+
+int CeilDiv(int a, int b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+KvBlockPool::KvBlockPool(int num_blocks, int block_size) : block_size_(block_size) {
+  MORSERVE_KV_CHECK(num_blocks > 0 && block_size > 0, "num_blocks and block_size must be > 0");
+  allocated_.assign(num_blocks, 0);
+  free_.resize(num_blocks);
+  // Hand out low ids first: the stack's back is id 0.
+  for (int i = 0; i < num_blocks; ++i) free_[i] = num_blocks - 1 - i;
+}
+
+bool KvBlockPool::IsAllocated(int id) const {
+  return id >= 0 && id < num_blocks() && allocated_[id] != 0;
+}
+
+std::optional<std::vector<int>> KvBlockPool::Allocate(int n) {
+  std::vector<int> ids;
+  if (!AllocateInto(n, &ids)) return std::nullopt;
+  return ids;
+}
+
+bool KvBlockPool::AllocateInto(int n, std::vector<int>* out) {
+  MORSERVE_KV_CHECK(n >= 0, "negative block count");
+  if (n > num_free()) return false;
+  out->reserve(out->size() + n);
+  for (int i = 0; i < n; ++i) {
+    const int id = free_.back();
+    free_.pop_back();
+    allocated_[id] = 1;
+    out->push_back(id);
+  }
+  return true;
+}
+
+void KvBlockPool::Free(absl::Span<const int> ids) {
+  for (int id : ids) {
+    MORSERVE_KV_CHECK(id >= 0 && id < num_blocks(), "freeing an unknown block id");
+    MORSERVE_KV_CHECK(allocated_[id] != 0, "freeing a block that is not allocated");
+    allocated_[id] = 0;
+    free_.push_back(id);
+  }
+}
+
+KvBlockTable::KvBlockTable(int block_size) : block_size_(block_size) {
+  MORSERVE_KV_CHECK(block_size > 0, "block_size must be > 0");
+}
+
+int KvBlockTable::BlocksNeeded(int new_tokens) const {
+  MORSERVE_KV_CHECK(new_tokens >= 0, "negative token count");
+  return std::max(0, CeilDiv(num_tokens() + new_tokens, block_size_) - num_blocks());
+}
+
+bool KvBlockTable::Reserve(KvBlockPool& pool, int new_tokens) {
+  MORSERVE_KV_CHECK(pool.block_size() == block_size_, "pool and table block sizes differ");
+  return pool.AllocateInto(BlocksNeeded(new_tokens), &blocks_);
+}
+
+int KvBlockTable::Append(KvBlockPool& pool, absl::Span<const int> positions) {
+  int last = positions_.empty() ? -1 : positions_.back();
+  for (int p : positions) {
+    MORSERVE_KV_CHECK(p > last, "positions must be strictly increasing within a slot");
+    last = p;
+  }
+  if (!Reserve(pool, static_cast<int>(positions.size()))) return -1;
+  const int first = num_tokens();
+  positions_.insert(positions_.end(), positions.begin(), positions.end());
+  return first;
+}
+
+int KvBlockTable::PhysicalSlot(int index) const {
+  MORSERVE_KV_CHECK(index >= 0 && index < capacity(), "entry index outside the table");
+  return blocks_[index / block_size_] * block_size_ + index % block_size_;
+}
+
+int KvBlockTable::NumVisible(int position) const {
+  return static_cast<int>(std::upper_bound(positions_.begin(), positions_.end(), position) -
+                          positions_.begin());
+}
+
+void KvBlockTable::ReleaseUnused(KvBlockPool& pool) {
+  const int keep = CeilDiv(num_tokens(), block_size_);
+  pool.Free(absl::MakeConstSpan(blocks_).subspan(keep));
+  blocks_.resize(keep);
+}
+
+void KvBlockTable::FreeAll(KvBlockPool& pool) {
+  pool.Free(blocks_);
+  blocks_.clear();
+  positions_.clear();
+}
+
+RequestKv::RequestKv(int num_cache_slots, int block_size) {
+  MORSERVE_KV_CHECK(num_cache_slots > 0, "a request needs at least one cache slot");
+  slots_.assign(num_cache_slots, KvBlockTable(block_size));
+}
+
+KvBlockTable& RequestKv::slot(int s) {
+  MORSERVE_KV_CHECK(s >= 0 && s < num_slots(), "cache slot out of range");
+  return slots_[s];
+}
+
+const KvBlockTable& RequestKv::slot(int s) const {
+  MORSERVE_KV_CHECK(s >= 0 && s < num_slots(), "cache slot out of range");
+  return slots_[s];
+}
+
+int RequestKv::num_blocks() const {
+  int n = 0;
+  for (const KvBlockTable& t : slots_) n += t.num_blocks();
+  return n;
+}
+
+int RequestKv::BlocksNeeded(absl::Span<const int> new_tokens_per_slot) const {
+  MORSERVE_KV_CHECK(static_cast<int>(new_tokens_per_slot.size()) == num_slots(),
+                    "one token count per cache slot");
+  int n = 0;
+  for (int s = 0; s < num_slots(); ++s) n += slots_[s].BlocksNeeded(new_tokens_per_slot[s]);
+  return n;
+}
+
+bool RequestKv::Reserve(KvBlockPool& pool, absl::Span<const int> new_tokens_per_slot) {
+  if (BlocksNeeded(new_tokens_per_slot) > pool.num_free()) return false;
+  for (int s = 0; s < num_slots(); ++s) {
+    MORSERVE_KV_CHECK(slots_[s].Reserve(pool, new_tokens_per_slot[s]),
+                      "reservation failed after the capacity check");
+  }
+  return true;
+}
+
+void RequestKv::ReleaseUnused(KvBlockPool& pool) {
+  for (KvBlockTable& t : slots_) t.ReleaseUnused(pool);
+}
+
+void RequestKv::FreeAll(KvBlockPool& pool) {
+  for (KvBlockTable& t : slots_) t.FreeAll(pool);
+}
+
+}  // namespace morserve

@@ -1,0 +1,93 @@
+// CPU sampler for one row of logits (spec/models.md section 6).
+//
+// Pipeline, in vLLM's order as the spec fixes it:
+//   penalties -> temperature -> top_k -> top_p -> min_p -> sample.
+// - Repetition penalty (HF/vLLM): for every token id present in prompt or output, a logit
+//   > 0 is divided by the penalty and a logit <= 0 is multiplied by it. Then frequency
+//   (logit -= f * count in output) and presence (logit -= p if count > 0) on output only.
+// - Greedy (temperature < kGreedyTemperature): argmax of the penalised logits, ties to the
+//   lowest id. top_k / top_p / min_p are ignored.
+// - top_k keeps exactly k tokens: ties at the k-th value go to the lowest ids (vLLM keeps
+//   every tie; we keep exactly k so that top_k = 1 is greedy bit for bit).
+// - top_p keeps a token when the mass of the tokens ranked strictly above it is < top_p,
+//   i.e. the smallest prefix whose mass reaches top_p (vLLM's rule), on the distribution
+//   renormalised after top_k. Ranking: probability descending, then id ascending.
+// - min_p keeps tokens whose probability >= min_p * max probability.
+// - Sampling inverts the CDF of the kept tokens, in ascending id order, at one uniform.
+//
+// Randomness is counter based: the uniform for output step i is a pure function of
+// (seed, i), i = number of output tokens already generated. So a seeded request's tokens
+// depend only on its seed, its history and its logits, never on batch neighbours or call
+// order, and the same inputs give the same token bit for bit.
+//
+// Logprobs follow vLLM's default (logprobs_mode = "raw_logprobs"): log_softmax of the raw
+// model logits, before penalties, temperature and filtering. The chosen token's logprob is
+// always returned; `logprobs` alternatives (descending, ties to lowest id) on request.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "engine/runtime/sampling_params.h"
+
+namespace morserve {
+
+// A fresh random seed (std::random_device); call once when a request without a
+// seed is created, so that a retried or recomputed step draws the same numbers.
+uint64_t DrawRandomSeed();
+// The request's seed: params.seed when set, otherwise DrawRandomSeed().
+uint64_t ResolveSeed(const SamplingParams& params);
+// The uniform in [0, 1) (53 bits) for output step `step` of a request seeded
+// with `seed`.
+double UniformForStep(uint64_t seed, uint64_t step);
+
+struct TokenLogprob {
+  int token = -1;
+  float logprob = 0.0f;
+};
+
+struct SampleResult {
+  int token = -1;
+  float logprob = 0.0f;                    // raw log_softmax of the chosen token
+  std::vector<TokenLogprob> top_logprobs;  // params.logprobs entries, best first
+};
+
+struct SampleInput {
+  absl::Span<const float> logits;  // one row, vocab entries; finite or -inf
+  const SamplingParams* params = nullptr;
+  absl::Span<const int> prompt_ids;  // for the repetition penalty
+  absl::Span<const int> output_ids;  // generated so far; its size is the RNG step
+  uint64_t seed = 0;                 // ResolveSeed() at request creation
+};
+
+// Holds scratch buffers so that a step's rows reuse memory; not thread safe,
+// use one per thread. Token ids in the history must lie in [0, vocab) (checked,
+// abort otherwise).
+class Sampler {
+ public:
+  SampleResult Sample(const SampleInput& in);
+  // The penalty stage alone: the row after repetition, frequency and presence penalties. The view
+  // is into scratch memory and is valid until the next call on this object.
+  absl::Span<const float> Penalize(const SampleInput& in);
+
+ private:
+  int Argmax() const;
+  int SampleFiltered(const SamplingParams& p, double u);
+  void TopK(int k);
+  void Softmax();
+  void TopP(double top_p);
+  void MinP(double min_p);
+  void TopLogprobs(absl::Span<const float> logits, double log_z, int n,
+                   std::vector<TokenLogprob>* out);
+
+  std::vector<float> work_;    // penalised (then scaled) logits, one per vocab id
+  std::vector<int> counts_;    // output-token counts; zero outside Penalize
+  std::vector<uint8_t> seen_;  // prompt-or-output marks; zero outside Penalize
+  std::vector<int> touched_;   // ids whose counts_/seen_ need resetting
+  std::vector<int> cand_;      // candidate ids still in play
+  std::vector<double> prob_;   // unnormalised probability by id, valid for cand_ only
+  std::vector<int> order_;     // scratch for ranking (top_p probe, top-n logprobs)
+};
+
+}  // namespace morserve

@@ -1,0 +1,81 @@
+// Validation of SamplingParams against vLLM's ranges (vllm/sampling_params.py
+// _verify_args). NaN fails every range check because each check is written as "accept when
+// in range", so a NaN never slips through a negated comparison.
+#include "engine/runtime/sampling_params.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace morserve {
+namespace {
+
+absl::Status Invalid(const char* field, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat(field, " ", why));
+}
+
+bool InClosed(float x, float lo, float hi) { return x >= lo && x <= hi; }
+
+absl::Status ValidateFilters(const SamplingParams& p) {
+  if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature)) {
+    return Invalid("temperature",
+                   absl::StrCat("must be a finite number >= 0, got ", p.temperature));
+  }
+  if (p.top_k < -1) {
+    return Invalid("top_k", absl::StrCat("must be -1 or 0 (disabled) or >= 1, got ", p.top_k));
+  }
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) {
+    return Invalid("top_p", absl::StrCat("must be in (0, 1], got ", p.top_p));
+  }
+  if (!InClosed(p.min_p, 0.0f, 1.0f)) {
+    return Invalid("min_p", absl::StrCat("must be in [0, 1], got ", p.min_p));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidatePenalties(const SamplingParams& p) {
+  if (!(p.repetition_penalty > 0.0f) || !std::isfinite(p.repetition_penalty)) {
+    return Invalid("repetition_penalty",
+                   absl::StrCat("must be a finite number > 0, got ", p.repetition_penalty));
+  }
+  if (!InClosed(p.presence_penalty, -2.0f, 2.0f)) {
+    return Invalid("presence_penalty",
+                   absl::StrCat("must be in [-2, 2], got ", p.presence_penalty));
+  }
+  if (!InClosed(p.frequency_penalty, -2.0f, 2.0f)) {
+    return Invalid("frequency_penalty",
+                   absl::StrCat("must be in [-2, 2], got ", p.frequency_penalty));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateOutput(const SamplingParams& p, int vocab_size) {
+  if (p.max_tokens < 1) {
+    return Invalid("max_tokens", absl::StrCat("must be at least 1, got ", p.max_tokens));
+  }
+  if (p.logprobs < 0 || p.logprobs > kMaxLogprobs) {
+    return Invalid("logprobs",
+                   absl::StrCat("must be in [0, ", kMaxLogprobs, "], got ", p.logprobs));
+  }
+  for (int id : p.stop_token_ids) {
+    if (id < 0 || id >= vocab_size) {
+      return Invalid(
+          "stop_token_ids",
+          absl::StrCat("contains ", id, ", outside the vocabulary [0, ", vocab_size, ")"));
+    }
+  }
+  for (const std::string& s : p.stop) {
+    if (s.empty()) return Invalid("stop", "cannot contain an empty string");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Validate(const SamplingParams& params, int vocab_size) {
+  if (absl::Status s = ValidateFilters(params); !s.ok()) return s;
+  if (absl::Status s = ValidatePenalties(params); !s.ok()) return s;
+  return ValidateOutput(params, vocab_size);
+}
+
+}  // namespace morserve

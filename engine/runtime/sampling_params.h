@@ -1,0 +1,47 @@
+// Per-request sampling parameters, as the engine sees them after the front end has parsed
+// the request (TGI's "parse and validate at the edge"). Semantics follow vLLM's
+// SamplingParams (research/serving-anchors.md 1.6):
+//   - temperature < kGreedyTemperature (vLLM's _SAMPLING_EPS) means greedy; greedy ignores
+//     top_k / top_p / min_p but still applies the penalties.
+//   - top_k 0 or -1 disables top-k; top_k >= vocab is the same as off.
+//   - top_p in (0, 1], 1 disables; min_p in [0, 1], 0 disables.
+//   - repetition_penalty > 0 (1 disables) applies to tokens of prompt and output;
+//     presence / frequency penalties in [-2, 2] apply to output tokens only.
+//   - logprobs: number of top alternatives to report per token, 0..kMaxLogprobs.
+// Validate() is the only gate: the sampler assumes validated parameters.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace morserve {
+
+inline constexpr float kGreedyTemperature = 1e-5f;
+inline constexpr int kMaxLogprobs = 20;
+
+struct SamplingParams {
+  float temperature = 1.0f;  // 0: greedy
+  int top_k = 0;             // 0 or -1: off
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  std::optional<uint64_t> seed;  // none: a random seed is drawn when the request is created
+  std::vector<int> stop_token_ids;
+  std::vector<std::string> stop;
+  int max_tokens = 16;
+  int logprobs = 0;  // top-n alternatives to report, 0..kMaxLogprobs
+  bool ignore_eos = false;
+
+  bool greedy() const { return temperature < kGreedyTemperature; }
+};
+
+// INVALID_ARGUMENT naming the first offending field, OK otherwise.
+absl::Status Validate(const SamplingParams& params, int vocab_size);
+
+}  // namespace morserve

@@ -1,0 +1,115 @@
+// SamplingParams validation: defaults pass, each invalid value is rejected with
+// INVALID_ARGUMENT naming its field, and the boundaries of vLLM's ranges are accepted.
+#include "engine/runtime/sampling_params.h"
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace morserve {
+namespace {
+
+constexpr int kVocab = 100;
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+struct Case {
+  std::string field;
+  std::function<void(SamplingParams&)> mutate;
+};
+
+TEST(SamplingParamsTest, DefaultsAreValid) {
+  SamplingParams p;
+  EXPECT_TRUE(Validate(p, kVocab).ok());
+  EXPECT_FALSE(p.greedy());
+  p.temperature = 0.0f;
+  EXPECT_TRUE(p.greedy());
+}
+
+TEST(SamplingParamsTest, RejectsEachInvalidValueNamingTheField) {
+  const std::vector<Case> cases = {
+      {"temperature", [](SamplingParams& p) { p.temperature = -0.1f; }},
+      {"temperature", [](SamplingParams& p) { p.temperature = kNaN; }},
+      {"temperature", [](SamplingParams& p) { p.temperature = kInf; }},
+      {"top_k", [](SamplingParams& p) { p.top_k = -2; }},
+      {"top_p", [](SamplingParams& p) { p.top_p = 0.0f; }},
+      {"top_p", [](SamplingParams& p) { p.top_p = 1.01f; }},
+      {"top_p", [](SamplingParams& p) { p.top_p = kNaN; }},
+      {"min_p", [](SamplingParams& p) { p.min_p = -0.01f; }},
+      {"min_p", [](SamplingParams& p) { p.min_p = 1.5f; }},
+      {"min_p", [](SamplingParams& p) { p.min_p = kNaN; }},
+      {"repetition_penalty", [](SamplingParams& p) { p.repetition_penalty = 0.0f; }},
+      {"repetition_penalty", [](SamplingParams& p) { p.repetition_penalty = -1.0f; }},
+      {"repetition_penalty", [](SamplingParams& p) { p.repetition_penalty = kNaN; }},
+      {"presence_penalty", [](SamplingParams& p) { p.presence_penalty = 2.5f; }},
+      {"presence_penalty", [](SamplingParams& p) { p.presence_penalty = -2.01f; }},
+      {"presence_penalty", [](SamplingParams& p) { p.presence_penalty = kNaN; }},
+      {"frequency_penalty", [](SamplingParams& p) { p.frequency_penalty = 3.0f; }},
+      {"frequency_penalty", [](SamplingParams& p) { p.frequency_penalty = -2.5f; }},
+      {"max_tokens", [](SamplingParams& p) { p.max_tokens = 0; }},
+      {"max_tokens", [](SamplingParams& p) { p.max_tokens = -5; }},
+      {"logprobs", [](SamplingParams& p) { p.logprobs = -1; }},
+      {"logprobs", [](SamplingParams& p) { p.logprobs = kMaxLogprobs + 1; }},
+      {"stop_token_ids",
+       [](SamplingParams& p) {
+         p.stop_token_ids = {1, kVocab};
+       }},
+      {"stop_token_ids", [](SamplingParams& p) { p.stop_token_ids = {-1}; }},
+      {"stop",
+       [](SamplingParams& p) {
+         p.stop = {"ok", ""};
+       }},
+  };
+  for (const Case& c : cases) {
+    SamplingParams p;
+    c.mutate(p);
+    const absl::Status s = Validate(p, kVocab);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.field;
+    EXPECT_NE(s.message().find(c.field), std::string::npos)
+        << "message '" << s.message() << "' does not name " << c.field;
+  }
+}
+
+TEST(SamplingParamsTest, AcceptsRangeBoundaries) {
+  const std::vector<std::function<void(SamplingParams&)>> ok = {
+      [](SamplingParams& p) { p.temperature = 0.0f; },
+      [](SamplingParams& p) { p.temperature = 100.0f; },
+      [](SamplingParams& p) { p.top_k = -1; },
+      [](SamplingParams& p) { p.top_k = 1; },
+      [](SamplingParams& p) { p.top_k = 1000000; },  // larger than the vocabulary: off
+      [](SamplingParams& p) { p.top_p = 1e-6f; },
+      [](SamplingParams& p) { p.min_p = 1.0f; },
+      [](SamplingParams& p) { p.repetition_penalty = 1e-3f; },
+      [](SamplingParams& p) { p.repetition_penalty = 10.0f; },
+      [](SamplingParams& p) { p.presence_penalty = -2.0f; },
+      [](SamplingParams& p) { p.frequency_penalty = 2.0f; },
+      [](SamplingParams& p) { p.logprobs = kMaxLogprobs; },
+      [](SamplingParams& p) {
+        p.stop_token_ids = {0, kVocab - 1};
+      },
+      [](SamplingParams& p) {
+        p.stop = {"\n\n", "END"};
+      },
+      [](SamplingParams& p) { p.seed = 0; },
+      [](SamplingParams& p) { p.max_tokens = 1; },
+  };
+  for (size_t i = 0; i < ok.size(); ++i) {
+    SamplingParams p;
+    ok[i](p);
+    EXPECT_TRUE(Validate(p, kVocab).ok()) << "case " << i << ": " << Validate(p, kVocab);
+  }
+}
+
+TEST(SamplingParamsTest, ReportsTheFirstInvalidField) {
+  SamplingParams p;
+  p.temperature = -1.0f;
+  p.max_tokens = 0;
+  const absl::Status s = Validate(p, kVocab);
+  EXPECT_NE(s.message().find("temperature"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace morserve
