@@ -17,12 +17,10 @@
 // fallback. Every error names the tensor and its file.
 #include "engine/model/weights.h"
 
-#include <map>
 #include <optional>
 #include <set>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/io/tensor_store.h"
@@ -38,9 +36,12 @@ constexpr const char* kProjModule[kNumProj] = {
 
 const char* LayoutName(Layout l) {
   switch (l) {
-    case Layout::kUnrolled: return "unrolled (model.layers.{j}.*)";
-    case Layout::kMorExpert: return "MoR expert-choice (model.layers.{r}.block.{k}.*)";
-    case Layout::kMorToken: return "MoR token-choice (model.layers.{i}.block_list.{r}.{k}.*)";
+    case Layout::kUnrolled:
+      return "unrolled (model.layers.{j}.*)";
+    case Layout::kMorExpert:
+      return "MoR expert-choice (model.layers.{r}.block.{k}.*)";
+    case Layout::kMorToken:
+      return "MoR token-choice (model.layers.{i}.block_list.{r}.{k}.*)";
   }
   return "?";
 }
@@ -68,13 +69,18 @@ bool IsIgnoredBuffer(const std::string& name) {
 std::vector<int64_t> ProjShape(const ModelConfig& c, Proj p) {
   const int64_t h = c.hidden_size, q = c.q_dim(), kv = c.kv_dim(), i = c.intermediate_size;
   switch (p) {
-    case Proj::kQ: return {q, h};
+    case Proj::kQ:
+      return {q, h};
     case Proj::kK:
-    case Proj::kV: return {kv, h};
-    case Proj::kO: return {h, q};
+    case Proj::kV:
+      return {kv, h};
+    case Proj::kO:
+      return {h, q};
     case Proj::kGate:
-    case Proj::kUp: return {i, h};
-    case Proj::kDown: return {h, i};
+    case Proj::kUp:
+      return {i, h};
+    case Proj::kDown:
+      return {h, i};
   }
   return {};
 }
@@ -131,8 +137,11 @@ std::string Resolver::Files() const {
 }
 
 bool Resolver::HasPrefix(const std::string& prefix) const {
-  auto it = store_.tensors().lower_bound(prefix);
-  return it != store_.tensors().end() && absl::StartsWith(it->first, prefix);
+  for (auto it = store_.tensors().lower_bound(prefix);
+       it != store_.tensors().end() && absl::StartsWith(it->first, prefix); ++it) {
+    if (!IsIgnoredBuffer(it->first)) return true;
+  }
+  return false;
 }
 
 absl::StatusOr<TensorView> Resolver::Take(const std::string& name,
@@ -177,9 +186,11 @@ absl::Status Resolver::CheckLayout() const {
   if ((want_expert && layout_ != Layout::kMorExpert) ||
       (want_token && layout_ != Layout::kMorToken) || (mor && !want_expert && !want_token)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "checkpoint (", Files(), ") has the ", LayoutName(layout_), " layout, which does not fit "
-        "recursion.routing ", RoutingName(routing),
-        want_expert ? " (expects model.layers.{r}.block.{k}.* and mor_router tensors)"
+        "checkpoint (", Files(), ") has the ", LayoutName(layout_),
+        " layout, which does not fit "
+        "recursion.routing ",
+        RoutingName(routing),
+        want_expert  ? " (expects model.layers.{r}.block.{k}.* and mor_router tensors)"
         : want_token ? " (expects model.layers.{i}.block_list.{r}.{k}.* and a mor_router)"
                      : ""));
   }
@@ -237,9 +248,9 @@ absl::Status Resolver::ResolveTensor(int segment, int k, const std::string& modu
           " is a LoRA base layer, but recursion.lora does not target ", ProjName(*proj)));
     }
     if (!peft && lora_required && copies_stored) {
-      return absl::NotFoundError(absl::StrCat(
-          "missing tensor ", key, ".base_layer.weight: recursion.lora targets ", ProjName(*proj),
-          " (files: ", Files(), ")"));
+      return absl::NotFoundError(absl::StrCat("missing tensor ", key,
+                                              ".base_layer.weight: recursion.lora targets ",
+                                              ProjName(*proj), " (files: ", Files(), ")"));
     }
     auto base = Take(key + (peft ? ".base_layer.weight" : ".weight"), shape);
     if (!base.ok()) return base.status();
@@ -293,8 +304,8 @@ absl::Status Resolver::ResolveLayer(int segment, int k, LayerWeights* out, Dedup
     copies_stored = any_later || !HasPrefix(CopyPrefix(segment, 0, k));
   }
   const std::vector<int64_t> norm_shape = {config_.hidden_size};
-  if (auto s = ResolveTensor(segment, k, "input_layernorm", norm_shape, copies_stored,
-                             std::nullopt, &out->input_norm, report);
+  if (auto s = ResolveTensor(segment, k, "input_layernorm", norm_shape, copies_stored, std::nullopt,
+                             &out->input_norm, report);
       !s.ok()) {
     return s;
   }
@@ -305,8 +316,8 @@ absl::Status Resolver::ResolveLayer(int segment, int k, LayerWeights* out, Dedup
   }
   for (int p = 0; p < kNumProj; ++p) {
     const Proj proj = static_cast<Proj>(p);
-    if (auto s = ResolveTensor(segment, k, kProjModule[p], ProjShape(config_, proj),
-                               copies_stored, proj, &out->proj[p], report);
+    if (auto s = ResolveTensor(segment, k, kProjModule[p], ProjShape(config_, proj), copies_stored,
+                               proj, &out->proj[p], report);
         !s.ok()) {
       return s;
     }
@@ -376,10 +387,10 @@ absl::Status Resolver::CheckLeftovers() const {
   if (unused.empty()) return absl::OkStatus();
   const size_t total = unused.size();
   if (total > 8) unused.resize(8);
-  return absl::InvalidArgumentError(absl::StrCat(
-      total, " unused tensor(s) in the checkpoint; the ", LayoutName(layout_),
-      " layout for this config does not use: ", absl::StrJoin(unused, ", "),
-      total > 8 ? ", ..." : ""));
+  return absl::InvalidArgumentError(
+      absl::StrCat(total, " unused tensor(s) in the checkpoint; the ", LayoutName(layout_),
+                   " layout for this config does not use: ", absl::StrJoin(unused, ", "),
+                   total > 8 ? ", ..." : ""));
 }
 
 absl::Status Resolver::Run(ModelWeights* w) {
@@ -389,8 +400,7 @@ absl::Status Resolver::Run(ModelWeights* w) {
   for (int s = 0; s < static_cast<int>(plan_.segments.size()); ++s) {
     const Segment& seg = plan_.segments[s];
     for (int k = 0; k < seg.num_layers; ++k) {
-      if (auto st = ResolveLayer(s, k, &w->layers[seg.first_layer_slot + k], &w->dedup);
-          !st.ok()) {
+      if (auto st = ResolveLayer(s, k, &w->layers[seg.first_layer_slot + k], &w->dedup); !st.ok()) {
         return st;
       }
     }
@@ -403,13 +413,20 @@ absl::Status Resolver::Run(ModelWeights* w) {
 
 const char* ProjName(Proj p) {
   switch (p) {
-    case Proj::kQ: return "q_proj";
-    case Proj::kK: return "k_proj";
-    case Proj::kV: return "v_proj";
-    case Proj::kO: return "o_proj";
-    case Proj::kGate: return "gate_proj";
-    case Proj::kUp: return "up_proj";
-    case Proj::kDown: return "down_proj";
+    case Proj::kQ:
+      return "q_proj";
+    case Proj::kK:
+      return "k_proj";
+    case Proj::kV:
+      return "v_proj";
+    case Proj::kO:
+      return "o_proj";
+    case Proj::kGate:
+      return "gate_proj";
+    case Proj::kUp:
+      return "up_proj";
+    case Proj::kDown:
+      return "down_proj";
   }
   return "?";
 }
@@ -429,8 +446,7 @@ absl::StatusOr<std::shared_ptr<const ModelWeights>> ResolveWeights(
 absl::StatusOr<std::shared_ptr<const ModelWeights>> LoadModel(const std::string& dir) {
   auto config = LoadModelConfig(dir);
   if (!config.ok()) {
-    return absl::Status(config.status().code(),
-                        absl::StrCat(dir, ": ", config.status().message()));
+    return absl::Status(config.status().code(), absl::StrCat(dir, ": ", config.status().message()));
   }
   auto plan = BuildLayerPlan(*config);
   if (!plan.ok()) {

@@ -69,8 +69,11 @@ json LoopedWeights(const ModelWeights& w) {
     for (int k = 0; k < seg.num_layers; ++k) {
       const LayerWeights& l = w.Layer(s, k);
       auto add = [&](const std::string& name, const LoopTensor& t) {
-        out.push_back({{"segment", s}, {"layer", k}, {"tensor", name},
-                       {"copies", t.per_loop.size()}, {"lora", t.lora.size()}});
+        out.push_back({{"segment", s},
+                       {"layer", k},
+                       {"tensor", name},
+                       {"copies", t.per_loop.size()},
+                       {"lora", t.lora.size()}});
       };
       add(kNorms[0], l.input_norm);
       add(kNorms[1], l.post_norm);

@@ -66,9 +66,9 @@ absl::StatusOr<Resolved> Resolve(const TinyModelSpec& spec) {
     if (spec.family == c.name) f = &c;
   }
   if (f == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("mkmodel: unknown family '", spec.family,
-                                                   "' (known: ",
-                                                   absl::StrJoin(TinyModelFamilies(), ", "), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("mkmodel: unknown family '", spec.family,
+                     "' (known: ", absl::StrJoin(TinyModelFamilies(), ", "), ")"));
   }
   Resolved r{spec, spec.sharing.empty() ? f->sharing : spec.sharing, f->routing, 1, spec.layers};
   TinyModelSpec& s = r.spec;
@@ -93,11 +93,14 @@ double Clean(float f) { return std::stod(absl::StrCat(f)); }
 
 json RecursionJson(const Resolved& r) {
   const TinyModelSpec& s = r.spec;
-  json j = {{"num_recursions", r.recursions}, {"sharing", r.sharing}, {"routing", r.routing},
-            {"kv", s.kv}, {"layer_kind", s.layer_kind}};
+  json j = {{"num_recursions", r.recursions},
+            {"sharing", r.sharing},
+            {"routing", r.routing},
+            {"kv", s.kv},
+            {"layer_kind", s.layer_kind}};
   if (r.routing == "expert_choice" || r.routing == "token_choice") {
-    json router = {{"arch", s.router}, {"activation", s.activation}, {"alpha", Clean(s.alpha)},
-                   {"temperature", 1.0}, {"threshold", 0.0}, {"gating", s.gating}};
+    json router = {{"arch", s.router},   {"activation", s.activation}, {"alpha", Clean(s.alpha)},
+                   {"temperature", 1.0}, {"threshold", 0.0},           {"gating", s.gating}};
     if (r.routing == "expert_choice") {
       router["aux_router"] = s.aux_router;
       if (!s.capacity.empty()) {
@@ -109,8 +112,8 @@ json RecursionJson(const Resolved& r) {
     j["router"] = router;
   }
   if (s.lora_rank > 0) {
-    j["lora"] = {{"rank", s.lora_rank}, {"alpha", Clean(s.lora_alpha)},
-                 {"targets", s.lora_targets}};
+    j["lora"] = {
+        {"rank", s.lora_rank}, {"alpha", Clean(s.lora_alpha)}, {"targets", s.lora_targets}};
   }
   if (r.routing == "early_exit") {
     j["early_exit"] = {{"threshold", Clean(s.exit_threshold)}, {"exit_kv", s.exit_kv}};
@@ -120,34 +123,37 @@ json RecursionJson(const Resolved& r) {
 
 const char* TorchDtype(DType t) {
   switch (t) {
-    case DType::kF32: return "float32";
-    case DType::kF16: return "float16";
-    default: return "bfloat16";
+    case DType::kF32:
+      return "float32";
+    case DType::kF16:
+      return "float16";
+    default:
+      return "bfloat16";
   }
 }
 
 json ConfigJson(const Resolved& r) {
   const TinyModelSpec& s = r.spec;
-  json j = {{"architectures", {"LlamaForCausalLM"}},
-            {"model_type", "llama"},
-            {"hidden_size", s.hidden},
-            {"intermediate_size", s.intermediate},
-            {"num_hidden_layers", r.layers},
-            {"num_attention_heads", s.heads},
-            {"num_key_value_heads", s.kv_heads},
-            {"vocab_size", s.vocab},
-            {"max_position_embeddings", s.max_pos},
-            {"rms_norm_eps", 1e-5},
-            {"rope_theta", 10000.0},
-            {"hidden_act", "silu"},
-            {"tie_word_embeddings", s.tie_embeddings},
-            {"torch_dtype", TorchDtype(s.dtype)},
-            {"bos_token_id", 1},
-            {"eos_token_id", 2},
-            {"mkmodel", {{"family", s.family}, {"seed", s.seed},
-                         {"router_bias", Clean(s.router_bias)}}}};
-  const bool vanilla = r.sharing == "none" && r.routing == "none" && s.layer_kind == "standard" &&
-                       s.lora_rank == 0;
+  json j = {
+      {"architectures", {"LlamaForCausalLM"}},
+      {"model_type", "llama"},
+      {"hidden_size", s.hidden},
+      {"intermediate_size", s.intermediate},
+      {"num_hidden_layers", r.layers},
+      {"num_attention_heads", s.heads},
+      {"num_key_value_heads", s.kv_heads},
+      {"vocab_size", s.vocab},
+      {"max_position_embeddings", s.max_pos},
+      {"rms_norm_eps", 1e-5},
+      {"rope_theta", 10000.0},
+      {"hidden_act", "silu"},
+      {"tie_word_embeddings", s.tie_embeddings},
+      {"torch_dtype", TorchDtype(s.dtype)},
+      {"bos_token_id", 1},
+      {"eos_token_id", 2},
+      {"mkmodel", {{"family", s.family}, {"seed", s.seed}, {"router_bias", Clean(s.router_bias)}}}};
+  const bool vanilla =
+      r.sharing == "none" && r.routing == "none" && s.layer_kind == "standard" && s.lora_rank == 0;
   if (!vanilla) j["recursion"] = RecursionJson(r);
   return j;
 }
@@ -227,7 +233,7 @@ void TensorWriter::AddLayerCopy(const std::string& prefix, int segment, int loop
   for (const char* norm : {"input_layernorm", "post_attention_layernorm"}) {
     Add(prefix + norm + ".weight", {h}, Normal(s_.seed, role + norm, h, 0.1, 1.0));
   }
-  const std::vector<int64_t> shapes[] = {{q, h},     {kv, h},    {kv, h},    {h, q},
+  const std::vector<int64_t> shapes[] = {{q, h},     {kv, h},    {kv, h},   {h, q},
                                          {inter, h}, {inter, h}, {h, inter}};
   for (int p = 0; p < 7; ++p) {
     const std::vector<int64_t>& shape = shapes[p];
@@ -298,8 +304,8 @@ void TensorWriter::AddUnrolled() {
     for (int loop = 0; loop < seg.loops; ++loop) {
       if (loop > 0 && s_.first_copy_only) break;
       for (int k = 0; k < seg.num_layers; ++k) {
-        AddLayerCopy(absl::StrCat("model.layers.", plan_.UnrolledLayer(s, loop, k), "."), s,
-                     loop, k);
+        AddLayerCopy(absl::StrCat("model.layers.", plan_.UnrolledLayer(s, loop, k), "."), s, loop,
+                     k);
       }
     }
   }
@@ -356,7 +362,8 @@ std::vector<OwnedTensor> TensorWriter::Build() {
     AddUnrolled();
   }
   Add("model.norm.weight", {h}, Normal(s_.seed, "final_norm", h, 0.1, 1.0));
-  if (!c_.tie_word_embeddings) Add("lm_head.weight", {v, h}, Normal(s_.seed, "lm_head", v * h, kEmbedStd));
+  if (!c_.tie_word_embeddings)
+    Add("lm_head.weight", {v, h}, Normal(s_.seed, "lm_head", v * h, kEmbedStd));
   return std::move(out_);
 }
 
@@ -373,8 +380,8 @@ void RemoveStaleModelFiles(const std::string& dir) {
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    if (name.rfind("model", 0) == 0 && (name.ends_with(".safetensors") ||
-                                        name == "model.safetensors.index.json")) {
+    if (name.rfind("model", 0) == 0 &&
+        (name.ends_with(".safetensors") || name == "model.safetensors.index.json")) {
       std::filesystem::remove(entry.path(), ec);
     }
   }
@@ -384,8 +391,8 @@ absl::Status WriteShards(const std::string& dir, std::vector<OwnedTensor> tensor
   if (shards == 1) return WriteSafetensors(dir + "/model.safetensors", tensors);
   const size_t n = tensors.size();
   if (static_cast<size_t>(shards) > n) {
-    return absl::InvalidArgumentError(absl::StrCat("mkmodel: --shards ", shards, " exceeds the ",
-                                                   n, " tensors"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("mkmodel: --shards ", shards, " exceeds the ", n, " tensors"));
   }
   json weight_map = json::object();
   uint64_t total = 0;
@@ -420,9 +427,8 @@ absl::StatusOr<ModelConfig> TinyModelConfig(const TinyModelSpec& spec) {
   if (!r.ok()) return r.status();
   auto config = ParseModelConfig(ConfigJson(*r), nullptr);
   if (!config.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("mkmodel: family ", spec.family,
-                                                   " with these options: ",
-                                                   config.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mkmodel: family ", spec.family, " with these options: ", config.status().message()));
   }
   return config;
 }
@@ -444,7 +450,8 @@ absl::Status WriteTinyModel(const TinyModelSpec& spec, const std::string& dir) {
   if (!tensors.ok()) return tensors.status();
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) return absl::InternalError(absl::StrCat("mkmodel: cannot create ", dir, ": ", ec.message()));
+  if (ec)
+    return absl::InternalError(absl::StrCat("mkmodel: cannot create ", dir, ": ", ec.message()));
   RemoveStaleModelFiles(dir);
   if (auto s = WriteText(dir + "/config.json", ConfigJson(*r).dump(2) + "\n"); !s.ok()) return s;
   return WriteShards(dir, std::move(*tensors), spec.shards);
@@ -473,8 +480,8 @@ const char* MkmodelUsage() {
 namespace {
 
 absl::Status BadValue(const std::string& flag, const std::string& value) {
-  return absl::InvalidArgumentError(absl::StrCat("mkmodel: bad value for ", flag, ": '", value,
-                                                 "'"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("mkmodel: bad value for ", flag, ": '", value, "'"));
 }
 
 absl::Status ParseIntFlag(const std::string& flag, const std::string& v, int* out) {
@@ -502,20 +509,29 @@ absl::Status ParseDtype(const std::string& v, DType* out) {
 
 absl::Status ApplyValueFlag(const std::string& flag, const std::string& v, TinyModelSpec* s,
                             std::string* out_dir) {
-  const std::map<std::string, int*> ints = {
-      {"--hidden", &s->hidden},         {"--layers", &s->layers},
-      {"--heads", &s->heads},           {"--kv-heads", &s->kv_heads},
-      {"--intermediate", &s->intermediate}, {"--vocab", &s->vocab},
-      {"--recursions", &s->recursions}, {"--max-pos", &s->max_pos},
-      {"--shards", &s->shards},         {"--lora-rank", &s->lora_rank}};
+  const std::map<std::string, int*> ints = {{"--hidden", &s->hidden},
+                                            {"--layers", &s->layers},
+                                            {"--heads", &s->heads},
+                                            {"--kv-heads", &s->kv_heads},
+                                            {"--intermediate", &s->intermediate},
+                                            {"--vocab", &s->vocab},
+                                            {"--recursions", &s->recursions},
+                                            {"--max-pos", &s->max_pos},
+                                            {"--shards", &s->shards},
+                                            {"--lora-rank", &s->lora_rank}};
   const std::map<std::string, float*> floats = {{"--router-bias", &s->router_bias},
                                                 {"--alpha", &s->alpha},
                                                 {"--lora-alpha", &s->lora_alpha},
                                                 {"--exit-threshold", &s->exit_threshold}};
-  const std::map<std::string, std::string*> strings = {
-      {"--family", &s->family},   {"--out", out_dir},         {"--sharing", &s->sharing},
-      {"--router", &s->router},   {"--activation", &s->activation}, {"--gating", &s->gating},
-      {"--kv", &s->kv},           {"--exit-kv", &s->exit_kv}, {"--layer-kind", &s->layer_kind}};
+  const std::map<std::string, std::string*> strings = {{"--family", &s->family},
+                                                       {"--out", out_dir},
+                                                       {"--sharing", &s->sharing},
+                                                       {"--router", &s->router},
+                                                       {"--activation", &s->activation},
+                                                       {"--gating", &s->gating},
+                                                       {"--kv", &s->kv},
+                                                       {"--exit-kv", &s->exit_kv},
+                                                       {"--layer-kind", &s->layer_kind}};
   if (auto it = ints.find(flag); it != ints.end()) return ParseIntFlag(flag, v, it->second);
   if (auto it = floats.find(flag); it != floats.end()) return ParseFloatFlag(flag, v, it->second);
   if (auto it = strings.find(flag); it != strings.end()) {

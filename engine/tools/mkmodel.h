@@ -56,20 +56,20 @@ struct TinyModelSpec {
   uint64_t seed = 1;
   DType dtype = DType::kBF16;
   int max_pos = 512;
-  int shards = 1;           // > 1: model-0000i-of-0000N.safetensors + index
+  int shards = 1;            // > 1: model-0000i-of-0000N.safetensors + index
   float router_bias = 0.0f;  // see the file comment
 
   // Overrides of the family's defaults (empty / negative: family default).
-  std::string sharing;     // none | cycle | sequence | middle_cycle | middle_sequence
-  std::string router = "linear";  // linear | mlp
-  std::string activation;  // sigmoid | tanh (mor-ec), softmax | sigmoid (mor-tc)
-  float alpha = -1.0f;     // router alpha (mor-ec 0.1, mor-tc 1.0)
+  std::string sharing;              // none | cycle | sequence | middle_cycle | middle_sequence
+  std::string router = "linear";    // linear | mlp
+  std::string activation;           // sigmoid | tanh (mor-ec), softmax | sigmoid (mor-tc)
+  float alpha = -1.0f;              // router alpha (mor-ec 0.1, mor-tc 1.0)
   std::string gating = "weighted";  // weighted | additive
   bool aux_router = false;
-  std::string kv = "recursion_wise";  // recursion_wise | shared
-  std::vector<float> capacity;        // mor-ec: one per loop; empty: (Nr - i) / Nr
-  int lora_rank = -1;                 // relaxed-lora default 4; other families 0
-  float lora_alpha = -1.0f;           // default 2 * rank
+  std::string kv = "recursion_wise";      // recursion_wise | shared
+  std::vector<float> capacity;            // mor-ec: one per loop; empty: (Nr - i) / Nr
+  int lora_rank = -1;                     // relaxed-lora default 4; other families 0
+  float lora_alpha = -1.0f;               // default 2 * rank
   std::vector<std::string> lora_targets;  // default q_proj, v_proj
   float exit_threshold = 0.9f;
   std::string exit_kv = "propagate";  // propagate | skip

@@ -1,5 +1,7 @@
 // ResolveWeights on every checkpoint layout of spec/checkpoints.md, from in-memory stores
 // built with the tiny-model generator (mutated per test), and its errors on malformed input.
+#include "engine/model/weights.h"
+
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -7,7 +9,6 @@
 
 #include "engine/io/tensor_store.h"
 #include "engine/model/layer_plan.h"
-#include "engine/model/weights.h"
 #include "engine/tools/mkmodel.h"
 #include "gtest/gtest.h"
 
@@ -80,7 +81,8 @@ OwnedTensor* FindTensor(Tensors* t, const std::string& name) {
 }
 
 void Erase(Tensors* t, const std::string& name) {
-  auto it = std::remove_if(t->begin(), t->end(), [&](const OwnedTensor& x) { return x.name == name; });
+  auto it =
+      std::remove_if(t->begin(), t->end(), [&](const OwnedTensor& x) { return x.name == name; });
   ASSERT_NE(it, t->end()) << name;
   t->erase(it, t->end());
 }
@@ -101,10 +103,12 @@ TEST(Weights, VanillaMapsEveryLayer) {
   ASSERT_EQ(w->layers.size(), 4u);
   for (int k = 0; k < 4; ++k) {
     const LayerWeights& l = w->Layer(0, k);
-    EXPECT_EQ(l.P(Proj::kQ).At(0).name, "model.layers." + std::to_string(k) + ".self_attn.q_proj.weight");
+    EXPECT_EQ(l.P(Proj::kQ).At(0).name,
+              "model.layers." + std::to_string(k) + ".self_attn.q_proj.weight");
     EXPECT_EQ(l.P(Proj::kDown).At(0).shape, (std::vector<int64_t>{16, 32}));
     EXPECT_EQ(l.P(Proj::kK).At(0).shape, (std::vector<int64_t>{8, 16}));
-    EXPECT_EQ(l.input_norm.At(0).name, "model.layers." + std::to_string(k) + ".input_layernorm.weight");
+    EXPECT_EQ(l.input_norm.At(0).name,
+              "model.layers." + std::to_string(k) + ".input_layernorm.weight");
   }
   EXPECT_FALSE(w->lm_head_tied);
   EXPECT_EQ(w->lm_head.name, "lm_head.weight");
@@ -121,7 +125,8 @@ TEST(Weights, RecursiveCycleEqualCopiesAreDeduplicated) {
     const LayerWeights& l = w->Layer(0, k);
     for (int p = 0; p < kNumProj; ++p) EXPECT_EQ(l.proj[p].per_loop.size(), 1u);
     EXPECT_EQ(l.input_norm.per_loop.size(), 1u);
-    EXPECT_EQ(l.P(Proj::kQ).At(2).name, "model.layers." + std::to_string(k) + ".self_attn.q_proj.weight");
+    EXPECT_EQ(l.P(Proj::kQ).At(2).name,
+              "model.layers." + std::to_string(k) + ".self_attn.q_proj.weight");
   }
   EXPECT_EQ(w->dedup.deduplicated.size(), 2u * 9u);
   EXPECT_TRUE(w->dedup.untied.empty());
@@ -136,7 +141,7 @@ TEST(Weights, SequenceUsesEachLayersOwnRun) {
 }
 
 TEST(Weights, DifferingCopiesBecomePerLoop) {
-  Built b = Make(Spec("recursive-middle-cycle"));  // 8 layers: 0 | (1 2) x 3 | 7
+  Built b = Make(Spec("recursive-middle-cycle"));              // 8 layers: 0 | (1 2) x 3 | 7
   Perturb(&b.tensors, "model.layers.5.mlp.gate_proj.weight");  // loop 2, k 0
   auto w = MustResolve(std::move(b));
   ASSERT_NE(w, nullptr);
@@ -175,8 +180,9 @@ TEST(Weights, FirstCopyOnlyIsTied) {
   TinyModelSpec s = Spec("recursive-middle-cycle");
   s.first_copy_only = true;
   Built b = Make(s);
-  EXPECT_EQ(std::count_if(b.tensors.begin(), b.tensors.end(),
-                          [](const OwnedTensor& t) { return t.name.find("layers.3.") != std::string::npos; }),
+  EXPECT_EQ(std::count_if(
+                b.tensors.begin(), b.tensors.end(),
+                [](const OwnedTensor& t) { return t.name.find("layers.3.") != std::string::npos; }),
             0);
   auto w = MustResolve(std::move(b));
   ASSERT_NE(w, nullptr);
@@ -249,7 +255,8 @@ TEST(Weights, MorExpertChoiceMiddleCycle) {
   ASSERT_NE(w, nullptr);
   ASSERT_EQ(w->plan.looped_segment, 1);
   EXPECT_EQ(w->Layer(0, 0).P(Proj::kQ).At(0).name, "model.layers.0.self_attn.q_proj.weight");
-  EXPECT_EQ(w->Layer(1, 1).P(Proj::kQ).At(0).name, "model.layers.1.block.1.self_attn.q_proj.weight");
+  EXPECT_EQ(w->Layer(1, 1).P(Proj::kQ).At(0).name,
+            "model.layers.1.block.1.self_attn.q_proj.weight");
   EXPECT_EQ(w->Layer(1, 1).P(Proj::kQ).per_loop.size(), 1u);
   EXPECT_EQ(w->Layer(2, 0).P(Proj::kQ).At(0).name, "model.layers.4.self_attn.q_proj.weight");
   ASSERT_EQ(w->router.expert.size(), 3u);
@@ -259,7 +266,8 @@ TEST(Weights, MorExpertChoiceMiddleCycle) {
               "model.layers." + std::to_string(r + 1) + ".mor_router.router.weight");
     EXPECT_EQ(w->router.expert[r].w1.shape, (std::vector<int64_t>{1, 16}));
     EXPECT_TRUE(w->router.expert[r].w2.empty());
-    EXPECT_EQ(w->router.aux[r].w1.name, "model.layers." + std::to_string(r + 1) + ".mlp_router.weight");
+    EXPECT_EQ(w->router.aux[r].w1.name,
+              "model.layers." + std::to_string(r + 1) + ".mlp_router.weight");
   }
   EXPECT_EQ(w->dedup.deduplicated.size(), 18u);
 }
@@ -287,7 +295,8 @@ TEST(Weights, MorExpertChoiceFirstCopyOnly) {
   s.first_copy_only = true;
   auto w = MustResolve(Make(s));
   ASSERT_NE(w, nullptr);
-  EXPECT_EQ(w->Layer(1, 0).P(Proj::kQ).At(2).name, "model.layers.1.block.0.self_attn.q_proj.weight");
+  EXPECT_EQ(w->Layer(1, 0).P(Proj::kQ).At(2).name,
+            "model.layers.1.block.0.self_attn.q_proj.weight");
   EXPECT_EQ(w->router.expert.size(), 3u);
 }
 
@@ -436,8 +445,7 @@ TEST(Weights, LoraOnUntargetedProjectionIsAnError) {
   b.config = *TinyModelConfig(s);
   auto w = Resolve(std::move(b));
   ASSERT_FALSE(w.ok());
-  EXPECT_NE(w.status().message().find("v_proj.base_layer.weight"), std::string::npos)
-      << w.status();
+  EXPECT_NE(w.status().message().find("v_proj.base_layer.weight"), std::string::npos) << w.status();
 }
 
 }  // namespace

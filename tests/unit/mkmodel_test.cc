@@ -1,0 +1,296 @@
+// The tiny-model writer: every family writes a directory that LoadModel accepts and the
+// reference model runs with non-flat logits; output is deterministic per seed; sharded and
+// other-dtype variants load; --router-bias moves the router scores as documented.
+#include "engine/tools/mkmodel.h"
+
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "engine/io/tensor_store.h"
+#include "engine/model/weights.h"
+#include "engine/reference/reference_model.h"
+#include "gtest/gtest.h"
+#include "tests/testutil.h"
+
+namespace morserve {
+namespace {
+
+using testing::ReadFile;
+using testing::TempDir;
+
+TinyModelSpec Spec(const std::string& family) {
+  TinyModelSpec s;
+  s.family = family;
+  s.hidden = 32;
+  s.heads = 4;
+  s.kv_heads = 2;
+  s.intermediate = 64;
+  s.vocab = 64;
+  return s;
+}
+
+std::shared_ptr<const ModelWeights> WriteAndLoad(const TinyModelSpec& spec, const TempDir& dir) {
+  absl::Status s = WriteTinyModel(spec, dir.path());
+  EXPECT_TRUE(s.ok()) << spec.family << ": " << s;
+  auto w = LoadModel(dir.path());
+  EXPECT_TRUE(w.ok()) << spec.family << ": " << w.status();
+  return w.ok() ? *w : nullptr;
+}
+
+const std::vector<int> kTokens = {5, 17, 3, 42, 8, 8, 61, 0};
+
+TEST(Mkmodel, EveryFamilyWritesLoadsAndRuns) {
+  ASSERT_EQ(TinyModelFamilies().size(), 11u);
+  for (const std::string& family : TinyModelFamilies()) {
+    SCOPED_TRACE(family);
+    TempDir dir;
+    auto w = WriteAndLoad(Spec(family), dir);
+    ASSERT_NE(w, nullptr);
+    ReferenceModel ref(w);
+    const std::vector<StepOutput> out = ref.Forward(kTokens);
+    ASSERT_EQ(out.size(), kTokens.size());
+    for (const StepOutput& step : out) {
+      ASSERT_EQ(step.logits.size(), 64u);
+      double mean = 0, var = 0;
+      for (float x : step.logits) {
+        ASSERT_TRUE(std::isfinite(x));
+        mean += x / 64.0;
+      }
+      for (float x : step.logits) var += (x - mean) * (x - mean) / 64.0;
+      EXPECT_GT(std::sqrt(var), 0.5) << "logits are nearly flat";
+    }
+  }
+}
+
+TEST(Mkmodel, FamiliesConfigureWhatTheirNamesSay) {
+  struct Case {
+    const char* family;
+    Sharing sharing;
+    Routing routing;
+    LayerKind kind;
+    int layers;
+  };
+  const Case cases[] = {
+      {"vanilla", Sharing::kNone, Routing::kNone, LayerKind::kStandard, 4},
+      {"recursive-cycle", Sharing::kCycle, Routing::kNone, LayerKind::kStandard, 6},
+      {"recursive-sequence", Sharing::kSequence, Routing::kNone, LayerKind::kStandard, 6},
+      {"recursive-middle-cycle", Sharing::kMiddleCycle, Routing::kNone, LayerKind::kStandard, 8},
+      {"recursive-middle-sequence", Sharing::kMiddleSequence, Routing::kNone, LayerKind::kStandard,
+       8},
+      {"recursive-untied-attn", Sharing::kCycle, Routing::kNone, LayerKind::kStandard, 6},
+      {"relaxed-lora", Sharing::kCycle, Routing::kNone, LayerKind::kStandard, 6},
+      {"mor-ec", Sharing::kMiddleCycle, Routing::kExpertChoice, LayerKind::kStandard, 8},
+      {"mor-tc", Sharing::kMiddleCycle, Routing::kTokenChoice, LayerKind::kStandard, 8},
+      {"early-exit", Sharing::kMiddleCycle, Routing::kEarlyExit, LayerKind::kStandard, 8},
+      {"recurrent", Sharing::kNone, Routing::kNone, LayerKind::kRecurrent, 4},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.family);
+    auto config = TinyModelConfig(Spec(c.family));
+    ASSERT_TRUE(config.ok()) << config.status();
+    EXPECT_EQ(config->recursion.sharing, c.sharing);
+    EXPECT_EQ(config->recursion.routing, c.routing);
+    EXPECT_EQ(config->recursion.layer_kind, c.kind);
+    EXPECT_EQ(config->num_layers, c.layers);
+  }
+  auto lora = TinyModelConfig(Spec("relaxed-lora"));
+  EXPECT_EQ(lora->recursion.lora.rank, 4);
+  EXPECT_FLOAT_EQ(lora->recursion.lora.scale(), 2.0f);
+  EXPECT_EQ(lora->recursion.lora.targets, (std::vector<std::string>{"q_proj", "v_proj"}));
+  EXPECT_FALSE(TinyModelConfig(Spec("vanilla"))->recursion.present);
+  auto ee = TinyModelConfig(Spec("early-exit"));
+  EXPECT_FLOAT_EQ(ee->recursion.early_exit.threshold, 0.9f);
+}
+
+TEST(Mkmodel, InvalidCombinationsAreErrors) {
+  TinyModelSpec s = Spec("nonsense");
+  EXPECT_FALSE(TinyModelConfig(s).ok());
+  s = Spec("mor-ec");
+  s.kv = "shared";
+  s.capacity = {0.5f, 0.5f, 0.5f};  // shared KV needs loop 1 to run every token
+  EXPECT_FALSE(TinyModelConfig(s).ok());
+  s = Spec("recursive-cycle");
+  s.layers = 7;  // 3 recursions do not divide 7 layers
+  auto c = TinyModelConfig(s);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("num_recursions"), std::string::npos) << c.status();
+}
+
+TEST(Mkmodel, SameSeedSameBytesOtherSeedOtherBytes) {
+  for (const std::string& family : TinyModelFamilies()) {
+    SCOPED_TRACE(family);
+    TempDir a, b, c;
+    TinyModelSpec spec = Spec(family);
+    ASSERT_TRUE(WriteTinyModel(spec, a.path()).ok());
+    ASSERT_TRUE(WriteTinyModel(spec, b.path()).ok());
+    spec.seed = 2;
+    ASSERT_TRUE(WriteTinyModel(spec, c.path()).ok());
+    const std::string bytes = ReadFile(a.File("model.safetensors"));
+    ASSERT_GT(bytes.size(), 1000u);
+    EXPECT_EQ(bytes, ReadFile(b.File("model.safetensors")));
+    EXPECT_EQ(ReadFile(a.File("config.json")), ReadFile(b.File("config.json")));
+    EXPECT_NE(bytes, ReadFile(c.File("model.safetensors")));
+  }
+}
+
+TEST(Mkmodel, ShardedVariantLoadsWithTheSameTensors) {
+  TempDir one, three;
+  TinyModelSpec spec = Spec("mor-ec");
+  auto single = WriteAndLoad(spec, one);
+  spec.shards = 3;
+  auto sharded = WriteAndLoad(spec, three);
+  ASSERT_NE(single, nullptr);
+  ASSERT_NE(sharded, nullptr);
+  EXPECT_FALSE(std::filesystem::exists(three.File("model.safetensors")));
+  EXPECT_TRUE(std::filesystem::exists(three.File("model-00002-of-00003.safetensors")));
+  EXPECT_TRUE(std::filesystem::exists(three.File("model.safetensors.index.json")));
+  std::set<std::string> files;
+  for (const auto& [name, view] : sharded->store->tensors()) {
+    files.insert(std::filesystem::path(view.file).filename().string());
+    const TensorView* other = single->store->Find(name);
+    ASSERT_NE(other, nullptr) << name;
+    EXPECT_TRUE(view.SameContents(*other)) << name;
+  }
+  EXPECT_EQ(files.size(), 3u);
+  EXPECT_EQ(sharded->store->tensors().size(), single->store->tensors().size());
+}
+
+TEST(Mkmodel, DtypesAreHonoured) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+    TempDir dir;
+    TinyModelSpec spec = Spec("recursive-cycle");
+    spec.dtype = t;
+    auto w = WriteAndLoad(spec, dir);
+    ASSERT_NE(w, nullptr);
+    EXPECT_EQ(w->embed.dtype, t);
+    EXPECT_EQ(w->Layer(0, 1).P(Proj::kDown).At(0).dtype, t);
+  }
+}
+
+TEST(Mkmodel, FirstCopyOnlyIsSmallerAndLoads) {
+  TempDir full, once;
+  TinyModelSpec spec = Spec("recursive-middle-cycle");
+  auto all = WriteAndLoad(spec, full);
+  ASSERT_NE(all, nullptr);
+  spec.first_copy_only = true;
+  auto w = WriteAndLoad(spec, once);
+  ASSERT_NE(w, nullptr);
+  // Loops 1 and 2 of the 2-layer block are absent: 4 layers of 9 tensors, 9280 values each.
+  EXPECT_EQ(all->store->tensors().size() - w->store->tensors().size(), 36u);
+  EXPECT_GE(ReadFile(full.File("model.safetensors")).size() -
+                ReadFile(once.File("model.safetensors")).size(),
+            4u * 9280u * 2u);
+  EXPECT_EQ(w->Layer(1, 0).P(Proj::kQ).per_loop.size(), 1u);
+}
+
+// Router scores of every token at its first loop (every token is a candidate there).
+std::vector<double> FirstLoopScores(const TinyModelSpec& spec, std::vector<int>* loops) {
+  TempDir dir;
+  auto w = WriteAndLoad(spec, dir);
+  std::vector<double> scores;
+  if (w == nullptr) return scores;
+  ReferenceModel ref(w);
+  for (const StepOutput& step : ref.Forward(kTokens)) {
+    scores.push_back(step.trace.router_scores.at(0));
+    if (loops != nullptr) loops->push_back(step.trace.loops);
+  }
+  return scores;
+}
+
+TEST(Mkmodel, RouterBiasShiftsExpertChoiceScores) {
+  for (const char* arch : {"linear", "mlp"}) {
+    SCOPED_TRACE(arch);
+    TinyModelSpec spec = Spec("mor-ec");
+    spec.router = arch;
+    spec.dtype = DType::kF32;  // exact weights, so the shift is exact too
+    const std::vector<double> base = FirstLoopScores(spec, nullptr);
+    spec.router_bias = 0.5f;
+    const std::vector<double> shifted = FirstLoopScores(spec, nullptr);
+    ASSERT_EQ(base.size(), kTokens.size());
+    ASSERT_EQ(shifted.size(), kTokens.size());
+    for (size_t i = 0; i < base.size(); ++i) EXPECT_NEAR(shifted[i] - base[i], 0.5, 1e-5);
+  }
+}
+
+TEST(Mkmodel, RouterBiasSetsExitRates) {
+  for (const char* family : {"mor-ec", "mor-tc"}) {
+    SCOPED_TRACE(family);
+    TinyModelSpec spec = Spec(family);
+    std::vector<int> deep, shallow;
+    spec.router_bias = 50.0f;
+    FirstLoopScores(spec, &deep);
+    spec.router_bias = -50.0f;
+    FirstLoopScores(spec, &shallow);
+    ASSERT_EQ(deep.size(), kTokens.size());
+    for (int l : deep) EXPECT_EQ(l, 3);
+    for (int l : shallow) EXPECT_EQ(l, 1);
+  }
+}
+
+TEST(Mkmodel, CommandLineWritesWhatItIsTold) {
+  TempDir dir;
+  const std::string out = dir.path() + "/m";
+  auto r = testing::RunCommand(testing::MorserveBinary() + " mkmodel --family mor-ec --out " + out +
+                               " --hidden 32 --vocab 64 --intermediate 64 --router mlp"
+                               " --activation tanh --aux-router --kv shared --sharing cycle"
+                               " --capacity 1,0.5,0.25 --dtype f16 --seed 7 --shards 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto w = LoadModel(out);
+  ASSERT_TRUE(w.ok()) << w.status();
+  const RecursionConfig& rc = (*w)->config.recursion;
+  EXPECT_EQ(rc.sharing, Sharing::kCycle);
+  EXPECT_EQ(rc.kv, KvMode::kShared);
+  EXPECT_EQ(rc.router.arch, RouterArch::kMlp);
+  EXPECT_EQ(rc.router.activation, RouterActivation::kTanh);
+  EXPECT_TRUE(rc.router.aux_router);
+  EXPECT_EQ(rc.router.capacity, (std::vector<float>{1.0f, 0.5f, 0.25f}));
+  EXPECT_EQ((*w)->router.aux.size(), 3u);
+  EXPECT_EQ((*w)->embed.dtype, DType::kF16);
+  EXPECT_EQ((*w)->config.hidden_size, 32);
+
+  TinyModelSpec same = Spec("mor-ec");
+  same.router = "mlp";
+  same.activation = "tanh";
+  same.aux_router = true;
+  same.kv = "shared";
+  same.sharing = "cycle";
+  same.capacity = {1.0f, 0.5f, 0.25f};
+  same.dtype = DType::kF16;
+  same.seed = 7;
+  same.shards = 2;
+  TempDir api;
+  ASSERT_TRUE(WriteTinyModel(same, api.path()).ok());
+  EXPECT_EQ(ReadFile(api.File("model-00001-of-00002.safetensors")),
+            ReadFile(out + "/model-00001-of-00002.safetensors"));
+
+  auto bad = testing::RunCommand(testing::MorserveBinary() + " mkmodel --family nope --out " + out);
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("unknown family 'nope'"), std::string::npos) << bad.output;
+  auto usage = testing::RunCommand(testing::MorserveBinary() + " mkmodel --out " + out);
+  EXPECT_EQ(usage.exit_code, 2);
+  EXPECT_NE(usage.output.find("--family is required"), std::string::npos) << usage.output;
+}
+
+TEST(Mkmodel, ArgumentParsing) {
+  std::string out;
+  auto spec = TinyModelSpecFromArgs(
+      {"--family=relaxed-lora", "--out", "/tmp/x", "--lora-rank", "8", "--lora-targets",
+       "q_proj,k_proj,o_proj", "--router-bias", "-1.5", "--first-copy-only"},
+      &out);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(out, "/tmp/x");
+  EXPECT_EQ(spec->family, "relaxed-lora");
+  EXPECT_EQ(spec->lora_rank, 8);
+  EXPECT_EQ(spec->lora_targets, (std::vector<std::string>{"q_proj", "k_proj", "o_proj"}));
+  EXPECT_FLOAT_EQ(spec->router_bias, -1.5f);
+  EXPECT_TRUE(spec->first_copy_only);
+  EXPECT_FALSE(
+      TinyModelSpecFromArgs({"--family", "vanilla", "--out", "d", "--hidden", "x"}, &out).ok());
+  EXPECT_FALSE(
+      TinyModelSpecFromArgs({"--family", "vanilla", "--out", "d", "--bogus", "1"}, &out).ok());
+}
+
+}  // namespace
+}  // namespace morserve
