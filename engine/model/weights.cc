@@ -183,6 +183,10 @@ absl::Status Resolver::CheckLayout() const {
   const bool mor = layout_ != Layout::kUnrolled;
   const bool want_expert = routing == Routing::kExpertChoice;
   const bool want_token = routing == Routing::kTokenChoice;
+  if ((want_expert || want_token) && plan_.looped_segment < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("recursion.routing: ", RoutingName(routing),
+                                                   " needs exactly one looped segment"));
+  }
   if ((want_expert && layout_ != Layout::kMorExpert) ||
       (want_token && layout_ != Layout::kMorToken) || (mor && !want_expert && !want_token)) {
     return absl::InvalidArgumentError(absl::StrCat(
