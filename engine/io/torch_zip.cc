@@ -111,8 +111,13 @@ absl::StatusOr<std::vector<uint8_t>> ReadEntry(const Archive& archive, const std
     if (got <= 0) break;
     done += static_cast<uint64_t>(got);
   }
+  uint8_t extra = 0;  // reading to the end makes libzip check the CRC
+  const bool clean_end = done == st.size && zip_fread(f, &extra, 1) == 0;
   const std::string error = zip_file_strerror(f);
   zip_fclose(f);
+  if (done == st.size && !clean_end) {
+    return EntryError(absl::StrCat("entry ", name, " is corrupt (", error, ")"));
+  }
   if (done != st.size) {
     return EntryError(absl::StrCat("entry ", name, " truncated: read ", done, " of ", st.size,
                                    " bytes (", error, ")"));

@@ -165,6 +165,24 @@ TEST(TorchZipTest, EveryTruncationOfTheFixtureIsAnError) {
   }
 }
 
+TEST(TorchZipTest, CorruptStorageBytesFailTheCrc) {
+  std::string bytes = testing::ReadFile(FixturePath());
+  // data/9 holds model.norm.weight: 4 bf16 values stored right after its local header.
+  const size_t header = bytes.find("pytorch_model/data/9");
+  ASSERT_NE(header, std::string::npos);
+  // torch aligns data with an extra field: "FB", a 2-byte length, then padding.
+  const size_t extra = header + std::string("pytorch_model/data/9").size();
+  ASSERT_EQ(bytes.substr(extra, 2), "FB");
+  const size_t data = extra + 4 + static_cast<uint8_t>(bytes[extra + 2]) +
+                      (static_cast<size_t>(static_cast<uint8_t>(bytes[extra + 3])) << 8);
+  ASSERT_LT(data, bytes.size());
+  bytes[data] ^= 0x55;
+  TempDir dir;
+  testing::WriteFile(dir.File("pytorch_model.bin"), bytes);
+  EXPECT_TRUE(ErrorHas(OpenCheckpointDir(dir.path()).status(),
+                       {"'model.norm.weight'", dir.File("pytorch_model.bin"), "corrupt"}));
+}
+
 // ---- hand-built archives ----
 
 TEST(TorchZipTest, TopDirectoryNameAndOffsets) {
