@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <string>
 
 #include "dnnl.hpp"
@@ -97,10 +98,23 @@ CpuLinear::CpuLinear(const float* w, int n, int k, CpuCompute compute, ThreadPoo
   MORSERVE_CPU_CHECK(compute != CpuCompute::kBF16 || CpuSupportsBf16(),
                      "bf16 compute requested on a host without native bf16");
   ScopedOmpThreads single(1);
-  const memory::data_type dt = ComputeType(compute);
-  const int width = SliceWidth(n);
-  for (int n0 = 0; n0 < n; n0 += width) {
-    const int wd = std::min(width, n - n0);
+  const std::span<const int> candidates = compute == CpuCompute::kBF16
+                                              ? std::span<const int>(kTileCandidatesBF16)
+                                              : std::span<const int>(kTileCandidatesF32);
+  for (const int tile : candidates) {
+    tile_m_ = tile;
+    BuildSlices(w);
+    if (tile == 1 || TilePositionInvariant()) break;
+    slices_.clear();
+    kernels_.clear();
+  }
+}
+
+void CpuLinear::BuildSlices(const float* w) {
+  const memory::data_type dt = ComputeType(compute_);
+  const int width = SliceWidth(n_);
+  for (int n0 = 0; n0 < n_; n0 += width) {
+    const int wd = std::min(width, n_ - n0);
     Kernel* kernel = nullptr;
     for (auto& kr : kernels_) {
       if (kr->width == wd) kernel = kr.get();
@@ -108,9 +122,9 @@ CpuLinear::CpuLinear(const float* w, int n, int k, CpuCompute compute, ThreadPoo
     if (kernel == nullptr) {
       auto kr = std::make_unique<Kernel>();
       kr->width = wd;
-      kr->src_md = memory::desc(Dims{kTileM, k}, dt, Dims{k, 1});
-      kr->dst_md = memory::desc(Dims{kTileM, wd}, memory::data_type::f32, Dims{n, 1});
-      const memory::desc wei_any(Dims{k, wd}, dt, memory::format_tag::any);
+      kr->src_md = memory::desc(Dims{tile_m_, k_}, dt, Dims{k_, 1});
+      kr->dst_md = memory::desc(Dims{tile_m_, wd}, memory::data_type::f32, Dims{n_, 1});
+      const memory::desc wei_any(Dims{k_, wd}, dt, memory::format_tag::any);
       dnnl::primitive_attr attr;
       attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
       const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(kr->src_md, wei_any, kr->dst_md),
@@ -124,15 +138,15 @@ CpuLinear::CpuLinear(const float* w, int n, int k, CpuCompute compute, ThreadPoo
           dnnl::matmul::desc(kr->src_md, kr->wei_md, kr->dst_md), acc_attr, Engine());
       kr->prim = dnnl::matmul(pd);
       kr->prim_acc = dnnl::matmul(acc_pd);
-      kr->scratch_bytes = std::max({pd.scratchpad_desc().get_size(),
-                                    acc_pd.scratchpad_desc().get_size(), size_t{64}});
+      kr->scratch_bytes = std::max(
+          {pd.scratchpad_desc().get_size(), acc_pd.scratchpad_desc().get_size(), size_t{64}});
       kr->impl = pd.impl_info_str();
       kernel = kr.get();
       kernels_.push_back(std::move(kr));
     }
     // W [n, k] row-major seen as W^T [k, wd] with strides {1, k}.
-    const memory::desc user_md(Dims{k, wd}, memory::data_type::f32, Dims{1, k});
-    memory user(user_md, Engine(), const_cast<float*>(w) + static_cast<size_t>(n0) * k);
+    const memory::desc user_md(Dims{k_, wd}, memory::data_type::f32, Dims{1, k_});
+    memory user(user_md, Engine(), const_cast<float*>(w) + static_cast<size_t>(n0) * k_);
     Slice slice;
     slice.n0 = n0;
     slice.kernel = kernel;
@@ -143,6 +157,34 @@ CpuLinear::CpuLinear(const float* w, int n, int k, CpuCompute compute, ThreadPoo
   ThreadStream().wait();
 }
 
+// Runs one tile holding the same probe row at every position (and, for the accumulating
+// primitive, the same initial output row) and checks that all output rows are bit-identical.
+bool CpuLinear::TilePositionInvariant() const {
+  const size_t row_k = static_cast<size_t>(k_), row_n = static_cast<size_t>(n_);
+  std::vector<float> probe(row_k), init(row_n);
+  uint32_t state = 12345;
+  auto next = [&state] {
+    state = state * 1664525u + 1013904223u;
+    return static_cast<float>(state >> 8) / 8388608.0f - 1.0f;
+  };
+  for (float& f : probe) f = next();
+  for (float& f : init) f = next();
+  std::vector<float> x(tile_m_ * row_k);
+  std::vector<uint16_t> x_bf16(tile_m_ * row_k);
+  for (int r = 0; r < tile_m_; ++r) std::copy(probe.begin(), probe.end(), &x[r * row_k]);
+  RoundRowsToBf16(x.data(), static_cast<int64_t>(x.size()), x_bf16.data());
+  void* src = compute_ == CpuCompute::kBF16 ? static_cast<void*>(x_bf16.data()) : x.data();
+  for (const bool accumulate : {false, true}) {
+    std::vector<float> y(tile_m_ * row_n);
+    for (int r = 0; r < tile_m_; ++r) std::copy(init.begin(), init.end(), &y[r * row_n]);
+    for (const Slice& s : slices_) Execute(s, src, y.data(), accumulate);
+    for (int r = 1; r < tile_m_; ++r) {
+      if (std::memcmp(&y[r * row_n], y.data(), row_n * sizeof(float)) != 0) return false;
+    }
+  }
+  return true;
+}
+
 CpuLinear::~CpuLinear() = default;
 
 const char* CpuLinear::impl_name() const { return kernels_.front()->impl.c_str(); }
@@ -151,11 +193,26 @@ void CpuLinear::Forward(const float* x, int m, float* y) const { Run(x, m, y, fa
 
 void CpuLinear::ForwardAccumulate(const float* x, int m, float* y) const { Run(x, m, y, true); }
 
+void CpuLinear::Execute(const Slice& s, void* src, float* dst, bool accumulate) const {
+  const Kernel& kr = *s.kernel;
+  memory src_mem(kr.src_md, Engine(), src);
+  memory dst_mem(kr.dst_md, Engine(), dst + s.n0);
+  memory scratch(memory::desc(Dims{static_cast<int64_t>(kr.scratch_bytes)}, memory::data_type::u8,
+                              memory::format_tag::a),
+                 Engine(), ThreadScratch(kr.scratch_bytes));
+  const dnnl::matmul& prim = accumulate ? kr.prim_acc : kr.prim;
+  prim.execute(ThreadStream(), {{DNNL_ARG_SRC, src_mem},
+                                {DNNL_ARG_WEIGHTS, s.weights},
+                                {DNNL_ARG_DST, dst_mem},
+                                {DNNL_ARG_SCRATCHPAD, scratch}});
+  ThreadStream().wait();
+}
+
 void CpuLinear::Run(const float* x, int m, float* y, bool accumulate) const {
   if (m <= 0) return;
-  const int tiles = (m + kTileM - 1) / kTileM;
-  const int tail = m - (tiles - 1) * kTileM;  // rows in the last tile, 1..kTileM
-  const bool padded = tail != kTileM;
+  const int tiles = (m + tile_m_ - 1) / tile_m_;
+  const int tail = m - (tiles - 1) * tile_m_;  // rows in the last tile, 1..tile_m_
+  const bool padded = tail != tile_m_;
   const size_t row_k = static_cast<size_t>(k_);
   const size_t row_n = static_cast<size_t>(n_);
 
@@ -163,21 +220,21 @@ void CpuLinear::Run(const float* x, int m, float* y, bool accumulate) const {
   std::vector<uint16_t> x_bf16;
   std::vector<float> x_tail;
   if (compute_ == CpuCompute::kBF16) {
-    x_bf16.assign(static_cast<size_t>(tiles) * kTileM * row_k, 0);
+    x_bf16.assign(static_cast<size_t>(tiles) * tile_m_ * row_k, 0);
     pool_->ParallelFor(tiles, [&](int64_t b, int64_t e) {
-      const int64_t rows = std::min<int64_t>(e * kTileM, m) - b * kTileM;
-      RoundRowsToBf16(x + b * kTileM * row_k, rows * row_k, x_bf16.data() + b * kTileM * row_k);
+      const int64_t rows = std::min<int64_t>(e * tile_m_, m) - b * tile_m_;
+      RoundRowsToBf16(x + b * tile_m_ * row_k, rows * row_k, x_bf16.data() + b * tile_m_ * row_k);
     });
   } else if (padded) {
-    x_tail.assign(kTileM * row_k, 0.0f);
-    std::memcpy(x_tail.data(), x + (tiles - 1) * kTileM * row_k, tail * row_k * sizeof(float));
+    x_tail.assign(tile_m_ * row_k, 0.0f);
+    std::memcpy(x_tail.data(), x + (tiles - 1) * tile_m_ * row_k, tail * row_k * sizeof(float));
   }
   // The destination of the last tile when padded (all n columns, same row stride as y).
   std::vector<float> y_tail;
   if (padded) {
-    y_tail.assign(kTileM * row_n, 0.0f);
+    y_tail.assign(tile_m_ * row_n, 0.0f);
     if (accumulate) {
-      std::memcpy(y_tail.data(), y + (tiles - 1) * kTileM * row_n, tail * row_n * sizeof(float));
+      std::memcpy(y_tail.data(), y + (tiles - 1) * tile_m_ * row_n, tail * row_n * sizeof(float));
     }
   }
 
@@ -186,31 +243,19 @@ void CpuLinear::Run(const float* x, int m, float* y, bool accumulate) const {
     for (int64_t task = begin; task < end; ++task) {
       const Slice& s = slices_[task / tiles];  // slice-major: a thread keeps its weights hot
       const int tile = static_cast<int>(task % tiles);
-      const Kernel& kr = *s.kernel;
       const bool last = tile == tiles - 1;
       void* src;
       if (compute_ == CpuCompute::kBF16) {
-        src = x_bf16.data() + tile * kTileM * row_k;
+        src = x_bf16.data() + tile * tile_m_ * row_k;
       } else {
-        src = (last && padded) ? x_tail.data()
-                               : const_cast<float*>(x) + tile * kTileM * row_k;
+        src = (last && padded) ? x_tail.data() : const_cast<float*>(x) + tile * tile_m_ * row_k;
       }
-      float* dst = (last && padded) ? y_tail.data() : y + tile * kTileM * row_n;
-      memory src_mem(kr.src_md, Engine(), src);
-      memory dst_mem(kr.dst_md, Engine(), dst + s.n0);
-      memory scratch(memory::desc(Dims{static_cast<int64_t>(kr.scratch_bytes)},
-                                  memory::data_type::u8, memory::format_tag::a),
-                     Engine(), ThreadScratch(kr.scratch_bytes));
-      const dnnl::matmul& prim = accumulate ? kr.prim_acc : kr.prim;
-      prim.execute(ThreadStream(), {{DNNL_ARG_SRC, src_mem},
-                                    {DNNL_ARG_WEIGHTS, s.weights},
-                                    {DNNL_ARG_DST, dst_mem},
-                                    {DNNL_ARG_SCRATCHPAD, scratch}});
+      float* dst = (last && padded) ? y_tail.data() : y + tile * tile_m_ * row_n;
+      Execute(s, src, dst, accumulate);
     }
-    ThreadStream().wait();
   });
   if (padded) {
-    std::memcpy(y + (tiles - 1) * kTileM * row_n, y_tail.data(), tail * row_n * sizeof(float));
+    std::memcpy(y + (tiles - 1) * tile_m_ * row_n, y_tail.data(), tail * row_n * sizeof(float));
   }
 }
 

@@ -34,8 +34,7 @@ void SiluMulRows(const float* gate, const float* up, int rows, int n, float* out
 void GeluErf(float* x, int64_t n);
 
 // In place RoPE on x [rows, n_heads * head_dim] at positions[r] (absolute, 0-based).
-void RopeRows(float* x, const int32_t* positions, int rows, int n_heads, int head_dim,
-              float theta);
+void RopeRows(float* x, const int32_t* positions, int rows, int n_heads, int head_dim, float theta);
 
 // out[r, :] = table[ids[r], :] for a row-major fp32 table [vocab, dim]. Aborts on an id
 // outside [0, vocab).

@@ -2,8 +2,6 @@
 // gathered from shuffled block tables. Tolerance per output element:
 // |out - ref| <= 1e-5 * sum_j p_j |v_j| (the magnitude of the convex combination).
 // Also: KvWrite placement, rows alone vs in a batch (bitwise), threads vs serial (bitwise).
-#include "engine/cpu/paged_attention.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +10,8 @@
 #include <numeric>
 #include <random>
 #include <vector>
+
+#include "engine/cpu/paged_attention.h"
 
 namespace morserve {
 namespace {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -96,6 +97,7 @@ TEST_P(CpuLinearTest, BatchInvariantBitwise) {
   const auto w = Random(n * k, 6);
   const auto x = Random(rows * k, 7);
   CpuLinear lin(w.data(), n, k, GetParam());
+  std::printf("tile_m=%d impl=%s\n", lin.tile_m(), lin.impl_name());
   std::vector<float> full(rows * n);
   lin.Forward(x.data(), rows, full.data());
   int checked = 0;

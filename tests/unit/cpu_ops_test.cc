@@ -58,7 +58,8 @@ TEST(CpuOpsTest, AddAndScaleAdd) {
   const auto a = Random(rows * dim, 3), b = Random(rows * dim, 4);
   std::vector<float> out(rows * dim);
   AddRows(a.data(), b.data(), rows, dim, out.data());
-  for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i], static_cast<float>(double(a[i]) + b[i]));
+  for (size_t i = 0; i < out.size(); ++i)
+    EXPECT_EQ(out[i], static_cast<float>(double(a[i]) + b[i]));
 
   const std::vector<float> scale = {0.5f, -1.25f, 0.0f, 3.0f};
   std::vector<float> h = a;
