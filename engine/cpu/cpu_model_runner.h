@@ -1,0 +1,20 @@
+// The CPU backend: ModelRunner over oneDNN GEMMs (weights reordered once at load, fp32 or
+// bf16), fp32 row-wise ops and fp32 online-softmax paged attention. Every op computes a
+// row from that row's data alone in a fixed order, so a request's numbers do not depend on
+// its batch neighbours. Per-loop weights (untied copies; LoRA folded into dense per-loop
+// weights at load) run per group of rows at the same loop; rows arrive grouped by loop.
+#pragma once
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "engine/model/weights.h"
+#include "engine/runtime/engine_config.h"
+#include "engine/runtime/model_runner.h"
+
+namespace morserve {
+
+absl::StatusOr<std::unique_ptr<ModelRunner>> CreateCpuModelRunner(
+    std::shared_ptr<const ModelWeights> weights, const EngineConfig& config, int num_kv_blocks);
+
+}  // namespace morserve

@@ -1,0 +1,275 @@
+// The engine loop (see engine.h).
+#include "engine/runtime/engine.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "engine/cpu/cpu_model_runner.h"
+
+namespace morserve {
+namespace {
+
+double NowSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+int64_t KvBlockBytes(const ModelConfig& config, int block_size) {
+  return 2ll * block_size * config.kv_dim() * static_cast<int64_t>(sizeof(float));
+}
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const ModelWeights> weights,
+                                                       const EngineConfig& config) {
+  if (config.max_batch_rows < 1) return absl::InvalidArgumentError("max_batch_rows: must be >= 1");
+  if (config.block_size < 1) return absl::InvalidArgumentError("block_size: must be >= 1");
+  int blocks = config.num_kv_blocks;
+  if (blocks <= 0) blocks = static_cast<int>(config.kv_cache_bytes / KvBlockBytes(weights->config, config.block_size));
+  if (blocks < 1) return absl::InvalidArgumentError("kv cache: room for no block");
+  auto runner = CreateCpuModelRunner(weights, config, blocks);
+  if (!runner.ok()) return runner.status();
+  return std::unique_ptr<Engine>(new Engine(std::move(weights), config, std::move(*runner), blocks));
+}
+
+Engine::Engine(std::shared_ptr<const ModelWeights> weights, const EngineConfig& config,
+               std::unique_ptr<ModelRunner> runner, int num_blocks)
+    : weights_(std::move(weights)), config_(config), runner_(std::move(runner)) {
+  pool_ = std::make_unique<KvBlockPool>(num_blocks, config_.block_size);
+  executor_ = std::make_unique<ModelExecutor>(weights_, runner_.get(), pool_.get());
+  const bool recurrent = weights_->config.recursion.layer_kind == LayerKind::kRecurrent;
+  scheduler_ = std::make_unique<DepthScheduler>(config_, weights_->plan, pool_.get(), recurrent);
+  eos_ = weights_->config.eos_token_ids;
+  const int loops = std::max(1, weights_->config.recursion.num_recursions);
+  stats_.rows_per_loop.assign(loops, 0);
+  stats_.exits_per_loop.assign(loops + 1, 0);
+  stats_.kv_blocks_total = num_blocks;
+}
+
+Engine::~Engine() { Stop(); }
+
+absl::Status Engine::Validate(const GenerateRequest& r) const {
+  const ModelConfig& c = weights_->config;
+  if (r.prompt.empty()) return absl::InvalidArgumentError("prompt: must not be empty");
+  for (size_t i = 0; i < r.prompt.size(); ++i) {
+    if (r.prompt[i] < 0 || r.prompt[i] >= c.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("prompt: token id ", r.prompt[i], " at index ", i,
+                                                     " is outside the vocabulary (", c.vocab_size, ")"));
+    }
+  }
+  const int context = c.max_position_embeddings;
+  if (static_cast<int>(r.prompt.size()) >= context) {
+    return absl::FailedPreconditionError(absl::StrCat("prompt: ", r.prompt.size(),
+                                                      " tokens do not fit the context of ", context,
+                                                      " tokens (one must remain for the output)"));
+  }
+  if (auto s = morserve::Validate(r.params, c.vocab_size); !s.ok()) return s;
+  if (static_cast<int64_t>(r.prompt.size()) + r.params.max_tokens > context) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_tokens: ", r.params.max_tokens, " plus the prompt's ", r.prompt.size(),
+        " tokens exceeds the context of ", context, " tokens"));
+  }
+  if (r.exit_threshold && !(*r.exit_threshold > 0.0f)) {
+    return absl::InvalidArgumentError("exit_threshold: must be > 0");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<EventChannel>> Engine::Submit(GenerateRequest request) {
+  if (auto s = Validate(request); !s.ok()) return s;
+  auto seq = std::make_unique<Sequence>();
+  seq->channel = std::make_shared<EventChannel>();
+  seq->seed = ResolveSeed(request.params);
+  seq->tokens = request.prompt;
+  seq->num_prompt = static_cast<int>(request.prompt.size());
+  seq->arrival_time = NowSeconds();
+  seq->request = std::move(request);
+  std::shared_ptr<EventChannel> channel = seq->channel;
+  {
+    std::lock_guard<std::mutex> lock(incoming_mu_);
+    // The FIFO queue holds max_queue requests beyond those that can run at once.
+    if (pending_ >= config_.max_queue + config_.max_running) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the request queue is full: ", pending_, " requests queued or running (max_queue ",
+          config_.max_queue, ")"));
+    }
+    seq->id = next_id_++;
+    incoming_.push_back(std::move(seq));
+    ++pending_;
+  }
+  incoming_cv_.notify_one();
+  return channel;
+}
+
+void Engine::Cancel(const std::string& request_id) {
+  {
+    std::lock_guard<std::mutex> lock(incoming_mu_);
+    cancels_.push_back(request_id);
+  }
+  incoming_cv_.notify_one();
+}
+
+void Engine::DrainIncoming() {
+  std::vector<std::unique_ptr<Sequence>> incoming;
+  std::vector<std::string> cancels;
+  {
+    std::lock_guard<std::mutex> lock(incoming_mu_);
+    incoming.swap(incoming_);
+    cancels.swap(cancels_);
+  }
+  for (auto& seq : incoming) scheduler_->Add(std::move(seq));
+  for (const std::string& id : cancels) scheduler_->Cancel(id);
+}
+
+void Engine::ReportDropped() {
+  for (auto& seq : scheduler_->TakeDropped()) {
+    if (seq->cancelled) {
+      RequestEvent e;
+      e.finish = FinishReason::kCancelled;
+      e.usage = seq->usage;
+      e.usage.prompt_tokens = seq->num_prompt;
+      e.usage.completion_tokens = seq->num_generated();
+      seq->channel->Push(std::move(e));
+    }
+    std::lock_guard<std::mutex> lock(incoming_mu_);
+    --pending_;
+  }
+}
+
+void Engine::RecordPass(const std::vector<Row>& rows) {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  ++stats_.passes;
+  stats_.pass_rows += static_cast<int64_t>(rows.size());
+  stats_.pass_row_capacity += config_.max_batch_rows;
+  for (const Row& r : rows) {
+    if (r.loop - 1 >= 0 && r.loop - 1 < static_cast<int>(stats_.rows_per_loop.size())) {
+      ++stats_.rows_per_loop[r.loop - 1];  // loop already advanced by the pass
+    }
+  }
+}
+
+bool Engine::Step() {
+  DrainIncoming();
+  std::vector<EnteringToken> entering = scheduler_->ScheduleEntering();
+  ReportDropped();
+  if (entering.empty() && scheduler_->loop_rows().empty() && !scheduler_->HasPendingTail()) {
+    return !scheduler_->idle();
+  }
+  std::vector<Row> rows = executor_->Enter(entering);
+  scheduler_->AddRows(std::move(rows));
+  do {
+    if (scheduler_->loop_rows().empty()) break;
+    scheduler_->ReservePass();
+    ReportDropped();
+    executor_->BlockPass(&scheduler_->loop_rows());
+    RecordPass(scheduler_->loop_rows());
+    scheduler_->CollectExits();
+  } while (config_.mode == BatchingMode::kSequenceWise);
+  std::vector<Row> tail = scheduler_->TakeTailRows();
+  executor_->Tail(&tail);
+  Complete(&tail);
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.steps;
+    stats_.preemptions = scheduler_->num_preemptions();
+    stats_.kv_blocks_used = pool_->num_used();
+    stats_.max_kv_blocks_used = std::max(stats_.max_kv_blocks_used, pool_->num_used());
+    stats_.running = scheduler_->num_running();
+    stats_.waiting = scheduler_->num_waiting();
+  }
+  return true;
+}
+
+// Rows that finished the model: count their loops, sample where logits were produced.
+void Engine::Complete(std::vector<Row>* tail) {
+  std::vector<Sequence*> finished;
+  for (Row& row : *tail) {
+    Sequence* seq = row.seq;
+    seq->usage.recursion_loops += row.loop;
+    if (static_cast<int>(seq->token_loops.size()) <= row.position) seq->token_loops.resize(row.position + 1);
+    seq->token_loops[row.position] = row.loop;
+    {
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      if (row.loop < static_cast<int>(stats_.exits_per_loop.size())) ++stats_.exits_per_loop[row.loop];
+      if (row.position < seq->num_prompt) ++stats_.prompt_tokens;
+    }
+    if (!row.logits.empty() && Emit(seq, row)) finished.push_back(seq);
+  }
+  for (Sequence* seq : finished) {
+    scheduler_->Finish(seq);
+    std::lock_guard<std::mutex> lock(incoming_mu_);
+    --pending_;
+  }
+}
+
+// Samples the next token; returns true when the request finished.
+bool Engine::Emit(Sequence* seq, const Row& row) {
+  const SamplingParams& p = seq->request.params;
+  SampleInput in;
+  in.logits = row.logits;
+  in.params = &p;
+  in.prompt_ids = absl::MakeConstSpan(seq->tokens.data(), seq->num_prompt);
+  in.output_ids = absl::MakeConstSpan(seq->tokens.data() + seq->num_prompt, seq->num_generated());
+  in.seed = seq->seed;
+  SampleResult s = sampler_.Sample(in);
+  seq->tokens.push_back(s.token);
+  const double now = NowSeconds();
+  if (seq->num_generated() == 1) seq->first_token_time = now;
+  seq->last_token_time = now;
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.tokens_generated;
+  }
+  RequestEvent e;
+  e.tokens.push_back({s.token, s.logprob, std::move(s.top_logprobs), seq->token_loops[row.position],
+                      seq->request.return_logits ? row.logits : std::vector<float>{}});
+  const bool is_eos = !p.ignore_eos && std::find(eos_.begin(), eos_.end(), s.token) != eos_.end();
+  const bool is_stop = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), s.token) != p.stop_token_ids.end();
+  if (is_eos || is_stop) {
+    e.finish = FinishReason::kStop;
+  } else if (seq->num_generated() >= p.max_tokens ||
+             static_cast<int>(seq->tokens.size()) >= weights_->config.max_position_embeddings) {
+    e.finish = FinishReason::kLength;
+  }
+  if (e.final()) {
+    e.usage = seq->usage;
+    e.usage.prompt_tokens = seq->num_prompt;
+    e.usage.completion_tokens = seq->num_generated();
+  }
+  const bool done = e.final();
+  seq->channel->Push(std::move(e));
+  return done;
+}
+
+void Engine::RunUntilIdle() {
+  for (;;) {
+    Step();
+    std::lock_guard<std::mutex> lock(incoming_mu_);
+    if (pending_ == 0 && incoming_.empty()) return;
+  }
+}
+
+void Engine::Start() {
+  stop_ = false;
+  thread_ = std::thread([this] {
+    while (!stop_) {
+      if (Step()) continue;
+      std::unique_lock<std::mutex> lock(incoming_mu_);
+      incoming_cv_.wait_for(lock, std::chrono::milliseconds(50),
+                            [&] { return stop_ || !incoming_.empty() || !cancels_.empty(); });
+    }
+  });
+}
+
+void Engine::Stop() {
+  stop_ = true;
+  incoming_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  return stats_;
+}
+
+}  // namespace morserve

@@ -1,0 +1,104 @@
+// The engine: one API (Submit -> stream of events, Cancel) over one engine thread that runs
+// schedule -> execute -> sample -> update, step after step (vLLM v1's loop). Front ends
+// (gRPC, HTTP, CLI, benchmarks) are thin adapters over it.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/model/weights.h"
+#include "engine/runtime/depth_scheduler.h"
+#include "engine/runtime/engine_config.h"
+#include "engine/runtime/model_executor.h"
+#include "engine/runtime/request.h"
+#include "engine/runtime/sampler.h"
+
+namespace morserve {
+
+// Counters since start; the benchmark and the metrics read them.
+struct EngineStats {
+  int64_t steps = 0;
+  int64_t passes = 0;           // passes of the shared block
+  int64_t pass_rows = 0;        // rows over all passes
+  int64_t pass_row_capacity = 0;  // max_batch_rows per pass (fill ratio denominator)
+  int64_t tokens_generated = 0;
+  int64_t prompt_tokens = 0;
+  int64_t preemptions = 0;
+  std::vector<int64_t> rows_per_loop;   // rows that ran loop r, by r
+  std::vector<int64_t> exits_per_loop;  // tokens that left the loop after r loops, by r
+  int kv_blocks_used = 0, kv_blocks_total = 0, max_kv_blocks_used = 0;
+  int running = 0, waiting = 0;
+  double fill_ratio() const {
+    return pass_row_capacity ? static_cast<double>(pass_rows) / pass_row_capacity : 0.0;
+  }
+};
+
+class Engine {
+ public:
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(std::shared_ptr<const ModelWeights> weights,
+                                                        const EngineConfig& config);
+  ~Engine();
+
+  // Validates and queues a request. INVALID_ARGUMENT names the field; FAILED_PRECONDITION
+  // for a prompt that does not fit the context; RESOURCE_EXHAUSTED when the queue is full.
+  absl::StatusOr<std::shared_ptr<EventChannel>> Submit(GenerateRequest request);
+  // Cancels a queued or running request; its blocks are freed at the next step.
+  void Cancel(const std::string& request_id);
+
+  // The engine thread. Without it, tests and benchmarks drive Step() themselves.
+  void Start();
+  void Stop();
+  // One step; false when there was nothing to do.
+  bool Step();
+  // Steps until every submitted request finished (no thread running).
+  void RunUntilIdle();
+
+  EngineStats stats() const;
+  const ModelWeights& weights() const { return *weights_; }
+  const EngineConfig& config() const { return config_; }
+  const KvBlockPool& kv_pool() const { return *pool_; }
+  // Tests inspect bookkeeping between steps (never while the engine thread runs).
+  const DepthScheduler& scheduler() const { return *scheduler_; }
+
+ private:
+  Engine(std::shared_ptr<const ModelWeights> weights, const EngineConfig& config,
+         std::unique_ptr<ModelRunner> runner, int num_blocks);
+  absl::Status Validate(const GenerateRequest& r) const;
+  void DrainIncoming();
+  void ReportDropped();
+  void RecordPass(const std::vector<Row>& rows);
+  void Complete(std::vector<Row>* tail);
+  bool Emit(Sequence* seq, const Row& row);
+
+  std::shared_ptr<const ModelWeights> weights_;
+  EngineConfig config_;
+  std::unique_ptr<KvBlockPool> pool_;
+  std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<ModelExecutor> executor_;
+  std::unique_ptr<DepthScheduler> scheduler_;
+  Sampler sampler_;
+  std::vector<int> eos_;
+
+  std::mutex incoming_mu_;
+  std::condition_variable incoming_cv_;
+  std::vector<std::unique_ptr<Sequence>> incoming_;
+  std::vector<std::string> cancels_;
+  uint64_t next_id_ = 1;
+  int pending_ = 0;  // submitted, not yet finished (guarded by incoming_mu_)
+
+  mutable std::mutex stats_mu_;
+  EngineStats stats_;
+
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// Bytes one KV block takes (K and V, fp32 on the CPU backend).
+int64_t KvBlockBytes(const ModelConfig& config, int block_size);
+
+}  // namespace morserve

@@ -1,0 +1,29 @@
+// Engine settings: batching mode, batch limits, KV cache size, CPU compute type.
+#pragma once
+
+#include <cstdint>
+
+namespace morserve {
+
+enum class BatchingMode {
+  kDepthWise,     // every step runs the shared block once over rows at any loop; exits refill
+  kSequenceWise,  // a step runs all loops of the rows it admitted; the batch waits for its
+                  // deepest row (the baseline of every comparison)
+};
+
+enum class ComputeType { kF32, kBF16 };
+
+struct EngineConfig {
+  BatchingMode mode = BatchingMode::kDepthWise;
+  int max_batch_rows = 256;     // rows in one pass of the shared block (the "batch size")
+  int max_step_tokens = 2048;   // tokens entering the model per step (prefill chunk budget)
+  int max_running = 256;        // requests holding KV at once
+  int max_queue = 4096;         // waiting requests; Submit fails with RESOURCE_EXHAUSTED beyond
+  int block_size = 16;          // tokens per KV block
+  int num_kv_blocks = 0;        // 0: derived from kv_cache_bytes
+  int64_t kv_cache_bytes = 256ll << 20;
+  ComputeType compute = ComputeType::kF32;
+  int threads = 0;  // 0: the machine's cores
+};
+
+}  // namespace morserve

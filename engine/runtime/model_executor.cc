@@ -1,0 +1,269 @@
+// Model execution over mixed-depth rows (see model_executor.h).
+#include "engine/runtime/model_executor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+namespace morserve {
+namespace {
+
+double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+[[noreturn]] void Fatal(const char* what) {
+  std::fprintf(stderr, "morserve: internal error: %s\n", what);
+  std::abort();
+}
+
+// Max softmax probability of one row of logits (fp64, as the reference computes it).
+double MaxProb(const float* logits, int vocab) {
+  const double m = *std::max_element(logits, logits + vocab);
+  double sum = 0;
+  for (int i = 0; i < vocab; ++i) sum += std::exp(logits[i] - m);
+  return 1.0 / sum;
+}
+
+}  // namespace
+
+ModelExecutor::ModelExecutor(std::shared_ptr<const ModelWeights> weights, ModelRunner* runner,
+                             KvBlockPool* pool)
+    : weights_(std::move(weights)),
+      cfg_(weights_->config),
+      plan_(weights_->plan),
+      runner_(runner),
+      pool_(pool) {}
+
+std::vector<float> ModelExecutor::Gather(const std::vector<Row*>& rows) const {
+  const int hs = cfg_.hidden_size;
+  std::vector<float> h(rows.size() * hs);
+  for (size_t i = 0; i < rows.size(); ++i) std::copy(rows[i]->h.begin(), rows[i]->h.end(), &h[i * hs]);
+  return h;
+}
+
+void ModelExecutor::Scatter(const std::vector<float>& h, std::vector<Row*>& rows) const {
+  const int hs = cfg_.hidden_size;
+  for (size_t i = 0; i < rows.size(); ++i) rows[i]->h.assign(&h[i * hs], &h[(i + 1) * hs]);
+}
+
+// Write first (in row order: one request's rows are in position order), then attend to the
+// entries at positions <= the row's own. Recurrent layers attend to earlier persistent
+// pairs plus their temporary one, and write after the layer output exists.
+LayerKvPlan ModelExecutor::PlanLayer(int segment, int k, const std::vector<Row*>& rows) {
+  LayerKvPlan kv;
+  kv.recurrent = cfg_.recursion.layer_kind == LayerKind::kRecurrent;
+  const size_t n = rows.size();
+  kv.write_slot.assign(n, -1);
+  kv.kv_len.assign(n, 0);
+  kv.table_indptr.assign(1, 0);
+  std::vector<KvBlockTable*> tables(n);
+  for (size_t i = 0; i < n; ++i) {
+    const Row& r = *rows[i];
+    tables[i] = &r.seq->kv->slot(plan_.CacheSlot(segment, r.loop, k));
+    if (kv.recurrent) kv.kv_len[i] = r.position == 0 ? 0 : tables[i]->NumVisible(r.position - 1);
+    if (!plan_.WritesKv(segment, r.loop)) continue;
+    const int index = tables[i]->Append(*pool_, {r.position});
+    if (index < 0) Fatal("KV entry was not reserved before the pass");
+    kv.write_slot[i] = tables[i]->PhysicalSlot(index);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (!kv.recurrent) kv.kv_len[i] = tables[i]->NumVisible(rows[i]->position);
+    for (int b : tables[i]->blocks()) kv.table_blocks.push_back(b);
+    kv.table_indptr.push_back(static_cast<int32_t>(kv.table_blocks.size()));
+  }
+  return kv;
+}
+
+void ModelExecutor::RunLayer(int segment, int k, std::vector<Row*>& rows, std::vector<float>* h) {
+  const LayerKvPlan kv = PlanLayer(segment, k, rows);
+  std::vector<int> loops(rows.size()), positions(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    loops[i] = rows[i]->loop;
+    positions[i] = rows[i]->position;
+  }
+  LayerBatch b;
+  b.segment = segment;
+  b.k = k;
+  b.n = static_cast<int>(rows.size());
+  b.loops = loops.data();
+  b.positions = positions.data();
+  b.h = h->data();
+  b.kv = &kv;
+  runner_->RunLayer(b);
+}
+
+// Every loop of a segment outside the routed loop (unique layers, or a plan without a single
+// looped segment); rows' `loop` is borrowed as the segment's loop counter.
+void ModelExecutor::RunSegment(int segment, std::vector<Row*>& rows) {
+  std::vector<float> h = Gather(rows);
+  std::vector<int> saved(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) saved[i] = rows[i]->loop;
+  const Segment& seg = plan_.segments[segment];
+  for (int r = 0; r < seg.loops; ++r) {
+    for (Row* row : rows) row->loop = r;
+    for (int k = 0; k < seg.num_layers; ++k) RunLayer(segment, k, rows, &h);
+  }
+  for (size_t i = 0; i < rows.size(); ++i) rows[i]->loop = saved[i];
+  Scatter(h, rows);
+}
+
+std::vector<Row> ModelExecutor::Enter(const std::vector<EnteringToken>& tokens) {
+  const int n = static_cast<int>(tokens.size());
+  std::vector<Row> rows(n);
+  std::vector<int> ids(n);
+  std::vector<float> h(static_cast<size_t>(n) * cfg_.hidden_size);
+  for (int i = 0; i < n; ++i) {
+    rows[i].seq = tokens[i].seq;
+    rows[i].position = tokens[i].position;
+    ids[i] = tokens[i].seq->tokens[tokens[i].position];
+  }
+  if (n == 0) return rows;
+  runner_->Embed(ids.data(), n, h.data());
+  std::vector<Row*> ptrs;
+  for (Row& r : rows) ptrs.push_back(&r);
+  Scatter(h, ptrs);
+  const int looped = plan_.looped_segment;
+  const int pre_end = looped < 0 ? static_cast<int>(plan_.segments.size()) : looped;
+  for (int s = 0; s < pre_end; ++s) RunSegment(s, ptrs);
+  if (looped < 0) {  // no routed loop: the whole plan ran; report the loops it has
+    bool any_loop = false;
+    for (const Segment& seg : plan_.segments) any_loop |= seg.looped();
+    for (Row& r : rows) {
+      r.exited = true;
+      r.loop = any_loop ? cfg_.recursion.num_recursions : 0;
+    }
+  } else {
+    EntryRouting(ptrs);
+  }
+  return rows;
+}
+
+// Decides, for rows about to run loop `row->loop`, whether they run it (expert_choice).
+void ModelExecutor::DecideExpert(std::vector<Row*>& rows) {
+  if (rows.empty()) return;
+  const RouterConfig& rc = cfg_.recursion.router;
+  const int n = static_cast<int>(rows.size());
+  std::vector<float> h = Gather(rows), score(n), decide(n);
+  std::vector<int> loops(n);
+  for (int i = 0; i < n; ++i) loops[i] = rows[i]->loop;
+  runner_->ExpertRouter(loops.data(), h.data(), n, score.data(), decide.data());
+  for (int i = 0; i < n; ++i) {
+    const bool active = rc.capacity[loops[i]] >= 1.0f || decide[i] > rc.threshold;
+    if (!active) {
+      rows[i]->exited = true;
+      continue;
+    }
+    const double act = rc.activation == RouterActivation::kTanh ? std::tanh(score[i]) : Sigmoid(score[i]);
+    rows[i]->gate = static_cast<float>(rc.alpha * act);
+  }
+}
+
+void ModelExecutor::EntryRouting(std::vector<Row*>& rows) {
+  const Routing routing = cfg_.recursion.routing;
+  if (routing == Routing::kExpertChoice) {
+    DecideExpert(rows);
+  } else if (routing == Routing::kTokenChoice) {
+    const int nr = cfg_.recursion.num_recursions, n = static_cast<int>(rows.size());
+    const RouterConfig& rc = cfg_.recursion.router;
+    const std::vector<float>& bias = weights_->router.token_choice_bias;
+    std::vector<float> h = Gather(rows), scores(static_cast<size_t>(n) * nr);
+    runner_->TokenChoiceRouter(h.data(), n, scores.data());
+    for (int i = 0; i < n; ++i) {
+      const float* s = &scores[static_cast<size_t>(i) * nr];
+      std::vector<double> p(nr);
+      if (rc.activation == RouterActivation::kSigmoid) {
+        for (int r = 0; r < nr; ++r) p[r] = rc.alpha * Sigmoid(s[r]);
+      } else {
+        const double m = *std::max_element(s, s + nr);
+        double sum = 0;
+        for (int r = 0; r < nr; ++r) sum += std::exp(s[r] - m);
+        for (int r = 0; r < nr; ++r) p[r] = rc.alpha * std::exp(s[r] - m) / sum;
+      }
+      int best = 0;  // argmax of p + bias, lowest index on ties
+      for (int r = 1; r < nr; ++r) {
+        if (p[r] + (bias.empty() ? 0.0 : bias[r]) > p[best] + (bias.empty() ? 0.0 : bias[best])) best = r;
+      }
+      rows[i]->tc_depth = best + 1;
+      rows[i]->tc_gate = static_cast<float>(p[best]);
+      rows[i]->x0 = rows[i]->h;
+    }
+  }
+}
+
+void ModelExecutor::ExitByConfidence(std::vector<Row*>& rows) {
+  if (rows.empty()) return;
+  const int n = static_cast<int>(rows.size()), vocab = cfg_.vocab_size;
+  std::vector<float> h = Gather(rows), logits(static_cast<size_t>(n) * vocab);
+  runner_->Logits(h.data(), n, logits.data());
+  for (int i = 0; i < n; ++i) {
+    const float threshold =
+        rows[i]->seq->request.exit_threshold.value_or(cfg_.recursion.early_exit.threshold);
+    if (MaxProb(&logits[static_cast<size_t>(i) * vocab], vocab) >= threshold) rows[i]->exited = true;
+  }
+}
+
+void ModelExecutor::BlockPass(std::vector<Row>* rows) {
+  const int looped = plan_.looped_segment;
+  if (rows->empty() || looped < 0) return;
+  // Rows grouped by loop (per-loop weights run per group), one request's rows in order.
+  std::sort(rows->begin(), rows->end(), [](const Row& a, const Row& b) {
+    if (a.loop != b.loop) return a.loop < b.loop;
+    if (a.seq->id != b.seq->id) return a.seq->id < b.seq->id;
+    return a.position < b.position;
+  });
+  std::vector<Row*> ptrs;
+  for (Row& r : *rows) ptrs.push_back(&r);
+  const std::vector<float> h_in = Gather(ptrs);
+  std::vector<float> h = h_in;
+  const Segment& seg = plan_.segments[looped];
+  for (int k = 0; k < seg.num_layers; ++k) RunLayer(looped, k, ptrs, &h);
+
+  const RecursionConfig& rc = cfg_.recursion;
+  const int hs = cfg_.hidden_size, nr = rc.num_recursions;
+  std::vector<Row*> undecided;
+  for (size_t i = 0; i < ptrs.size(); ++i) {
+    Row& r = *ptrs[i];
+    float* out = &h[i * hs];
+    if (rc.routing == Routing::kExpertChoice) {  // h = h + g * Block(h)
+      const double g = rc.router.gating == Gating::kAdditive ? 1.0 : r.gate;
+      for (int d = 0; d < hs; ++d) out[d] = static_cast<float>(h_in[i * hs + d] + g * out[d]);
+    }
+    ++r.loop;
+    if (rc.routing == Routing::kTokenChoice) {
+      if (r.loop == r.tc_depth) {  // output x0 + p[d-1] * h
+        for (int d = 0; d < hs; ++d) out[d] = static_cast<float>(r.x0[d] + static_cast<double>(r.tc_gate) * out[d]);
+        r.exited = true;
+      }
+    } else if (r.loop == nr) {
+      r.exited = true;
+    } else if (rc.routing == Routing::kExpertChoice || rc.routing == Routing::kEarlyExit) {
+      undecided.push_back(&r);
+    }
+  }
+  Scatter(h, ptrs);
+  if (rc.routing == Routing::kExpertChoice) DecideExpert(undecided);
+  if (rc.routing == Routing::kEarlyExit) ExitByConfidence(undecided);
+}
+
+void ModelExecutor::Tail(std::vector<Row>* rows) {
+  if (rows->empty()) return;
+  std::vector<Row*> ptrs;
+  for (Row& r : *rows) ptrs.push_back(&r);
+  const int looped = plan_.looped_segment;
+  if (looped >= 0) {
+    for (int s = looped + 1; s < static_cast<int>(plan_.segments.size()); ++s) RunSegment(s, ptrs);
+  }
+  std::vector<Row*> sampled;
+  for (Row* r : ptrs) {
+    if (r->position == static_cast<int>(r->seq->tokens.size()) - 1) sampled.push_back(r);
+  }
+  if (sampled.empty()) return;
+  const int vocab = cfg_.vocab_size, n = static_cast<int>(sampled.size());
+  std::vector<float> h = Gather(sampled), logits(static_cast<size_t>(n) * vocab);
+  runner_->Logits(h.data(), n, logits.data());
+  for (int i = 0; i < n; ++i) {
+    sampled[i]->logits.assign(&logits[static_cast<size_t>(i) * vocab], &logits[static_cast<size_t>(i + 1) * vocab]);
+  }
+}
+
+}  // namespace morserve

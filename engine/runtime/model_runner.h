@@ -1,0 +1,49 @@
+// The backend interface: the tensor work of one engine step, one op over a batch of rows.
+// The CPU backend (engine/cpu/cpu_model_runner.h) and the CUDA backend implement it; the
+// ModelExecutor drives it with the same rows, plans and routing decisions for both.
+// Rows of one call may be at different loops: `loops[i]` picks row i's weights (untied
+// copies, LoRA) and its KV cache slot, so depth is a field on a row, not a code path.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace morserve {
+
+// Where one layer's rows write and read KV (FlashInfer-style flat arrays).
+struct LayerKvPlan {
+  std::vector<int32_t> write_slot;   // [n] flat entry (block * block_size + offset), -1: none
+  std::vector<int32_t> table_indptr;  // [n + 1] into table_blocks
+  std::vector<int32_t> table_blocks;  // block ids of each row's (request, cache slot)
+  std::vector<int32_t> kv_len;        // [n] entries each row attends to, from index 0
+  bool recurrent = false;  // attend to kv_len entries plus the row's own temporary pair, and
+                           // write the persistent pair from the layer output afterwards
+};
+
+struct LayerBatch {
+  int segment = 0;
+  int k = 0;  // layer inside the segment
+  int n = 0;
+  const int* loops = nullptr;      // [n]
+  const int* positions = nullptr;  // [n]
+  float* h = nullptr;              // [n, hidden], updated in place
+  const LayerKvPlan* kv = nullptr;
+};
+
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+  virtual void Embed(const int* tokens, int n, float* h) = 0;
+  virtual void RunLayer(const LayerBatch& batch) = 0;
+  // Expert-choice router of loop loops[i] on h / temperature: the gate score s and the
+  // score that decides (the aux router's when the checkpoint has one).
+  virtual void ExpertRouter(const int* loops, const float* h, int n, float* score,
+                            float* decide) = 0;
+  // Token-choice router on the segment input: [n, num_recursions] raw scores.
+  virtual void TokenChoiceRouter(const float* h, int n, float* scores) = 0;
+  // lm_head(RMSNorm_final(h)): [n, vocab].
+  virtual void Logits(const float* h, int n, float* logits) = 0;
+  virtual int block_size() const = 0;
+};
+
+}  // namespace morserve

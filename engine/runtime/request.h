@@ -1,0 +1,74 @@
+// The engine's request and event types: what the edges (gRPC, HTTP, CLI) submit, after they
+// parsed and validated it, and what the engine streams back. The engine pushes events into
+// a per-request EventChannel and never blocks on it; handlers drain it at their own pace.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "engine/runtime/sampler.h"
+#include "engine/runtime/sampling_params.h"
+
+namespace morserve {
+
+struct GenerateRequest {
+  std::string request_id;  // echoed in logs; uniqueness is the caller's concern
+  std::vector<int> prompt;
+  SamplingParams params;
+  std::optional<float> exit_threshold;  // early-exit models: overrides the model's threshold
+  bool return_logits = false;  // tests and debugging: each TokenEvent carries the raw logits
+};
+
+enum class FinishReason { kNone, kLength, kStop, kCancelled, kError };
+const char* FinishReasonName(FinishReason r);  // "length", "stop", "cancelled", "error"
+
+struct TokenEvent {
+  int token = -1;
+  float logprob = 0.0f;
+  std::vector<TokenLogprob> top_logprobs;
+  int loops = 0;  // loops of the shared block the forward that produced this token ran
+  std::vector<float> logits;  // only with GenerateRequest::return_logits
+};
+
+struct Usage {
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+  int64_t recursion_loops = 0;  // shared-block loops over all of the request's tokens
+  int preemptions = 0;
+};
+
+// One message on a request's stream: zero or more tokens, and a final one with a reason.
+struct RequestEvent {
+  std::vector<TokenEvent> tokens;
+  FinishReason finish = FinishReason::kNone;
+  std::string stop_string;  // the stop string that matched, when finish == kStop by string
+  absl::Status error;       // when finish == kError
+  Usage usage;              // filled on the final event
+  bool final() const { return finish != FinishReason::kNone; }
+};
+
+// Unbounded single-producer (engine) single-consumer (handler) queue of events. It grows by
+// at most one token per engine step, and the engine stops producing once it finishes the
+// request, so its length is bounded by max_tokens + 1.
+class EventChannel {
+ public:
+  void Push(RequestEvent e);
+  // Blocks until an event is available or `timeout_ms` passes (nullopt).
+  std::optional<RequestEvent> Pop(int timeout_ms);
+  std::optional<RequestEvent> TryPop();
+  // Reads events until the final one; returns all of them (CLI, tests).
+  std::vector<RequestEvent> DrainUntilFinal();
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<RequestEvent> events_;
+};
+
+}  // namespace morserve

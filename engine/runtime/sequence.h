@@ -1,0 +1,60 @@
+// A request inside the engine: its tokens, how far each has gone through the model, its KV
+// tables, and the rows it has in flight.
+//
+// Invariants (DESIGN.md "One engine step"; spec/models.md section 4):
+//   - positions [0, num_entered) have entered the model; [0, num_done) have completed it
+//     (every KV entry they write is written);
+//   - rows advance exactly one loop of the shared block per pass, and rows enter in position
+//     order, so a row at loop r always finds the entries of earlier positions at loop r;
+//   - a row that leaves the loop waits in `pending_tail` until every earlier position has
+//     left too: the unique layers after the loop then run in position order.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "engine/runtime/kv_block_pool.h"
+#include "engine/runtime/request.h"
+
+namespace morserve {
+
+struct Sequence;
+
+// A token inside the looped segment (or waiting for the tail), with its hidden state.
+struct Row {
+  Sequence* seq = nullptr;
+  int position = 0;
+  int loop = 0;          // next loop to run (0-based); loops run so far inside the segment
+  std::vector<float> h;  // hidden state [H]
+  std::vector<float> x0;  // token_choice: the segment input
+  float gate = 0.0f;      // expert_choice: g of the loop about to run
+  float tc_gate = 0.0f;   // token_choice: p[d-1]
+  int tc_depth = 0;       // token_choice: loops to run
+  bool exited = false;    // set by a pass when the row leaves the loop
+  std::vector<float> logits;  // [vocab] when the row is the last known token (sampled next)
+};
+
+struct Sequence {
+  uint64_t id = 0;  // arrival order; the scheduler's FIFO and preemption order
+  GenerateRequest request;
+  std::shared_ptr<EventChannel> channel;
+  uint64_t seed = 0;
+  std::vector<int> tokens;  // prompt, then generated
+  int num_prompt = 0;
+  int num_entered = 0;
+  int num_done = 0;
+  int rows_in_loop = 0;
+  std::map<int, Row> pending_tail;  // position -> row that left the loop
+  std::unique_ptr<RequestKv> kv;
+  bool cancelled = false;
+  bool running = false;
+  Usage usage;
+  std::vector<int> token_loops;  // loops of each completed position (for events)
+  double arrival_time = 0, first_token_time = 0, last_token_time = 0, admitted_time = 0;
+
+  int num_generated() const { return static_cast<int>(tokens.size()) - num_prompt; }
+};
+
+}  // namespace morserve

@@ -1,0 +1,343 @@
+// The engine against the reference implementation: every family the engine covers, both KV
+// modes, depth-wise and sequence-wise batching, staggered arrivals, chunked prefill and
+// forced preemption produce the reference's greedy tokens with logits within 1e-4 (relative
+// to max(|logit|, 1), fp32 compute). Also batch invariance, KV accounting, cancellation and
+// bad input.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "engine/reference/reference_model.h"
+#include "tests/engine_harness.h"
+
+namespace morserve {
+namespace {
+
+using testing::Greedy;
+using testing::RunResult;
+using ::testing::HasSubstr;
+
+constexpr double kLogitTolerance = 1e-4;
+
+struct FamilyCase {
+  std::string name;
+  TinyModelSpec spec;
+};
+
+TinyModelSpec Spec(const std::string& family) {
+  TinyModelSpec s;
+  s.family = family;
+  s.dtype = DType::kF32;
+  return s;
+}
+
+std::vector<FamilyCase> Families() {
+  std::vector<FamilyCase> v;
+  for (const char* f : {"vanilla", "recursive-cycle", "recursive-sequence", "recursive-middle-cycle",
+                        "recursive-middle-sequence", "recursive-untied-attn", "mor-ec", "mor-tc"}) {
+    v.push_back({f, Spec(f)});
+  }
+  TinyModelSpec ec_mlp = Spec("mor-ec");
+  ec_mlp.router = "mlp";
+  ec_mlp.activation = "tanh";
+  v.push_back({"mor-ec-mlp-tanh", ec_mlp});
+  TinyModelSpec ec_cycle = Spec("mor-ec");
+  ec_cycle.sharing = "cycle";
+  ec_cycle.aux_router = true;
+  ec_cycle.gating = "additive";
+  v.push_back({"mor-ec-cycle-aux-additive", ec_cycle});
+  TinyModelSpec ec_shared = Spec("mor-ec");
+  ec_shared.kv = "shared";
+  v.push_back({"mor-ec-kv-shared", ec_shared});
+  TinyModelSpec ec_low = Spec("mor-ec");
+  ec_low.capacity = {0.5f, 0.5f, 0.5f};  // loop 0 decided by the router too: some run 0 loops
+  v.push_back({"mor-ec-router-loop0", ec_low});
+  TinyModelSpec tc_shared = Spec("mor-tc");
+  tc_shared.kv = "shared";
+  tc_shared.router_bias = 0.3f;
+  v.push_back({"mor-tc-kv-shared", tc_shared});
+  TinyModelSpec cycle_shared = Spec("recursive-cycle");
+  cycle_shared.kv = "shared";
+  v.push_back({"recursive-cycle-kv-shared", cycle_shared});
+  return v;
+}
+
+struct Workload {
+  std::vector<GenerateRequest> requests;
+  std::vector<int> arrivals;
+};
+
+Workload MakeWorkload(int vocab, int count = 16) {
+  Workload w;
+  auto prompts = testing::MakePrompts(count, 1, 24, vocab, 7);
+  for (int i = 0; i < count; ++i) {
+    w.requests.push_back(Greedy(prompts[i], 6 + i % 5));
+    w.arrivals.push_back((i * 3) % 11);
+  }
+  return w;
+}
+
+// Checks engine results against the reference, request by request.
+void ExpectMatchesReference(const ModelWeights& weights, const Workload& w,
+                            const std::vector<RunResult>& got, const std::string& label) {
+  auto shared = std::shared_ptr<const ModelWeights>(&weights, [](const ModelWeights*) {});
+  ReferenceModel ref(shared);
+  for (size_t i = 0; i < w.requests.size(); ++i) {
+    const GenerateRequest& r = w.requests[i];
+    std::vector<StepOutput> outs;
+    const std::vector<int> want = ref.GenerateGreedy(r.prompt, r.params.max_tokens, &outs);
+    ASSERT_EQ(got[i].tokens, want) << label << " request " << i;
+    EXPECT_EQ(got[i].finish, FinishReason::kLength);
+    EXPECT_EQ(got[i].usage.completion_tokens, r.params.max_tokens);
+    EXPECT_EQ(got[i].usage.prompt_tokens, static_cast<int>(r.prompt.size()));
+    int64_t loops = 0;
+    for (size_t t = 0; t + 1 < r.prompt.size() + want.size(); ++t) loops += outs[t].trace.loops;
+    for (size_t t = 0; t < want.size(); ++t) {
+      const StepOutput& o = outs[r.prompt.size() - 1 + t];
+      EXPECT_LE(testing::MaxRelDiff(got[i].logits[t], o.logits), kLogitTolerance)
+          << label << " request " << i << " token " << t;
+      EXPECT_EQ(got[i].loops[t], o.trace.loops) << label << " request " << i << " token " << t;
+    }
+    if (got[i].usage.preemptions == 0) EXPECT_EQ(got[i].usage.recursion_loops, loops) << label;
+  }
+}
+
+class EngineFamilyTest : public ::testing::TestWithParam<FamilyCase> {};
+
+TEST_P(EngineFamilyTest, DepthAndSequenceWiseMatchReference) {
+  testing::TempDir dir;
+  auto weights = testing::MakeModel(GetParam().spec, &dir);
+  ASSERT_NE(weights, nullptr);
+  const Workload w = MakeWorkload(weights->config.vocab_size);
+  for (BatchingMode mode : {BatchingMode::kDepthWise, BatchingMode::kSequenceWise}) {
+    EngineConfig cfg;
+    cfg.mode = mode;
+    cfg.max_batch_rows = 12;
+    cfg.max_step_tokens = 10;  // prompts arrive in chunks
+    cfg.block_size = 4;
+    cfg.num_kv_blocks = 4096;
+    auto engine = Engine::Create(weights, cfg);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    auto got = testing::RunStaggered(engine->get(), w.requests, w.arrivals);
+    const std::string label = GetParam().name + (mode == BatchingMode::kDepthWise ? " depth" : " sequence");
+    ExpectMatchesReference(*weights, w, got, label);
+    EXPECT_EQ((*engine)->kv_pool().num_free(), cfg.num_kv_blocks) << label << ": blocks leaked";
+  }
+}
+
+TEST_P(EngineFamilyTest, ForcedPreemptionChangesNothing) {
+  testing::TempDir dir;
+  auto weights = testing::MakeModel(GetParam().spec, &dir);
+  ASSERT_NE(weights, nullptr);
+  const Workload w = MakeWorkload(weights->config.vocab_size);
+  EngineConfig cfg;
+  cfg.max_batch_rows = 16;
+  cfg.max_step_tokens = 64;
+  cfg.block_size = 2;
+  // Room for a few requests only: later ones preempt the newest and recompute.
+  cfg.num_kv_blocks = weights->plan.num_cache_slots * 28;
+  auto engine = Engine::Create(weights, cfg);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  auto got = testing::RunStaggered(engine->get(), w.requests, std::vector<int>(w.requests.size(), 0));
+  EXPECT_GT((*engine)->stats().preemptions, 0) << "the pool was meant to be too small";
+  ExpectMatchesReference(*weights, w, got, GetParam().name + " preempted");
+  EXPECT_EQ((*engine)->kv_pool().num_free(), cfg.num_kv_blocks);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, EngineFamilyTest, ::testing::ValuesIn(Families()),
+                         [](const auto& info) {
+                           std::string n = info.param.name;
+                           for (char& c : n) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+                           return n;
+                         });
+
+EngineConfig SmallConfig() {
+  EngineConfig cfg;
+  cfg.max_batch_rows = 16;
+  cfg.max_step_tokens = 32;
+  cfg.block_size = 4;
+  cfg.num_kv_blocks = 2048;
+  return cfg;
+}
+
+// A request's tokens and logits are bit-identical alone and inside mixed-depth batches.
+TEST(EngineTest, BatchInvariance) {
+  testing::TempDir dir;
+  auto weights = testing::MakeModel(Spec("mor-ec"), &dir);
+  ASSERT_NE(weights, nullptr);
+  const int vocab = weights->config.vocab_size;
+  GenerateRequest probe = Greedy(testing::MakePrompts(1, 9, 9, vocab, 99)[0], 12);
+  GenerateRequest sampled = probe;
+  sampled.params.temperature = 0.9f;
+  sampled.params.top_p = 0.95f;
+  sampled.params.seed = 1234;
+  sampled.request_id = "sampled";
+
+  auto run = [&](const std::vector<GenerateRequest>& reqs, const std::vector<int>& arrivals) {
+    auto engine = Engine::Create(weights, SmallConfig());
+    EXPECT_TRUE(engine.ok());
+    return testing::RunStaggered(engine->get(), reqs, arrivals);
+  };
+  const RunResult alone = run({probe}, {0})[0];
+  const RunResult sampled_alone = run({sampled}, {0})[0];
+  for (int variant = 0; variant < 3; ++variant) {
+    Workload w = MakeWorkload(vocab, 8 + 4 * variant);
+    w.requests.push_back(probe);
+    w.arrivals.push_back(variant * 2);
+    w.requests.push_back(sampled);
+    w.arrivals.push_back(variant);
+    auto got = run(w.requests, w.arrivals);
+    const RunResult& mixed = got[got.size() - 2];
+    EXPECT_EQ(mixed.tokens, alone.tokens) << "variant " << variant;
+    for (size_t t = 0; t < alone.logits.size(); ++t) {
+      EXPECT_EQ(mixed.logits[t], alone.logits[t]) << "variant " << variant << " token " << t;
+    }
+    EXPECT_EQ(got.back().tokens, sampled_alone.tokens) << "seeded sampling, variant " << variant;
+  }
+}
+
+// Recursion-wise caching: each (loop, layer) slot holds exactly the tokens that reached it.
+TEST(EngineTest, RecursionWiseSlotsHoldOnlyTokensThatReachedThem) {
+  testing::TempDir dir;
+  auto weights = testing::MakeModel(Spec("mor-ec"), &dir);
+  ASSERT_NE(weights, nullptr);
+  const std::vector<int> prompt = testing::MakePrompts(1, 20, 20, weights->config.vocab_size, 5)[0];
+  auto engine = Engine::Create(weights, SmallConfig());
+  ASSERT_TRUE(engine.ok());
+  GenerateRequest r = Greedy(prompt, 30);
+  r.request_id = "probe";
+  auto ch = (*engine)->Submit(r);
+  ASSERT_TRUE(ch.ok());
+  for (int i = 0; i < 12; ++i) (*engine)->Step();
+  const Sequence* seq = (*engine)->scheduler().running().at(0).get();
+  // Reference run over the tokens whose forward completed.
+  ReferenceModel ref(weights);
+  const int done = seq->num_done;
+  ASSERT_GT(done, static_cast<int>(prompt.size()));
+  std::vector<int> loops;
+  for (int t = 0; t < done; ++t) loops.push_back(ref.Step(seq->tokens[t]).trace.loops);
+  const LayerPlan& plan = weights->plan;
+  const int seg = plan.looped_segment;
+  for (int loop = 0; loop < plan.segments[seg].loops; ++loop) {
+    int reached = 0, in_flight = 0;
+    for (int t = 0; t < done; ++t) reached += loops[t] > loop;
+    for (const Row& row : (*engine)->scheduler().loop_rows()) in_flight += row.loop > loop;
+    for (const auto& [pos, row] : seq->pending_tail) in_flight += row.loop > loop;
+    for (int k = 0; k < plan.segments[seg].num_layers; ++k) {
+      const int slot = plan.CacheSlot(seg, loop, k);
+      EXPECT_EQ(seq->kv->slot(slot).num_tokens(), reached + in_flight) << "loop " << loop << " layer " << k;
+      EXPECT_EQ(seq->kv->slot(slot).num_tokens(), ref.SlotEntries(slot) + in_flight);
+    }
+  }
+  (*engine)->Cancel("probe");
+  (*engine)->RunUntilIdle();
+  EXPECT_EQ((*engine)->kv_pool().num_free(), SmallConfig().num_kv_blocks);
+}
+
+TEST(EngineTest, CancelFreesBlocksAndLeavesOthersAlone) {
+  testing::TempDir dir;
+  auto weights = testing::MakeModel(Spec("mor-ec"), &dir);
+  ASSERT_NE(weights, nullptr);
+  auto engine = Engine::Create(weights, SmallConfig());
+  ASSERT_TRUE(engine.ok());
+  const auto prompts = testing::MakePrompts(3, 5, 12, weights->config.vocab_size, 3);
+  GenerateRequest victim = Greedy(prompts[0], 100);
+  victim.request_id = "victim";
+  auto v = (*engine)->Submit(victim);
+  auto a = (*engine)->Submit(Greedy(prompts[1], 10));
+  ASSERT_TRUE(v.ok() && a.ok());
+  for (int i = 0; i < 6; ++i) (*engine)->Step();
+  (*engine)->Cancel("victim");
+  (*engine)->RunUntilIdle();
+  const RunResult vr = testing::Collect(v->get());
+  EXPECT_EQ(vr.finish, FinishReason::kCancelled);
+  EXPECT_LT(vr.tokens.size(), 100u);
+  const RunResult ar = testing::Collect(a->get());
+  ReferenceModel ref(weights);
+  EXPECT_EQ(ar.tokens, ref.GenerateGreedy(prompts[1], 10));
+  EXPECT_EQ((*engine)->kv_pool().num_free(), SmallConfig().num_kv_blocks);
+}
+
+TEST(EngineTest, RejectsBadInputWithoutDisturbingOthers) {
+  testing::TempDir dir;
+  TinyModelSpec spec = Spec("mor-ec");
+  spec.max_pos = 64;
+  auto weights = testing::MakeModel(spec, &dir);
+  ASSERT_NE(weights, nullptr);
+  auto engine = Engine::Create(weights, SmallConfig());
+  ASSERT_TRUE(engine.ok());
+  const std::vector<int> ok_prompt = {1, 2, 3, 4};
+  auto good = (*engine)->Submit(Greedy(ok_prompt, 8));
+  ASSERT_TRUE(good.ok());
+  struct Bad {
+    GenerateRequest r;
+    absl::StatusCode code;
+    const char* field;
+  };
+  std::vector<Bad> bad;
+  bad.push_back({Greedy({}, 4), absl::StatusCode::kInvalidArgument, "prompt"});
+  bad.push_back({Greedy(std::vector<int>(64, 1), 1), absl::StatusCode::kFailedPrecondition, "prompt"});
+  bad.push_back({Greedy(ok_prompt, 0), absl::StatusCode::kInvalidArgument, "max_tokens"});
+  bad.push_back({Greedy(ok_prompt, 61), absl::StatusCode::kInvalidArgument, "max_tokens"});
+  bad.push_back({Greedy({1, 999}, 4), absl::StatusCode::kInvalidArgument, "prompt"});
+  GenerateRequest t = Greedy(ok_prompt, 4);
+  t.params.temperature = -1;
+  bad.push_back({t, absl::StatusCode::kInvalidArgument, "temperature"});
+  t = Greedy(ok_prompt, 4);
+  t.params.top_p = 0;
+  bad.push_back({t, absl::StatusCode::kInvalidArgument, "top_p"});
+  t = Greedy(ok_prompt, 4);
+  t.exit_threshold = -0.5f;
+  bad.push_back({t, absl::StatusCode::kInvalidArgument, "exit_threshold"});
+  for (const Bad& b : bad) {
+    auto s = (*engine)->Submit(b.r);
+    ASSERT_FALSE(s.ok()) << b.field;
+    EXPECT_EQ(s.status().code(), b.code) << b.field << ": " << s.status();
+    EXPECT_THAT(std::string(s.status().message()), HasSubstr(b.field));
+  }
+  (*engine)->RunUntilIdle();
+  ReferenceModel ref(weights);
+  EXPECT_EQ(testing::Collect(good->get()).tokens, ref.GenerateGreedy(ok_prompt, 8));
+}
+
+TEST(EngineTest, QueueLimitRejectsWithResourceExhausted) {
+  testing::TempDir dir;
+  auto weights = testing::MakeModel(Spec("vanilla"), &dir);
+  ASSERT_NE(weights, nullptr);
+  EngineConfig cfg = SmallConfig();
+  cfg.max_queue = 2;
+  cfg.max_running = 1;
+  auto engine = Engine::Create(weights, cfg);
+  ASSERT_TRUE(engine.ok());
+  std::vector<std::shared_ptr<EventChannel>> accepted;
+  for (int i = 0; i < 3; ++i) {
+    auto ch = (*engine)->Submit(Greedy({1, 2, 3}, 3));
+    ASSERT_TRUE(ch.ok());
+    accepted.push_back(*ch);
+  }
+  auto rejected = (*engine)->Submit(Greedy({1, 2, 3}, 3));
+  ASSERT_FALSE(rejected.ok());
+  EXPECT_EQ(rejected.status().code(), absl::StatusCode::kResourceExhausted);
+  (*engine)->RunUntilIdle();
+  for (auto& ch : accepted) EXPECT_EQ(testing::Collect(ch.get()).tokens.size(), 3u);
+}
+
+// The engine thread serves concurrent submitters.
+TEST(EngineTest, EngineThreadServesConcurrentRequests) {
+  testing::TempDir dir;
+  auto weights = testing::MakeModel(Spec("mor-tc"), &dir);
+  ASSERT_NE(weights, nullptr);
+  auto engine = Engine::Create(weights, SmallConfig());
+  ASSERT_TRUE(engine.ok());
+  (*engine)->Start();
+  const auto prompts = testing::MakePrompts(8, 1, 16, weights->config.vocab_size, 11);
+  std::vector<std::shared_ptr<EventChannel>> chans;
+  for (const auto& p : prompts) chans.push_back(*(*engine)->Submit(Greedy(p, 7)));
+  ReferenceModel ref(weights);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(testing::Collect(chans[i].get()).tokens, ref.GenerateGreedy(prompts[i], 7));
+  }
+  (*engine)->Stop();
+}
+
+}  // namespace
+}  // namespace morserve
