@@ -16,6 +16,8 @@ struct Command {
 const Command kCommands[] = {
     {"inspect", morserve::InspectCommand, "DIR: print the layer plan, parameters and KV sizes"},
     {"mkmodel", morserve::MkmodelCommand, "--family F --out DIR: write a random tiny model"},
+    {"generate", morserve::GenerateCommand, "--model DIR --prompt-ids 1,2,3: run the engine"},
+    {"bench", morserve::BenchCommand, "--models DIR[,DIR]: decode throughput protocol (JSON)"},
 };
 
 int Usage() {

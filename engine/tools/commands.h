@@ -11,5 +11,7 @@ using Args = std::vector<std::string>;
 
 int InspectCommand(const Args& args);   // morserve inspect DIR
 int MkmodelCommand(const Args& args);   // morserve mkmodel --family F --out DIR [...]
+int GenerateCommand(const Args& args);  // morserve generate --model DIR --prompt-ids ...
+int BenchCommand(const Args& args);     // morserve bench --models DIR[,DIR...] [...]
 
 }  // namespace morserve

@@ -1,0 +1,241 @@
+// `morserve bench`: the decode-throughput protocol of DESIGN.md (after MoR Appendix D),
+// engine only, no network. For every model x batch setting x batching mode, in one run:
+// warm up, then submit N requests at once to the FIFO queue (a fixed short prompt, output
+// lengths ~ N(mean, std) drawn from a fixed seed, greedy, EOS ignored) and step the engine
+// until all finish. Reports tokens/s, shared-block rows/s, batch fill ratio, rows and
+// exits per loop, KV blocks, preemptions; prints a table with side-by-side ratios and
+// writes everything as JSON.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <random>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "engine/model/weights.h"
+#include "engine/runtime/engine.h"
+#include "engine/tools/commands.h"
+#include "engine/tools/engine_flags.h"
+#include "nlohmann/json.hpp"
+
+namespace morserve {
+namespace {
+
+using nlohmann::json;
+
+constexpr char kUsage[] =
+    "usage: morserve bench --models DIR[,DIR...] [--requests 1000] [--mean-tokens 256]\n"
+    "         [--std-tokens 64] [--prompt-len 1] [--batches 32,256] [--modes depth,sequence]\n"
+    "         [--warmup 32] [--seed 1] [--out bench.json] [engine flags: --compute f32|bf16\n"
+    "          --kv-cache-mb N --block-size N --threads N]\n";
+
+struct Workload {
+  std::vector<int> prompt;
+  std::vector<int> output_lengths;
+};
+
+Workload MakeWorkload(int requests, double mean, double stddev, int prompt_len, int context,
+                      uint64_t seed) {
+  Workload w;
+  for (int i = 0; i < prompt_len; ++i) w.prompt.push_back(1 + i);
+  std::mt19937_64 rng(seed);
+  auto uniform = [&] { return (static_cast<double>(rng() >> 11) + 0.5) / 9007199254740992.0; };
+  for (int i = 0; i < requests; ++i) {  // Box-Muller: same lengths with every libstdc++
+    const double z = std::sqrt(-2.0 * std::log(uniform())) * std::cos(2.0 * M_PI * uniform());
+    const int len = static_cast<int>(std::lround(mean + stddev * z));
+    w.output_lengths.push_back(std::clamp(len, 1, context - prompt_len));
+  }
+  return w;
+}
+
+void RunRequests(Engine* engine, const std::vector<int>& prompt, const std::vector<int>& lengths) {
+  std::vector<std::shared_ptr<EventChannel>> channels;
+  for (int len : lengths) {
+    GenerateRequest r;
+    r.prompt = prompt;
+    r.params.temperature = 0.0f;
+    r.params.max_tokens = len;
+    r.params.ignore_eos = true;
+    auto ch = engine->Submit(r);
+    if (ch.ok()) channels.push_back(*ch);
+  }
+  engine->RunUntilIdle();
+}
+
+json StatsDelta(const EngineStats& a, const EngineStats& b, double seconds, int batch) {
+  auto diff = [](const std::vector<int64_t>& x, const std::vector<int64_t>& y) {
+    std::vector<int64_t> d(y.size());
+    for (size_t i = 0; i < y.size(); ++i) d[i] = y[i] - (i < x.size() ? x[i] : 0);
+    return d;
+  };
+  const int64_t tokens = b.tokens_generated - a.tokens_generated;
+  const int64_t rows = b.pass_rows - a.pass_rows;
+  const int64_t capacity = b.pass_row_capacity - a.pass_row_capacity;
+  return {{"seconds", seconds},
+          {"tokens_generated", tokens},
+          {"tokens_per_s", tokens / seconds},
+          {"steps", b.steps - a.steps},
+          {"shared_block_passes", b.passes - a.passes},
+          {"shared_block_rows", rows},
+          {"shared_block_rows_per_s", rows / seconds},
+          {"batch_fill_ratio", capacity ? static_cast<double>(rows) / capacity : 0.0},
+          {"mean_rows_per_pass", (b.passes - a.passes) ? static_cast<double>(rows) / (b.passes - a.passes) : 0.0},
+          {"rows_per_loop", diff(a.rows_per_loop, b.rows_per_loop)},
+          {"exits_per_loop", diff(a.exits_per_loop, b.exits_per_loop)},
+          {"max_kv_blocks_used", b.max_kv_blocks_used},
+          {"kv_blocks_total", b.kv_blocks_total},
+          {"preemptions", b.preemptions - a.preemptions},
+          {"max_batch_rows", batch}};
+}
+
+json ModelInfo(const ModelWeights& w, const std::string& dir) {
+  const RecursionConfig& r = w.config.recursion;
+  return {{"dir", dir},
+          {"layers_unrolled", w.plan.num_unrolled_layers()},
+          {"hidden", w.config.hidden_size},
+          {"sharing", SharingName(r.sharing)},
+          {"routing", RoutingName(r.routing)},
+          {"num_recursions", r.num_recursions},
+          {"capacity", r.router.capacity}};
+}
+
+void PrintRow(const json& run) {
+  const json& s = run["stats"];
+  std::printf("%-28s %-8s %6d %10.1f %12.1f %7.3f %9.2f %6d  %s\n",
+              run["model"]["dir"].get<std::string>().substr(0, 28).c_str(),
+              run["mode"].get<std::string>().c_str(), s["max_batch_rows"].get<int>(),
+              s["tokens_per_s"].get<double>(), s["shared_block_rows_per_s"].get<double>(),
+              s["batch_fill_ratio"].get<double>(), s["mean_rows_per_pass"].get<double>(),
+              s["preemptions"].get<int>(), s["rows_per_loop"].dump().c_str());
+}
+
+// depth/sequence for each (model, batch); model/vanilla for each (mode, batch).
+json Ratios(const json& runs) {
+  json out = json::array();
+  auto find = [&](const std::string& dir, const std::string& mode, int batch) -> const json* {
+    for (const json& r : runs) {
+      if (r["model"]["dir"] == dir && r["mode"] == mode && r["stats"]["max_batch_rows"] == batch) return &r;
+    }
+    return nullptr;
+  };
+  std::string vanilla;
+  for (const json& r : runs) {
+    if (r["model"]["num_recursions"] == 1 && vanilla.empty()) vanilla = r["model"]["dir"];
+  }
+  for (const json& r : runs) {
+    const std::string dir = r["model"]["dir"];
+    const int batch = r["stats"]["max_batch_rows"];
+    const double tps = r["stats"]["tokens_per_s"];
+    if (r["mode"] == "depth") {
+      if (const json* seq = find(dir, "sequence", batch)) {
+        out.push_back({{"model", dir}, {"batch", batch}, {"what", "depth-wise / sequence-wise"},
+                       {"ratio", tps / (*seq)["stats"]["tokens_per_s"].get<double>()}});
+      }
+    }
+    if (!vanilla.empty() && dir != vanilla) {
+      if (const json* v = find(vanilla, r["mode"], batch)) {
+        out.push_back({{"model", dir}, {"batch", batch}, {"mode", r["mode"]},
+                       {"what", "model / vanilla (same mode)"},
+                       {"ratio", tps / (*v)["stats"]["tokens_per_s"].get<double>()}});
+      }
+    }
+  }
+  return out;
+}
+
+int Fail(const std::string& msg) {
+  std::fprintf(stderr, "morserve bench: %s\n", msg.c_str());
+  return 1;
+}
+
+}  // namespace
+
+int BenchCommand(const Args& args) {
+  std::set<std::string> value_flags = {"models", "requests", "mean-tokens", "std-tokens",
+                                       "prompt-len", "batches", "modes", "warmup", "seed", "out"};
+  value_flags.insert(EngineFlagNames().begin(), EngineFlagNames().end());
+  auto flags = Flags::Parse(args, value_flags, {"help"});
+  if (!flags.ok() || flags->Has("help") || !flags->Has("models")) {
+    if (!flags.ok()) std::fprintf(stderr, "morserve bench: %s\n", std::string(flags.status().message()).c_str());
+    std::fputs(kUsage, stderr);
+    return flags.ok() && flags->Has("help") ? 0 : 2;
+  }
+  auto requests = flags->GetInt("requests", 1000);
+  auto mean = flags->GetDouble("mean-tokens", 256);
+  auto stddev = flags->GetDouble("std-tokens", 64);
+  auto prompt_len = flags->GetInt("prompt-len", 1);
+  auto warmup = flags->GetInt("warmup", 32);
+  auto seed = flags->GetInt("seed", 1);
+  for (const absl::Status& s : {requests.status(), mean.status(), stddev.status(),
+                                prompt_len.status(), warmup.status(), seed.status()}) {
+    if (!s.ok()) return Fail(std::string(s.message()));
+  }
+  std::vector<int> batches;
+  for (const std::string& b : flags->GetList("batches").empty() ? std::vector<std::string>{"32", "256"}
+                                                                : flags->GetList("batches")) {
+    int v;
+    if (!absl::SimpleAtoi(b, &v) || v < 1) return Fail("--batches: positive integers");
+    batches.push_back(v);
+  }
+  std::vector<BatchingMode> modes;
+  for (const std::string& m : flags->GetList("modes").empty() ? std::vector<std::string>{"depth", "sequence"}
+                                                              : flags->GetList("modes")) {
+    auto mode = ParseBatchingMode(m);
+    if (!mode.ok()) return Fail(std::string(mode.status().message()));
+    modes.push_back(*mode);
+  }
+  auto base = EngineConfigFromFlags(*flags);
+  if (!base.ok()) return Fail(std::string(base.status().message()));
+  if (!flags->Has("kv-cache-mb") && !flags->Has("kv-blocks")) base->kv_cache_bytes = 2048ll << 20;
+
+  json runs = json::array();
+  std::printf("%-28s %-8s %6s %10s %12s %7s %9s %6s  %s\n", "model", "mode", "batch", "tok/s",
+              "block rows/s", "fill", "rows/pass", "preempt", "rows per loop");
+  for (const std::string& dir : flags->GetList("models")) {
+    auto weights = LoadModel(dir);
+    if (!weights.ok()) return Fail(std::string(weights.status().message()));
+    const Workload w = MakeWorkload(*requests, *mean, *stddev, *prompt_len,
+                                    (*weights)->config.max_position_embeddings, *seed);
+    for (int batch : batches) {
+      for (BatchingMode mode : modes) {
+        EngineConfig cfg = *base;
+        cfg.mode = mode;
+        cfg.max_batch_rows = batch;
+        cfg.max_running = batch;
+        cfg.max_queue = *requests + *warmup;
+        auto engine = Engine::Create(*weights, cfg);
+        if (!engine.ok()) return Fail(std::string(engine.status().message()));
+        RunRequests(engine->get(), w.prompt, std::vector<int>(*warmup, 16));
+        const EngineStats before = (*engine)->stats();
+        const auto t0 = std::chrono::steady_clock::now();
+        RunRequests(engine->get(), w.prompt, w.output_lengths);
+        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        json run = {{"model", ModelInfo(**weights, dir)},
+                    {"mode", BatchingModeName(mode)},
+                    {"stats", StatsDelta(before, (*engine)->stats(), secs, batch)}};
+        PrintRow(run);
+        std::fflush(stdout);
+        runs.push_back(run);
+      }
+    }
+  }
+  const json ratios = Ratios(runs);
+  std::printf("\nratios (tokens/s, measured side by side in this run):\n");
+  for (const json& r : ratios) {
+    std::printf("  %-28s batch %4d %-9s %-30s %.3f\n", r["model"].get<std::string>().substr(0, 28).c_str(),
+                r["batch"].get<int>(), r.value("mode", "").c_str(), r["what"].get<std::string>().c_str(),
+                r["ratio"].get<double>());
+  }
+  const json report = {{"protocol", {{"requests", *requests}, {"mean_tokens", *mean}, {"std_tokens", *stddev},
+                                     {"prompt_len", *prompt_len}, {"warmup", *warmup}, {"seed", *seed},
+                                     {"compute", base->compute == ComputeType::kBF16 ? "bf16" : "f32"}}},
+                       {"runs", runs},
+                       {"ratios", ratios}};
+  const std::string out = flags->Get("out", "bench.json");
+  std::ofstream(out) << report.dump(2) << "\n";
+  std::printf("wrote %s\n", out.c_str());
+  return 0;
+}
+
+}  // namespace morserve

@@ -1,0 +1,56 @@
+// Engine flags (see engine_flags.h).
+#include "engine/tools/engine_flags.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace morserve {
+
+const std::set<std::string>& EngineFlagNames() {
+  static const std::set<std::string> names = {"mode", "compute", "max-batch", "max-step-tokens",
+                                              "max-running", "block-size", "kv-blocks",
+                                              "kv-cache-mb", "threads"};
+  return names;
+}
+
+absl::StatusOr<BatchingMode> ParseBatchingMode(const std::string& s) {
+  if (s == "depth") return BatchingMode::kDepthWise;
+  if (s == "sequence") return BatchingMode::kSequenceWise;
+  return absl::InvalidArgumentError(absl::StrCat("--mode: depth or sequence, got '", s, "'"));
+}
+
+const char* BatchingModeName(BatchingMode m) {
+  return m == BatchingMode::kDepthWise ? "depth" : "sequence";
+}
+
+absl::StatusOr<EngineConfig> EngineConfigFromFlags(const Flags& flags) {
+  EngineConfig c;
+  auto mode = ParseBatchingMode(flags.Get("mode", "depth"));
+  if (!mode.ok()) return mode.status();
+  c.mode = *mode;
+  const std::string compute = flags.Get("compute", "f32");
+  if (compute != "f32" && compute != "bf16") {
+    return absl::InvalidArgumentError("--compute: f32 or bf16");
+  }
+  c.compute = compute == "bf16" ? ComputeType::kBF16 : ComputeType::kF32;
+  struct IntFlag {
+    const char* name;
+    int* out;
+    int min;
+  };
+  int kv_mb = static_cast<int>(c.kv_cache_bytes >> 20);
+  for (IntFlag f : {IntFlag{"max-batch", &c.max_batch_rows, 1},
+                    IntFlag{"max-step-tokens", &c.max_step_tokens, 1},
+                    IntFlag{"max-running", &c.max_running, 1}, IntFlag{"block-size", &c.block_size, 1},
+                    IntFlag{"kv-blocks", &c.num_kv_blocks, 0}, IntFlag{"kv-cache-mb", &kv_mb, 1},
+                    IntFlag{"threads", &c.threads, 0}}) {
+    auto v = flags.GetInt(f.name, *f.out);
+    if (!v.ok()) return v.status();
+    if (*v < f.min) return absl::InvalidArgumentError(absl::StrCat("--", f.name, ": must be >= ", f.min));
+    *f.out = *v;
+  }
+  c.kv_cache_bytes = static_cast<int64_t>(kv_mb) << 20;
+  if (!flags.Has("max-running")) c.max_running = c.max_batch_rows;
+  return c;
+}
+
+}  // namespace morserve

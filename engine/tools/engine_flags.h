@@ -1,0 +1,20 @@
+// Engine settings from command-line flags, shared by `generate` and `bench`:
+//   --mode depth|sequence  --compute f32|bf16  --max-batch N  --max-step-tokens N
+//   --max-running N  --block-size N  --kv-blocks N  --kv-cache-mb N  --threads N
+#pragma once
+
+#include <set>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "engine/runtime/engine_config.h"
+#include "engine/tools/flags.h"
+
+namespace morserve {
+
+const std::set<std::string>& EngineFlagNames();
+absl::StatusOr<EngineConfig> EngineConfigFromFlags(const Flags& flags);
+absl::StatusOr<BatchingMode> ParseBatchingMode(const std::string& s);
+const char* BatchingModeName(BatchingMode m);
+
+}  // namespace morserve
