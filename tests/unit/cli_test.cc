@@ -1,0 +1,105 @@
+// The `morserve generate` and `morserve bench` commands, run as a user runs them.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "engine/model/weights.h"
+#include "engine/reference/reference_model.h"
+#include "engine/tools/mkmodel.h"
+#include "nlohmann/json.hpp"
+#include "tests/testutil.h"
+
+namespace morserve {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+std::string MakeModelDir(testing::TempDir& dir, const std::string& family) {
+  TinyModelSpec spec;
+  spec.family = family;
+  const std::string path = dir.File(family);
+  EXPECT_TRUE(WriteTinyModel(spec, path).ok());
+  return path;
+}
+
+TEST(CliTest, GenerateMatchesReferenceForEveryFamily) {
+  testing::TempDir dir;
+  for (const char* family : {"vanilla", "recursive-cycle", "recursive-untied-attn", "mor-ec", "mor-tc"}) {
+    const std::string model = MakeModelDir(dir, family);
+    auto r = testing::RunCommand(testing::MorserveBinary() + " generate --model " + model +
+                                 " --prompt-ids 5,6,7,8 --max-tokens 6 --ignore-eos --logprobs 3 --json");
+    ASSERT_EQ(r.exit_code, 0) << family << ": " << r.output;
+    const json out = json::parse(r.output);
+    auto weights = LoadModel(model);
+    ASSERT_TRUE(weights.ok());
+    ReferenceModel ref(*weights);
+    std::vector<StepOutput> steps;
+    const std::vector<int> want = ref.GenerateGreedy({5, 6, 7, 8}, 6, &steps);
+    ASSERT_EQ(out["tokens"].size(), want.size()) << family;
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ(out["tokens"][i]["id"].get<int>(), want[i]) << family << " token " << i;
+      EXPECT_EQ(out["tokens"][i]["loops"].get<int>(), steps[3 + i].trace.loops) << family;
+      EXPECT_EQ(out["tokens"][i]["top_logprobs"].size(), 3u);
+      EXPECT_EQ(out["tokens"][i]["top_logprobs"][0]["id"].get<int>(), want[i]);
+    }
+    EXPECT_EQ(out["finish_reason"], "length");
+    EXPECT_EQ(out["usage"]["completion_tokens"], 6);
+    EXPECT_EQ(out["usage"]["prompt_tokens"], 4);
+  }
+}
+
+TEST(CliTest, GenerateRejectsBadInput) {
+  testing::TempDir dir;
+  const std::string model = MakeModelDir(dir, "mor-ec");
+  auto r = testing::RunCommand(testing::MorserveBinary() + " generate --model " + model + " --prompt-ids 1,4096");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("outside the vocabulary"));
+  r = testing::RunCommand(testing::MorserveBinary() + " generate --model " + model + " --prompt-ids 1 --top-p 0");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("top_p"));
+  r = testing::RunCommand(testing::MorserveBinary() + " generate --model " + model + " --prompt-ids 1 --bogus 3");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("unknown flag --bogus"));
+  r = testing::RunCommand(testing::MorserveBinary() + " generate --model " + dir.File("missing") + " --prompt-ids 1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.output, HasSubstr("config.json"));
+}
+
+// The benchmark's counts add up: every requested token is generated, rows per loop sum to
+// the shared-block rows, and each depth-wise run has its sequence-wise twin in the ratios.
+TEST(CliTest, BenchWritesConsistentJson) {
+  testing::TempDir dir;
+  const std::string mor = MakeModelDir(dir, "mor-ec");
+  const std::string vanilla = MakeModelDir(dir, "vanilla");
+  const std::string out = dir.File("bench.json");
+  auto r = testing::RunCommand(testing::MorserveBinary() + " bench --models " + mor + "," + vanilla +
+                               " --requests 12 --mean-tokens 10 --std-tokens 3 --batches 4,16 --warmup 2"
+                               " --kv-cache-mb 16 --out " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json report = json::parse(testing::ReadFile(out));
+  ASSERT_EQ(report["runs"].size(), 8u);
+  int64_t expected_tokens = -1;
+  for (const json& run : report["runs"]) {
+    const json& s = run["stats"];
+    if (expected_tokens < 0) expected_tokens = s["tokens_generated"];
+    EXPECT_EQ(s["tokens_generated"], expected_tokens) << "same workload in every run";
+    int64_t loop_rows = 0;
+    for (int64_t v : s["rows_per_loop"]) loop_rows += v;
+    if (run["model"]["routing"] == "expert_choice") {
+      EXPECT_EQ(loop_rows, s["shared_block_rows"].get<int64_t>());
+      EXPECT_GT(s["batch_fill_ratio"].get<double>(), 0.0);
+      EXPECT_LE(s["batch_fill_ratio"].get<double>(), 1.0);
+    }
+  }
+  EXPECT_GT(expected_tokens, 12);
+  int depth_vs_sequence = 0, vs_vanilla = 0;
+  for (const json& ratio : report["ratios"]) {
+    depth_vs_sequence += ratio["what"] == "depth-wise / sequence-wise";
+    vs_vanilla += ratio["what"] == "model / vanilla (same mode)";
+  }
+  EXPECT_EQ(depth_vs_sequence, 4);
+  EXPECT_EQ(vs_vanilla, 4);
+}
+
+}  // namespace
+}  // namespace morserve
