@@ -27,6 +27,14 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Mod
   int blocks = config.num_kv_blocks;
   if (blocks <= 0) blocks = static_cast<int>(config.kv_cache_bytes / KvBlockBytes(weights->config, config.block_size));
   if (blocks < 1) return absl::InvalidArgumentError("kv cache: room for no block");
+  const RecursionConfig& rec = weights->config.recursion;
+  if (rec.routing == Routing::kEarlyExit && rec.early_exit.exit_kv == ExitKv::kPropagate) {
+    // Propagated entries must reach later loops' slots in position order, which needs the
+    // exited token to ride the later loops as a K/V-only row; until then, refuse rather
+    // than serve numbers that differ from spec/models.md.
+    return absl::UnimplementedError(
+        "recursion.early_exit.exit_kv: propagate is not served by this engine yet (skip is)");
+  }
   auto runner = CreateCpuModelRunner(weights, config, blocks);
   if (!runner.ok()) return runner.status();
   return std::unique_ptr<Engine>(new Engine(std::move(weights), config, std::move(*runner), blocks));

@@ -55,6 +55,15 @@ std::vector<FamilyCase> Families() {
   tc_shared.kv = "shared";
   tc_shared.router_bias = 0.3f;
   v.push_back({"mor-tc-kv-shared", tc_shared});
+  v.push_back({"relaxed-lora", Spec("relaxed-lora")});
+  TinyModelSpec early = Spec("early-exit");
+  early.exit_kv = "skip";
+  early.exit_threshold = 0.2f;  // tiny models are unsure: this bar gives exits after 1, 2 and 3 loops
+  v.push_back({"early-exit-skip", early});
+  v.push_back({"recurrent", Spec("recurrent")});
+  TinyModelSpec recurrent_mor = Spec("mor-ec");
+  recurrent_mor.layer_kind = "recurrent";
+  v.push_back({"recurrent-mor-ec", recurrent_mor});
   TinyModelSpec cycle_shared = Spec("recursive-cycle");
   cycle_shared.kv = "shared";
   v.push_back({"recursive-cycle-kv-shared", cycle_shared});
@@ -337,6 +346,25 @@ TEST(EngineTest, EngineThreadServesConcurrentRequests) {
     EXPECT_EQ(testing::Collect(chans[i].get()).tokens, ref.GenerateGreedy(prompts[i], 7));
   }
   (*engine)->Stop();
+}
+
+}  // namespace
+}  // namespace morserve
+
+namespace morserve {
+namespace {
+
+// exit_kv propagate is refused at load rather than served with the wrong K/V.
+TEST(EngineTest, RefusesEarlyExitPropagate) {
+  testing::TempDir dir;
+  TinyModelSpec spec = Spec("early-exit");
+  spec.exit_kv = "propagate";
+  auto weights = testing::MakeModel(spec, &dir);
+  ASSERT_NE(weights, nullptr);
+  auto engine = Engine::Create(weights, SmallConfig());
+  ASSERT_FALSE(engine.ok());
+  EXPECT_EQ(engine.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(engine.status().message()), HasSubstr("exit_kv"));
 }
 
 }  // namespace
