@@ -192,7 +192,14 @@ std::vector<EnteringToken> DepthScheduler::ScheduleEntering() {
       Preempt(Newest());
       ok = ReserveEntry(seq, take, false);
     }
-    if (!ok) continue;  // this request is the newest: it waits for blocks
+    if (!ok) {
+      // Alone, every block not its own is free: nothing will ever make room (as in ReservePass).
+      if (running_.size() == 1) {
+        Abort(seq, absl::ResourceExhaustedError(
+                       "the KV cache is too small for this request's context"));
+      }
+      continue;  // else this request is the newest: it waits for older ones to free blocks
+    }
     for (int t = 0; t < take; ++t) out.push_back({seq, seq->num_entered + t});
     seq->num_entered += take;
     row_budget -= take;
