@@ -1,0 +1,49 @@
+// Helpers shared by the kernels: bf16 <-> fp32 conversion on the device and the error check
+// the host launchers use. Device code only sees what is declared under __CUDACC__, so the
+// op headers (*.cuh) stay includable from plain C++ (tests, the engine's CUDA backend).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#ifdef __CUDACC__
+#include <cuda_bf16.h>
+
+namespace morserve::kernels {
+
+// bf16 tensors are passed as raw uint16 bit patterns (the engine's convention); these are the
+// exact widening and the round-to-nearest-even narrowing that PyTorch uses.
+__device__ __forceinline__ float Bf16BitsToF32(uint16_t b) {
+  return __uint_as_float(static_cast<uint32_t>(b) << 16);
+}
+__device__ __forceinline__ uint16_t F32ToBf16Bits(float f) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+}
+
+// Loads/stores one element of a tensor whose element type is a template argument:
+// float, or uint16_t holding bf16 bits.
+template <typename T>
+__device__ __forceinline__ float LoadF32(const T* p, int64_t i);
+template <>
+__device__ __forceinline__ float LoadF32<float>(const float* p, int64_t i) {
+  return p[i];
+}
+template <>
+__device__ __forceinline__ float LoadF32<uint16_t>(const uint16_t* p, int64_t i) {
+  return Bf16BitsToF32(p[i]);
+}
+
+template <typename T>
+__device__ __forceinline__ void StoreF32(T* p, int64_t i, float v);
+template <>
+__device__ __forceinline__ void StoreF32<float>(float* p, int64_t i, float v) {
+  p[i] = v;
+}
+template <>
+__device__ __forceinline__ void StoreF32<uint16_t>(uint16_t* p, int64_t i, float v) {
+  p[i] = F32ToBf16Bits(v);
+}
+
+}  // namespace morserve::kernels
+#endif  // __CUDACC__

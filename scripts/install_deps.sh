@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs the Debian (bookworm) packages morserve needs, and only those that are missing:
+# `dpkg -s` checks each one, and `apt-get update` runs only when something must be installed,
+# so a second run on a ready machine takes well under a second. Shared by test.sh and run.sh.
+#
+# The CUDA toolkit is not a Debian package here: it is found at /usr/local/cuda when the
+# machine has it (MORSERVE_CUDA=AUTO), and the build works without it.
+set -euo pipefail
+
+# Build and engine: compiler, build tools, GoogleTest, libzip (its CMake config references the
+# zipcmp/zipmerge/ziptool binaries, so they must be present), PCRE2, nlohmann-json, oneDNN,
+# Abseil.
+PACKAGES=(
+  cmake ninja-build g++ pkg-config
+  libgtest-dev libgmock-dev
+  libzip-dev zipcmp zipmerge ziptool
+  libpcre2-dev nlohmann-json3-dev libdnnl-dev libabsl-dev
+  # Server, metrics and gateway (MORSERVE_SERVER): gRPC, Protobuf, prometheus-cpp, Boost.
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  prometheus-cpp-dev libboost-dev
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+echo "install_deps: installing ${missing[*]}" >&2
+SUDO=()
+if [ "$(id -u)" -ne 0 ]; then
+  SUDO=(sudo)
+fi
+export DEBIAN_FRONTEND=noninteractive
+"${SUDO[@]}" apt-get update -q
+"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
+  apt-get install -y -q "${missing[@]}"
