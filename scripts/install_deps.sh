@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian (bookworm) packages morserve needs, and only those that are missing:
-# `dpkg -s` checks each one, and `apt-get update` runs only when something must be installed,
+# dpkg-query checks each one, and `apt-get update` runs only when something must be installed,
 # so a second run on a ready machine takes well under a second. Shared by test.sh and run.sh.
 #
 # The CUDA toolkit is not a Debian package here: it is found at /usr/local/cuda when the
@@ -22,7 +22,9 @@ PACKAGES=(
 
 missing=()
 for p in "${PACKAGES[@]}"; do
-  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+  # "install ok installed": dpkg -s alone also succeeds for removed packages that left config.
+  [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" = "install ok installed" ] ||
+    missing+=("$p")
 done
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
