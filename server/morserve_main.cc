@@ -18,6 +18,7 @@ const Command kCommands[] = {
     {"mkmodel", morserve::MkmodelCommand, "--family F --out DIR: write a random tiny model"},
     {"generate", morserve::GenerateCommand, "--model DIR --prompt-ids 1,2,3: run the engine"},
     {"bench", morserve::BenchCommand, "--models DIR[,DIR]: decode throughput protocol (JSON)"},
+    {"convert", morserve::ConvertCommand, "--from DIR --out DIR ...: vanilla -> Recursive, MoR run"},
 };
 
 int Usage() {
