@@ -241,7 +241,9 @@ void DepthScheduler::ReservePass() {
 void DepthScheduler::CollectExits() {
   auto keep = loop_rows_.begin();
   for (auto it = loop_rows_.begin(); it != loop_rows_.end(); ++it) {
-    if (it->exited) {
+    if (it->exited && it->kv_only) {
+      continue;  // its last later-loop entries are written: gone
+    } else if (it->exited) {
       --it->seq->rows_in_loop;
       const int pos = it->position;
       it->seq->pending_tail.emplace(pos, std::move(*it));

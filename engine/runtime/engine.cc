@@ -28,12 +28,12 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Mod
   if (blocks <= 0) blocks = static_cast<int>(config.kv_cache_bytes / KvBlockBytes(weights->config, config.block_size));
   if (blocks < 1) return absl::InvalidArgumentError("kv cache: room for no block");
   const RecursionConfig& rec = weights->config.recursion;
-  if (rec.routing == Routing::kEarlyExit && rec.early_exit.exit_kv == ExitKv::kPropagate) {
-    // Propagated entries must reach later loops' slots in position order, which needs the
-    // exited token to ride the later loops as a K/V-only row; until then, refuse rather
-    // than serve numbers that differ from spec/models.md.
+  if (rec.routing == Routing::kEarlyExit && rec.early_exit.exit_kv == ExitKv::kPropagate &&
+      rec.layer_kind == LayerKind::kRecurrent) {
+    // A recurrent layer writes its pair after the layer output exists; a K/V-only row has
+    // no output. Refuse rather than serve numbers that differ from spec/models.md.
     return absl::UnimplementedError(
-        "recursion.early_exit.exit_kv: propagate is not served by this engine yet (skip is)");
+        "recursion.early_exit.exit_kv: propagate is not served for layer_kind recurrent");
   }
   auto runner = CreateCpuModelRunner(weights, config, blocks);
   if (!runner.ok()) return runner.status();

@@ -216,14 +216,25 @@ void ModelExecutor::BlockPass(std::vector<Row>* rows) {
   const std::vector<float> h_in = Gather(ptrs);
   std::vector<float> h = h_in;
   const Segment& seg = plan_.segments[looped];
-  for (int k = 0; k < seg.num_layers; ++k) RunLayer(looped, k, ptrs, &h);
+  const int hs = cfg_.hidden_size;
+  for (int k = 0; k < seg.num_layers; ++k) {
+    RunLayer(looped, k, ptrs, &h);
+    // K/V-only rows: the exit state is the input of every skipped layer (spec section 3).
+    for (size_t i = 0; i < ptrs.size(); ++i) {
+      if (ptrs[i]->kv_only) std::copy(&h_in[i * hs], &h_in[(i + 1) * hs], &h[i * hs]);
+    }
+  }
 
   const RecursionConfig& rc = cfg_.recursion;
-  const int hs = cfg_.hidden_size, nr = rc.num_recursions;
+  const int nr = rc.num_recursions;
   std::vector<Row*> undecided;
   for (size_t i = 0; i < ptrs.size(); ++i) {
     Row& r = *ptrs[i];
     float* out = &h[i * hs];
+    if (r.kv_only) {
+      r.exited = ++r.loop == nr;
+      continue;
+    }
     if (rc.routing == Routing::kExpertChoice) {  // h = h + g * Block(h)
       const double g = rc.router.gating == Gating::kAdditive ? 1.0 : r.gate;
       for (int d = 0; d < hs; ++d) out[d] = static_cast<float>(h_in[i * hs + d] + g * out[d]);
@@ -242,7 +253,23 @@ void ModelExecutor::BlockPass(std::vector<Row>* rows) {
   }
   Scatter(h, ptrs);
   if (rc.routing == Routing::kExpertChoice) DecideExpert(undecided);
-  if (rc.routing == Routing::kEarlyExit) ExitByConfidence(undecided);
+  if (rc.routing == Routing::kEarlyExit) {
+    ExitByConfidence(undecided);
+    if (rc.early_exit.exit_kv == ExitKv::kPropagate) {
+      std::vector<Row> ghosts;  // appended after: `undecided` points into *rows
+      for (Row* r : undecided) {
+        if (!r->exited) continue;
+        Row ghost;
+        ghost.seq = r->seq;
+        ghost.position = r->position;
+        ghost.loop = r->loop;
+        ghost.h = r->h;
+        ghost.kv_only = true;
+        ghosts.push_back(std::move(ghost));
+      }
+      for (Row& g : ghosts) rows->push_back(std::move(g));
+    }
+  }
 }
 
 void ModelExecutor::Tail(std::vector<Row>* rows) {

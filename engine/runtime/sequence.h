@@ -33,6 +33,10 @@ struct Row {
   float tc_gate = 0.0f;   // token_choice: p[d-1]
   int tc_depth = 0;       // token_choice: loops to run
   bool exited = false;    // set by a pass when the row leaves the loop
+  // early_exit with exit_kv propagate: after its token left the loop, a K/V-only copy of the
+  // row keeps riding the later loops with the frozen exit state, writing each later slot's
+  // entry in the same pass a full row would have (so entries stay in position order).
+  bool kv_only = false;
   std::vector<float> logits;  // [vocab] when the row is the last known token (sampled next)
 };
 

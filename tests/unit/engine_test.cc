@@ -60,6 +60,8 @@ std::vector<FamilyCase> Families() {
   early.exit_kv = "skip";
   early.exit_threshold = 0.2f;  // tiny models are unsure: this bar gives exits after 1, 2 and 3 loops
   v.push_back({"early-exit-skip", early});
+  early.exit_kv = "propagate";
+  v.push_back({"early-exit-propagate", early});
   v.push_back({"recurrent", Spec("recurrent")});
   TinyModelSpec recurrent_mor = Spec("mor-ec");
   recurrent_mor.layer_kind = "recurrent";
@@ -354,11 +356,12 @@ TEST(EngineTest, EngineThreadServesConcurrentRequests) {
 namespace morserve {
 namespace {
 
-// exit_kv propagate is refused at load rather than served with the wrong K/V.
-TEST(EngineTest, RefusesEarlyExitPropagate) {
+// exit_kv propagate with recurrent layers is refused at load, not served with wrong K/V.
+TEST(EngineTest, RefusesEarlyExitPropagateOnRecurrentLayers) {
   testing::TempDir dir;
   TinyModelSpec spec = Spec("early-exit");
   spec.exit_kv = "propagate";
+  spec.layer_kind = "recurrent";
   auto weights = testing::MakeModel(spec, &dir);
   ASSERT_NE(weights, nullptr);
   auto engine = Engine::Create(weights, SmallConfig());
