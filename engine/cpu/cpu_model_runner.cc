@@ -14,30 +14,64 @@ namespace {
 
 using Vec = std::vector<float>;
 
-// W[loop] + scale * B[loop] A[loop], dense fp32 [out, in].
-Vec DenseWeight(const LoopTensor& t, int loop) {
-  Vec w = t.At(loop).ToF32Vector();
-  if (t.lora.empty()) return w;
-  const LoraDelta& d = t.lora[loop];
-  const Vec a = d.a.ToF32Vector(), b = d.b.ToF32Vector();
-  const int rank = static_cast<int>(d.a.shape[0]), in = static_cast<int>(d.a.shape[1]);
-  const int out = static_cast<int>(d.b.shape[0]);
-  for (int o = 0; o < out; ++o) {
-    for (int i = 0; i < in; ++i) {
-      double acc = 0;
-      for (int j = 0; j < rank; ++j) acc += static_cast<double>(b[static_cast<size_t>(o) * rank + j]) * a[static_cast<size_t>(j) * in + i];
-      w[static_cast<size_t>(o) * in + i] += static_cast<float>(d.scale * acc);
-    }
+// Contiguous runs of rows at the same loop.
+template <typename Fn>
+void ForEachLoopGroup(const int* loops, int n, Fn fn) {
+  for (int begin = 0; begin < n;) {
+    int end = begin + 1;
+    while (end < n && loops[end] == loops[begin]) ++end;
+    fn(loops[begin], begin, end - begin);
+    begin = end;
   }
-  return w;
 }
 
-bool PerLoop(const LoopTensor& t) { return t.untied() || !t.lora.empty(); }
+// One loop's LoRA delta on a column range of a (fused) projection's output:
+// y[:, offset : offset + out] += scale * (x A^T) B^T.
+struct LoraPart {
+  int offset = 0;
+  int out = 0;
+  int rank = 0;
+  float scale = 0.0f;
+  std::unique_ptr<CpuLinear> a;  // [rank, in]
+  std::unique_ptr<CpuLinear> b;  // [out, rank]
+};
 
-// A linear layer that may differ per loop: variants.size() is 1 or the segment's loops.
+// A linear layer that may differ per loop. The base weight is one variant when the copies
+// are tied (it then runs once over every row of a batch, whatever their loops) or one per
+// loop (untied copies: run per group of rows at the same loop). Relaxed models add a
+// low-rank delta per loop on top of a tied base, computed per loop group.
 struct LoopLinear {
+  int n = 0;  // output width
   std::vector<std::unique_ptr<CpuLinear>> variants;
-  const CpuLinear& At(int loop) const { return *variants[variants.size() == 1 ? 0 : loop]; }
+  std::vector<std::vector<LoraPart>> lora;  // empty, or per loop
+
+  // y[rows, n] (+)= x[rows, in] W_loop^T for rows grouped by loop.
+  void Run(const int* loops, int rows, const float* x, int in, float* y, bool accumulate) const {
+    auto base = [&](const CpuLinear& w, int begin, int count) {
+      const float* xb = x + static_cast<size_t>(begin) * in;
+      float* yb = y + static_cast<size_t>(begin) * n;
+      accumulate ? w.ForwardAccumulate(xb, count, yb) : w.Forward(xb, count, yb);
+    };
+    if (variants.size() == 1) {
+      base(*variants[0], 0, rows);
+    } else {
+      ForEachLoopGroup(loops, rows, [&](int loop, int begin, int count) { base(*variants[loop], begin, count); });
+    }
+    if (lora.empty()) return;
+    ForEachLoopGroup(loops, rows, [&](int loop, int begin, int count) {
+      for (const LoraPart& part : lora[loop]) AddDelta(part, x + static_cast<size_t>(begin) * in, count, y + static_cast<size_t>(begin) * n);
+    });
+  }
+
+  void AddDelta(const LoraPart& part, const float* x, int count, float* y) const {
+    std::vector<float> t(static_cast<size_t>(count) * part.rank), d(static_cast<size_t>(count) * part.out);
+    part.a->Forward(x, count, t.data());
+    part.b->Forward(t.data(), count, d.data());
+    for (int i = 0; i < count; ++i) {
+      float* row = y + static_cast<size_t>(i) * n + part.offset;
+      for (int j = 0; j < part.out; ++j) row[j] += part.scale * d[static_cast<size_t>(i) * part.out + j];
+    }
+  }
 };
 
 struct LoopNorm {
@@ -49,17 +83,6 @@ struct CpuLayer {
   LoopLinear qkv, o, gate_up, down;  // q|k|v and gate|up fused along the output dimension
   LoopNorm in_norm, post_norm;
 };
-
-// Contiguous runs of rows at the same loop.
-template <typename Fn>
-void ForEachLoopGroup(const int* loops, int n, Fn fn) {
-  for (int begin = 0; begin < n;) {
-    int end = begin + 1;
-    while (end < n && loops[end] == loops[begin]) ++end;
-    fn(loops[begin], begin, end - begin);
-    begin = end;
-  }
-}
 
 class CpuModelRunner : public ModelRunner {
  public:
@@ -96,6 +119,7 @@ class CpuModelRunner : public ModelRunner {
   void LoadLayers();
   void LoadHeadAndRouters();
   void RouterForward(const CpuLinear& w1, const CpuLinear* w2, const float* x, int n, float* out);
+  void SplitQkv(const Vec& qkv, int n, Vec* q, Vec* k, Vec* v) const;
 
   std::shared_ptr<const ModelWeights> w_;
   const ModelConfig& cfg_;
@@ -111,20 +135,45 @@ class CpuModelRunner : public ModelRunner {
 };
 
 LoopLinear CpuModelRunner::Fused(const LayerWeights& lw, std::initializer_list<Proj> parts, int loops) {
-  bool per_loop = false;
-  for (Proj p : parts) per_loop |= PerLoop(lw.P(p));
+  bool untied = false, has_lora = false;
+  for (Proj p : parts) {
+    untied |= lw.P(p).untied();
+    has_lora |= !lw.P(p).lora.empty();
+  }
   LoopLinear out;
-  for (int r = 0; r < (per_loop ? loops : 1); ++r) {
+  for (int r = 0; r < (untied ? loops : 1); ++r) {
     Vec fused;
     int rows = 0, in = 0;
     for (Proj p : parts) {
-      const Vec w = DenseWeight(lw.P(p), r);
       const TensorView& v = lw.P(p).At(r);
+      const Vec w = v.ToF32Vector();
       rows += static_cast<int>(v.shape[0]);
       in = static_cast<int>(v.shape[1]);
       fused.insert(fused.end(), w.begin(), w.end());
     }
+    out.n = rows;
     out.variants.push_back(Linear(fused, rows, in));
+  }
+  if (!has_lora) return out;
+  out.lora.resize(loops);
+  for (int r = 0; r < loops; ++r) {
+    int offset = 0;
+    for (Proj p : parts) {
+      const LoopTensor& t = lw.P(p);
+      const int width = static_cast<int>(t.At(r).shape[0]);
+      if (!t.lora.empty()) {
+        const LoraDelta& d = t.lora[r];
+        LoraPart part;
+        part.offset = offset;
+        part.out = width;
+        part.rank = static_cast<int>(d.a.shape[0]);
+        part.scale = d.scale;
+        part.a = Linear(d.a.ToF32Vector(), part.rank, static_cast<int>(d.a.shape[1]));
+        part.b = Linear(d.b.ToF32Vector(), width, part.rank);
+        out.lora[r].push_back(std::move(part));
+      }
+      offset += width;
+    }
   }
   return out;
 }
@@ -168,24 +217,24 @@ void CpuModelRunner::LoadHeadAndRouters() {
   tc_w2_ = load(w_->router.token_choice_w2);
 }
 
+// Rows of one batch are grouped by loop: norms and per-loop weights run per group; tied
+// projections run once over every row.
 void CpuModelRunner::RunLayer(const LayerBatch& b) {
   const int n = b.n, hs = cfg_.hidden_size, qd = cfg_.q_dim(), kvd = cfg_.kv_dim();
   const int inter = cfg_.intermediate_size, qkv_dim = qd + 2 * kvd;
   const CpuLayer& L = layers_[w_->plan.segments[b.segment].first_layer_slot + b.k];
   const LayerKvPlan& kv = *b.kv;
+  auto norm = [&](const LoopNorm& w, const float* x, float* out) {
+    ForEachLoopGroup(b.loops, n, [&](int loop, int begin, int count) {
+      RmsNormRows(x + static_cast<size_t>(begin) * hs, w.At(loop).data(), count, hs,
+                  cfg_.rms_norm_eps, out + static_cast<size_t>(begin) * hs);
+    });
+  };
   Vec a(static_cast<size_t>(n) * hs), qkv(static_cast<size_t>(n) * qkv_dim);
-  ForEachLoopGroup(b.loops, n, [&](int loop, int begin, int count) {
-    RmsNormRows(b.h + static_cast<size_t>(begin) * hs, L.in_norm.At(loop).data(), count, hs,
-                cfg_.rms_norm_eps, &a[static_cast<size_t>(begin) * hs]);
-    L.qkv.At(loop).Forward(&a[static_cast<size_t>(begin) * hs], count, &qkv[static_cast<size_t>(begin) * qkv_dim]);
-  });
+  norm(L.in_norm, b.h, a.data());
+  L.qkv.Run(b.loops, n, a.data(), hs, qkv.data(), /*accumulate=*/false);
   Vec q(static_cast<size_t>(n) * qd), k(static_cast<size_t>(n) * kvd), v(static_cast<size_t>(n) * kvd);
-  for (int i = 0; i < n; ++i) {
-    const float* row = &qkv[static_cast<size_t>(i) * qkv_dim];
-    std::copy(row, row + qd, &q[static_cast<size_t>(i) * qd]);
-    std::copy(row + qd, row + qd + kvd, &k[static_cast<size_t>(i) * kvd]);
-    std::copy(row + qd + kvd, row + qkv_dim, &v[static_cast<size_t>(i) * kvd]);
-  }
+  SplitQkv(qkv, n, &q, &k, &v);
   std::vector<int32_t> positions(b.positions, b.positions + n);
   RopeRows(q.data(), positions.data(), n, cfg_.num_heads, cfg_.head_dim, cfg_.rope_theta);
   RopeRows(k.data(), positions.data(), n, cfg_.num_kv_heads, cfg_.head_dim, cfg_.rope_theta);
@@ -208,32 +257,31 @@ void CpuModelRunner::RunLayer(const LayerBatch& b) {
   p.scale = 1.0f / std::sqrt(static_cast<float>(cfg_.head_dim));
   PagedAttention(p, &pool_);
 
+  L.o.Run(b.loops, n, attn.data(), qd, b.h, /*accumulate=*/true);  // h += attn Wo^T
   Vec m(static_cast<size_t>(n) * hs), gu(static_cast<size_t>(n) * 2 * inter), act(static_cast<size_t>(n) * inter);
-  ForEachLoopGroup(b.loops, n, [&](int loop, int begin, int count) {
-    float* h = b.h + static_cast<size_t>(begin) * hs;
-    L.o.At(loop).ForwardAccumulate(&attn[static_cast<size_t>(begin) * qd], count, h);
-    RmsNormRows(h, L.post_norm.At(loop).data(), count, hs, cfg_.rms_norm_eps, &m[static_cast<size_t>(begin) * hs]);
-    float* g = &gu[static_cast<size_t>(begin) * 2 * inter];
-    L.gate_up.At(loop).Forward(&m[static_cast<size_t>(begin) * hs], count, g);
-    for (int i = 0; i < count; ++i) {
-      SiluMulRows(g + static_cast<size_t>(i) * 2 * inter, g + static_cast<size_t>(i) * 2 * inter + inter, 1, inter,
-                  &act[static_cast<size_t>(begin + i) * inter]);
-    }
-    L.down.At(loop).ForwardAccumulate(&act[static_cast<size_t>(begin) * inter], count, h);
-  });
+  norm(L.post_norm, b.h, m.data());
+  L.gate_up.Run(b.loops, n, m.data(), hs, gu.data(), /*accumulate=*/false);
+  for (int i = 0; i < n; ++i) {
+    const float* g = &gu[static_cast<size_t>(i) * 2 * inter];
+    SiluMulRows(g, g + inter, 1, inter, &act[static_cast<size_t>(i) * inter]);
+  }
+  L.down.Run(b.loops, n, act.data(), inter, b.h, /*accumulate=*/true);  // h += MLP
   if (kv.recurrent) {  // persistent pair from the layer output (spec section 5)
-    ForEachLoopGroup(b.loops, n, [&](int loop, int begin, int count) {
-      RmsNormRows(b.h + static_cast<size_t>(begin) * hs, L.in_norm.At(loop).data(), count, hs,
-                  cfg_.rms_norm_eps, &a[static_cast<size_t>(begin) * hs]);
-      L.qkv.At(loop).Forward(&a[static_cast<size_t>(begin) * hs], count, &qkv[static_cast<size_t>(begin) * qkv_dim]);
-    });
-    for (int i = 0; i < n; ++i) {
-      const float* row = &qkv[static_cast<size_t>(i) * qkv_dim];
-      std::copy(row + qd, row + qd + kvd, &k[static_cast<size_t>(i) * kvd]);
-      std::copy(row + qd + kvd, row + qkv_dim, &v[static_cast<size_t>(i) * kvd]);
-    }
+    norm(L.in_norm, b.h, a.data());
+    L.qkv.Run(b.loops, n, a.data(), hs, qkv.data(), /*accumulate=*/false);
+    SplitQkv(qkv, n, &q, &k, &v);
     RopeRows(k.data(), positions.data(), n, cfg_.num_kv_heads, cfg_.head_dim, cfg_.rope_theta);
     KvWrite(kv_, k.data(), v.data(), kv.write_slot.data(), n);
+  }
+}
+
+void CpuModelRunner::SplitQkv(const Vec& qkv, int n, Vec* q, Vec* k, Vec* v) const {
+  const int qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), qkv_dim = qd + 2 * kvd;
+  for (int i = 0; i < n; ++i) {
+    const float* row = &qkv[static_cast<size_t>(i) * qkv_dim];
+    std::copy(row, row + qd, &(*q)[static_cast<size_t>(i) * qd]);
+    std::copy(row + qd, row + qd + kvd, &(*k)[static_cast<size_t>(i) * kvd]);
+    std::copy(row + qd + kvd, row + qkv_dim, &(*v)[static_cast<size_t>(i) * kvd]);
   }
 }
 

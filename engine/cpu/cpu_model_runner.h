@@ -1,8 +1,9 @@
 // The CPU backend: ModelRunner over oneDNN GEMMs (weights reordered once at load, fp32 or
 // bf16), fp32 row-wise ops and fp32 online-softmax paged attention. Every op computes a
 // row from that row's data alone in a fixed order, so a request's numbers do not depend on
-// its batch neighbours. Per-loop weights (untied copies; LoRA folded into dense per-loop
-// weights at load) run per group of rows at the same loop; rows arrive grouped by loop.
+// its batch neighbours. Rows arrive grouped by loop: tied projections run once over every
+// row; untied copies run per group of rows at the same loop; Relaxed models' LoRA deltas
+// (scale * (x A^T) B^T) run per loop group on top of the shared base GEMM.
 #pragma once
 
 #include <memory>
