@@ -84,7 +84,9 @@ absl::StatusOr<RecursiveConversionOptions> RecursiveOptions(const Flags& f) {
   return o;
 }
 
-absl::Status Run(const Args& args) {
+// `usage` is set for mistakes in the command line itself (exit 2 rather than 1).
+absl::Status Run(const Args& args, bool* usage) {
+  *usage = true;
   auto f = Flags::Parse(args,
                         {"from", "out", "sharing", "recursions", "init", "lora-rank", "lora-alpha",
                          "lora-targets", "norms", "from-mor-yaml", "checkpoint", "config"},
@@ -98,6 +100,7 @@ absl::Status Run(const Args& args) {
       return s;
     }
     if (auto s = Require(*f, {"from-mor-yaml", "checkpoint", "out"}); !s.ok()) return s;
+    *usage = false;
     if (auto s = ConvertMorRun(f->Get("from-mor-yaml"), f->Get("checkpoint"), f->Get("config"),
                                f->Get("out"));
         !s.ok()) {
@@ -109,6 +112,7 @@ absl::Status Run(const Args& args) {
   if (auto s = RefuseMixed(*f, "--from (vanilla conversion)", {"checkpoint", "config"}); !s.ok()) return s;
   auto options = RecursiveOptions(*f);
   if (!options.ok()) return options.status();
+  *usage = false;
   if (auto s = ConvertVanillaDir(f->Get("from"), f->Get("out"), *options); !s.ok()) return s;
   std::printf("wrote %s (%s, %d recursions, %s init, LoRA rank %d)\n", f->Get("out").c_str(),
               f->Get("sharing").c_str(), options->recursions, InitStrategyName(options->init),
@@ -129,11 +133,14 @@ int ConvertCommand(const Args& args) {
     std::fputs(kUsage, stderr);
     return 2;
   }
-  const absl::Status s = Run(args);
+  bool usage = false;
+  const absl::Status s = Run(args, &usage);
   if (s.ok()) return 0;
   std::fprintf(stderr, "morserve convert: %s\n", std::string(s.message()).c_str());
-  // Usage mistakes (flags) exit 2 as the other commands do; failures of the conversion 1.
-  return s.code() == absl::StatusCode::kInvalidArgument && s.message().rfind("--", 0) == 0 ? 2 : 1;
+  // Usage mistakes exit 2 as the other commands do, including option values the conversion
+  // rejects (their messages start with the flag); failures of the conversion itself exit 1.
+  const bool flag_value = s.code() == absl::StatusCode::kInvalidArgument && s.message().rfind("--", 0) == 0;
+  return usage || flag_value ? 2 : 1;
 }
 
 }  // namespace morserve
