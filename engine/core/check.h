@@ -1,11 +1,12 @@
-// Data-plane checks for the CPU kernels: a failed check is a programming error, so it prints
-// the condition with file and line and aborts (no exceptions, no Status on the hot path).
+// Data-plane checks: a failed check is a programming error (a broken invariant, never bad
+// user input, which is an absl::Status at the edge), so it prints the condition with file
+// and line and aborts. No exceptions, no Status on the hot path.
 #pragma once
 
 #include <cstdio>
 #include <cstdlib>
 
-#define MORSERVE_CPU_CHECK(cond, msg)                                                        \
+#define MORSERVE_CHECK(cond, msg)                                                            \
   do {                                                                                       \
     if (!(cond)) {                                                                           \
       std::fprintf(stderr, "%s:%d: check failed: %s: %s\n", __FILE__, __LINE__, #cond, msg); \

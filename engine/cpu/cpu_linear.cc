@@ -14,7 +14,7 @@
 #include <string>
 
 #include "dnnl.hpp"
-#include "engine/cpu/cpu_check.h"
+#include "engine/core/check.h"
 #include "engine/model/dtype.h"
 
 namespace morserve {
@@ -94,8 +94,8 @@ memory::data_type ComputeType(CpuCompute c) {
 
 CpuLinear::CpuLinear(const float* w, int n, int k, CpuCompute compute, ThreadPool* pool)
     : n_(n), k_(k), compute_(compute), pool_(pool ? pool : DefaultThreadPool()) {
-  MORSERVE_CPU_CHECK(n > 0 && k > 0, "CpuLinear needs n > 0 and k > 0");
-  MORSERVE_CPU_CHECK(compute != CpuCompute::kBF16 || CpuSupportsBf16(),
+  MORSERVE_CHECK(n > 0 && k > 0, "CpuLinear needs n > 0 and k > 0");
+  MORSERVE_CHECK(compute != CpuCompute::kBF16 || CpuSupportsBf16(),
                      "bf16 compute requested on a host without native bf16");
   ScopedOmpThreads single(1);
   const std::span<const int> candidates = compute == CpuCompute::kBF16

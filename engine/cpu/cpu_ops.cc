@@ -7,7 +7,7 @@
 #include <cstring>
 #include <vector>
 
-#include "engine/cpu/cpu_check.h"
+#include "engine/core/check.h"
 #include "engine/model/dtype.h"
 
 namespace morserve {
@@ -57,7 +57,7 @@ void GeluErf(float* x, int64_t n) {
 
 void RopeRows(float* x, const int32_t* positions, int rows, int n_heads, int head_dim,
               float theta) {
-  MORSERVE_CPU_CHECK(head_dim % 2 == 0, "RoPE needs an even head_dim");
+  MORSERVE_CHECK(head_dim % 2 == 0, "RoPE needs an even head_dim");
   const int half = head_dim / 2;
   std::vector<double> inv_freq(half), cos_v(half), sin_v(half);
   for (int i = 0; i < half; ++i) {
@@ -84,20 +84,20 @@ void RopeRows(float* x, const int32_t* positions, int rows, int n_heads, int hea
 void EmbeddingGather(const float* table, int64_t vocab, const int32_t* ids, int rows, int dim,
                      float* out) {
   for (int r = 0; r < rows; ++r) {
-    MORSERVE_CPU_CHECK(ids[r] >= 0 && ids[r] < vocab, "token id outside the embedding table");
+    MORSERVE_CHECK(ids[r] >= 0 && ids[r] < vocab, "token id outside the embedding table");
     std::memcpy(out + static_cast<size_t>(r) * dim, table + static_cast<size_t>(ids[r]) * dim,
                 static_cast<size_t>(dim) * sizeof(float));
   }
 }
 
 void EmbeddingGather(const TensorView& table, const int32_t* ids, int rows, float* out) {
-  MORSERVE_CPU_CHECK(table.shape.size() == 2, "embedding table must be 2-D [vocab, dim]");
+  MORSERVE_CHECK(table.shape.size() == 2, "embedding table must be 2-D [vocab, dim]");
   const int64_t vocab = table.shape[0];
   const int64_t dim = table.shape[1];
   const size_t row_bytes = static_cast<size_t>(dim) * DTypeSize(table.dtype);
   const auto* base = static_cast<const uint8_t*>(table.data);
   for (int r = 0; r < rows; ++r) {
-    MORSERVE_CPU_CHECK(ids[r] >= 0 && ids[r] < vocab, "token id outside the embedding table");
+    MORSERVE_CHECK(ids[r] >= 0 && ids[r] < vocab, "token id outside the embedding table");
     ToF32(table.dtype, base + static_cast<size_t>(ids[r]) * row_bytes, static_cast<size_t>(dim),
           out + static_cast<size_t>(r) * dim);
   }

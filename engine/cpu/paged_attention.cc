@@ -6,7 +6,7 @@
 #include <cstring>
 #include <limits>
 
-#include "engine/cpu/cpu_check.h"
+#include "engine/core/check.h"
 
 namespace morserve {
 namespace {
@@ -71,12 +71,12 @@ void AttendUnit(const PagedAttentionParams& p, int row, int kv_head, UnitScratch
 
   const int len = p.kv_len[row];
   const int32_t* blocks = p.table_blocks + p.table_indptr[row];
-  MORSERVE_CPU_CHECK(len <= (p.table_indptr[row + 1] - p.table_indptr[row]) * bs,
+  MORSERVE_CHECK(len <= (p.table_indptr[row + 1] - p.table_indptr[row]) * bs,
                      "kv_len exceeds the row's block table");
   for (int start = 0; start < len; start += bs) {
     const int count = std::min(bs, len - start);
     const int64_t base = static_cast<int64_t>(blocks[start / bs]) * bs;
-    MORSERVE_CPU_CHECK(base >= 0 && base + count <= kv.num_slots(), "block id outside the pool");
+    MORSERVE_CHECK(base >= 0 && base + count <= kv.num_slots(), "block id outside the pool");
     for (int j = 0; j < count; ++j) {
       s.keys[j] = kv.KeyAt(base + j, kv_head);
       s.values[j] = kv.ValueAt(base + j, kv_head);
@@ -124,7 +124,7 @@ void KvWrite(PagedKvPool& pool, const float* k_rows, const float* v_rows,
   for (int r = 0; r < rows; ++r) {
     const int64_t slot = slot_mapping[r];
     if (slot == -1) continue;
-    MORSERVE_CPU_CHECK(slot >= 0 && slot < pool.num_slots(), "slot outside the KV pool");
+    MORSERVE_CHECK(slot >= 0 && slot < pool.num_slots(), "slot outside the KV pool");
     std::memcpy(pool.k.data() + slot * dim, k_rows + r * dim, dim * sizeof(float));
     std::memcpy(pool.v.data() + slot * dim, v_rows + r * dim, dim * sizeof(float));
   }
@@ -132,11 +132,11 @@ void KvWrite(PagedKvPool& pool, const float* k_rows, const float* v_rows,
 
 void PagedAttention(const PagedAttentionParams& p, ThreadPool* threads) {
   if (p.num_rows <= 0) return;
-  MORSERVE_CPU_CHECK(p.n_kv_heads > 0 && p.n_heads % p.n_kv_heads == 0,
+  MORSERVE_CHECK(p.n_kv_heads > 0 && p.n_heads % p.n_kv_heads == 0,
                      "n_kv_heads must divide n_heads");
-  MORSERVE_CPU_CHECK(p.pool->kv_heads == p.n_kv_heads && p.pool->head_dim == p.head_dim,
+  MORSERVE_CHECK(p.pool->kv_heads == p.n_kv_heads && p.pool->head_dim == p.head_dim,
                      "attention params do not match the KV pool shape");
-  MORSERVE_CPU_CHECK((p.extra_k == nullptr) == (p.extra_v == nullptr),
+  MORSERVE_CHECK((p.extra_k == nullptr) == (p.extra_v == nullptr),
                      "extra_k and extra_v go together");
   const int64_t units = static_cast<int64_t>(p.num_rows) * p.n_kv_heads;
   auto body = [&](int64_t begin, int64_t end) {

@@ -6,23 +6,17 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "engine/core/check.h"
+
 namespace morserve {
 namespace {
-
-#define MORSERVE_KV_CHECK(cond, msg)                                                         \
-  do {                                                                                       \
-    if (!(cond)) {                                                                           \
-      std::fprintf(stderr, "%s:%d: check failed: %s: %s\n", __FILE__, __LINE__, #cond, msg); \
-      std::abort();                                                                          \
-    }                                                                                        \
-  } while (0)
 
 int CeilDiv(int a, int b) { return (a + b - 1) / b; }
 
 }  // namespace
 
 KvBlockPool::KvBlockPool(int num_blocks, int block_size) : block_size_(block_size) {
-  MORSERVE_KV_CHECK(num_blocks > 0 && block_size > 0, "num_blocks and block_size must be > 0");
+  MORSERVE_CHECK(num_blocks > 0 && block_size > 0, "num_blocks and block_size must be > 0");
   allocated_.assign(num_blocks, 0);
   free_.resize(num_blocks);
   // Hand out low ids first: the stack's back is id 0.
@@ -40,7 +34,7 @@ std::optional<std::vector<int>> KvBlockPool::Allocate(int n) {
 }
 
 bool KvBlockPool::AllocateInto(int n, std::vector<int>* out) {
-  MORSERVE_KV_CHECK(n >= 0, "negative block count");
+  MORSERVE_CHECK(n >= 0, "negative block count");
   if (n > num_free()) return false;
   out->reserve(out->size() + n);
   for (int i = 0; i < n; ++i) {
@@ -54,31 +48,31 @@ bool KvBlockPool::AllocateInto(int n, std::vector<int>* out) {
 
 void KvBlockPool::Free(absl::Span<const int> ids) {
   for (int id : ids) {
-    MORSERVE_KV_CHECK(id >= 0 && id < num_blocks(), "freeing an unknown block id");
-    MORSERVE_KV_CHECK(allocated_[id] != 0, "freeing a block that is not allocated");
+    MORSERVE_CHECK(id >= 0 && id < num_blocks(), "freeing an unknown block id");
+    MORSERVE_CHECK(allocated_[id] != 0, "freeing a block that is not allocated");
     allocated_[id] = 0;
     free_.push_back(id);
   }
 }
 
 KvBlockTable::KvBlockTable(int block_size) : block_size_(block_size) {
-  MORSERVE_KV_CHECK(block_size > 0, "block_size must be > 0");
+  MORSERVE_CHECK(block_size > 0, "block_size must be > 0");
 }
 
 int KvBlockTable::BlocksNeeded(int new_tokens) const {
-  MORSERVE_KV_CHECK(new_tokens >= 0, "negative token count");
+  MORSERVE_CHECK(new_tokens >= 0, "negative token count");
   return std::max(0, CeilDiv(num_tokens() + new_tokens, block_size_) - num_blocks());
 }
 
 bool KvBlockTable::Reserve(KvBlockPool& pool, int new_tokens) {
-  MORSERVE_KV_CHECK(pool.block_size() == block_size_, "pool and table block sizes differ");
+  MORSERVE_CHECK(pool.block_size() == block_size_, "pool and table block sizes differ");
   return pool.AllocateInto(BlocksNeeded(new_tokens), &blocks_);
 }
 
 int KvBlockTable::Append(KvBlockPool& pool, absl::Span<const int> positions) {
   int last = positions_.empty() ? -1 : positions_.back();
   for (int p : positions) {
-    MORSERVE_KV_CHECK(p > last, "positions must be strictly increasing within a slot");
+    MORSERVE_CHECK(p > last, "positions must be strictly increasing within a slot");
     last = p;
   }
   if (!Reserve(pool, static_cast<int>(positions.size()))) return -1;
@@ -88,7 +82,7 @@ int KvBlockTable::Append(KvBlockPool& pool, absl::Span<const int> positions) {
 }
 
 int KvBlockTable::PhysicalSlot(int index) const {
-  MORSERVE_KV_CHECK(index >= 0 && index < capacity(), "entry index outside the table");
+  MORSERVE_CHECK(index >= 0 && index < capacity(), "entry index outside the table");
   return blocks_[index / block_size_] * block_size_ + index % block_size_;
 }
 
@@ -110,17 +104,17 @@ void KvBlockTable::FreeAll(KvBlockPool& pool) {
 }
 
 RequestKv::RequestKv(int num_cache_slots, int block_size) {
-  MORSERVE_KV_CHECK(num_cache_slots > 0, "a request needs at least one cache slot");
+  MORSERVE_CHECK(num_cache_slots > 0, "a request needs at least one cache slot");
   slots_.assign(num_cache_slots, KvBlockTable(block_size));
 }
 
 KvBlockTable& RequestKv::slot(int s) {
-  MORSERVE_KV_CHECK(s >= 0 && s < num_slots(), "cache slot out of range");
+  MORSERVE_CHECK(s >= 0 && s < num_slots(), "cache slot out of range");
   return slots_[s];
 }
 
 const KvBlockTable& RequestKv::slot(int s) const {
-  MORSERVE_KV_CHECK(s >= 0 && s < num_slots(), "cache slot out of range");
+  MORSERVE_CHECK(s >= 0 && s < num_slots(), "cache slot out of range");
   return slots_[s];
 }
 
@@ -131,7 +125,7 @@ int RequestKv::num_blocks() const {
 }
 
 int RequestKv::BlocksNeeded(absl::Span<const int> new_tokens_per_slot) const {
-  MORSERVE_KV_CHECK(static_cast<int>(new_tokens_per_slot.size()) == num_slots(),
+  MORSERVE_CHECK(static_cast<int>(new_tokens_per_slot.size()) == num_slots(),
                     "one token count per cache slot");
   int n = 0;
   for (int s = 0; s < num_slots(); ++s) n += slots_[s].BlocksNeeded(new_tokens_per_slot[s]);
@@ -141,7 +135,7 @@ int RequestKv::BlocksNeeded(absl::Span<const int> new_tokens_per_slot) const {
 bool RequestKv::Reserve(KvBlockPool& pool, absl::Span<const int> new_tokens_per_slot) {
   if (BlocksNeeded(new_tokens_per_slot) > pool.num_free()) return false;
   for (int s = 0; s < num_slots(); ++s) {
-    MORSERVE_KV_CHECK(slots_[s].Reserve(pool, new_tokens_per_slot[s]),
+    MORSERVE_CHECK(slots_[s].Reserve(pool, new_tokens_per_slot[s]),
                       "reservation failed after the capacity check");
   }
   return true;

@@ -3,18 +3,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
+
+#include "engine/core/check.h"
 
 namespace morserve {
 namespace {
 
 double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
-
-[[noreturn]] void Fatal(const char* what) {
-  std::fprintf(stderr, "morserve: internal error: %s\n", what);
-  std::abort();
-}
 
 // Max softmax probability of one row of logits (fp64, as the reference computes it).
 double MaxProb(const float* logits, int vocab) {
@@ -63,7 +58,7 @@ LayerKvPlan ModelExecutor::PlanLayer(int segment, int k, const std::vector<Row*>
     if (kv.recurrent) kv.kv_len[i] = r.position == 0 ? 0 : tables[i]->NumVisible(r.position - 1);
     if (!plan_.WritesKv(segment, r.loop)) continue;
     const int index = tables[i]->Append(*pool_, {r.position});
-    if (index < 0) Fatal("KV entry was not reserved before the pass");
+    MORSERVE_CHECK(index >= 0, "KV entry was not reserved before the pass");
     kv.write_slot[i] = tables[i]->PhysicalSlot(index);
   }
   for (size_t i = 0; i < n; ++i) {

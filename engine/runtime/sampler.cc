@@ -13,16 +13,10 @@
 #include <numeric>
 #include <random>
 
+#include "engine/core/check.h"
+
 namespace morserve {
 namespace {
-
-#define MORSERVE_SAMPLER_CHECK(cond, msg)                                                    \
-  do {                                                                                       \
-    if (!(cond)) {                                                                           \
-      std::fprintf(stderr, "%s:%d: check failed: %s: %s\n", __FILE__, __LINE__, #cond, msg); \
-      std::abort();                                                                          \
-    }                                                                                        \
-  } while (0)
 
 // splitmix64's finaliser: a bijection on 64 bits with full avalanche.
 uint64_t Mix64(uint64_t z) {
@@ -36,7 +30,7 @@ uint64_t Mix64(uint64_t z) {
 double LogSumExp(absl::Span<const float> x) {
   float m = -std::numeric_limits<float>::infinity();
   for (float v : x) m = std::max(m, v);
-  MORSERVE_SAMPLER_CHECK(m > -std::numeric_limits<float>::infinity(), "every logit is -inf");
+  MORSERVE_CHECK(m > -std::numeric_limits<float>::infinity(), "every logit is -inf");
   double sum = 0.0;
   for (float v : x) sum += std::exp(v - m);
   return static_cast<double>(m) + std::log(sum);
@@ -88,8 +82,8 @@ double UniformForStep(uint64_t seed, uint64_t step) {
 }
 
 SampleResult Sampler::Sample(const SampleInput& in) {
-  MORSERVE_SAMPLER_CHECK(in.params != nullptr, "SampleInput.params is null");
-  MORSERVE_SAMPLER_CHECK(!in.logits.empty(), "empty logits row");
+  MORSERVE_CHECK(in.params != nullptr, "SampleInput.params is null");
+  MORSERVE_CHECK(!in.logits.empty(), "empty logits row");
   const SamplingParams& p = *in.params;
   Penalize(in);
   SampleResult result;
@@ -116,7 +110,7 @@ absl::Span<const float> Sampler::Penalize(const SampleInput& in) {
     counts_.resize(vocab, 0);
   }
   auto mark = [&](int id) {
-    MORSERVE_SAMPLER_CHECK(id >= 0 && id < vocab, "history token id outside the vocabulary");
+    MORSERVE_CHECK(id >= 0 && id < vocab, "history token id outside the vocabulary");
     if (!seen_[id]) touched_.push_back(id);
     seen_[id] = 1;
   };
@@ -191,7 +185,7 @@ void Sampler::Softmax() {
   if (prob_.size() < work_.size()) prob_.resize(work_.size());
   float m = -std::numeric_limits<float>::infinity();
   for (int id : cand_) m = std::max(m, work_[id]);
-  MORSERVE_SAMPLER_CHECK(m > -std::numeric_limits<float>::infinity(),
+  MORSERVE_CHECK(m > -std::numeric_limits<float>::infinity(),
                          "every candidate logit is -inf");
   // Unnormalised: the filters below only compare ratios and the sampler renormalises.
   for (int id : cand_) prob_[id] = std::exp(work_[id] - m);
