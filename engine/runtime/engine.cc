@@ -129,8 +129,16 @@ void Engine::DrainIncoming() {
   for (const std::string& id : cancels) scheduler_->Cancel(id);
 }
 
-void Engine::ReportDropped() {
-  for (auto& seq : scheduler_->TakeDropped()) {
+int Engine::ReportDropped() {
+  std::vector<std::unique_ptr<Sequence>> dropped = scheduler_->TakeDropped();
+  for (auto& seq : dropped) {
+    if (observer_) {
+      Usage u = seq->usage;
+      u.prompt_tokens = seq->num_prompt;
+      u.completion_tokens = seq->num_generated();
+      observer_->OnFinished(seq->cancelled ? FinishReason::kCancelled : FinishReason::kError,
+                            NowSeconds() - seq->arrival_time, u);
+    }
     if (seq->cancelled) {
       RequestEvent e;
       e.finish = FinishReason::kCancelled;
@@ -142,6 +150,7 @@ void Engine::ReportDropped() {
     std::lock_guard<std::mutex> lock(incoming_mu_);
     --pending_;
   }
+  return static_cast<int>(dropped.size());
 }
 
 void Engine::RecordPass(const std::vector<Row>& rows) {
@@ -156,11 +165,54 @@ void Engine::RecordPass(const std::vector<Row>& rows) {
   }
 }
 
+// First admission of each entering request (re-admissions after preemption keep theirs).
+void Engine::NoteAdmitted(const std::vector<EnteringToken>& entering) {
+  double now = 0;
+  for (const EnteringToken& t : entering) {
+    if (t.seq->admitted_time != 0) continue;
+    if (now == 0) now = NowSeconds();
+    t.seq->admitted_time = now;
+    if (observer_) observer_->OnAdmitted(now - t.seq->arrival_time);
+  }
+}
+
+void Engine::ReportStep(double start, const EngineStats& before) {
+  EngineStats after = stats();
+  StepReport r;
+  r.duration_seconds = NowSeconds() - start;
+  r.passes = static_cast<int>(after.passes - before.passes);
+  r.pass_rows = static_cast<int>(after.pass_rows - before.pass_rows);
+  r.pass_row_capacity = static_cast<int>(after.pass_row_capacity - before.pass_row_capacity);
+  r.rows_per_loop.resize(after.rows_per_loop.size());
+  for (size_t i = 0; i < after.rows_per_loop.size(); ++i) {
+    r.rows_per_loop[i] = after.rows_per_loop[i] - before.rows_per_loop[i];
+  }
+  r.exits_per_loop.resize(after.exits_per_loop.size());
+  for (size_t i = 0; i < after.exits_per_loop.size(); ++i) {
+    r.exits_per_loop[i] = after.exits_per_loop[i] - before.exits_per_loop[i];
+  }
+  r.tokens_generated = static_cast<int>(after.tokens_generated - before.tokens_generated);
+  r.prompt_tokens = static_cast<int>(after.prompt_tokens - before.prompt_tokens);
+  r.preemptions = static_cast<int>(after.preemptions - before.preemptions);
+  r.running = after.running;
+  r.waiting = after.waiting;
+  r.kv_blocks_used = after.kv_blocks_used;
+  r.kv_blocks_total = after.kv_blocks_total;
+  observer_->OnStep(r);
+}
+
 bool Engine::Step() {
+  const double start = observer_ ? NowSeconds() : 0;
+  const EngineStats before = observer_ ? stats() : EngineStats{};
   DrainIncoming();
   std::vector<EnteringToken> entering = scheduler_->ScheduleEntering();
-  ReportDropped();
+  NoteAdmitted(entering);
+  const int dropped = ReportDropped();
   if (entering.empty() && scheduler_->loop_rows().empty() && !scheduler_->HasPendingTail()) {
+    if (dropped > 0) {  // cancellations freed blocks: let stats and metrics see it
+      UpdateGauges();
+      if (observer_) ReportStep(start, before);
+    }
     return !scheduler_->idle();
   }
   std::vector<Row> rows = executor_->Enter(entering);
@@ -179,13 +231,19 @@ bool Engine::Step() {
   {
     std::lock_guard<std::mutex> lock(stats_mu_);
     ++stats_.steps;
-    stats_.preemptions = scheduler_->num_preemptions();
-    stats_.kv_blocks_used = pool_->num_used();
-    stats_.max_kv_blocks_used = std::max(stats_.max_kv_blocks_used, pool_->num_used());
-    stats_.running = scheduler_->num_running();
-    stats_.waiting = scheduler_->num_waiting();
   }
+  UpdateGauges();
+  if (observer_) ReportStep(start, before);
   return true;
+}
+
+void Engine::UpdateGauges() {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  stats_.preemptions = scheduler_->num_preemptions();
+  stats_.kv_blocks_used = pool_->num_used();
+  stats_.max_kv_blocks_used = std::max(stats_.max_kv_blocks_used, pool_->num_used());
+  stats_.running = scheduler_->num_running();
+  stats_.waiting = scheduler_->num_waiting();
 }
 
 // Rows that finished the model: count their loops, sample where logits were produced.
@@ -222,7 +280,12 @@ bool Engine::Emit(Sequence* seq, const Row& row) {
   SampleResult s = sampler_.Sample(in);
   seq->tokens.push_back(s.token);
   const double now = NowSeconds();
-  if (seq->num_generated() == 1) seq->first_token_time = now;
+  const bool first = seq->num_generated() == 1;
+  if (observer_) {
+    observer_->OnToken(first, now - (first ? seq->arrival_time : seq->last_token_time),
+                       seq->token_loops[row.position]);
+  }
+  if (first) seq->first_token_time = now;
   seq->last_token_time = now;
   {
     std::lock_guard<std::mutex> lock(stats_mu_);
@@ -245,6 +308,7 @@ bool Engine::Emit(Sequence* seq, const Row& row) {
     e.usage.completion_tokens = seq->num_generated();
   }
   const bool done = e.final();
+  if (done && observer_) observer_->OnFinished(e.finish, now - seq->arrival_time, e.usage);
   seq->channel->Push(std::move(e));
   return done;
 }
@@ -261,6 +325,7 @@ void Engine::Start() {
   stop_ = false;
   thread_ = std::thread([this] {
     while (!stop_) {
+      heartbeat_.fetch_add(1, std::memory_order_relaxed);
       if (Step()) continue;
       std::unique_lock<std::mutex> lock(incoming_mu_);
       incoming_cv_.wait_for(lock, std::chrono::milliseconds(50),

@@ -14,6 +14,7 @@
 #include "engine/model/weights.h"
 #include "engine/runtime/depth_scheduler.h"
 #include "engine/runtime/engine_config.h"
+#include "engine/runtime/engine_observer.h"
 #include "engine/runtime/model_executor.h"
 #include "engine/runtime/request.h"
 #include "engine/runtime/sampler.h"
@@ -59,6 +60,11 @@ class Engine {
   void RunUntilIdle();
 
   EngineStats stats() const;
+  // Set before Start() (nullptr: none); called from the engine thread (engine_observer.h).
+  void SetObserver(EngineObserver* observer) { observer_ = observer; }
+  // Iterations of the engine thread's loop, idle waits included: a watchdog that sees it
+  // stand still while the thread should run knows the engine stopped stepping.
+  int64_t heartbeat() const { return heartbeat_.load(std::memory_order_relaxed); }
   const ModelWeights& weights() const { return *weights_; }
   const EngineConfig& config() const { return config_; }
   const KvBlockPool& kv_pool() const { return *pool_; }
@@ -70,10 +76,13 @@ class Engine {
          std::unique_ptr<ModelRunner> runner, int num_blocks);
   absl::Status Validate(const GenerateRequest& r) const;
   void DrainIncoming();
-  void ReportDropped();
+  int ReportDropped();  // returns how many requests left
+  void UpdateGauges();
   void RecordPass(const std::vector<Row>& rows);
   void Complete(std::vector<Row>* tail);
   bool Emit(Sequence* seq, const Row& row);
+  void NoteAdmitted(const std::vector<EnteringToken>& entering);
+  void ReportStep(double start, const EngineStats& before);
 
   std::shared_ptr<const ModelWeights> weights_;
   EngineConfig config_;
@@ -94,6 +103,8 @@ class Engine {
   mutable std::mutex stats_mu_;
   EngineStats stats_;
 
+  EngineObserver* observer_ = nullptr;
+  std::atomic<int64_t> heartbeat_{0};
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

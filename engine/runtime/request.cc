@@ -17,11 +17,20 @@ const char* FinishReasonName(FinishReason r) {
 }
 
 void EventChannel::Push(RequestEvent e) {
+  std::shared_ptr<const std::function<void()>> listener;
   {
     std::lock_guard<std::mutex> lock(mu_);
     events_.push_back(std::move(e));
+    listener = listener_;
   }
   cv_.notify_one();
+  if (listener) (*listener)();
+}
+
+void EventChannel::SetListener(std::function<void()> listener) {
+  auto l = listener ? std::make_shared<const std::function<void()>>(std::move(listener)) : nullptr;
+  std::lock_guard<std::mutex> lock(mu_);
+  listener_ = std::move(l);
 }
 
 std::optional<RequestEvent> EventChannel::Pop(int timeout_ms) {

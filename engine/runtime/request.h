@@ -6,6 +6,8 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -56,9 +58,15 @@ struct RequestEvent {
 // Unbounded single-producer (engine) single-consumer (handler) queue of events. It grows by
 // at most one token per engine step, and the engine stops producing once it finishes the
 // request, so its length is bounded by max_tokens + 1.
+//
+// A listener (the gRPC reactor's wake-up) runs after every Push, on the pushing thread and
+// outside the channel's mutex, so it may take its own locks; it must not block.
 class EventChannel {
  public:
   void Push(RequestEvent e);
+  // Replaces the listener (nullptr: none). Events pushed before it was set do not call it:
+  // the consumer drains once after setting it.
+  void SetListener(std::function<void()> listener);
   // Blocks until an event is available or `timeout_ms` passes (nullopt).
   std::optional<RequestEvent> Pop(int timeout_ms);
   std::optional<RequestEvent> TryPop();
@@ -69,6 +77,7 @@ class EventChannel {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<RequestEvent> events_;
+  std::shared_ptr<const std::function<void()>> listener_;
 };
 
 }  // namespace morserve

@@ -1,0 +1,41 @@
+// What the engine tells an observer (the server's metrics) as it runs. Every call comes
+// from the engine thread, between steps' work: implementations must be cheap and must never
+// block (prometheus-cpp counters and histograms are), nor call back into the engine.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/runtime/request.h"
+
+namespace morserve {
+
+// One step's work (deltas, not totals) and the state after it.
+struct StepReport {
+  double duration_seconds = 0;
+  int passes = 0;             // passes of the shared block
+  int pass_rows = 0;          // rows over those passes
+  int pass_row_capacity = 0;  // max_batch_rows per pass
+  std::vector<int64_t> rows_per_loop;   // rows that ran loop r+1, by r
+  std::vector<int64_t> exits_per_loop;  // tokens that left the model after r loops, by r
+  int tokens_generated = 0;
+  int prompt_tokens = 0;  // prompt positions that completed the model (recomputes included)
+  int preemptions = 0;
+  int running = 0, waiting = 0;
+  int kv_blocks_used = 0, kv_blocks_total = 0;
+};
+
+class EngineObserver {
+ public:
+  virtual ~EngineObserver() = default;
+  // A request got KV blocks for the first time, `queue_seconds` after Submit.
+  virtual void OnAdmitted(double queue_seconds) {}
+  // A token was sampled. `latency_seconds`: since Submit for the first token (TTFT), since
+  // the previous token otherwise (inter-token latency). `loops`: its forward's loops.
+  virtual void OnToken(bool first, double latency_seconds, int loops) {}
+  // A request left the engine (any reason) `e2e_seconds` after Submit.
+  virtual void OnFinished(FinishReason reason, double e2e_seconds, const Usage& usage) {}
+  virtual void OnStep(const StepReport& report) {}
+};
+
+}  // namespace morserve

@@ -1,0 +1,82 @@
+// The real `morserve serve` as a subprocess for end-to-end tests: started on 127.0.0.1 with
+// port 0 (the ports are read from its stdout), stopped with SIGTERM, killed if it outlives
+// the test. Plus small clients: gRPC stubs, a one-shot HTTP GET, a free-port finder.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "morserve/v1/morserve.grpc.pb.h"
+
+namespace morserve::testing {
+
+class ServerProcess {
+ public:
+  ServerProcess() = default;
+  ~ServerProcess();  // SIGKILL if still running
+
+  // Starts `morserve serve --model DIR --port 0 --metrics-port 0 EXTRA...` and waits for the
+  // two port lines (false after `timeout_s`, with the output so far in output()).
+  bool Start(const std::string& model_dir, const std::vector<std::string>& extra,
+             int timeout_s = 60);
+  // Waits until health reports `serving` (true) or not (false).
+  bool WaitHealth(bool serving, int timeout_s = 60);
+  // Waits until a stdout line contains `text`.
+  bool WaitForLine(const std::string& text, int timeout_s = 30);
+  // SIGTERM, then waits for the exit (-1 on timeout, after which it is killed).
+  int Terminate(int timeout_s = 60);
+  void Signal(int sig);
+  std::optional<grpc::health::v1::HealthCheckResponse::ServingStatus> Health();
+
+  const std::string& address() const { return address_; }
+  int metrics_port() const { return metrics_port_; }
+  std::shared_ptr<grpc::Channel> channel() const { return channel_; }
+  std::unique_ptr<v1::Morserve::Stub> Stub() const { return v1::Morserve::NewStub(channel_); }
+  std::string output();
+
+ private:
+  void ReadLoop(int fd);
+  pid_t pid_ = -1;
+  std::string address_;
+  int metrics_port_ = 0;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::thread reader_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::string output_;
+  bool eof_ = false;
+};
+
+// Result of one Generate call read to the end.
+struct StreamResult {
+  grpc::Status status;
+  std::vector<int> tokens;
+  std::vector<int> loops;
+  std::vector<float> logprobs;
+  int messages = 0;
+  std::optional<v1::Finished> finished;
+  std::vector<int> echoed;
+};
+StreamResult GenerateAll(v1::Morserve::Stub* stub, const v1::GenerateRequest& request,
+                         int deadline_s = 60);
+v1::GenerateRequest TokenRequest(const std::vector<int>& prompt, int max_tokens);
+
+// GET http://127.0.0.1:port/path; the body, or nullopt on a connection error or non-200.
+std::optional<std::string> HttpGet(int port, const std::string& path_and_query);
+// A port that was free a moment ago (bind 0, read, close).
+int FreePort();
+// The value of an unlabelled or labelled series in a text exposition ("name{labels}").
+std::optional<double> ScrapeValue(const std::string& exposition, const std::string& series);
+
+}  // namespace morserve::testing
