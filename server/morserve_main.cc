@@ -4,6 +4,9 @@
 #include <string>
 
 #include "engine/tools/commands.h"
+#ifdef MORSERVE_HAVE_SERVER
+#include "server/serve.h"
+#endif
 
 namespace {
 
@@ -19,6 +22,9 @@ const Command kCommands[] = {
     {"generate", morserve::GenerateCommand, "--model DIR --prompt-ids 1,2,3: run the engine"},
     {"bench", morserve::BenchCommand, "--models DIR[,DIR]: decode throughput protocol (JSON)"},
     {"convert", morserve::ConvertCommand, "--from DIR --out DIR ...: vanilla -> Recursive, MoR run"},
+#ifdef MORSERVE_HAVE_SERVER
+    {"serve", morserve::ServeCommand, "--model DIR --port P: gRPC server with Prometheus metrics"},
+#endif
 };
 
 int Usage() {
