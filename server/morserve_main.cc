@@ -21,6 +21,7 @@ const Command kCommands[] = {
     {"mkmodel", morserve::MkmodelCommand, "--family F --out DIR: write a random tiny model"},
     {"generate", morserve::GenerateCommand, "--model DIR --prompt-ids 1,2,3: run the engine"},
     {"bench", morserve::BenchCommand, "--models DIR[,DIR]: decode throughput protocol (JSON)"},
+    {"tokenize", morserve::TokenizeCommand, "--model DIR TEXT | --decode 1,2,3: tokenizer.json"},
     {"convert", morserve::ConvertCommand, "--from DIR --out DIR ...: vanilla -> Recursive, MoR run"},
 #ifdef MORSERVE_HAVE_SERVER
     {"serve", morserve::ServeCommand, "--model DIR --port P: gRPC server with Prometheus metrics"},

@@ -13,6 +13,7 @@ int InspectCommand(const Args& args);   // morserve inspect DIR
 int MkmodelCommand(const Args& args);   // morserve mkmodel --family F --out DIR [...]
 int GenerateCommand(const Args& args);  // morserve generate --model DIR --prompt-ids ...
 int BenchCommand(const Args& args);     // morserve bench --models DIR[,DIR...] [...]
+int TokenizeCommand(const Args& args);  // morserve tokenize --model DIR [--json] TEXT
 int ConvertCommand(const Args& args);   // morserve convert --from DIR --out DIR [...]
 
 }  // namespace morserve
