@@ -42,7 +42,9 @@ class Section {
     const YAML::Node& n = node_;  // const lookup: never inserts the key
     return present() && n.IsMap() ? n[key] : YAML::Node();
   }
-  Section Sub(const std::string& key) { return Section(file_, absl::StrCat(path_, ".", key), Get(key)); }
+  Section Sub(const std::string& key) {
+    return Section(file_, path_.empty() ? key : absl::StrCat(path_, ".", key), Get(key));
+  }
   void Ignore(std::initializer_list<const char*> keys) {
     for (const char* k : keys) known_.insert(k);
   }

@@ -181,7 +181,7 @@ absl::Status Converter::AddLayer(int segment, int k) {
 
 absl::StatusOr<std::vector<OwnedTensor>> Converter::Run() {
   out_.push_back(CopyOf(src_.embed, "model.embed_tokens.weight"));
-  // Segments in plan order, then loops, then block layers: unrolled order for every sharing.
+  // Grouped by weight position (segment, k), each position's copies loop by loop.
   for (int s = 0; s < static_cast<int>(plan_.segments.size()); ++s) {
     for (int k = 0; k < plan_.segments[s].num_layers; ++k) {
       if (auto st = AddLayer(s, k); !st.ok()) return st;
