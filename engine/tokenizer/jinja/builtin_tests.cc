@@ -50,7 +50,8 @@ bool ApplyTest(std::string_view name, const Value& v, const CallArgs& args) {
   if (name == "string") return v.is_string();
   if (name == "mapping") return v.is_dict();
   if (name == "iterable") return v.is_string() || v.is_list() || v.is_dict() || v.is_undefined();
-  if (name == "sequence") return v.is_string() || v.is_list() || v.is_dict();
+  // Undefined has __len__ and __getitem__ in jinja2, so it counts as a sequence.
+  if (name == "sequence") return v.is_string() || v.is_list() || v.is_dict() || v.is_undefined();
   if (name == "callable") return v.is_callable();
   if (name == "escaped") return false;
   if (name == "lower") return v.is_string() && AsciiLower(v.as_string()) == v.as_string();

@@ -123,7 +123,7 @@ class Parser {
       switch (t.type) {
         case TokenType::kEnd:
           if (end.size() != 0) {
-            SyntaxError(absl::StrCat("unexpected end of template, expected '{% ", std::string(*end.begin()),
+            SyntaxError(absl::StrCat("unexpected end of template, expected '{% ", std::string(*(end.end() - 1)),
                                      " %}'"),
                         t.offset);
           }
@@ -237,7 +237,7 @@ class Parser {
     if (SkipName("if")) s->filter = ParseExpression(true);
     if (IsName("recursive")) Unsupported("recursive for loops are not supported", Peek().offset);
     ExpectBlockEnd();
-    s->body = ParseUntil({"endfor", "else"});
+    s->body = ParseUntil({"else", "endfor"});
     if (IsName("else", 1)) {
       Next();
       Next();
@@ -560,7 +560,7 @@ class Parser {
       } else if (IsOp("[")) {
         node = ParseSubscript(std::move(node));
       } else if (IsOp("(")) {
-        auto call = MakeExpr(Expr::Kind::kCall, Peek().offset);
+        auto call = MakeExpr(Expr::Kind::kCall, node->offset);
         call->args.push_back(std::move(node));
         ParseCallArgs(call.get());
         node = std::move(call);
@@ -650,7 +650,7 @@ class Parser {
         }
         node = std::move(test);
       } else if (IsOp("(")) {
-        auto call = MakeExpr(Expr::Kind::kCall, Peek().offset);
+        auto call = MakeExpr(Expr::Kind::kCall, node->offset);
         call->args.push_back(std::move(node));
         ParseCallArgs(call.get());
         node = std::move(call);
