@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/tokenizer/incremental_detokenizer.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/utf8.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
@@ -55,7 +56,11 @@ class TokenizerParity : public ::testing::TestWithParam<std::string> {
     EXPECT_TRUE(d.ok()) << d.status();
     if (!d.ok()) return "";
     std::string out;
-    for (int id : ids) out += d->Push(id);
+    for (int id : ids) {
+      std::string delta = d->Push(id);
+      EXPECT_TRUE(IsValidUtf8(delta)) << "a delta splits a UTF-8 sequence";
+      out += delta;
+    }
     out += d->Flush();
     return out;
   }
