@@ -26,7 +26,8 @@ std::optional<std::string> TokenText(const nlohmann::json& v) {
 
 absl::Status ChatTemplate::ReadSpecialTokens(const nlohmann::json& config) {
   if (config.is_null()) return absl::OkStatus();
-  if (!config.is_object()) return absl::InvalidArgumentError("tokenizer_config must be a JSON object");
+  if (!config.is_object())
+    return absl::InvalidArgumentError("tokenizer_config must be a JSON object");
   for (const char* key : kSpecialTokens) {
     auto it = config.find(key);
     if (it == config.end() || it->is_null()) continue;
@@ -48,7 +49,8 @@ absl::Status ChatTemplate::ReadSpecialTokens(const nlohmann::json& config) {
 }
 
 absl::StatusOr<ChatTemplate> ChatTemplate::FromTokenizerConfig(const nlohmann::json& config) {
-  if (!config.is_object()) return absl::InvalidArgumentError("tokenizer_config must be a JSON object");
+  if (!config.is_object())
+    return absl::InvalidArgumentError("tokenizer_config must be a JSON object");
   auto it = config.find("chat_template");
   if (it == config.end() || it->is_null()) {
     return absl::NotFoundError("tokenizer_config.json has no chat_template");
@@ -62,15 +64,18 @@ absl::StatusOr<ChatTemplate> ChatTemplate::FromTokenizerConfig(const nlohmann::j
     return ct;
   }
   if (!it->is_array()) {
-    return absl::InvalidArgumentError("chat_template must be a string or a list of {name, template}");
+    return absl::InvalidArgumentError(
+        "chat_template must be a string or a list of {name, template}");
   }
   for (const auto& entry : *it) {
     if (!entry.is_object() || !entry.contains("name") || !entry["name"].is_string() ||
         !entry.contains("template") || !entry["template"].is_string()) {
-      return absl::InvalidArgumentError("chat_template list entries must be {name, template} strings");
+      return absl::InvalidArgumentError(
+          "chat_template list entries must be {name, template} strings");
     }
     const std::string name = entry["name"].get<std::string>();
-    absl::StatusOr<jinja::Template> t = jinja::Template::Parse(entry["template"].get<std::string>());
+    absl::StatusOr<jinja::Template> t =
+        jinja::Template::Parse(entry["template"].get<std::string>());
     if (!t.ok()) {
       return absl::Status(t.status().code(),
                           absl::StrCat("chat_template '", name, "': ", t.status().message()));
@@ -110,8 +115,8 @@ absl::StatusOr<std::string> ChatTemplate::Render(const nlohmann::ordered_json& m
   if (pick == templates_.end()) {
     std::vector<std::string> names;
     for (const auto& [name, t] : templates_) names.push_back(name);
-    return absl::NotFoundError(absl::StrCat("no 'default' chat template; available: ",
-                                            absl::StrJoin(names, ", ")));
+    return absl::NotFoundError(
+        absl::StrCat("no 'default' chat template; available: ", absl::StrJoin(names, ", ")));
   }
   nlohmann::ordered_json context = nlohmann::ordered_json::object();
   context["messages"] = messages;

@@ -45,6 +45,10 @@ const { Template } = require("@huggingface/jinja");
 const LLAMA2_CHAT_TEMPLATE =
   "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false %}{% endif %}{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}{% set content = message['content'] %}{% endif %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}";
 
+// The Llama 3.1 Instruct chat template (tool calling, tojson(indent=4), strftime_now), run
+// against the Llama 3 tokenizer config. Cases pass date_string so the output is fixed.
+const LLAMA31_TEMPLATE = fs.readFileSync(path.join(here, "llama3.1_instruct.jinja"), "utf8");
+
 const SPECIAL_TOKENS = ["bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"];
 
 const sys = (content) => ({ role: "system", content });
@@ -150,6 +154,35 @@ const CASES = [
     extra: { tools: [WEATHER_TOOL] },
   },
   { name: "tools_without_system", only: ["qwen3"], messages: [user("Weather?")], add_generation_prompt: true, extra: { tools: [WEATHER_TOOL] } },
+  {
+    name: "tool_call_round_trip",
+    only: ["llama3.1"],
+    messages: [
+      sys("You are a weather bot."),
+      user("Weather in Zürich?"),
+      { role: "assistant", tool_calls: [{ type: "function", function: { name: "get_weather", arguments: { city: "Zürich", days: 2 } } }] },
+      { role: "tool", content: { temp: 21, sky: "clear" } },
+      { role: "ipython", content: "plain text result" },
+      bot("It is 21°C and clear."),
+    ],
+    add_generation_prompt: true,
+    extra: { tools: [WEATHER_TOOL], date_string: "02 Jan 2025" },
+  },
+  {
+    name: "tools_in_system_message",
+    only: ["llama3.1"],
+    messages: [user("Weather?")],
+    add_generation_prompt: true,
+    extra: { tools: [WEATHER_TOOL], tools_in_user_message: false, date_string: "02 Jan 2025" },
+  },
+  { name: "tools_but_no_user_message", only: ["llama3.1"], messages: [sys("s")], add_generation_prompt: true, extra: { tools: [WEATHER_TOOL], date_string: "02 Jan 2025" } },
+  {
+    name: "two_tool_calls_rejected",
+    only: ["llama3.1"],
+    messages: [user("x"), { role: "assistant", tool_calls: [{ function: { name: "a", arguments: {} } }, { function: { name: "b", arguments: {} } }] }],
+    add_generation_prompt: false,
+    extra: { date_string: "02 Jan 2025" },
+  },
 ];
 
 function tokenText(v) {
@@ -168,7 +201,9 @@ function renderCase(template, config, c) {
   try {
     return { output: template.render(context) };
   } catch (e) {
-    return { error: String(e.message ?? e) };
+    const error = String(e.message ?? e);
+    // A message spelled out in the template came from raise_exception(...).
+    return { error, raised: error.length > 0 && config.chat_template.includes(error) };
   }
 }
 
@@ -179,14 +214,16 @@ for (const model of MODELS) {
   const config = JSON.parse(fs.readFileSync(configPath, "utf8"));
   delete config.added_tokens_decoder;  // large and irrelevant to templates
   const variants = [{ name: model, config }];
+  if (model === "llama3") variants.push({ name: "llama3.1", config: { ...config, chat_template: LLAMA31_TEMPLATE }, extra: { date_string: "02 Jan 2025" } });
   if (model === "llama2") variants.push({ name: "llama2-chat", config: { ...config, chat_template: LLAMA2_CHAT_TEMPLATE } });
-  for (const { name, config: cfg } of variants) {
+  for (const { name, config: cfg, extra } of variants) {
     const entry = { name, tokenizer_config: cfg, cases: [] };
     if (typeof cfg.chat_template === "string") {
       const template = new Template(cfg.chat_template);
       for (const c of CASES) {
         if (c.only && !c.only.includes(name)) continue;
-        entry.cases.push({ name: c.name, messages: c.messages, add_generation_prompt: c.add_generation_prompt, extra: c.extra ?? {}, ...renderCase(template, cfg, c) });
+        const cc = { ...c, extra: { ...extra, ...c.extra } };
+        entry.cases.push({ name: c.name, messages: c.messages, add_generation_prompt: c.add_generation_prompt, extra: cc.extra, ...renderCase(template, cfg, cc) });
       }
     }
     result.models.push(entry);

@@ -57,7 +57,7 @@ TEST(JinjaText, TrimBlocksDropsOneNewlineAfterBlockTags) {
 TEST(JinjaText, LstripBlocksDropsIndentBeforeBlockTags) {
   EXPECT_EQ(R("a\n    {% if true %}\n    b\n    {% endif %}\nc"), "a\n    b\nc");
   EXPECT_EQ(R("  {% if true %}x{% endif %}"), "x");
-  EXPECT_EQ(R("  {{ 'x' }}"), "  x");            // not before expressions
+  EXPECT_EQ(R("  {{ 'x' }}"), "  x");                    // not before expressions
   EXPECT_EQ(R("a  {% if true %}x{% endif %}"), "a  x");  // only at line start
   EXPECT_EQ(R("  {%+ if true %}x{% endif %}"), "  x");   // + keeps it
 }
@@ -84,7 +84,9 @@ TEST(JinjaExpr, ConcatenationAndStrings) {
   EXPECT_EQ(R("{{ 'a' ~ 1 ~ none ~ true ~ missing }}"), "a1NoneTrue");
   EXPECT_EQ(R("{{ 'a' + 'b' }}|{{ 'a' 'b' }}"), "ab|ab");
   EXPECT_EQ(R(R"({{ 'a\nb\t\'q\'' }})"), "a\nb\t'q'");
-  EXPECT_EQ(R(R"({{ "\u00e9\x41\\" }})"), "\xC3\xA9" "A\\");
+  EXPECT_EQ(R(R"({{ "\u00e9\x41\\" }})"),
+            "\xC3\xA9"
+            "A\\");
   EXPECT_EQ(R(R"({{ 'x\d' }})"), "x\\d");  // unknown escapes keep the backslash
 }
 
@@ -103,7 +105,8 @@ TEST(JinjaExpr, Membership) {
 }
 
 TEST(JinjaExpr, ConditionalExpression) {
-  EXPECT_EQ(R("{{ 'y' if true else 'n' }}|{{ 'y' if false }}|{{ 1 if 0 else 2 if 0 else 3 }}"), "y||3");
+  EXPECT_EQ(R("{{ 'y' if true else 'n' }}|{{ 'y' if false }}|{{ 1 if 0 else 2 if 0 else 3 }}"),
+            "y||3");
 }
 
 TEST(JinjaExpr, LiteralsPrintAsPythonReprs) {
@@ -123,7 +126,9 @@ TEST(JinjaExpr, SubscriptsAndSlices) {
 
 TEST(JinjaExpr, AttributeAndItemAccessOnDicts) {
   const char* ctx = R"({"m": {"role": "user", "items": "shadowed"}, "d": {}})";
-  EXPECT_EQ(R("{{ m.role }}{{ m['role'] }}{{ d.nokey }}{{ m['items'] }}", ctx), "useruser" "shadowed");
+  EXPECT_EQ(R("{{ m.role }}{{ m['role'] }}{{ d.nokey }}{{ m['items'] }}", ctx),
+            "useruser"
+            "shadowed");
   // `.items` is the dict method first, as in Python.
   EXPECT_EQ(R("{{ m.items()|list|length }}", ctx), "2");
 }
@@ -153,16 +158,18 @@ TEST(JinjaExpr, TypeErrorsAreErrorsNotGuesses) {
 // ---------------------------------------------------------------- statements
 
 TEST(JinjaStmt, IfElifElse) {
-  const char* tpl = "{% if x == 1 %}one{% elif x == 2 %}two{% elif x == 3 %}three{% else %}many{% endif %}";
+  const char* tpl =
+      "{% if x == 1 %}one{% elif x == 2 %}two{% elif x == 3 %}three{% else %}many{% endif %}";
   EXPECT_EQ(R(tpl, R"({"x": 1})"), "one");
   EXPECT_EQ(R(tpl, R"({"x": 3})"), "three");
   EXPECT_EQ(R(tpl, R"({"x": 9})"), "many");
 }
 
 TEST(JinjaStmt, ForLoopVariables) {
-  EXPECT_EQ(R("{% for x in ['a', 'b'] %}{{ x }}{{ loop.index }}{{ loop.index0 }}{{ loop.first }}"
-              "{{ loop.last }}{{ loop.length }}{{ loop.revindex }}{{ loop.revindex0 }}|{% endfor %}"),
-            "a10TrueFalse221|b21FalseTrue210|");
+  EXPECT_EQ(
+      R("{% for x in ['a', 'b'] %}{{ x }}{{ loop.index }}{{ loop.index0 }}{{ loop.first }}"
+        "{{ loop.last }}{{ loop.length }}{{ loop.revindex }}{{ loop.revindex0 }}|{% endfor %}"),
+      "a10TrueFalse221|b21FalseTrue210|");
   EXPECT_EQ(R("{% for x in [1, 2, 3] %}{{ loop.previtem }}-{{ loop.nextitem }}"
               "{{ loop.cycle('a', 'b') }} {% endfor %}"),
             "-2a 1-3b 2-a ");
@@ -195,10 +202,12 @@ TEST(JinjaStmt, SetScopingMatchesJinja) {
 }
 
 TEST(JinjaStmt, NamespaceCarriesStateOutOfLoops) {
-  EXPECT_EQ(R("{% set ns = namespace(n=0, seen=false) %}{% for i in [1, 2, 3] %}"
-              "{% set ns.n = ns.n + i %}{% set ns.seen = true %}{% endfor %}{{ ns.n }}{{ ns.seen }}"),
-            "6True");
-  EXPECT_EQ(R("{% set ns = namespace({'a': 1}) %}{{ ns.a }}{{ ns['a'] }}{{ ns.b is defined }}"), "11False");
+  EXPECT_EQ(
+      R("{% set ns = namespace(n=0, seen=false) %}{% for i in [1, 2, 3] %}"
+        "{% set ns.n = ns.n + i %}{% set ns.seen = true %}{% endfor %}{{ ns.n }}{{ ns.seen }}"),
+      "6True");
+  EXPECT_EQ(R("{% set ns = namespace({'a': 1}) %}{{ ns.a }}{{ ns['a'] }}{{ ns.b is defined }}"),
+            "11False");
   EXPECT_FALSE(Try("{% set d = {} %}{% set d.x = 1 %}").ok());
 }
 
@@ -220,30 +229,38 @@ TEST(JinjaStmt, GenerationBlockRendersInPlace) {
 
 TEST(JinjaFilter, StringFilters) {
   EXPECT_EQ(R("[{{ '  x y \n'|trim }}]{{ 'xxhixx'|trim('x') }}"), "[x y]hi");
-  EXPECT_EQ(R("{{ 'aBc'|upper }}{{ 'aBc'|lower }}{{ 'hELLO wORLD'|capitalize }}"), "ABCabcHello world");
+  EXPECT_EQ(R("{{ 'aBc'|upper }}{{ 'aBc'|lower }}{{ 'hELLO wORLD'|capitalize }}"),
+            "ABCabcHello world");
   EXPECT_EQ(R("{{ 'hello wORLD-x (y'|title }}"), "Hello World-X (Y");
   EXPECT_EQ(R("{{ 'aaa'|replace('a', 'b') }}{{ 'aaa'|replace('a', 'b', 2) }}"), "bbbbba");
   EXPECT_EQ(R("{{ '<a href=\"x\">&'|e }}|{{ 'x'|safe }}"), "&lt;a href=&#34;x&#34;&gt;&amp;|x");
-  EXPECT_EQ(R("{{ 'a\nb\n\nc'|indent(2) }}|{{ 'a\nb'|indent(2, true) }}"), "a\n  b\n\n  c|  a\n  b");
+  EXPECT_EQ(R("{{ 'a\nb\n\nc'|indent(2) }}|{{ 'a\nb'|indent(2, true) }}"),
+            "a\n  b\n\n  c|  a\n  b");
   EXPECT_EQ(R("{{ 'one two  three'|wordcount }}"), "3");
 }
 
 TEST(JinjaFilter, SequenceFilters) {
-  EXPECT_EQ(R("{{ [1, 2]|join(', ') }}|{{ ['a', 'b']|join }}|{{ 'abc'|list }}"), "1, 2|ab|['a', 'b', 'c']");
+  EXPECT_EQ(R("{{ [1, 2]|join(', ') }}|{{ ['a', 'b']|join }}|{{ 'abc'|list }}"),
+            "1, 2|ab|['a', 'b', 'c']");
   EXPECT_EQ(R("{{ [3, 1, 2]|first }}{{ [3, 1, 2]|last }}{{ []|first is defined }}"), "32False");
-  EXPECT_EQ(R("{{ 'h\u00e9'|length }}{{ [1, 2]|length }}{{ {'a': 1}|length }}{{ [1]|count }}"), "2211");
+  EXPECT_EQ(R("{{ 'h\u00e9'|length }}{{ [1, 2]|length }}{{ {'a': 1}|length }}{{ [1]|count }}"),
+            "2211");
   EXPECT_EQ(R("{{ [3, 1, 2]|sort }}{{ [3, 1, 2]|sort(reverse=true) }}{{ ['b', 'A', 'c']|sort }}"),
             "[1, 2, 3][3, 2, 1]['A', 'b', 'c']");
-  EXPECT_EQ(R("{{ [1, 2]|reverse|list }}{{ 'ab'|reverse }}{{ [1, 2, 1]|unique|list }}"), "[2, 1]ba[1, 2]");
-  EXPECT_EQ(R("{{ {'a': 1}|items|list }}{{ {'b': 2, 'a': 1}|dictsort }}"), "[('a', 1)][('a', 1), ('b', 2)]");
+  EXPECT_EQ(R("{{ [1, 2]|reverse|list }}{{ 'ab'|reverse }}{{ [1, 2, 1]|unique|list }}"),
+            "[2, 1]ba[1, 2]");
+  EXPECT_EQ(R("{{ {'a': 1}|items|list }}{{ {'b': 2, 'a': 1}|dictsort }}"),
+            "[('a', 1)][('a', 1), ('b', 2)]");
   EXPECT_EQ(R("{{ [1, 2, 3]|sum }}{{ [1, 5, 3]|max }}{{ [4, 2]|min }}"), "652");
 }
 
 TEST(JinjaFilter, AttributeFilters) {
-  const char* ctx = R"({"ms": [{"role": "system", "n": 1}, {"role": "user", "n": 2, "tool": {"id": 7}},
+  const char* ctx =
+      R"({"ms": [{"role": "system", "n": 1}, {"role": "user", "n": 2, "tool": {"id": 7}},
                                {"role": "user"}]})";
   EXPECT_EQ(R("{{ ms|selectattr('role', 'equalto', 'user')|list|length }}", ctx), "2");
-  EXPECT_EQ(R("{{ ms|rejectattr('role', 'eq', 'user')|map(attribute='role')|list }}", ctx), "['system']");
+  EXPECT_EQ(R("{{ ms|rejectattr('role', 'eq', 'user')|map(attribute='role')|list }}", ctx),
+            "['system']");
   EXPECT_EQ(R("{{ ms|selectattr('n')|map(attribute='n')|list }}", ctx), "[1, 2]");
   EXPECT_EQ(R("{{ ms|selectattr('n', 'defined')|list|length }}", ctx), "2");
   EXPECT_EQ(R("{{ ms|map(attribute='n', default=0)|list }}", ctx), "[1, 2, 0]");
@@ -257,10 +274,12 @@ TEST(JinjaFilter, AttributeFilters) {
 }
 
 TEST(JinjaFilter, DefaultAndConversions) {
-  EXPECT_EQ(R("{{ missing|default('d') }}{{ ''|default('d', true) }}{{ none|default('d') }}{{ missing|d }}"),
+  EXPECT_EQ(R("{{ missing|default('d') }}{{ ''|default('d', true) }}{{ none|default('d') }}{{ "
+              "missing|d }}"),
             "ddNone");
-  EXPECT_EQ(R("{{ '42'|int }}{{ '3.7'|int }}{{ 'x'|int }}{{ 'x'|int(5) }}{{ 3.9|int }}{{ true|int }}"),
-            "4230531");
+  EXPECT_EQ(
+      R("{{ '42'|int }}{{ '3.7'|int }}{{ 'x'|int }}{{ 'x'|int(5) }}{{ 3.9|int }}{{ true|int }}"),
+      "4230531");
   EXPECT_EQ(R("{{ '2.5'|float }}{{ 2|float }}{{ 1|string ~ 'x' }}{{ [1]|string }}{{ -3|abs }}"),
             "2.52.01x[1]3");
   EXPECT_EQ(R("{{ 2.567|round(2) }}{{ 2.5|round }}{{ 2.1|round(method='ceil') }}"), "2.573.03.0");
@@ -268,14 +287,16 @@ TEST(JinjaFilter, DefaultAndConversions) {
 
 TEST(JinjaFilter, ToJsonMatchesPythonJsonDumps) {
   const char* ctx = R"({"d": {"b": [1, "\u00e9\n", null, true, 2.0], "a": "x\"y"}})";
-  EXPECT_EQ(R("{{ d|tojson }}", ctx), "{\"b\": [1, \"\xC3\xA9\\n\", null, true, 2.0], \"a\": \"x\\\"y\"}");
+  EXPECT_EQ(R("{{ d|tojson }}", ctx),
+            "{\"b\": [1, \"\xC3\xA9\\n\", null, true, 2.0], \"a\": \"x\\\"y\"}");
   EXPECT_EQ(R("{{ d|tojson(indent=2) }}", ctx),
             "{\n  \"b\": [\n    1,\n    \"\xC3\xA9\\n\",\n    null,\n    true,\n    2.0\n  ],\n"
             "  \"a\": \"x\\\"y\"\n}");
   EXPECT_EQ(R("{{ d|tojson(sort_keys=true, separators=(',', ':')) }}", ctx),
             "{\"a\":\"x\\\"y\",\"b\":[1,\"\xC3\xA9\\n\",null,true,2.0]}");
-  EXPECT_EQ(R("{{ d.b[1]|tojson(ensure_ascii=true) }}{{ '\U0001F600'|tojson(ensure_ascii=true) }}", ctx),
-            "\"\\u00e9\\n\"\"\\ud83d\\ude00\"");
+  EXPECT_EQ(
+      R("{{ d.b[1]|tojson(ensure_ascii=true) }}{{ '\U0001F600'|tojson(ensure_ascii=true) }}", ctx),
+      "\"\\u00e9\\n\"\"\\ud83d\\ude00\"");
   EXPECT_EQ(R("{{ []|tojson(indent=2) }}{{ {}|tojson }}{{ 'a<b'|tojson }}"), "[]{}\"a<b\"");
   EXPECT_FALSE(Try("{{ missing|tojson }}").ok());
 }
@@ -283,19 +304,27 @@ TEST(JinjaFilter, ToJsonMatchesPythonJsonDumps) {
 // ---------------------------------------------------------------- tests
 
 TEST(JinjaTest, BuiltinTests) {
-  const char* ctx = R"({"s": "x", "n": 1, "f": 1.5, "b": true, "l": [1], "d": {"k": 1}, "z": null})";
-  EXPECT_EQ(R("{{ s is string }}{{ n is string }}{{ d is mapping }}{{ l is mapping }}{{ l is iterable }}"
-              "{{ s is iterable }}{{ n is iterable }}{{ missing is iterable }}", ctx),
-            "TrueFalseTrueFalseTrueTrueFalseTrue");
-  EXPECT_EQ(R("{{ n is number }}{{ f is number }}{{ b is number }}{{ n is integer }}{{ b is integer }}"
-              "{{ f is float }}{{ b is boolean }}{{ b is true }}{{ b is false }}{{ z is none }}", ctx),
-            "TrueTrueTrueTrueFalseTrueTrueTrueFalseTrue");
+  const char* ctx =
+      R"({"s": "x", "n": 1, "f": 1.5, "b": true, "l": [1], "d": {"k": 1}, "z": null})";
+  EXPECT_EQ(
+      R("{{ s is string }}{{ n is string }}{{ d is mapping }}{{ l is mapping }}{{ l is iterable }}"
+        "{{ s is iterable }}{{ n is iterable }}{{ missing is iterable }}",
+        ctx),
+      "TrueFalseTrueFalseTrueTrueFalseTrue");
+  EXPECT_EQ(
+      R("{{ n is number }}{{ f is number }}{{ b is number }}{{ n is integer }}{{ b is integer }}"
+        "{{ f is float }}{{ b is boolean }}{{ b is true }}{{ b is false }}{{ z is none }}",
+        ctx),
+      "TrueTrueTrueTrueFalseTrueTrueTrueFalseTrue");
   EXPECT_EQ(R("{{ 4 is even }}{{ 3 is odd }}{{ 9 is divisibleby 3 }}{{ 9 is divisibleby(4) }}"
-              "{{ s is sequence }}{{ n is sequence }}{{ range is callable }}{{ s is callable }}", ctx),
+              "{{ s is sequence }}{{ n is sequence }}{{ range is callable }}{{ s is callable }}",
+              ctx),
             "TrueTrueTrueFalseTrueFalseTrueFalse");
-  EXPECT_EQ(R("{{ n is eq 1 }}{{ n is equalto(2) }}{{ 1 is in [1] }}{{ 'x' is lower }}{{ z is not none }}"
-              "{{ missing is undefined }}{{ n is gt 0 }}", ctx),
-            "TrueFalseTrueTrueFalseTrueTrue");
+  EXPECT_EQ(
+      R("{{ n is eq 1 }}{{ n is equalto(2) }}{{ 1 is in [1] }}{{ 'x' is lower }}{{ z is not none }}"
+        "{{ missing is undefined }}{{ n is gt 0 }}",
+        ctx),
+      "TrueFalseTrueTrueFalseTrueTrue");
 }
 
 // ---------------------------------------------------------------- methods and globals
@@ -307,16 +336,21 @@ TEST(JinjaMethods, StringMethods) {
   EXPECT_EQ(R("{{ 'a b  c'.split() }}{{ 'a,b,,c'.split(',') }}{{ 'a,b,c'.split(',', 1) }}"
               "{{ 'a b c'.split(none, 1) }}{{ 'a,b,c'.rsplit(',', 1) }}"),
             "['a', 'b', 'c']['a', 'b', '', 'c']['a', 'b,c']['a', 'b c']['a,b', 'c']");
-  EXPECT_EQ(R("{{ 'hello'.startswith('he') }}{{ 'hello'.startswith(('x', 'h')) }}{{ 'hello'.endswith('lo') }}"
+  EXPECT_EQ(R("{{ 'hello'.startswith('he') }}{{ 'hello'.startswith(('x', 'h')) }}{{ "
+              "'hello'.endswith('lo') }}"
               "{{ 'hello'.endswith('x') }}"),
             "TrueTrueTrueFalse");
-  EXPECT_EQ(R("{{ 'aXa'.replace('a', 'b') }}{{ 'aaa'.replace('a', '', 1) }}{{ 'ab'.upper() }}{{ 'AB'.lower() }}"
+  EXPECT_EQ(R("{{ 'aXa'.replace('a', 'b') }}{{ 'aaa'.replace('a', '', 1) }}{{ 'ab'.upper() }}{{ "
+              "'AB'.lower() }}"
               "{{ \"they're bill's\".title() }}{{ 'hi there'.capitalize() }}"),
-            "bXbaaABab" "They'Re Bill'SHi there");
-  EXPECT_EQ(R("{{ 'h\u00e9llo'.find('l') }}{{ 'hello'.find('z') }}{{ 'hello'.count('l') }}"
-              "{{ ', '.join(['a', 'b']) }}{{ '{} and {name}'.format(1, name='x') }}{{ '12'.isdigit() }}"),
-            "2-12a, b1 and xTrue");
-  EXPECT_EQ(R("{{ '</think>' in 'a</think>b' }}{{ 'a</think>\n\nb'.split('</think>')[-1].lstrip('\n') }}"),
+            "bXbaaABab"
+            "They'Re Bill'SHi there");
+  EXPECT_EQ(
+      R("{{ 'h\u00e9llo'.find('l') }}{{ 'hello'.find('z') }}{{ 'hello'.count('l') }}"
+        "{{ ', '.join(['a', 'b']) }}{{ '{} and {name}'.format(1, name='x') }}{{ '12'.isdigit() }}"),
+      "2-12a, b1 and xTrue");
+  EXPECT_EQ(R("{{ '</think>' in 'a</think>b' }}{{ "
+              "'a</think>\n\nb'.split('</think>')[-1].lstrip('\n') }}"),
             "Trueb");
 }
 
@@ -336,10 +370,12 @@ TEST(JinjaGlobals, RangeDictAndNamespace) {
 }
 
 TEST(JinjaGlobals, RaiseExceptionIsAClearError) {
-  absl::StatusOr<std::string> r = Try("line one\n{% if true %}   {{ raise_exception('Bad roles!') }}{% endif %}");
+  absl::StatusOr<std::string> r =
+      Try("line one\n{% if true %}   {{ raise_exception('Bad roles!') }}{% endif %}");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(std::string(r.status().message()), "template raised an exception at line 2, column 20: Bad roles!");
+  EXPECT_EQ(std::string(r.status().message()),
+            "template raised an exception at line 2, column 20: Bad roles!");
 }
 
 TEST(JinjaGlobals, StrftimeNowUsesTheInjectedClock) {
@@ -365,7 +401,8 @@ void ExpectParseError(std::string_view tpl, absl::StatusCode code, std::string_v
   absl::StatusOr<Template> t = Template::Parse(tpl);
   ASSERT_FALSE(t.ok()) << tpl;
   EXPECT_EQ(t.status().code(), code) << t.status();
-  EXPECT_NE(std::string(t.status().message()).find(std::string(fragment)), std::string::npos) << t.status();
+  EXPECT_NE(std::string(t.status().message()).find(std::string(fragment)), std::string::npos)
+      << t.status();
 }
 
 TEST(JinjaErrors, SyntaxErrorsNameLineAndColumn) {
@@ -380,10 +417,13 @@ TEST(JinjaErrors, SyntaxErrorsNameLineAndColumn) {
 }
 
 TEST(JinjaErrors, UnsupportedFeaturesAreUnimplemented) {
-  ExpectParseError("{{ x|frobnicate }}", absl::StatusCode::kUnimplemented, "unsupported filter 'frobnicate'");
-  ExpectParseError("{{ x is prime }}", absl::StatusCode::kUnimplemented, "unsupported test 'prime'");
+  ExpectParseError("{{ x|frobnicate }}", absl::StatusCode::kUnimplemented,
+                   "unsupported filter 'frobnicate'");
+  ExpectParseError("{{ x is prime }}", absl::StatusCode::kUnimplemented,
+                   "unsupported test 'prime'");
   ExpectParseError("{% include 'other.j2' %}", absl::StatusCode::kUnimplemented, "include");
-  ExpectParseError("{% for x in xs recursive %}{% endfor %}", absl::StatusCode::kUnimplemented, "recursive");
+  ExpectParseError("{% for x in xs recursive %}{% endfor %}", absl::StatusCode::kUnimplemented,
+                   "recursive");
   ExpectParseError("{{ f(*args) }}", absl::StatusCode::kUnimplemented, "unpacking");
 }
 
@@ -398,14 +438,21 @@ TEST(JinjaErrors, DeepNestingIsAnErrorNotAStackOverflow) {
 
 // A template close to the real ones (Llama 2 chat), to be cut and mangled below.
 constexpr const char* kLlama2Chat =
-    "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = "
-    "messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false %}"
-    "{% endif %}{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
-    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
-    "{% if loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\\n' + system_message + "
-    "'\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}{% set content = message['content'] %}{% endif %}"
+    "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set "
+    "system_message = "
+    "messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = "
+    "false %}"
+    "{% endif %}{% for message in loop_messages %}{% if (message['role'] == 'user') != "
+    "(loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') "
+    "}}{% endif %}"
+    "{% if loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\\n' + "
+    "system_message + "
+    "'\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}{% set content = message['content'] %}{% "
+    "endif %}"
     "{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"
-    "{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}";
+    "{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% "
+    "endif %}{% endfor %}";
 
 constexpr const char* kChatContext =
     R"({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": " Hi "},
@@ -444,9 +491,14 @@ TEST(JinjaErrors, RandomMutationsNeverCrash) {
     for (int e = 0; e < edits; ++e) {
       const size_t at = rng() % s.size();
       switch (rng() % 3) {
-        case 0: s.erase(at, 1 + rng() % 8); break;
-        case 1: s.insert(at, 1, alphabet[rng() % alphabet.size()]); break;
-        default: s[at] = alphabet[rng() % alphabet.size()];
+        case 0:
+          s.erase(at, 1 + rng() % 8);
+          break;
+        case 1:
+          s.insert(at, 1, alphabet[rng() % alphabet.size()]);
+          break;
+        default:
+          s[at] = alphabet[rng() % alphabet.size()];
       }
       if (s.empty()) s = "x";
     }

@@ -59,7 +59,8 @@ Value GetItem(const Value& obj, const Value& key) {
 Value Slice(const Value& obj, std::optional<int64_t> start, std::optional<int64_t> stop,
             std::optional<int64_t> step) {
   RequireDefined(obj);
-  if (!obj.is_list() && !obj.is_string()) Fail("'" + TypeName(obj) + "' object is not subscriptable");
+  if (!obj.is_list() && !obj.is_string())
+    Fail("'" + TypeName(obj) + "' object is not subscriptable");
   const int64_t st = step.value_or(1);
   if (st == 0) Fail("slice step cannot be zero");
   std::vector<std::string_view> chars;
@@ -102,8 +103,10 @@ Value GetAttributePath(const Value& obj, std::string_view path) {
   size_t start = 0;
   while (true) {
     const size_t dot = path.find('.', start);
-    const std::string part(path.substr(start, dot == std::string_view::npos ? path.npos : dot - start));
-    if (!part.empty() && part.size() < 18 && part.find_first_not_of("0123456789") == std::string::npos) {
+    const std::string part(
+        path.substr(start, dot == std::string_view::npos ? path.npos : dot - start));
+    if (!part.empty() && part.size() < 18 &&
+        part.find_first_not_of("0123456789") == std::string::npos) {
       v = GetItem(v, Value(static_cast<int64_t>(std::stoll(part))));
     } else {
       v = GetItem(v, Value(part));

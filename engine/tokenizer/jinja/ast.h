@@ -63,7 +63,7 @@ struct Stmt {
     kMacro,     // macro name(params) body
     kBreak,
     kContinue,
-    kScope,     // a block rendered in place ({% generation %})
+    kScope,  // a block rendered in place ({% generation %})
   };
 
   Kind kind;
@@ -72,8 +72,8 @@ struct Stmt {
   ExprPtr expr;
   ExprPtr filter;
   std::vector<std::string> targets;
-  std::string attr;  // kSet on a namespace attribute
-  std::string name;  // kMacro
+  std::string attr;                                     // kSet on a namespace attribute
+  std::string name;                                     // kMacro
   std::vector<std::pair<std::string, ExprPtr>> params;  // kMacro; default may be null
   Body body;
   Body else_body;

@@ -3,18 +3,20 @@
 #include <cmath>
 #include <string>
 
-#include "engine/tokenizer/jinja/operators.h"
 #include "engine/tokenizer/jinja/error.h"
+#include "engine/tokenizer/jinja/operators.h"
 #include "engine/tokenizer/jinja/text.h"
 
 namespace morserve::jinja {
 namespace {
 
 constexpr std::string_view kTests[] = {
-    "defined", "undefined", "none", "boolean", "true", "false", "integer", "float", "number",
-    "string", "mapping", "iterable", "sequence", "callable", "sameas", "escaped", "lower",
-    "upper", "even", "odd", "divisibleby", "eq", "equalto", "==", "ne", "!=", "lt", "lessthan",
-    "<", "le", "<=", "gt", "greaterthan", ">", "ge", ">=", "in"};
+    "defined", "undefined", "none",   "boolean", "true",        "false",    "integer",
+    "float",   "number",    "string", "mapping", "iterable",    "sequence", "callable",
+    "sameas",  "escaped",   "lower",  "upper",   "even",        "odd",      "divisibleby",
+    "eq",      "equalto",   "==",     "ne",      "!=",          "lt",       "lessthan",
+    "<",       "le",        "<=",     "gt",      "greaterthan", ">",        "ge",
+    ">=",      "in"};
 
 const Value& Arg(std::string_view test, const CallArgs& args) {
   const Value* v = args.Get(0, "value");

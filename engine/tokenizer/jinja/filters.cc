@@ -17,11 +17,12 @@ namespace morserve::jinja {
 namespace {
 
 constexpr std::string_view kFilters[] = {
-    "abs", "attr", "capitalize", "count", "d", "default", "dictsort", "e", "escape", "first",
-    "float", "forceescape", "indent", "int", "items", "join", "last", "length", "list", "lower",
-    "map", "max", "min", "reject", "rejectattr", "replace", "reverse", "round", "safe", "select",
-    "selectattr", "sort", "string", "sum", "title", "tojson", "trim", "unique", "upper",
-    "wordcount"};
+    "abs",    "attr",   "capitalize", "count",      "d",           "default", "dictsort",
+    "e",      "escape", "first",      "float",      "forceescape", "indent",  "int",
+    "items",  "join",   "last",       "length",     "list",        "lower",   "map",
+    "max",    "min",    "reject",     "rejectattr", "replace",     "reverse", "round",
+    "safe",   "select", "selectattr", "sort",       "string",      "sum",     "title",
+    "tojson", "trim",   "unique",     "upper",      "wordcount"};
 
 std::string FilterString(const std::string& filter, const Value* v) {
   if (v == nullptr || !v->is_string()) {
@@ -36,12 +37,23 @@ std::string HtmlEscape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -92,7 +104,8 @@ Value IntFilter(const Value& v, const CallArgs& args) {
     int64_t i = 0;
     if (ParseInt(v.as_string(), &i)) return Value(i);
     double d = 0;
-    if (ParseFloat(v.as_string(), &d) && std::isfinite(d)) return Value(static_cast<int64_t>(std::trunc(d)));
+    if (ParseFloat(v.as_string(), &d) && std::isfinite(d))
+      return Value(static_cast<int64_t>(std::trunc(d)));
   }
   return fallback;
 }
@@ -133,7 +146,8 @@ Value ToJsonFilter(const Value& v, const CallArgs& args) {
 
 std::vector<Value> Items(const Value& v) {
   if (v.is_undefined()) return {};
-  if (!v.is_dict()) Fail("filter 'items': can only get item pairs from a mapping, not " + TypeName(v));
+  if (!v.is_dict())
+    Fail("filter 'items': can only get item pairs from a mapping, not " + TypeName(v));
   std::vector<Value> out;
   for (const auto& [k, x] : v.as_dict().items) out.push_back(Value::MakeList({Value(k), x}, true));
   return out;
@@ -150,7 +164,8 @@ Value SelectFilter(std::string_view name, const Value& v, const CallArgs& args) 
   CallArgs test_args;
   if (args.positional.size() > next) {
     test = FilterString(std::string(name), &args.positional[next++]);
-    test_args.positional.assign(args.positional.begin() + static_cast<long>(next), args.positional.end());
+    test_args.positional.assign(args.positional.begin() + static_cast<long>(next),
+                                args.positional.end());
     if (!IsKnownTest(test)) Fail("filter '" + std::string(name) + "': unknown test '" + test + "'");
   }
   std::vector<Value> out;
@@ -176,7 +191,8 @@ Value MapFilter(const Value& v, const CallArgs& args) {
   }
   if (args.positional.empty()) Fail("filter 'map': needs a filter name or attribute=");
   const std::string filter = FilterString("map", &args.positional[0]);
-  if (!IsKnownFilter(filter) || filter == "map") Fail("filter 'map': unsupported filter '" + filter + "'");
+  if (!IsKnownFilter(filter) || filter == "map")
+    Fail("filter 'map': unsupported filter '" + filter + "'");
   CallArgs rest;
   rest.positional.assign(args.positional.begin() + 1, args.positional.end());
   rest.keyword = args.keyword;
@@ -229,7 +245,10 @@ Value IndentFilter(const Value& v, const CallArgs& args) {
   args.Check("indent", 3, {"width", "first", "blank"});
   const Value* width = args.Get(0, "width");
   std::string pad = "    ";
-  if (width != nullptr) pad = width->is_string() ? width->as_string() : std::string(std::max<int64_t>(0, IntFilter(*width, {}).as_int()), ' ');
+  if (width != nullptr)
+    pad = width->is_string()
+              ? width->as_string()
+              : std::string(std::max<int64_t>(0, IntFilter(*width, {}).as_int()), ' ');
   const bool first = FilterBool(args.Get(1, "first"), false);
   const bool blank = FilterBool(args.Get(2, "blank"), false);
   std::string s = ToStr(v);
@@ -293,7 +312,8 @@ Value ApplyFilter(std::string_view name, const Value& v, const CallArgs& args) {
   if (name == "trim") {
     const Value* chars = args.Get(0, "chars");
     const std::string* set = chars != nullptr && !chars->is_none() ? &chars->as_string() : nullptr;
-    if (chars != nullptr && !chars->is_none() && !chars->is_string()) Fail("filter 'trim': chars must be a string");
+    if (chars != nullptr && !chars->is_none() && !chars->is_string())
+      Fail("filter 'trim': chars must be a string");
     return Value(PyStrip(ToStr(v), set, true, true));
   }
   if (name == "upper") return Value(AsciiUpper(ToStr(v)));
@@ -323,7 +343,8 @@ Value ApplyFilter(std::string_view name, const Value& v, const CallArgs& args) {
   }
   if (name == "first") {
     std::vector<Value> items = Iterate(v);
-    return items.empty() ? Value::MakeUndefined("No first item, sequence was empty.") : items.front();
+    return items.empty() ? Value::MakeUndefined("No first item, sequence was empty.")
+                         : items.front();
   }
   if (name == "last") {
     std::vector<Value> items = Iterate(v);
@@ -363,7 +384,9 @@ Value ApplyFilter(std::string_view name, const Value& v, const CallArgs& args) {
     if (!v.is_number()) Fail("filter 'round': expected a number");
     const double scale = std::pow(10.0, static_cast<double>(precision));
     const double x = v.as_double() * scale;
-    const double r = method == "ceil" ? std::ceil(x) : method == "floor" ? std::floor(x) : std::round(x);
+    const double r = method == "ceil"    ? std::ceil(x)
+                     : method == "floor" ? std::floor(x)
+                                         : std::round(x);
     return Value(r / scale);
   }
   if (name == "sum") {
@@ -377,7 +400,8 @@ Value ApplyFilter(std::string_view name, const Value& v, const CallArgs& args) {
     return total;
   }
   if (name == "min" || name == "max") return MinMax(v, args, name == "max");
-  if (name == "wordcount") return Value(static_cast<int64_t>(PySplit(ToStr(v), nullptr, -1).size()));
+  if (name == "wordcount")
+    return Value(static_cast<int64_t>(PySplit(ToStr(v), nullptr, -1).size()));
   if (name == "attr") return GetAttr(v, FilterString(std::string(name), args.Get(0, "name")));
   if (name == "map") return MapFilter(v, args);
   if (name == "select" || name == "reject" || name == "selectattr" || name == "rejectattr") {

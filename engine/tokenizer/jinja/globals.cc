@@ -54,29 +54,31 @@ Value MakeDict(CallArgs& a) {
 
 void AddGlobals(const Clock& clock, Scope* scope) {
   scope->Set("raise_exception", Value::MakeCallable("raise_exception", [](CallArgs& a) -> Value {
-    std::string message = a.positional.empty() ? "" : ToStr(a.positional[0]);
-    throw JinjaError(ErrorKind::kRaised, std::move(message));
-  }));
+               std::string message = a.positional.empty() ? "" : ToStr(a.positional[0]);
+               throw JinjaError(ErrorKind::kRaised, std::move(message));
+             }));
   scope->Set("range", Value::MakeCallable("range", Range));
   scope->Set("namespace", Value::MakeCallable("namespace", MakeNamespace));
   scope->Set("dict", Value::MakeCallable("dict", MakeDict));
   scope->Set("strftime_now", Value::MakeCallable("strftime_now", [clock](CallArgs& a) {
-    a.Check("strftime_now", 1, {});
-    if (a.positional.empty() || !a.positional[0].is_string()) {
-      Fail("strftime_now() needs a format string");
-    }
-    std::tm tm{};
-    if (clock) {
-      tm = clock();
-    } else {
-      const std::time_t now = std::time(nullptr);
-      localtime_r(&now, &tm);
-    }
-    char buf[512];
-    const size_t n = std::strftime(buf, sizeof(buf), a.positional[0].as_string().c_str(), &tm);
-    if (n == 0 && !a.positional[0].as_string().empty()) Fail("strftime_now(): result too long");
-    return Value(std::string(buf, n));
-  }));
+               a.Check("strftime_now", 1, {});
+               if (a.positional.empty() || !a.positional[0].is_string()) {
+                 Fail("strftime_now() needs a format string");
+               }
+               std::tm tm{};
+               if (clock) {
+                 tm = clock();
+               } else {
+                 const std::time_t now = std::time(nullptr);
+                 localtime_r(&now, &tm);
+               }
+               char buf[512];
+               const size_t n =
+                   std::strftime(buf, sizeof(buf), a.positional[0].as_string().c_str(), &tm);
+               if (n == 0 && !a.positional[0].as_string().empty())
+                 Fail("strftime_now(): result too long");
+               return Value(std::string(buf, n));
+             }));
 }
 
 }  // namespace morserve::jinja

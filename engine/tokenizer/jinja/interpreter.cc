@@ -38,22 +38,34 @@ class Interpreter {
  private:
   Flow ExecStmt(const Stmt& s, const ScopePtr& scope, std::string* out) {
     switch (s.kind) {
-      case Stmt::Kind::kText: out->append(s.text); return Flow::kNormal;
-      case Stmt::Kind::kOutput: out->append(ToStr(Eval(*s.expr, scope))); return Flow::kNormal;
+      case Stmt::Kind::kText:
+        out->append(s.text);
+        return Flow::kNormal;
+      case Stmt::Kind::kOutput:
+        out->append(ToStr(Eval(*s.expr, scope)));
+        return Flow::kNormal;
       case Stmt::Kind::kIf:
         return Exec(Truthy(Eval(*s.expr, scope)) ? s.body : s.else_body, scope, out);
-      case Stmt::Kind::kFor: return ExecFor(s, scope, out);
-      case Stmt::Kind::kSet: ExecSet(s, Eval(*s.expr, scope), scope); return Flow::kNormal;
+      case Stmt::Kind::kFor:
+        return ExecFor(s, scope, out);
+      case Stmt::Kind::kSet:
+        ExecSet(s, Eval(*s.expr, scope), scope);
+        return Flow::kNormal;
       case Stmt::Kind::kSetBlock: {
         std::string text;
         Exec(s.body, scope, &text);
         scope->Set(s.targets[0], Value(std::move(text)));
         return Flow::kNormal;
       }
-      case Stmt::Kind::kMacro: scope->Set(s.name, MakeMacro(s, scope)); return Flow::kNormal;
-      case Stmt::Kind::kBreak: return Flow::kBreak;
-      case Stmt::Kind::kContinue: return Flow::kContinue;
-      case Stmt::Kind::kScope: return Exec(s.body, scope, out);
+      case Stmt::Kind::kMacro:
+        scope->Set(s.name, MakeMacro(s, scope));
+        return Flow::kNormal;
+      case Stmt::Kind::kBreak:
+        return Flow::kBreak;
+      case Stmt::Kind::kContinue:
+        return Flow::kContinue;
+      case Stmt::Kind::kScope:
+        return Exec(s.body, scope, out);
     }
     return Flow::kNormal;
   }
@@ -64,11 +76,13 @@ class Interpreter {
       return;
     }
     RequireDefined(v);
-    if (!v.is_list() && !v.is_string()) Fail("cannot unpack non-iterable " + TypeName(v) + " object");
+    if (!v.is_list() && !v.is_string())
+      Fail("cannot unpack non-iterable " + TypeName(v) + " object");
     std::vector<Value> items = Iterate(v);
     if (items.size() != targets.size()) {
       Fail(absl::StrCat(items.size() < targets.size() ? "not enough" : "too many",
-                        " values to unpack (expected ", targets.size(), ", got ", items.size(), ")"));
+                        " values to unpack (expected ", targets.size(), ", got ", items.size(),
+                        ")"));
     }
     for (size_t i = 0; i < targets.size(); ++i) scope->Set(targets[i], items[i]);
   }
@@ -122,10 +136,12 @@ class Interpreter {
         {"depth0", Value(int64_t{0})},
         {"previtem", i > 0 ? items[i - 1] : Value::MakeUndefined("there is no previous item")},
         {"nextitem", i + 1 < n ? items[i + 1] : Value::MakeUndefined("there is no next item")},
-        {"cycle", Value::MakeCallable("loop.cycle", [i](CallArgs& a) {
-           if (a.positional.empty()) Fail("no items for cycling given");
-           return a.positional[static_cast<size_t>(i) % a.positional.size()];
-         })},
+        {"cycle",
+         Value::MakeCallable("loop.cycle",
+                             [i](CallArgs& a) {
+                               if (a.positional.empty()) Fail("no items for cycling given");
+                               return a.positional[static_cast<size_t>(i) % a.positional.size()];
+                             })},
     };
     return Value(std::move(d));
   }
@@ -150,16 +166,17 @@ class Interpreter {
       for (auto& [k, v] : a.keyword) {
         size_t i = 0;
         while (i < s.params.size() && s.params[i].first != k) ++i;
-        if (i == s.params.size()) Fail("macro '" + s.name + "' takes no keyword argument '" + k + "'");
+        if (i == s.params.size())
+          Fail("macro '" + s.name + "' takes no keyword argument '" + k + "'");
         scope->Set(k, v);
         bound[i] = true;
       }
       for (size_t i = 0; i < s.params.size(); ++i) {
         if (bound[i]) continue;
-        scope->Set(s.params[i].first,
-                   s.params[i].second ? Eval(*s.params[i].second, scope)
-                                      : Value::MakeUndefined("parameter '" + s.params[i].first +
-                                                             "' was not provided"));
+        scope->Set(s.params[i].first, s.params[i].second
+                                          ? Eval(*s.params[i].second, scope)
+                                          : Value::MakeUndefined("parameter '" + s.params[i].first +
+                                                                 "' was not provided"));
       }
       if (++call_depth_ > limits_.max_call_depth) {
         --call_depth_;
@@ -188,7 +205,8 @@ class Interpreter {
 
   CallArgs EvalArgs(const Expr& e, size_t first, const ScopePtr& scope) {
     CallArgs args;
-    for (size_t i = first; i < e.args.size(); ++i) args.positional.push_back(Eval(*e.args[i], scope));
+    for (size_t i = first; i < e.args.size(); ++i)
+      args.positional.push_back(Eval(*e.args[i], scope));
     for (const auto& [k, v] : e.kwargs) args.keyword.emplace_back(k, Eval(*v, scope));
     return args;
   }
@@ -204,7 +222,8 @@ class Interpreter {
 
   Value EvalNode(const Expr& e, const ScopePtr& scope) {
     switch (e.kind) {
-      case Expr::Kind::kLiteral: return e.value;
+      case Expr::Kind::kLiteral:
+        return e.value;
       case Expr::Kind::kName: {
         const Value* v = scope->Lookup(e.name);
         return v != nullptr ? *v : Value::MakeUndefined("'" + e.name + "' is undefined");
@@ -224,8 +243,10 @@ class Interpreter {
         }
         return Value(std::move(d));
       }
-      case Expr::Kind::kGetAttr: return GetAttr(Eval(*e.args[0], scope), e.name);
-      case Expr::Kind::kGetItem: return GetItem(Eval(*e.args[0], scope), Eval(*e.args[1], scope));
+      case Expr::Kind::kGetAttr:
+        return GetAttr(Eval(*e.args[0], scope), e.name);
+      case Expr::Kind::kGetItem:
+        return GetItem(Eval(*e.args[0], scope), Eval(*e.args[1], scope));
       case Expr::Kind::kSlice: {
         const Value obj = Eval(*e.args[0], scope);
         const auto start = SliceBound(e.args[1], scope);
@@ -256,11 +277,13 @@ class Interpreter {
           Fail(absl::StrCat("bad operand type for unary ", e.kind == Expr::Kind::kNeg ? "-" : "+",
                             ": '", TypeName(v), "'"));
         }
-        if (e.kind == Expr::Kind::kPos) return v.is_bool() ? Value(static_cast<int64_t>(v.as_bool())) : v;
+        if (e.kind == Expr::Kind::kPos)
+          return v.is_bool() ? Value(static_cast<int64_t>(v.as_bool())) : v;
         if (v.is_float()) return Value(-v.as_float());
         return BinaryOp("-", Value(int64_t{0}), v);
       }
-      case Expr::Kind::kNot: return Value(!Truthy(Eval(*e.args[0], scope)));
+      case Expr::Kind::kNot:
+        return Value(!Truthy(Eval(*e.args[0], scope)));
       case Expr::Kind::kBinary: {
         const Value a = Eval(*e.args[0], scope);
         const Value b = Eval(*e.args[1], scope);
@@ -274,12 +297,14 @@ class Interpreter {
         Value a = Eval(*e.args[0], scope);
         return Truthy(a) ? a : Eval(*e.args[1], scope);
       }
-      case Expr::Kind::kCompare: return EvalCompare(e, scope);
+      case Expr::Kind::kCompare:
+        return EvalCompare(e, scope);
       case Expr::Kind::kCondExpr: {
         if (Truthy(Eval(*e.args[0], scope))) return Eval(*e.args[1], scope);
         if (e.args[2]) return Eval(*e.args[2], scope);
-        return Value::MakeUndefined("the inline if-expression evaluated to false and no else "
-                                    "section was defined");
+        return Value::MakeUndefined(
+            "the inline if-expression evaluated to false and no else "
+            "section was defined");
       }
     }
     Fail("unknown expression");
@@ -291,10 +316,14 @@ class Interpreter {
       Value right = Eval(*e.args[i + 1], scope);
       const std::string& op = e.ops[i];
       bool ok;
-      if (op == "==") ok = Equal(left, right);
-      else if (op == "!=") ok = !Equal(left, right);
-      else if (op == "in") ok = Contains(right, left);
-      else if (op == "notin") ok = !Contains(right, left);
+      if (op == "==")
+        ok = Equal(left, right);
+      else if (op == "!=")
+        ok = !Equal(left, right);
+      else if (op == "in")
+        ok = Contains(right, left);
+      else if (op == "notin")
+        ok = !Contains(right, left);
       else {
         const int c = Compare(left, right);
         ok = op == "<" ? c < 0 : op == ">" ? c > 0 : op == "<=" ? c <= 0 : c >= 0;

@@ -12,7 +12,9 @@ namespace {
 bool IsNameStart(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 bool IsNameChar(char c) { return IsNameStart(c) || IsDigit(c); }
-bool IsTagSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+bool IsTagSpace(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
 
 [[noreturn]] void SyntaxError(std::string message, size_t offset) {
   throw JinjaError(ErrorKind::kSyntax, std::move(message), offset);
@@ -146,9 +148,9 @@ class Lexer {
     while (true) {
       while (pos_ < src_.size() && IsTagSpace(src_[pos_])) ++pos_;
       if (pos_ >= src_.size()) {
-        SyntaxError(absl::StrCat("unexpected end of template, expected '", is_var ? "}}" : "%}",
-                             "'"),
-                    open);
+        SyntaxError(
+            absl::StrCat("unexpected end of template, expected '", is_var ? "}}" : "%}", "'"),
+            open);
       }
       if (depth == 0) {
         const char* close = is_var ? "}}" : "%}";
@@ -207,8 +209,8 @@ class Lexer {
   }
 
   size_t Digits(size_t p) const {
-    while (p < src_.size() && (IsDigit(src_[p]) || (src_[p] == '_' && p + 1 < src_.size() &&
-                                                    IsDigit(src_[p + 1])))) {
+    while (p < src_.size() &&
+           (IsDigit(src_[p]) || (src_[p] == '_' && p + 1 < src_.size() && IsDigit(src_[p + 1])))) {
       ++p;
     }
     return p;
@@ -259,24 +261,52 @@ class Lexer {
       if (pos_ >= src_.size()) SyntaxError("unterminated string literal", start);
       const char e = src_[pos_++];
       switch (e) {
-        case '\n': break;
-        case '\\': out += '\\'; break;
-        case '\'': out += '\''; break;
-        case '"': out += '"'; break;
-        case 'a': out += '\a'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'v': out += '\v'; break;
-        case 'x': AppendUtf8(HexEscape(2, start), &out); break;
-        case 'u': AppendUtf8(HexEscape(4, start), &out); break;
-        case 'U': AppendUtf8(HexEscape(8, start), &out); break;
+        case '\n':
+          break;
+        case '\\':
+          out += '\\';
+          break;
+        case '\'':
+          out += '\'';
+          break;
+        case '"':
+          out += '"';
+          break;
+        case 'a':
+          out += '\a';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'n':
+          out += '\n';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 't':
+          out += '\t';
+          break;
+        case 'v':
+          out += '\v';
+          break;
+        case 'x':
+          AppendUtf8(HexEscape(2, start), &out);
+          break;
+        case 'u':
+          AppendUtf8(HexEscape(4, start), &out);
+          break;
+        case 'U':
+          AppendUtf8(HexEscape(8, start), &out);
+          break;
         default:
           if (e >= '0' && e <= '7') {
             uint32_t v = e - '0';
-            for (int k = 0; k < 2 && pos_ < src_.size() && src_[pos_] >= '0' && src_[pos_] <= '7'; ++k) {
+            for (int k = 0; k < 2 && pos_ < src_.size() && src_[pos_] >= '0' && src_[pos_] <= '7';
+                 ++k) {
               v = v * 8 + (src_[pos_++] - '0');
             }
             AppendUtf8(v, &out);

@@ -22,7 +22,7 @@ enum class TokenType {
   kString,      // string literal, escapes already decoded
   kInteger,
   kFloat,
-  kOperator,    // + - * / // % ** ~ == != < > <= >= = . , : | ( ) [ ] { }
+  kOperator,  // + - * / // % ** ~ == != < > <= >= = . , : | ( ) [ ] { }
   kEnd,
 };
 

@@ -13,7 +13,8 @@ namespace {
 // Optional string argument that may be None (e.g. strip(None)).
 const std::string* OptionalString(const std::string& method, const Value* v) {
   if (v == nullptr || v->is_none()) return nullptr;
-  if (!v->is_string()) Fail(absl::StrCat(method, "() argument must be str or None, not ", TypeName(*v)));
+  if (!v->is_string())
+    Fail(absl::StrCat(method, "() argument must be str or None, not ", TypeName(*v)));
   return &v->as_string();
 }
 
@@ -120,7 +121,8 @@ std::optional<Value> StringMethod(const std::string& s, std::string_view name) {
   } else if (name == "replace") {
     fn = [s](CallArgs& a) {
       a.Check("replace", 3, {"count"});
-      return Value(PyReplace(s, StringArg("replace", a.Get(0, "")), StringArg("replace", a.Get(1, "")),
+      return Value(PyReplace(s, StringArg("replace", a.Get(0, "")),
+                             StringArg("replace", a.Get(1, "")),
                              IntArg("replace", a.Get(2, "count"), -1)));
     };
   } else if (name == "upper" || name == "lower" || name == "title" || name == "capitalize") {
@@ -138,7 +140,8 @@ std::optional<Value> StringMethod(const std::string& s, std::string_view name) {
       if (name == "count") {
         if (sub.empty()) return Value(static_cast<int64_t>(CharCount(s) + 1));
         int64_t n = 0;
-        for (size_t at = s.find(sub); at != std::string::npos; at = s.find(sub, at + sub.size())) ++n;
+        for (size_t at = s.find(sub); at != std::string::npos; at = s.find(sub, at + sub.size()))
+          ++n;
         return Value(n);
       }
       const size_t at = name == "find" ? s.find(sub) : s.rfind(sub);
@@ -190,16 +193,18 @@ std::optional<Value> StringMethod(const std::string& s, std::string_view name) {
 
 std::optional<Value> DictMethod(const Value& d, std::string_view name) {
   if (name == "items" || name == "keys" || name == "values") {
-    return Value::MakeCallable("dict." + std::string(name), [d, name = std::string(name)](CallArgs& a) {
-      a.Check(name, 0, {});
-      std::vector<Value> out;
-      for (const auto& [k, v] : d.as_dict().items) {
-        if (name == "items") out.push_back(Value::MakeList({Value(k), v}, /*tuple=*/true));
-        if (name == "keys") out.emplace_back(k);
-        if (name == "values") out.push_back(v);
-      }
-      return Value::MakeList(std::move(out));
-    });
+    return Value::MakeCallable("dict." + std::string(name),
+                               [d, name = std::string(name)](CallArgs& a) {
+                                 a.Check(name, 0, {});
+                                 std::vector<Value> out;
+                                 for (const auto& [k, v] : d.as_dict().items) {
+                                   if (name == "items")
+                                     out.push_back(Value::MakeList({Value(k), v}, /*tuple=*/true));
+                                   if (name == "keys") out.emplace_back(k);
+                                   if (name == "values") out.push_back(v);
+                                 }
+                                 return Value::MakeList(std::move(out));
+                               });
   }
   if (name == "get") {
     return Value::MakeCallable("dict.get", [d](CallArgs& a) {

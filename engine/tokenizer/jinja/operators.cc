@@ -79,7 +79,8 @@ Value Repeat(const Value& seq, int64_t n) {
     return Value(std::move(out));
   }
   const auto& items = seq.as_list().items;
-  if (items.size() * static_cast<size_t>(n) > kMaxRepeatBytes / 16) Fail("list repetition too large");
+  if (items.size() * static_cast<size_t>(n) > kMaxRepeatBytes / 16)
+    Fail("list repetition too large");
   std::vector<Value> out;
   for (int64_t i = 0; i < n; ++i) out.insert(out.end(), items.begin(), items.end());
   return Value::MakeList(std::move(out));
@@ -133,13 +134,14 @@ int Compare(const Value& a, const Value& b) {
   }
   RequireDefined(a);
   RequireDefined(b);
-  Fail(absl::StrCat("'<' not supported between instances of '", TypeName(a), "' and '",
-                    TypeName(b), "'"));
+  Fail(absl::StrCat("'<' not supported between instances of '", TypeName(a), "' and '", TypeName(b),
+                    "'"));
 }
 
 bool Contains(const Value& haystack, const Value& needle) {
   switch (haystack.kind()) {
-    case Value::Kind::kUndefined: return false;
+    case Value::Kind::kUndefined:
+      return false;
     case Value::Kind::kString:
       if (!needle.is_string()) {
         Fail("'in <string>' requires string as left operand, not " + TypeName(needle));

@@ -40,9 +40,7 @@ class Parser {
 
  private:
   // ----- token helpers
-  const Token& Peek(size_t k = 0) const {
-    return tokens_[std::min(pos_ + k, tokens_.size() - 1)];
-  }
+  const Token& Peek(size_t k = 0) const { return tokens_[std::min(pos_ + k, tokens_.size() - 1)]; }
   const Token& Next() {
     const Token& t = Peek();
     if (pos_ < tokens_.size() - 1) ++pos_;
@@ -66,14 +64,22 @@ class Parser {
   }
   static std::string Describe(const Token& t) {
     switch (t.type) {
-      case TokenType::kEnd: return "end of template";
-      case TokenType::kText: return "template text";
-      case TokenType::kVarBegin: return "'{{'";
-      case TokenType::kVarEnd: return "'}}'";
-      case TokenType::kBlockBegin: return "'{%'";
-      case TokenType::kBlockEnd: return "'%}'";
-      case TokenType::kString: return "string literal";
-      default: return "'" + t.value + "'";
+      case TokenType::kEnd:
+        return "end of template";
+      case TokenType::kText:
+        return "template text";
+      case TokenType::kVarBegin:
+        return "'{{'";
+      case TokenType::kVarEnd:
+        return "'}}'";
+      case TokenType::kBlockBegin:
+        return "'{%'";
+      case TokenType::kBlockEnd:
+        return "'%}'";
+      case TokenType::kString:
+        return "string literal";
+      default:
+        return "'" + t.value + "'";
     }
   }
   void ExpectOp(const std::string& op) {
@@ -123,8 +129,8 @@ class Parser {
       switch (t.type) {
         case TokenType::kEnd:
           if (end.size() != 0) {
-            SyntaxError(absl::StrCat("unexpected end of template, expected '{% ", std::string(*(end.end() - 1)),
-                                     " %}'"),
+            SyntaxError(absl::StrCat("unexpected end of template, expected '{% ",
+                                     std::string(*(end.end() - 1)), " %}'"),
                         t.offset);
           }
           return body;
@@ -167,7 +173,8 @@ class Parser {
   StmtPtr ParseStatement() {
     const size_t offset = Next().offset;  // {%
     const Token& kw = Peek();
-    if (kw.type != TokenType::kName) SyntaxError("expected statement name, got " + Describe(kw), kw.offset);
+    if (kw.type != TokenType::kName)
+      SyntaxError("expected statement name, got " + Describe(kw), kw.offset);
     const std::string name = Next().value;
     auto s = std::make_unique<Stmt>();
     s->offset = offset;
@@ -188,9 +195,9 @@ class Parser {
       ExpectEndTag("endgeneration");
       return s;
     }
-    static constexpr std::string_view kKnown[] = {
-        "call", "filter", "include", "import", "from", "extends", "block", "with", "do",
-        "autoescape", "trans"};
+    static constexpr std::string_view kKnown[] = {"call", "filter",     "include", "import",
+                                                  "from", "extends",    "block",   "with",
+                                                  "do",   "autoescape", "trans"};
     for (std::string_view k : kKnown) {
       if (name == k) Unsupported("unsupported statement '{% " + name + " %}'", kw.offset);
     }
@@ -232,7 +239,8 @@ class Parser {
   StmtPtr ParseFor(StmtPtr s) {
     s->kind = Stmt::Kind::kFor;
     s->targets = ParseTargets("loop variable name");
-    if (!SkipName("in")) SyntaxError("expected 'in' in for loop, got " + Describe(Peek()), Peek().offset);
+    if (!SkipName("in"))
+      SyntaxError("expected 'in' in for loop, got " + Describe(Peek()), Peek().offset);
     s->expr = ParseTuple(false);
     if (SkipName("if")) s->filter = ParseExpression(true);
     if (IsName("recursive")) Unsupported("recursive for loops are not supported", Peek().offset);
@@ -639,9 +647,11 @@ class Parser {
         test->negated = SkipName("not");
         const Token& t = Peek();
         // `none`, `true` and `false` are both literals and test names.
-        if (t.type != TokenType::kName) SyntaxError("expected test name, got " + Describe(t), t.offset);
+        if (t.type != TokenType::kName)
+          SyntaxError("expected test name, got " + Describe(t), t.offset);
         test->name = Next().value;
-        if (!IsKnownTest(test->name)) Unsupported("unsupported test '" + test->name + "'", t.offset);
+        if (!IsKnownTest(test->name))
+          Unsupported("unsupported test '" + test->name + "'", t.offset);
         test->args.push_back(std::move(node));
         if (IsOp("(")) {
           ParseCallArgs(test.get());

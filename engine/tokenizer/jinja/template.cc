@@ -31,15 +31,17 @@ absl::Status ToStatus(const JinjaError& e, const std::string& source) {
   const std::string where = Location(source, e.offset);
   switch (e.kind) {
     case ErrorKind::kSyntax:
-      return absl::InvalidArgumentError(absl::StrCat("template syntax error", where, ": ", e.message));
+      return absl::InvalidArgumentError(
+          absl::StrCat("template syntax error", where, ": ", e.message));
     case ErrorKind::kUnsupported:
-      return absl::UnimplementedError(absl::StrCat("template uses unsupported Jinja", where, ": ",
-                                                   e.message));
+      return absl::UnimplementedError(
+          absl::StrCat("template uses unsupported Jinja", where, ": ", e.message));
     case ErrorKind::kRaised:
-      return absl::InvalidArgumentError(absl::StrCat("template raised an exception", where, ": ",
-                                                     e.message));
+      return absl::InvalidArgumentError(
+          absl::StrCat("template raised an exception", where, ": ", e.message));
     case ErrorKind::kRuntime:
-      return absl::InvalidArgumentError(absl::StrCat("template render error", where, ": ", e.message));
+      return absl::InvalidArgumentError(
+          absl::StrCat("template render error", where, ": ", e.message));
   }
   return absl::InternalError(e.message);
 }
@@ -57,8 +59,9 @@ bool ExprMentions(const Expr& e, std::string_view name) {
 
 bool BodyMentions(const Body& body, std::string_view name) {
   for (const StmtPtr& s : body) {
-    if ((s->expr && ExprMentions(*s->expr, name)) || (s->filter && ExprMentions(*s->filter, name)) ||
-        BodyMentions(s->body, name) || BodyMentions(s->else_body, name)) {
+    if ((s->expr && ExprMentions(*s->expr, name)) ||
+        (s->filter && ExprMentions(*s->filter, name)) || BodyMentions(s->body, name) ||
+        BodyMentions(s->else_body, name)) {
       return true;
     }
     for (const auto& [p, def] : s->params) {
@@ -82,7 +85,8 @@ absl::StatusOr<Template> Template::Parse(std::string_view source) {
 
 absl::StatusOr<std::string> Template::Render(const nlohmann::ordered_json& context,
                                              const RenderOptions& options) const {
-  if (!context.is_object()) return absl::InvalidArgumentError("template context must be a JSON object");
+  if (!context.is_object())
+    return absl::InvalidArgumentError("template context must be a JSON object");
   try {
     auto globals = std::make_shared<Scope>();
     AddGlobals(options.clock, globals.get());

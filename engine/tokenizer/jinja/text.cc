@@ -22,7 +22,8 @@ uint32_t Decode(std::string_view ch) {
   const auto b0 = static_cast<unsigned char>(ch[0]);
   if (ch.size() == 1) return b0;
   uint32_t cp = b0 & (ch.size() == 2 ? 0x1F : ch.size() == 3 ? 0x0F : 0x07);
-  for (size_t k = 1; k < ch.size(); ++k) cp = (cp << 6) | (static_cast<unsigned char>(ch[k]) & 0x3F);
+  for (size_t k = 1; k < ch.size(); ++k)
+    cp = (cp << 6) | (static_cast<unsigned char>(ch[k]) & 0x3F);
   return cp;
 }
 
@@ -190,8 +191,8 @@ std::string JinjaTitle(std::string_view s) {
   std::string out;
   bool word_start = true;
   for (std::string_view ch : SplitChars(s)) {
-    const bool sep = IsPyWhitespace(ch) || ch == "-" || ch == "(" || ch == "{" || ch == "[" ||
-                     ch == "<";
+    const bool sep =
+        IsPyWhitespace(ch) || ch == "-" || ch == "(" || ch == "{" || ch == "[" || ch == "<";
     if (sep) {
       out.append(ch);
       word_start = true;

@@ -31,8 +31,8 @@ std::string PyReplace(std::string_view s, std::string_view old, std::string_view
 std::string AsciiUpper(std::string_view s);
 std::string AsciiLower(std::string_view s);
 std::string PyCapitalize(std::string_view s);
-std::string PyTitle(std::string_view s);      // str.title()
-std::string JinjaTitle(std::string_view s);   // the `title` filter (word starts after -\s({[<)
+std::string PyTitle(std::string_view s);     // str.title()
+std::string JinjaTitle(std::string_view s);  // the `title` filter (word starts after -\s({[<)
 
 // Python repr() of a str: single quotes unless the text holds ' and no ".
 std::string PyStrRepr(std::string_view s);

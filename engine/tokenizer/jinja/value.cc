@@ -68,16 +68,26 @@ double Value::as_double() const {
 
 std::string TypeName(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return "Undefined";
-    case Value::Kind::kNone: return "NoneType";
-    case Value::Kind::kBool: return "bool";
-    case Value::Kind::kInt: return "int";
-    case Value::Kind::kFloat: return "float";
-    case Value::Kind::kString: return "str";
-    case Value::Kind::kList: return v.as_list().tuple ? "tuple" : "list";
-    case Value::Kind::kDict: return "dict";
-    case Value::Kind::kNamespace: return "Namespace";
-    case Value::Kind::kCallable: return "function";
+    case Value::Kind::kUndefined:
+      return "Undefined";
+    case Value::Kind::kNone:
+      return "NoneType";
+    case Value::Kind::kBool:
+      return "bool";
+    case Value::Kind::kInt:
+      return "int";
+    case Value::Kind::kFloat:
+      return "float";
+    case Value::Kind::kString:
+      return "str";
+    case Value::Kind::kList:
+      return v.as_list().tuple ? "tuple" : "list";
+    case Value::Kind::kDict:
+      return "dict";
+    case Value::Kind::kNamespace:
+      return "Namespace";
+    case Value::Kind::kCallable:
+      return "function";
   }
   return "?";
 }
@@ -85,15 +95,23 @@ std::string TypeName(const Value& v) {
 bool Truthy(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::kUndefined:
-    case Value::Kind::kNone: return false;
-    case Value::Kind::kBool: return v.as_bool();
-    case Value::Kind::kInt: return v.as_int() != 0;
-    case Value::Kind::kFloat: return v.as_float() != 0.0;
-    case Value::Kind::kString: return !v.as_string().empty();
-    case Value::Kind::kList: return !v.as_list().items.empty();
-    case Value::Kind::kDict: return !v.as_dict().items.empty();
+    case Value::Kind::kNone:
+      return false;
+    case Value::Kind::kBool:
+      return v.as_bool();
+    case Value::Kind::kInt:
+      return v.as_int() != 0;
+    case Value::Kind::kFloat:
+      return v.as_float() != 0.0;
+    case Value::Kind::kString:
+      return !v.as_string().empty();
+    case Value::Kind::kList:
+      return !v.as_list().items.empty();
+    case Value::Kind::kDict:
+      return !v.as_dict().items.empty();
     case Value::Kind::kNamespace:
-    case Value::Kind::kCallable: return true;
+    case Value::Kind::kCallable:
+      return true;
   }
   return false;
 }
@@ -110,8 +128,10 @@ bool Equal(const Value& a, const Value& b) {
   if (a.kind() != b.kind()) return false;
   switch (a.kind()) {
     case Value::Kind::kUndefined:
-    case Value::Kind::kNone: return true;
-    case Value::Kind::kString: return a.as_string() == b.as_string();
+    case Value::Kind::kNone:
+      return true;
+    case Value::Kind::kString:
+      return a.as_string() == b.as_string();
     case Value::Kind::kList: {
       const auto& x = a.as_list().items;
       const auto& y = b.as_list().items;
@@ -131,33 +151,44 @@ bool Equal(const Value& a, const Value& b) {
       }
       return true;
     }
-    case Value::Kind::kNamespace: return &a.as_namespace() == &b.as_namespace();
-    case Value::Kind::kCallable: return &a.as_callable() == &b.as_callable();
-    default: return false;
+    case Value::Kind::kNamespace:
+      return &a.as_namespace() == &b.as_namespace();
+    case Value::Kind::kCallable:
+      return &a.as_callable() == &b.as_callable();
+    default:
+      return false;
   }
 }
 
 std::string ToStr(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return "";
-    case Value::Kind::kString: return v.as_string();
-    default: return Repr(v);
+    case Value::Kind::kUndefined:
+      return "";
+    case Value::Kind::kString:
+      return v.as_string();
+    default:
+      return Repr(v);
   }
 }
 
 std::string Repr(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return "";
-    case Value::Kind::kNone: return "None";
-    case Value::Kind::kBool: return v.as_bool() ? "True" : "False";
-    case Value::Kind::kInt: return absl::StrCat(v.as_int());
-    case Value::Kind::kFloat: return PyFloatRepr(v.as_float());
-    case Value::Kind::kString: return PyStrRepr(v.as_string());
+    case Value::Kind::kUndefined:
+      return "";
+    case Value::Kind::kNone:
+      return "None";
+    case Value::Kind::kBool:
+      return v.as_bool() ? "True" : "False";
+    case Value::Kind::kInt:
+      return absl::StrCat(v.as_int());
+    case Value::Kind::kFloat:
+      return PyFloatRepr(v.as_float());
+    case Value::Kind::kString:
+      return PyStrRepr(v.as_string());
     case Value::Kind::kList: {
       const List& l = v.as_list();
-      std::string inner = absl::StrJoin(l.items, ", ", [](std::string* out, const Value& x) {
-        out->append(Repr(x));
-      });
+      std::string inner = absl::StrJoin(
+          l.items, ", ", [](std::string* out, const Value& x) { out->append(Repr(x)); });
       if (l.tuple) return l.items.size() == 1 ? "(" + inner + ",)" : "(" + inner + ")";
       return "[" + inner + "]";
     }
@@ -171,8 +202,10 @@ std::string Repr(const Value& v) {
       }
       return out + "}";
     }
-    case Value::Kind::kNamespace: return "<Namespace>";
-    case Value::Kind::kCallable: return "<function " + v.as_callable().name + ">";
+    case Value::Kind::kNamespace:
+      return "<Namespace>";
+    case Value::Kind::kCallable:
+      return "<function " + v.as_callable().name + ">";
   }
   return "";
 }
@@ -185,8 +218,10 @@ void RequireDefined(const Value& v) {
 
 std::vector<Value> Iterate(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return {};
-    case Value::Kind::kList: return v.as_list().items;
+    case Value::Kind::kUndefined:
+      return {};
+    case Value::Kind::kList:
+      return v.as_list().items;
     case Value::Kind::kDict: {
       std::vector<Value> keys;
       for (const auto& [k, x] : v.as_dict().items) keys.emplace_back(k);
@@ -197,7 +232,8 @@ std::vector<Value> Iterate(const Value& v) {
       for (std::string_view c : SplitChars(v.as_string())) chars.emplace_back(std::string(c));
       return chars;
     }
-    default: Fail("'" + TypeName(v) + "' object is not iterable");
+    default:
+      Fail("'" + TypeName(v) + "' object is not iterable");
   }
 }
 
@@ -209,14 +245,29 @@ void JsonString(std::string_view s, bool ensure_ascii, std::string* out) {
     const auto b = static_cast<unsigned char>(ch[0]);
     if (ch.size() == 1) {
       switch (b) {
-        case '"': *out += "\\\""; continue;
-        case '\\': *out += "\\\\"; continue;
-        case '\n': *out += "\\n"; continue;
-        case '\r': *out += "\\r"; continue;
-        case '\t': *out += "\\t"; continue;
-        case '\b': *out += "\\b"; continue;
-        case '\f': *out += "\\f"; continue;
-        default: break;
+        case '"':
+          *out += "\\\"";
+          continue;
+        case '\\':
+          *out += "\\\\";
+          continue;
+        case '\n':
+          *out += "\\n";
+          continue;
+        case '\r':
+          *out += "\\r";
+          continue;
+        case '\t':
+          *out += "\\t";
+          continue;
+        case '\b':
+          *out += "\\b";
+          continue;
+        case '\f':
+          *out += "\\f";
+          continue;
+        default:
+          break;
       }
       if (b < 0x20 || (ensure_ascii && b >= 0x80)) {
         char buf[8];
@@ -253,17 +304,28 @@ void JsonValue(const Value& v, const JsonOptions& o, int depth, std::string* out
     out->append(static_cast<size_t>(std::max<int64_t>(0, *o.indent)) * d, ' ');
   };
   switch (v.kind()) {
-    case Value::Kind::kNone: *out += "null"; return;
-    case Value::Kind::kBool: *out += v.as_bool() ? "true" : "false"; return;
-    case Value::Kind::kInt: *out += absl::StrCat(v.as_int()); return;
+    case Value::Kind::kNone:
+      *out += "null";
+      return;
+    case Value::Kind::kBool:
+      *out += v.as_bool() ? "true" : "false";
+      return;
+    case Value::Kind::kInt:
+      *out += absl::StrCat(v.as_int());
+      return;
     case Value::Kind::kFloat: {
       const double d = v.as_float();
-      if (std::isnan(d)) *out += "NaN";
-      else if (std::isinf(d)) *out += d < 0 ? "-Infinity" : "Infinity";
-      else *out += PyFloatRepr(d);
+      if (std::isnan(d))
+        *out += "NaN";
+      else if (std::isinf(d))
+        *out += d < 0 ? "-Infinity" : "Infinity";
+      else
+        *out += PyFloatRepr(d);
       return;
     }
-    case Value::Kind::kString: JsonString(v.as_string(), o.ensure_ascii, out); return;
+    case Value::Kind::kString:
+      JsonString(v.as_string(), o.ensure_ascii, out);
+      return;
     case Value::Kind::kList: {
       const auto& items = v.as_list().items;
       if (items.empty()) {
@@ -303,7 +365,8 @@ void JsonValue(const Value& v, const JsonOptions& o, int depth, std::string* out
       *out += '}';
       return;
     }
-    default: Fail("Object of type " + TypeName(v) + " is not JSON serializable");
+    default:
+      Fail("Object of type " + TypeName(v) + " is not JSON serializable");
   }
 }
 
@@ -317,16 +380,21 @@ std::string ToJson(const Value& v, const JsonOptions& options) {
 
 Value FromJson(const nlohmann::ordered_json& j) {
   switch (j.type()) {
-    case nlohmann::ordered_json::value_t::null: return Value::None();
-    case nlohmann::ordered_json::value_t::boolean: return Value(j.get<bool>());
-    case nlohmann::ordered_json::value_t::number_integer: return Value(j.get<int64_t>());
+    case nlohmann::ordered_json::value_t::null:
+      return Value::None();
+    case nlohmann::ordered_json::value_t::boolean:
+      return Value(j.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer:
+      return Value(j.get<int64_t>());
     case nlohmann::ordered_json::value_t::number_unsigned: {
       const auto u = j.get<uint64_t>();
       if (u > static_cast<uint64_t>(INT64_MAX)) return Value(static_cast<double>(u));
       return Value(static_cast<int64_t>(u));
     }
-    case nlohmann::ordered_json::value_t::number_float: return Value(j.get<double>());
-    case nlohmann::ordered_json::value_t::string: return Value(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::number_float:
+      return Value(j.get<double>());
+    case nlohmann::ordered_json::value_t::string:
+      return Value(j.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
       std::vector<Value> items;
       items.reserve(j.size());
@@ -339,7 +407,8 @@ Value FromJson(const nlohmann::ordered_json& j) {
       for (const auto& [k, x] : j.items()) d->items.emplace_back(k, FromJson(x));
       return Value(std::move(d));
     }
-    default: return Value::None();  // binary and discarded values have no Python form
+    default:
+      return Value::None();  // binary and discarded values have no Python form
   }
 }
 

@@ -58,7 +58,18 @@ struct Undefined {
 
 class Value {
  public:
-  enum class Kind { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kNamespace, kCallable };
+  enum class Kind {
+    kUndefined,
+    kNone,
+    kBool,
+    kInt,
+    kFloat,
+    kString,
+    kList,
+    kDict,
+    kNamespace,
+    kCallable
+  };
 
   Value() : v_(Undefined{}) {}
   static Value MakeUndefined(std::string hint) { return Value(Undefined{std::move(hint)}); }
@@ -103,9 +114,8 @@ class Value {
 
  private:
   explicit Value(Undefined u) : v_(std::move(u)) {}
-  std::variant<Undefined, std::monostate, bool, int64_t, double, std::string,
-               std::shared_ptr<List>, std::shared_ptr<Dict>, std::shared_ptr<Namespace>,
-               std::shared_ptr<Callable>>
+  std::variant<Undefined, std::monostate, bool, int64_t, double, std::string, std::shared_ptr<List>,
+               std::shared_ptr<Dict>, std::shared_ptr<Namespace>, std::shared_ptr<Callable>>
       v_;
 };
 
