@@ -86,6 +86,7 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const json& model, 
       if (static_cast<size_t>(id) >= bpe->id_to_token_.size()) bpe->id_to_token_.resize(id + 1);
       bpe->id_to_token_[id] = it.key();
       if (bpe->VocabKey(it.key(), &key)) bpe->key_to_id_.emplace(key, id);
+      if (!byte_level) bpe->NoteMetaspaceJoins(it.key());
     }
     const json& merges = model.at("merges");
     if (!merges.is_array()) return absl::InvalidArgumentError("model.merges must be an array");
@@ -146,7 +147,17 @@ void BpeModel::AddToken(std::string_view content, int id) {
   id_to_token_[id] = std::string(content);
   std::string key;
   if (VocabKey(content, &key)) key_to_id_[key] = id;
+  if (!byte_level_) NoteMetaspaceJoins(content);
   if (key.size() == 1 && byte_level_) byte_symbol_[static_cast<unsigned char>(key[0])] = id;
+}
+
+void BpeModel::NoteMetaspaceJoins(std::string_view token) {
+  char32_t prev = 0;
+  for (size_t i = 0; i < token.size();) {
+    char32_t c = NextCodePoint(token, &i);
+    if (c == kMetaspace && prev != 0 && prev != kMetaspace) joins_metaspace_.insert(prev);
+    prev = c;
+  }
 }
 
 void BpeModel::EmitUnknown(std::string_view piece, std::vector<int>* ids) const {
@@ -170,6 +181,25 @@ void BpeModel::EncodeWord(std::string_view word, std::vector<int>* ids) const {
       return;
     }
   }
+  if (!byte_level_ && word.size() > 8) {
+    size_t piece_start = 0;
+    char32_t prev = 0;
+    for (size_t i = 0; i < word.size();) {
+      size_t at = i;
+      char32_t c = NextCodePoint(word, &i);
+      if (c == kMetaspace && prev != 0 && prev != kMetaspace && !joins_metaspace_.contains(prev)) {
+        EncodePiece(word.substr(piece_start, at - piece_start), ids);
+        piece_start = at;
+      }
+      prev = c;
+    }
+    EncodePiece(word.substr(piece_start), ids);
+    return;
+  }
+  EncodePiece(word, ids);
+}
+
+void BpeModel::EncodePiece(std::string_view word, std::vector<int>* ids) const {
   if (word.size() <= kMaxCachedWordBytes) {
     absl::MutexLock lock(&cache_mu_);
     auto it = cache_.find(AView(word));

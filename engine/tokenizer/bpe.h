@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "nlohmann/json.hpp"
@@ -50,8 +51,12 @@ class BpeModel {
   }
   // Key of a vocabulary string: raw bytes for byte-level models; false if not representable.
   bool VocabKey(std::string_view token, std::string* key) const;
+  void EncodePiece(std::string_view piece, std::vector<int>* ids) const;
   void Merge_(std::string_view word, std::vector<int>* ids) const;
   void EmitUnknown(std::string_view piece, std::vector<int>* ids) const;
+  void NoteMetaspaceJoins(std::string_view token);
+  static constexpr char32_t kMetaspace = 0x2581;  // "▁"
+
 
   bool byte_level_ = false;
   bool byte_fallback_ = false;
@@ -61,6 +66,10 @@ class BpeModel {
   std::vector<std::string> id_to_token_;
   absl::flat_hash_map<std::string, int> key_to_id_;
   absl::flat_hash_map<uint64_t, Merge> merges_;
+  // SentencePiece words are whole spans ("▁a▁b..."), too long for the cache and slow to merge.
+  // A merge can only join a character c to a following "▁" if some vocabulary token contains
+  // c + "▁"; every other such boundary is cut before merging, which gives the same tokens.
+  absl::flat_hash_set<char32_t> joins_metaspace_;
   int byte_symbol_[256];    // byte-level: id of each single byte (-1 if none)
   int byte_fallback_id_[256];  // <0xXX> ids (-1 if none)
 
