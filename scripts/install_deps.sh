@@ -8,13 +8,14 @@
 set -euo pipefail
 
 # Build and engine: compiler, build tools, GoogleTest, libzip (its CMake config references the
-# zipcmp/zipmerge/ziptool binaries, so they must be present), PCRE2, nlohmann-json, oneDNN,
+# zipcmp/zipmerge/ziptool binaries, so they must be present), PCRE2 and ICU (tokenizer),
+# nlohmann-json, oneDNN,
 # Abseil; LAPACKE and yaml-cpp for `morserve convert` (LoRA SVD, MoR run configs).
 PACKAGES=(
   cmake ninja-build g++ pkg-config
   libgtest-dev libgmock-dev
   libzip-dev zipcmp zipmerge ziptool
-  libpcre2-dev nlohmann-json3-dev libdnnl-dev libabsl-dev
+  libpcre2-dev libicu-dev nlohmann-json3-dev libdnnl-dev libabsl-dev
   liblapacke-dev libyaml-cpp-dev
   # Server, metrics and gateway (MORSERVE_SERVER): gRPC, Protobuf, prometheus-cpp, Boost.
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
@@ -29,6 +30,11 @@ for p in "${PACKAGES[@]}"; do
   [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" = "install ok installed" ] ||
     missing+=("$p")
 done
+# Node.js and npm for the tokenizer parity test (tests/tokenizer): Debian's packages, unless a
+# node with npm is already installed some other way (NodeSource ships npm inside nodejs).
+if ! command -v npm >/dev/null 2>&1; then
+  missing+=(nodejs npm)
+fi
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi
