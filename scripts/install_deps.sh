@@ -9,8 +9,7 @@ set -euo pipefail
 
 # Build and engine: compiler, build tools, GoogleTest, libzip (its CMake config references the
 # zipcmp/zipmerge/ziptool binaries, so they must be present), PCRE2 and ICU (tokenizer),
-# nlohmann-json, oneDNN,
-# Abseil; LAPACKE and yaml-cpp for `morserve convert` (LoRA SVD, MoR run configs).
+# nlohmann-json, oneDNN, Abseil; LAPACKE and yaml-cpp for `morserve convert` (LoRA SVD, MoR run configs).
 PACKAGES=(
   cmake ninja-build g++ pkg-config
   libgtest-dev libgmock-dev
