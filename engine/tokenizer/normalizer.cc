@@ -1,9 +1,11 @@
 #include "engine/tokenizer/normalizer.h"
 
 #include <unicode/locid.h>
+#include <unicode/bytestream.h>
 #include <unicode/normalizer2.h>
 #include <unicode/unistr.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -59,23 +61,30 @@ class PrependNormalizer : public Normalizer {
 
 class UnicodeNormalizer : public Normalizer {
  public:
-  explicit UnicodeNormalizer(const icu::Normalizer2* n) : n_(n) {}
+  UnicodeNormalizer(const icu::Normalizer2* n, bool nfc) : n_(n), nfc_(nfc) {}
   std::string Normalize(std::string_view text) const override {
+    // ASCII is stable under every form; under NFC so is everything below U+0300 (the first
+    // code point whose NFC quick check is not Yes), i.e. UTF-8 lead bytes below 0xCC.
+    const unsigned char limit = nfc_ ? 0xCC : 0x80;
+    if (std::all_of(text.begin(), text.end(),
+                    [&](char c) { return static_cast<unsigned char>(c) < limit; })) {
+      return std::string(text);
+    }
     UErrorCode status = U_ZERO_ERROR;
-    icu::UnicodeString s = icu::UnicodeString::fromUTF8(
-        icu::StringPiece(text.data(), static_cast<int32_t>(text.size())));
-    // Most text is already normalized; the quick check avoids the copy.
-    if (n_->isNormalized(s, status) && U_SUCCESS(status)) return std::string(text);
+    icu::StringPiece piece(text.data(), static_cast<int32_t>(text.size()));
+    // Most text is already normalized; the quick check works on UTF-8 without a copy.
+    if (n_->isNormalizedUTF8(piece, status) && U_SUCCESS(status)) return std::string(text);
     status = U_ZERO_ERROR;
-    icu::UnicodeString normalized = n_->normalize(s, status);
     std::string out;
+    icu::StringByteSink<std::string> sink(&out);
+    n_->normalizeUTF8(0, piece, sink, nullptr, status);
     if (U_FAILURE(status)) return std::string(text);
-    normalized.toUTF8String(out);
     return out;
   }
 
  private:
   const icu::Normalizer2* n_;
+  bool nfc_;
 };
 
 class LowercaseNormalizer : public Normalizer {
@@ -115,7 +124,7 @@ absl::StatusOr<std::unique_ptr<Normalizer>> MakeUnicode(const std::string& type)
         "normalizer ", type, ": Unicode normalization data is unavailable (ICU: ",
         u_errorName(status), ")"));
   }
-  return std::make_unique<UnicodeNormalizer>(n);
+  return std::make_unique<UnicodeNormalizer>(n, type == "NFC");
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "engine/tokenizer/bpe.h"
 #include "engine/tokenizer/incremental_detokenizer.h"
 #include "engine/tokenizer/js_regex.h"
+#include "engine/tokenizer/normalizer.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/tokenizer/utf8.h"
 #include "gtest/gtest.h"
@@ -66,6 +67,27 @@ TEST(JsRegex, TranslatesJavaScriptClassesAndCaseGroup) {
   ASSERT_EQ(matches.size(), 1u);
   EXPECT_EQ(matches[0], Cp(0xFEFF));
   EXPECT_FALSE(JsRegex::Compile("(unclosed").ok());
+}
+
+TEST(Normalizer, UnicodeFormsUseIcu) {
+  auto make = [](const char* type) {
+    absl::StatusOr<std::unique_ptr<Normalizer>> n = Normalizer::FromJson({{"type", type}});
+    EXPECT_TRUE(n.ok()) << n.status();
+    return *std::move(n);
+  };
+  const std::string composed = "caf\xC3\xA9", decomposed = "cafe\xCC\x81";
+  EXPECT_EQ(make("NFC")->Normalize(decomposed), composed);
+  EXPECT_EQ(make("NFC")->Normalize(composed), composed);
+  EXPECT_EQ(make("NFD")->Normalize(composed), decomposed);
+  EXPECT_EQ(make("NFKC")->Normalize("\xEF\xAC\x81 x\xC2\xB2"), "fi x2");  // ligature, superscript
+  EXPECT_EQ(make("NFKD")->Normalize("\xC2\xA0"), " ");
+  auto seq = Normalizer::FromJson(
+      {{"type", "Sequence"},
+       {"normalizers", json::array({{{"type", "Prepend"}, {"prepend", "_"}},
+                                    {{"type", "Replace"}, {"pattern", {{"Regex", "\\s+"}}},
+                                     {"content", "-"}}})}});
+  ASSERT_TRUE(seq.ok());
+  EXPECT_EQ((*seq)->Normalize("a  b\tc"), "_a-b-c");
 }
 
 // A byte-level tokenizer: one token per byte, a few merges, one special token.
