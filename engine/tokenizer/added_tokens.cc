@@ -1,5 +1,7 @@
 #include "engine/tokenizer/added_tokens.h"
 
+#include <unicode/uchar.h>
+
 #include "engine/tokenizer/utf8.h"
 
 namespace morserve {
@@ -33,6 +35,37 @@ void AddedTokenSplitter::Add(AddedToken token) {
   can_start_[static_cast<unsigned char>(token.content[0])] = true;
 }
 
+namespace {
+
+// Rust regex's Unicode \w (what Hugging Face tokenizers tests for single_word tokens).
+bool IsWordChar(char32_t c) {
+  if (c == '_' || u_hasBinaryProperty(c, UCHAR_ALPHABETIC) ||
+      u_hasBinaryProperty(c, UCHAR_JOIN_CONTROL)) {
+    return true;
+  }
+  switch (u_charType(c)) {
+    case U_NON_SPACING_MARK: case U_ENCLOSING_MARK: case U_COMBINING_SPACING_MARK:
+    case U_DECIMAL_DIGIT_NUMBER: case U_CONNECTOR_PUNCTUATION:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool WordBefore(std::string_view text, size_t pos) {
+  if (pos == 0) return false;
+  size_t start = pos - 1;
+  while (start > 0 && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) --start;
+  return IsWordChar(NextCodePoint(text, &start));
+}
+
+bool WordAfter(std::string_view text, size_t pos) {
+  if (pos >= text.size()) return false;
+  return IsWordChar(NextCodePoint(text, &pos));
+}
+
+}  // namespace
+
 const AddedToken* AddedTokenSplitter::Find(std::string_view s) const {
   auto it = by_content_.find(AView(s));
   return it == by_content_.end() ? nullptr : &tokens_[it->second];
@@ -52,8 +85,10 @@ std::vector<AddedTokenSplitter::Section> AddedTokenSplitter::Split(std::string_v
       auto it = children_[node].find(static_cast<unsigned char>(text[j]));
       if (it == children_[node].end()) break;
       node = it->second;
-      if (terminal_[node] >= 0) {
-        match = terminal_[node];
+      int t = terminal_[node];
+      if (t >= 0 && (!tokens_[t].single_word ||
+                     (!WordBefore(text, i) && !WordAfter(text, j + 1)))) {
+        match = t;
         match_end = j + 1;
       }
     }

@@ -1,10 +1,12 @@
 // Added tokens (tokenizer.json `added_tokens`): they are cut out of the raw text before
 // normalization and BPE, so they are never merged with their neighbours.
 //
-// Matching is leftmost-longest over the raw text, as transformers.js' DictionarySplitter does.
-// lstrip / rstrip remove JavaScript whitespace next to the token. The flags single_word and
-// normalized are not applied: transformers.js (the reference) ignores them too, and none of
-// the supported tokenizer files sets them to anything but false (see the parity corpus).
+// Matching is leftmost-longest, as transformers.js' DictionarySplitter does. lstrip / rstrip
+// remove JavaScript whitespace next to the token. The other two flags follow Hugging Face
+// tokenizers (transformers.js ignores them; none of the four parity files sets them):
+//  - single_word: a match counts only if no word character (\w) touches it on either side;
+//  - normalized: the token is matched, in its normalized form, in normalized text. The
+//    tokenizer keeps two splitters: raw-text tokens first, then normalized ones per span.
 #pragma once
 
 #include <string>

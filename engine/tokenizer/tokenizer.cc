@@ -137,6 +137,13 @@ absl::Status Tokenizer::Load(const json& tj, const json& config) {
     t.normalized = a.value("normalized", false);
     model_->AddToken(t.content, t.id);
     if (t.special) special_strings_.insert(t.content);
+    if (t.normalized) {
+      AddedToken n = t;
+      if (normalizer_) n.content = normalizer_->Normalize(n.content);
+      normalized_added_.Add(std::move(n));
+    } else {
+      raw_added_.Add(t);
+    }
     added_.Add(std::move(t));
   }
   if (config.contains("additional_special_tokens") &&
@@ -268,29 +275,46 @@ std::string_view Tokenizer::TokenText(int id) const {
 bool Tokenizer::IsSpecial(int id) const { return special_strings_.contains(AView(TokenText(id))); }
 
 void Tokenizer::EncodeText(std::string_view text, std::vector<int>* ids) const {
-  std::vector<AddedTokenSplitter::Section> sections = added_.Split(text);
-  std::vector<std::string> words;
+  std::vector<AddedTokenSplitter::Section> sections = raw_added_.Split(text);
   for (size_t k = 0; k < sections.size(); ++k) {
     const AddedTokenSplitter::Section& section = sections[k];
     if (section.text.empty()) continue;
     if (section.token >= 0) {
-      ids->push_back(added_.tokens()[section.token].id);
+      ids->push_back(raw_added_.tokens()[section.token].id);
       continue;
     }
-    std::string normalized;
-    std::string_view x = section.text;
-    if (normalizer_) {
-      normalized = normalizer_->Normalize(x);
-      x = normalized;
+    if (!normalizer_) {
+      EncodeNormalized(section.text, static_cast<int>(k), ids);
+      continue;
     }
-    if (x.empty()) continue;
+    std::string normalized = normalizer_->Normalize(section.text);
+    EncodeNormalized(normalized, static_cast<int>(k), ids);
+  }
+}
+
+void Tokenizer::EncodeNormalized(std::string_view text, int section_index,
+                                 std::vector<int>* ids) const {
+  if (text.empty()) return;
+  std::vector<AddedTokenSplitter::Section> pieces;
+  if (normalized_added_.tokens().empty()) {
+    pieces.push_back({text, -1});
+  } else {
+    pieces = normalized_added_.Split(text);
+  }
+  std::vector<std::string> words;
+  for (const AddedTokenSplitter::Section& piece : pieces) {
+    if (piece.text.empty()) continue;
+    if (piece.token >= 0) {
+      ids->push_back(normalized_added_.tokens()[piece.token].id);
+      continue;
+    }
     size_t first = ids->size();
     if (pre_tokenizer_) {
       words.clear();
-      pre_tokenizer_->Split(x, static_cast<int>(k), &words);
+      pre_tokenizer_->Split(piece.text, section_index, &words);
       for (const std::string& w : words) model_->EncodeWord(w, ids);
     } else {
-      model_->EncodeWord(x, ids);
+      model_->EncodeWord(piece.text, ids);
     }
     if (model_->fuse_unk() && model_->unk_id() >= 0) {
       // Runs of unknown tokens within a span collapse into one.

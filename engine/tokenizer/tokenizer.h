@@ -71,11 +71,14 @@ class Tokenizer {
   absl::Status Load(const nlohmann::json& tj, const nlohmann::json& config);
   absl::Status LoadPostProcessor(const nlohmann::json& config);
   void EncodeText(std::string_view text, std::vector<int>* ids) const;
+  void EncodeNormalized(std::string_view text, int section_index, std::vector<int>* ids) const;
 
   std::unique_ptr<Normalizer> normalizer_;
   std::unique_ptr<PreTokenizer> pre_tokenizer_;
   std::unique_ptr<BpeModel> model_;
-  AddedTokenSplitter added_;
+  AddedTokenSplitter added_;             // all added tokens (decoding, lookups)
+  AddedTokenSplitter raw_added_;         // matched in raw text (normalized=false)
+  AddedTokenSplitter normalized_added_;  // matched in normalized text (normalized=true)
   std::vector<DecoderStep> decoder_steps_;
   bool has_decoder_ = false;
   bool clean_up_ = true;

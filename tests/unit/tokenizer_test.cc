@@ -205,6 +205,29 @@ TEST(Tokenizer, SentencePieceEncodeDecode) {
   EXPECT_EQ(tok->Decode({3 + 0xC3, 260}, false), kFffd + "a");
 }
 
+TEST(Tokenizer, AddedTokenFlagsFollowHuggingFace) {
+  json tj = SentencePieceJson();
+  // single_word "ab" (id 264): only between non-word characters. normalized "a b" (id 265):
+  // matched after the normalizer turned it into "▁a▁b". lstrip/rstrip "<x>" (id 266).
+  tj["model"]["vocab"]["ab"] = 264;
+  tj["model"]["vocab"]["a b"] = 265;
+  tj["model"]["vocab"]["<x>"] = 266;
+  tj["added_tokens"].push_back({{"id", 264}, {"content", "ab"}, {"single_word", true}});
+  tj["added_tokens"].push_back({{"id", 265}, {"content", "a b"}, {"normalized", true}});
+  tj["added_tokens"].push_back(
+      {{"id", 266}, {"content", "<x>"}, {"lstrip", true}, {"rstrip", true}});
+  auto tok = Load(tj, json::object());
+  ASSERT_NE(tok, nullptr);
+  EXPECT_EQ(tok->Encode("ab", false), (std::vector<int>{264}));
+  EXPECT_EQ(tok->Encode("(ab)", false), (std::vector<int>{259, 3 + '(', 264, 259, 3 + ')'}));
+  // Inside a word "ab" is not the added token: "▁abb" -> ▁a, b, b.
+  EXPECT_EQ(tok->Encode("abb", false), (std::vector<int>{262, 261, 261}));
+  // The normalized token matches in "▁a▁b" (the normalized span), whole.
+  EXPECT_EQ(tok->Encode("b a b", false), (std::vector<int>{259, 261, 265}));
+  // Whitespace around an lstrip/rstrip token disappears.
+  EXPECT_EQ(tok->Encode("a  <x>  b", false), (std::vector<int>{262, 266, 259, 261}));
+}
+
 TEST(Tokenizer, CleanUpTokenizationSpaces) {
   auto tok = Load(ByteLevelJson(), json::object());  // clean_up defaults to true
   ASSERT_NE(tok, nullptr);
