@@ -151,6 +151,14 @@ void BpeModel::AddToken(std::string_view content, int id) {
   if (key.size() == 1 && byte_level_) byte_symbol_[static_cast<unsigned char>(key[0])] = id;
 }
 
+std::optional<int> BpeModel::Lookup(std::string_view token) const {
+  std::string key;
+  if (!VocabKey(token, &key)) return std::nullopt;
+  auto it = key_to_id_.find(key);
+  if (it == key_to_id_.end() || id_to_token_[it->second] != token) return std::nullopt;
+  return it->second;
+}
+
 void BpeModel::NoteMetaspaceJoins(std::string_view token) {
   char32_t prev = 0;
   for (size_t i = 0; i < token.size();) {

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,6 +35,8 @@ class BpeModel {
   // Appends the ids of one pre-tokenized word (raw bytes for a byte-level model).
   void EncodeWord(std::string_view word, std::vector<int>* ids) const;
 
+  // Id of a vocabulary or added token string as written in tokenizer.json.
+  std::optional<int> Lookup(std::string_view token) const;
   int unk_id() const { return unk_id_; }
   bool fuse_unk() const { return fuse_unk_; }
   bool byte_level() const { return byte_level_; }

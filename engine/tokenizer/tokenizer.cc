@@ -251,13 +251,7 @@ absl::Status Tokenizer::LoadPostProcessor(const json& pp) {
 
 std::optional<int> Tokenizer::TokenToId(std::string_view token) const {
   if (const AddedToken* t = added_.Find(token)) return t->id;
-  const std::vector<std::string>& vocab = model_->id_to_token();
-  // Vocabulary lookups outside encoding are rare (config tokens); a scan keeps BpeModel's
-  // byte-keyed table private.
-  for (size_t i = 0; i < vocab.size(); ++i) {
-    if (vocab[i] == token) return static_cast<int>(i);
-  }
-  return std::nullopt;
+  return model_->Lookup(token);
 }
 
 std::optional<std::string> Tokenizer::IdToToken(int id) const {

@@ -142,6 +142,11 @@ TEST_P(TokenizerParity, VocabularyAndSpecialTokens) {
   int eos = tokenizer_->eos_token_ids()[0];
   EXPECT_EQ(tokenizer_->IdToToken(eos), tokenizer_->eos_token());
   EXPECT_TRUE(tokenizer_->IsSpecial(eos));
+  for (int id = 0; id < tokenizer_->vocab_size(); id += 997) {
+    std::optional<std::string> token = tokenizer_->IdToToken(id);
+    ASSERT_TRUE(token.has_value()) << id;
+    EXPECT_EQ(tokenizer_->TokenToId(*token), id) << *token;
+  }
   if (tokenizer_->bos_token_id()) {
     EXPECT_EQ(tokenizer_->IdToToken(*tokenizer_->bos_token_id()), tokenizer_->bos_token());
   }
