@@ -1,0 +1,75 @@
+// Text deltas and stop strings of one stream (see text_stream.h).
+#include "server/text_stream.h"
+
+#include <algorithm>
+
+#include "absl/strings/match.h"
+
+namespace morserve {
+
+absl::StatusOr<TextStream> TextStream::Create(const Tokenizer& tokenizer,
+                                              bool skip_special_tokens,
+                                              std::vector<std::string> stop) {
+  absl::StatusOr<IncrementalDetokenizer> d =
+      IncrementalDetokenizer::Create(tokenizer, skip_special_tokens);
+  if (!d.ok()) return d.status();
+  return TextStream(*std::move(d), std::move(stop));
+}
+
+TextStream::TextStream(IncrementalDetokenizer detokenizer, std::vector<std::string> stop)
+    : detokenizer_(std::move(detokenizer)), stop_(std::move(stop)) {
+  for (const std::string& s : stop_) longest_stop_ = std::max(longest_stop_, s.size());
+}
+
+const std::string& TextStream::stop_string() const {
+  static const std::string kNone;
+  return matched_ >= 0 ? stop_[matched_] : kNone;
+}
+
+std::string TextStream::Push(int id) {
+  if (stopped()) return "";
+  pending_ += detokenizer_.Push(id);
+  return Release(/*at_end=*/false);
+}
+
+std::string TextStream::Finish() {
+  if (stopped()) return "";
+  pending_ += detokenizer_.Flush();
+  return Release(/*at_end=*/true);
+}
+
+std::string TextStream::Release(bool at_end) {
+  // Earliest match; the first listed wins a tie. Sent text never holds the start of a match
+  // (it would have been held back), so searching pending_ alone is enough.
+  size_t best = std::string::npos;
+  for (size_t k = 0; k < stop_.size(); ++k) {
+    const size_t at = pending_.find(stop_[k]);
+    if (at < best) {
+      best = at;
+      matched_ = static_cast<int>(k);
+    }
+  }
+  std::string out;
+  if (best != std::string::npos) {
+    out = pending_.substr(0, best);
+    pending_.clear();
+    return out;
+  }
+  // Hold back the longest suffix that is a proper prefix of some stop string.
+  size_t hold = 0;
+  if (!at_end) {
+    for (size_t n = std::min(pending_.size(), longest_stop_ - (longest_stop_ > 0)); n > 0; --n) {
+      const std::string_view tail = std::string_view(pending_).substr(pending_.size() - n);
+      if (std::any_of(stop_.begin(), stop_.end(),
+                      [&](const std::string& s) { return absl::StartsWith(s, tail); })) {
+        hold = n;
+        break;
+      }
+    }
+  }
+  out = pending_.substr(0, pending_.size() - hold);
+  pending_.erase(0, pending_.size() - hold);
+  return out;
+}
+
+}  // namespace morserve
