@@ -44,8 +44,11 @@ bool IsWordChar(char32_t c) {
     return true;
   }
   switch (u_charType(c)) {
-    case U_NON_SPACING_MARK: case U_ENCLOSING_MARK: case U_COMBINING_SPACING_MARK:
-    case U_DECIMAL_DIGIT_NUMBER: case U_CONNECTOR_PUNCTUATION:
+    case U_NON_SPACING_MARK:
+    case U_ENCLOSING_MARK:
+    case U_COMBINING_SPACING_MARK:
+    case U_DECIMAL_DIGIT_NUMBER:
+    case U_CONNECTOR_PUNCTUATION:
       return true;
     default:
       return false;
@@ -86,8 +89,8 @@ std::vector<AddedTokenSplitter::Section> AddedTokenSplitter::Split(std::string_v
       if (it == children_[node].end()) break;
       node = it->second;
       int t = terminal_[node];
-      if (t >= 0 && (!tokens_[t].single_word ||
-                     (!WordBefore(text, i) && !WordAfter(text, j + 1)))) {
+      if (t >= 0 &&
+          (!tokens_[t].single_word || (!WordBefore(text, i) && !WordAfter(text, j + 1)))) {
         match = t;
         match_end = j + 1;
       }

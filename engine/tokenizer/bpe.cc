@@ -57,8 +57,8 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const json& model, 
   bpe->byte_level_ = byte_level;
   try {
     if (model.value("type", std::string("BPE")) != "BPE") {
-      return absl::UnimplementedError(absl::StrCat(
-          "model type '", model["type"].get<std::string>(), "' is not supported (BPE only)"));
+      return absl::UnimplementedError(absl::StrCat("model type '", model["type"].get<std::string>(),
+                                                   "' is not supported (BPE only)"));
     }
     const json& vocab = model.at("vocab");
     if (!vocab.is_object()) return absl::InvalidArgumentError("model.vocab must be an object");
@@ -98,8 +98,8 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const json& model, 
         const std::string& s = m.get_ref<const std::string&>();
         size_t space = s.find(' ');
         if (space == std::string::npos) {
-          return absl::InvalidArgumentError(absl::StrCat("model.merges[", rank, "] '", s,
-                                                         "' is not two tokens"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("model.merges[", rank, "] '", s, "' is not two tokens"));
         }
         left = s.substr(0, space);
         right = s.substr(space + 1);
@@ -117,8 +117,8 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const json& model, 
       };
       int a = find(left, &lk), b = find(right, &rk), r = find(left + right, &mk);
       if (a < 0 || b < 0 || r < 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "model.merges[", rank, "] ('", left, "', '", right, "') uses a token not in vocab"));
+        return absl::InvalidArgumentError(absl::StrCat("model.merges[", rank, "] ('", left, "', '",
+                                                       right, "') uses a token not in vocab"));
       }
       bpe->merges_.emplace(PairKey(a, b), Merge{static_cast<int>(rank), r});
     }
@@ -273,8 +273,8 @@ void BpeModel::Merge_(std::string_view word, std::vector<int>* ids) const {
     if (left.len == 0 || left.next < 0) continue;
     Symbol& right = symbols[left.next];
     // Stale entry: one side has changed since it was queued.
-    auto it = left.id < 0 || right.id < 0 ? merges_.end()
-                                          : merges_.find(PairKey(left.id, right.id));
+    auto it =
+        left.id < 0 || right.id < 0 ? merges_.end() : merges_.find(PairKey(left.id, right.id));
     if (it == merges_.end() || it->second.rank != top.rank) continue;
     left.id = top.result;
     left.len += right.len;

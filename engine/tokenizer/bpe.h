@@ -60,7 +60,6 @@ class BpeModel {
   void NoteMetaspaceJoins(std::string_view token);
   static constexpr char32_t kMetaspace = 0x2581;  // "▁"
 
-
   bool byte_level_ = false;
   bool byte_fallback_ = false;
   bool ignore_merges_ = false;
@@ -73,7 +72,7 @@ class BpeModel {
   // A merge can only join a character c to a following "▁" if some vocabulary token contains
   // c + "▁"; every other such boundary is cut before merging, which gives the same tokens.
   absl::flat_hash_set<char32_t> joins_metaspace_;
-  int byte_symbol_[256];    // byte-level: id of each single byte (-1 if none)
+  int byte_symbol_[256];       // byte-level: id of each single byte (-1 if none)
   int byte_fallback_id_[256];  // <0xXX> ids (-1 if none)
 
   static constexpr size_t kMaxCachedWordBytes = 256;

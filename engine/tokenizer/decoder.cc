@@ -101,8 +101,9 @@ std::vector<std::string> Apply(const DecoderStep& step, std::vector<std::string>
     }
     case DecoderStep::Kind::kReplace:
       for (std::string& t : tokens) {
-        out.push_back(step.pattern.empty() ? std::move(t)
-                                           : absl::StrReplaceAll(t, {{step.pattern, step.content}}));
+        out.push_back(step.pattern.empty()
+                          ? std::move(t)
+                          : absl::StrReplaceAll(t, {{step.pattern, step.content}}));
       }
       return out;
     case DecoderStep::Kind::kByteFallback: {
@@ -189,8 +190,8 @@ std::string RunDecoder(const std::vector<DecoderStep>& steps, bool has_decoder,
 
 std::string CleanUpTokenization(std::string_view text) {
   static constexpr std::pair<const char*, const char*> kPatterns[] = {
-      {" .", "."},     {" ?", "?"},     {" !", "!"},     {" ,", ","},       {" ' ", "'"},
-      {" n't", "n't"}, {" 'm", "'m"},   {" 's", "'s"},   {" 've", "'ve"},   {" 're", "'re"}};
+      {" .", "."},     {" ?", "?"},   {" !", "!"},   {" ,", ","},     {" ' ", "'"},
+      {" n't", "n't"}, {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
   std::string s(text);
   if (s.find(' ') == std::string::npos) return s;
   for (const auto& [from, to] : kPatterns) s = absl::StrReplaceAll(s, {{from, to}});

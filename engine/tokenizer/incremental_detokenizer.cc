@@ -115,7 +115,8 @@ std::string IncrementalDetokenizer::Push(int id) {
   for (const DecoderStep& step : token_steps_) {
     switch (step.kind) {
       case DecoderStep::Kind::kReplace:
-        if (!step.pattern.empty()) token = absl::StrReplaceAll(token, {{step.pattern, step.content}});
+        if (!step.pattern.empty())
+          token = absl::StrReplaceAll(token, {{step.pattern, step.content}});
         break;
       case DecoderStep::Kind::kMetaspace:
         token = absl::StrReplaceAll(token, {{step.pattern, " "}});
@@ -126,9 +127,9 @@ std::string IncrementalDetokenizer::Push(int id) {
       case DecoderStep::Kind::kStrip: {
         std::string_view s = token;
         const std::string& c = step.content;
-        for (int i = 0; i < step.start && s.substr(0, c.size()) == c; ++i) s.remove_prefix(c.size());
-        for (int i = 0; i < step.stop && s.size() >= c.size() &&
-                        s.substr(s.size() - c.size()) == c;
+        for (int i = 0; i < step.start && s.substr(0, c.size()) == c; ++i)
+          s.remove_prefix(c.size());
+        for (int i = 0; i < step.stop && s.size() >= c.size() && s.substr(s.size() - c.size()) == c;
              ++i) {
           s.remove_suffix(c.size());
         }

@@ -20,8 +20,8 @@ constexpr const char* kJsSpaceClassBody =
 absl::StatusOr<std::string> TranslateJsRegex(std::string_view js_pattern) {
   // transformers.js' PROBLEMATIC_REGEX_MAP entry for the contraction group.
   std::string pattern = absl::StrReplaceAll(
-      AView(js_pattern), {{"(?i:'s|'t|'re|'ve|'m|'ll|'d)",
-                    "(?:'([sS]|[tT]|[rR][eE]|[vV][eE]|[mM]|[lL][lL]|[dD]))"}});
+      AView(js_pattern),
+      {{"(?i:'s|'t|'re|'ve|'m|'ll|'d)", "(?:'([sS]|[tT]|[rR][eE]|[vV][eE]|[mM]|[lL][lL]|[dD]))"}});
   std::string out;
   bool in_class = false;
   for (size_t i = 0; i < pattern.size(); ++i) {
@@ -32,8 +32,8 @@ absl::StatusOr<std::string> TranslateJsRegex(std::string_view js_pattern) {
         absl::StrAppend(&out, in_class ? "" : "[", kJsSpaceClassBody, in_class ? "" : "]");
       } else if (e == 'S') {
         if (in_class) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("regex '", AView(js_pattern), "': \\S inside a character class is not supported"));
+          return absl::InvalidArgumentError(absl::StrCat(
+              "regex '", AView(js_pattern), "': \\S inside a character class is not supported"));
         }
         absl::StrAppend(&out, "[^", kJsSpaceClassBody, "]");
       } else if (e == '#' || e == '&' || e == '~') {
@@ -55,8 +55,8 @@ absl::StatusOr<std::string> TranslateJsRegex(std::string_view js_pattern) {
       // A ']' right after '[' or '[^' is a literal in PCRE2 but ends an empty class in JS.
       if (i + 1 < pattern.size() && pattern[i + 1] == '^') out.push_back(pattern[++i]);
       if (i + 1 < pattern.size() && pattern[i + 1] == ']') {
-        return absl::InvalidArgumentError(
-            absl::StrCat("regex '", AView(js_pattern), "': empty character class is not supported"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "regex '", AView(js_pattern), "': empty character class is not supported"));
       }
       continue;
     }
@@ -85,15 +85,15 @@ absl::StatusOr<std::unique_ptr<JsRegex>> JsRegex::Compile(std::string_view js_pa
   if (!translated.ok()) return translated.status();
   int error = 0;
   PCRE2_SIZE offset = 0;
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated->data()),
-                                   translated->size(), PCRE2_UTF | PCRE2_NO_UTF_CHECK, &error,
-                                   &offset, nullptr);
+  pcre2_code* code =
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated->data()), translated->size(),
+                    PCRE2_UTF | PCRE2_NO_UTF_CHECK, &error, &offset, nullptr);
   if (code == nullptr) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error, message, sizeof(message));
-    return absl::InvalidArgumentError(absl::StrCat("regex '", AView(js_pattern), "' does not compile: ",
-                                                   reinterpret_cast<const char*>(message),
-                                                   " at offset ", offset));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "regex '", AView(js_pattern),
+        "' does not compile: ", reinterpret_cast<const char*>(message), " at offset ", offset));
   }
   pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // falls back to the interpreter on failure
   auto regex = std::unique_ptr<JsRegex>(new JsRegex());

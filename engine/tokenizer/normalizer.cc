@@ -1,7 +1,7 @@
 #include "engine/tokenizer/normalizer.h"
 
-#include <unicode/locid.h>
 #include <unicode/bytestream.h>
+#include <unicode/locid.h>
 #include <unicode/normalizer2.h>
 #include <unicode/unistr.h>
 
@@ -121,8 +121,8 @@ absl::StatusOr<std::unique_ptr<Normalizer>> MakeUnicode(const std::string& type)
   if (type == "NFKD") n = icu::Normalizer2::getNFKDInstance(status);
   if (n == nullptr || U_FAILURE(status)) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "normalizer ", type, ": Unicode normalization data is unavailable (ICU: ",
-        u_errorName(status), ")"));
+        "normalizer ", type,
+        ": Unicode normalization data is unavailable (ICU: ", u_errorName(status), ")"));
   }
   return std::make_unique<UnicodeNormalizer>(n, type == "NFC");
 }
@@ -154,8 +154,8 @@ absl::StatusOr<std::unique_ptr<Normalizer>> Normalizer::FromJson(const json& con
         if (!regex.ok()) return regex.status();
         return std::make_unique<ReplaceNormalizer>("", *std::move(regex), content);
       }
-      return std::make_unique<ReplaceNormalizer>(pattern.at("String").get<std::string>(),
-                                                 nullptr, content);
+      return std::make_unique<ReplaceNormalizer>(pattern.at("String").get<std::string>(), nullptr,
+                                                 content);
     }
     if (type == "Prepend") {
       return std::make_unique<PrependNormalizer>(config.at("prepend").get<std::string>());

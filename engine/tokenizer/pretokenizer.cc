@@ -41,7 +41,9 @@ class SplitPreTokenizer : public PreTokenizer {
  public:
   SplitPreTokenizer(std::string literal, std::unique_ptr<JsRegex> regex, SplitBehavior behavior,
                     bool invert)
-      : literal_(std::move(literal)), regex_(std::move(regex)), behavior_(behavior),
+      : literal_(std::move(literal)),
+        regex_(std::move(regex)),
+        behavior_(behavior),
         invert_(invert) {}
 
   void Split(std::string_view text, int, std::vector<std::string>* words) const override {
@@ -142,8 +144,10 @@ class MetaspacePreTokenizer : public PreTokenizer {
  public:
   MetaspacePreTokenizer(std::string replacement, std::string str_rep, bool add_prefix_space,
                         std::string prepend_scheme)
-      : replacement_(std::move(replacement)), str_rep_(std::move(str_rep)),
-        add_prefix_space_(add_prefix_space), prepend_scheme_(std::move(prepend_scheme)) {}
+      : replacement_(std::move(replacement)),
+        str_rep_(std::move(str_rep)),
+        add_prefix_space_(add_prefix_space),
+        prepend_scheme_(std::move(prepend_scheme)) {}
   // As transformers.js: spaces become the replacement and the text stays one word.
   void Split(std::string_view text, int section_index,
              std::vector<std::string>* words) const override {
@@ -237,8 +241,7 @@ absl::StatusOr<std::unique_ptr<PreTokenizer>> PreTokenizer::FromJson(const json&
   } catch (const json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("pre_tokenizer ", type, ": ", e.what()));
   }
-  return absl::UnimplementedError(
-      absl::StrCat("pre_tokenizer type '", type, "' is not supported"));
+  return absl::UnimplementedError(absl::StrCat("pre_tokenizer type '", type, "' is not supported"));
 }
 
 }  // namespace morserve

@@ -33,7 +33,8 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
 
 absl::StatusOr<json> ParseJson(std::string_view text, std::string_view what) {
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(AView(what), ": invalid JSON"));
+  if (j.is_discarded())
+    return absl::InvalidArgumentError(absl::StrCat(AView(what), ": invalid JSON"));
   return j;
 }
 
@@ -87,8 +88,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJsonText(std::string_v
   return FromJson(*tj, cj);
 }
 
-absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(const json& tj,
-                                                               const json& config) {
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(const json& tj, const json& config) {
   auto tok = std::unique_ptr<Tokenizer>(new Tokenizer());
   absl::Status s = tok->Load(tj, config.is_object() ? config : json::object());
   if (!s.ok()) return s;
@@ -333,7 +333,8 @@ std::vector<int> Tokenizer::Encode(std::string_view text, bool add_special_token
   if (llama_non_legacy_ && !text.empty()) {
     // transformers.js' LlamaTokenizer (legacy=false): encode "▁" + text with "▁" as spaces and
     // drop a lone leading "▁" before a special token.
-    std::string t = absl::StrCat("\xE2\x96\x81", absl::StrReplaceAll(AView(text), {{"\xE2\x96\x81", " "}}));
+    std::string t =
+        absl::StrCat("\xE2\x96\x81", absl::StrReplaceAll(AView(text), {{"\xE2\x96\x81", " "}}));
     EncodeText(t, &ids);
     if (ids.size() > 1 && ids[0] == metaspace_id_ && IsSpecial(ids[1])) ids.erase(ids.begin());
   } else {

@@ -41,8 +41,8 @@ class Tokenizer {
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromJson(
       const nlohmann::json& tokenizer_json, const nlohmann::json& tokenizer_config);
   // The same from JSON text; parse errors name `what`.
-  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromJsonText(
-      std::string_view tokenizer_json, std::string_view tokenizer_config);
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromJsonText(std::string_view tokenizer_json,
+                                                                 std::string_view tokenizer_config);
 
   std::vector<int> Encode(std::string_view text, bool add_special_tokens) const;
   std::string Decode(absl::Span<const int> ids, bool skip_special_tokens) const;

@@ -6,7 +6,8 @@
 // Arabic, emoji, numbers and tables, whitespace runs) as documents of a few KB, writes it to a
 // file, encodes every document with each tokenizer from a fresh load (so the word cache starts
 // cold, as in a server), then runs tests/tokenizer/bench_js.mjs on the same file with
-// @lenml/tokenizers. Prints one JSON object: MB/s per model for both and the ratio.
+// @lenml/tokenizers. Prints one JSON object: MB/s per model for both, the ratio, and
+// "ids_mismatch" listing any model whose ids (FNV-1a over all of them) differ from JS.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -25,15 +26,86 @@ namespace {
 
 using nlohmann::json;
 
-const std::vector<std::string> kWords = {
-    "the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "was", "with", "be", "by",
-    "on", "not", "he", "this", "are", "or", "his", "from", "at", "which", "but", "have", "an",
-    "they", "you", "were", "their", "one", "all", "we", "can", "her", "has", "there", "been",
-    "model", "server", "token", "recursion", "depth", "attention", "cache", "request", "batch",
-    "throughput", "latency", "scheduler", "kernel", "memory", "inference", "language", "weights",
-    "Recursive", "Transformers", "Mixture", "Experts", "GPU", "CUDA", "don't", "it's", "we're",
-    "they'll", "I'm", "you've", "quickly", "brown", "fox", "jumps", "over", "lazy", "dog",
-    "international", "characterization", "implementation", "approximately", "nevertheless"};
+const std::vector<std::string> kWords = {"the",
+                                         "of",
+                                         "and",
+                                         "to",
+                                         "in",
+                                         "is",
+                                         "that",
+                                         "for",
+                                         "it",
+                                         "as",
+                                         "was",
+                                         "with",
+                                         "be",
+                                         "by",
+                                         "on",
+                                         "not",
+                                         "he",
+                                         "this",
+                                         "are",
+                                         "or",
+                                         "his",
+                                         "from",
+                                         "at",
+                                         "which",
+                                         "but",
+                                         "have",
+                                         "an",
+                                         "they",
+                                         "you",
+                                         "were",
+                                         "their",
+                                         "one",
+                                         "all",
+                                         "we",
+                                         "can",
+                                         "her",
+                                         "has",
+                                         "there",
+                                         "been",
+                                         "model",
+                                         "server",
+                                         "token",
+                                         "recursion",
+                                         "depth",
+                                         "attention",
+                                         "cache",
+                                         "request",
+                                         "batch",
+                                         "throughput",
+                                         "latency",
+                                         "scheduler",
+                                         "kernel",
+                                         "memory",
+                                         "inference",
+                                         "language",
+                                         "weights",
+                                         "Recursive",
+                                         "Transformers",
+                                         "Mixture",
+                                         "Experts",
+                                         "GPU",
+                                         "CUDA",
+                                         "don't",
+                                         "it's",
+                                         "we're",
+                                         "they'll",
+                                         "I'm",
+                                         "you've",
+                                         "quickly",
+                                         "brown",
+                                         "fox",
+                                         "jumps",
+                                         "over",
+                                         "lazy",
+                                         "dog",
+                                         "international",
+                                         "characterization",
+                                         "implementation",
+                                         "approximately",
+                                         "nevertheless"};
 const std::vector<std::string> kCode = {
     "def forward(self, x):\n        return self.proj(x) + x\n",
     "for (int i = 0; i < n; ++i) {\n    sum += a[i] * b[i];\n}\n",
@@ -43,12 +115,18 @@ const std::vector<std::string> kCode = {
     "    x = torch.nn.functional.softmax(logits / temperature, dim=-1)\n",
     "#include <vector>\nstd::vector<float> buf(1 << 20, 0.0f);\n",
     "{\"model\": \"mor-1b\", \"max_tokens\": 256, \"temperature\": 0.7}\n"};
-const std::vector<std::string> kOther = {
-    "我们今天去公园散步，天气非常好。", "机器学习是人工智能的一个分支。",
-    "東京は日本の首都です。", "안녕하세요, 만나서 반갑습니다.", "Привет, мир! Как дела сегодня?",
-    "Съешь же ещё этих мягких французских булок.", "Größere Übungen für Äpfel.",
-    "Café crème, déjà vu, naïve façade.", "مرحبا بالعالم، هذا اختبار.", "नमस्ते दुनिया।",
-    "I love 🍕 and 🎉! 👨‍👩‍👧‍👦 🇺🇸", "Γειά σου Κόσμε!"};
+const std::vector<std::string> kOther = {"我们今天去公园散步，天气非常好。",
+                                         "机器学习是人工智能的一个分支。",
+                                         "東京は日本の首都です。",
+                                         "안녕하세요, 만나서 반갑습니다.",
+                                         "Привет, мир! Как дела сегодня?",
+                                         "Съешь же ещё этих мягких французских булок.",
+                                         "Größere Übungen für Äpfel.",
+                                         "Café crème, déjà vu, naïve façade.",
+                                         "مرحبا بالعالم، هذا اختبار.",
+                                         "नमस्ते दुनिया।",
+                                         "I love 🍕 and 🎉! 👨‍👩‍👧‍👦 🇺🇸",
+                                         "Γειά σου Κόσμε!"};
 
 std::string MakeDocument(std::mt19937& rng) {
   std::string doc;
@@ -85,17 +163,22 @@ int main(int argc, char** argv) {
   bool js = true;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--models-root" && i + 1 < argc) root = argv[++i];
-    else if (a == "--mb" && i + 1 < argc) mb = std::atof(argv[++i]);
-    else if (a == "--text-out" && i + 1 < argc) out_path = argv[++i];
-    else if (a == "--no-js") js = false;
+    if (a == "--models-root" && i + 1 < argc)
+      root = argv[++i];
+    else if (a == "--mb" && i + 1 < argc)
+      mb = std::atof(argv[++i]);
+    else if (a == "--text-out" && i + 1 < argc)
+      out_path = argv[++i];
+    else if (a == "--no-js")
+      js = false;
     else {
       std::fprintf(stderr, "usage: tokenizer_bench --models-root DIR [--mb 4] [--no-js]\n");
       return 2;
     }
   }
   if (root.empty()) {
-    std::fprintf(stderr, "tokenizer_bench: --models-root DIR (with tokenizer-*/models) is required\n");
+    std::fprintf(stderr,
+                 "tokenizer_bench: --models-root DIR (with tokenizer-*/models) is required\n");
     return 2;
   }
   std::mt19937 rng(42);
@@ -120,9 +203,17 @@ int main(int argc, char** argv) {
     }
     size_t tokens = 0;
     auto start = std::chrono::steady_clock::now();
-    for (const std::string& d : docs) tokens += (*tok)->Encode(d, false).size();
+    std::vector<std::vector<int>> ids(docs.size());
+    for (size_t i = 0; i < docs.size(); ++i) ids[i] = (*tok)->Encode(docs[i], false);
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    result["cpp"][m] = {{"mb_per_s", bytes / 1e6 / s}, {"tokens", tokens}, {"seconds", s}};
+    // FNV-1a over every id, outside the timed loop; the JS side computes the same.
+    uint32_t hash = 2166136261u;
+    for (const std::vector<int>& doc : ids) {
+      tokens += doc.size();
+      for (int id : doc) hash = (hash ^ static_cast<uint32_t>(id)) * 16777619u;
+    }
+    result["cpp"][m] = {
+        {"mb_per_s", bytes / 1e6 / s}, {"tokens", tokens}, {"seconds", s}, {"ids_fnv1a", hash}};
   }
   if (js) {
     std::string script = std::string(MORSERVE_SOURCE_DIR) + "/tests/tokenizer/bench_js.mjs";
@@ -137,11 +228,11 @@ int main(int argc, char** argv) {
     }
     result["js"] = json::parse(js_out);
     for (const std::string& m : models) {
-      double ratio = result["cpp"][m]["mb_per_s"].get<double>() /
-                     result["js"][m]["mb_per_s"].get<double>();
+      double ratio =
+          result["cpp"][m]["mb_per_s"].get<double>() / result["js"][m]["mb_per_s"].get<double>();
       result["ratio"][m] = ratio;
-      if (result["js"][m]["tokens"] != result["cpp"][m]["tokens"]) {
-        result["token_count_mismatch"].push_back(m);
+      if (result["js"][m]["ids_fnv1a"] != result["cpp"][m]["ids_fnv1a"]) {
+        result["ids_mismatch"].push_back(m);
       }
     }
   }

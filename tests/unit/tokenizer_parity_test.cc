@@ -34,8 +34,8 @@ class TokenizerParity : public ::testing::TestWithParam<std::string> {
  protected:
   static void SetUpTestSuite() {
     if (SkipNpm()) return;
-    std::string cmd = absl::StrCat("bash '", kParityDir, "/run_parity.sh' '", kParityDir,
-                                   "/expected' >&2");
+    std::string cmd =
+        absl::StrCat("bash '", kParityDir, "/run_parity.sh' '", kParityDir, "/expected' >&2");
     setup_rc_ = std::system(cmd.c_str());
   }
   void SetUp() override {
@@ -108,8 +108,8 @@ TEST_P(TokenizerParity, CorpusIdsAndDecodesMatchReference) {
     ++checked;
     failed += !ok;
   }
-  std::printf("%s: %d/%d corpus cases match the reference\n", GetParam().c_str(),
-              checked - failed, checked);
+  std::printf("%s: %d/%d corpus cases match the reference\n", GetParam().c_str(), checked - failed,
+              checked);
   EXPECT_EQ(failed, 0);
   EXPECT_GT(checked, 50);
 }

@@ -2,6 +2,8 @@
 // malformed tokenizer.json, hand-checked encodes/decodes of two tiny tokenizers (byte-level and
 // SentencePiece-style), and the streaming detokenizer's invariant -- concatenated deltas equal
 // Decode(all ids), every delta whole UTF-8 -- over thousands of random id sequences.
+#include "engine/tokenizer/tokenizer.h"
+
 #include <random>
 #include <string>
 #include <vector>
@@ -12,7 +14,6 @@
 #include "engine/tokenizer/incremental_detokenizer.h"
 #include "engine/tokenizer/js_regex.h"
 #include "engine/tokenizer/normalizer.h"
-#include "engine/tokenizer/tokenizer.h"
 #include "engine/tokenizer/utf8.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -32,10 +33,10 @@ const std::string kFffd = Cp(0xFFFD);
 TEST(Utf8, SanitizeReplacesMaximalSubpartsLikeTextDecoder) {
   EXPECT_EQ(SanitizeUtf8("abc"), "abc");
   EXPECT_EQ(SanitizeUtf8("a\x80z"), "a" + kFffd + "z");
-  EXPECT_EQ(SanitizeUtf8("x\xE2\x82y"), "x" + kFffd + "y");          // one subpart
-  EXPECT_EQ(SanitizeUtf8("\xC0\xAF"), kFffd + kFffd);                // overlong: two
-  EXPECT_EQ(SanitizeUtf8("\xED\xA0\x80"), kFffd + kFffd + kFffd);    // surrogate: three
-  EXPECT_EQ(SanitizeUtf8("\xF0\x9F\x98"), kFffd);                    // truncated at end
+  EXPECT_EQ(SanitizeUtf8("x\xE2\x82y"), "x" + kFffd + "y");        // one subpart
+  EXPECT_EQ(SanitizeUtf8("\xC0\xAF"), kFffd + kFffd);              // overlong: two
+  EXPECT_EQ(SanitizeUtf8("\xED\xA0\x80"), kFffd + kFffd + kFffd);  // surrogate: three
+  EXPECT_EQ(SanitizeUtf8("\xF0\x9F\x98"), kFffd);                  // truncated at end
   EXPECT_EQ(SanitizeUtf8("\xF0\x9F\x98\x80"), Cp(0x1F600));
 }
 
@@ -83,9 +84,9 @@ TEST(Normalizer, UnicodeFormsUseIcu) {
   EXPECT_EQ(make("NFKD")->Normalize("\xC2\xA0"), " ");
   auto seq = Normalizer::FromJson(
       {{"type", "Sequence"},
-       {"normalizers", json::array({{{"type", "Prepend"}, {"prepend", "_"}},
-                                    {{"type", "Replace"}, {"pattern", {{"Regex", "\\s+"}}},
-                                     {"content", "-"}}})}});
+       {"normalizers",
+        json::array({{{"type", "Prepend"}, {"prepend", "_"}},
+                     {{"type", "Replace"}, {"pattern", {{"Regex", "\\s+"}}}, {"content", "-"}}})}});
   ASSERT_TRUE(seq.ok());
   EXPECT_EQ((*seq)->Normalize("a  b\tc"), "_a-b-c");
 }
@@ -108,15 +109,16 @@ json ByteLevelJson() {
       {"pre_tokenizer",
        {{"type", "Sequence"},
         {"pretokenizers",
-         json::array({{{"type", "Split"},
-                       {"pattern", {{"Regex", "(?i:'s|'t|'re|'ve|'m|'ll|'d)| ?\\p{L}+|\\s+|[^\\s\\p{L}]+"}}},
-                       {"behavior", "Isolated"},
-                       {"invert", false}},
-                      {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}})}}},
+         json::array(
+             {{{"type", "Split"},
+               {"pattern",
+                {{"Regex", "(?i:'s|'t|'re|'ve|'m|'ll|'d)| ?\\p{L}+|\\s+|[^\\s\\p{L}]+"}}},
+               {"behavior", "Isolated"},
+               {"invert", false}},
+              {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}})}}},
       {"post_processor", {{"type", "ByteLevel"}}},
       {"decoder", {{"type", "ByteLevel"}}},
-      {"added_tokens",
-       json::array({{{"id", 260}, {"content", "<|end|>"}, {"special", true}}})},
+      {"added_tokens", json::array({{{"id", 260}, {"content", "<|end|>"}, {"special", true}}})},
   };
 }
 
@@ -156,10 +158,9 @@ json SentencePieceJson() {
                       {{"type", "ByteFallback"}},
                       {{"type", "Fuse"}},
                       {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}}},
-      {"added_tokens",
-       json::array({{{"id", 0}, {"content", "<unk>"}, {"special", true}},
-                    {{"id", 1}, {"content", "<s>"}, {"special", true}},
-                    {{"id", 2}, {"content", "</s>"}, {"special", true}}})},
+      {"added_tokens", json::array({{{"id", 0}, {"content", "<unk>"}, {"special", true}},
+                                    {{"id", 1}, {"content", "<s>"}, {"special", true}},
+                                    {{"id", 2}, {"content", "</s>"}, {"special", true}}})},
   };
 }
 
@@ -170,7 +171,8 @@ std::unique_ptr<Tokenizer> Load(const json& tj, const json& config) {
 }
 
 TEST(Tokenizer, ByteLevelEncodeDecode) {
-  auto tok = Load(ByteLevelJson(), {{"clean_up_tokenization_spaces", false}, {"eos_token", "<|end|>"}});
+  auto tok =
+      Load(ByteLevelJson(), {{"clean_up_tokenization_spaces", false}, {"eos_token", "<|end|>"}});
   ASSERT_NE(tok, nullptr);
   // "it's" -> "it" (two bytes), "'s" merged; " s" merged to "Ġs"; the special token is cut out.
   EXPECT_EQ(tok->Encode("it's s<|end|>", true), (std::vector<int>{'i', 't', 257, 256, 260}));
@@ -188,8 +190,9 @@ TEST(Tokenizer, ByteLevelEncodeDecode) {
 }
 
 TEST(Tokenizer, SentencePieceEncodeDecode) {
-  auto tok = Load(SentencePieceJson(), {{"bos_token", "<s>"}, {"eos_token", "</s>"},
-                                        {"clean_up_tokenization_spaces", false}});
+  auto tok =
+      Load(SentencePieceJson(),
+           {{"bos_token", "<s>"}, {"eos_token", "</s>"}, {"clean_up_tokenization_spaces", false}});
   ASSERT_NE(tok, nullptr);
   EXPECT_EQ(tok->bos_token_id(), 1);
   EXPECT_EQ(tok->bos_token(), "<s>");
@@ -244,32 +247,45 @@ TEST(Tokenizer, MalformedFilesFailAtLoadWithClearErrors) {
       {"no model", [](json& j) { j.erase("model"); }, "missing 'model'"},
       {"vocab not object", [](json& j) { j["model"]["vocab"] = json::array(); }, "vocab"},
       {"bad vocab id", [](json& j) { j["model"]["vocab"]["a"] = "x"; }, "not a valid id"},
-      {"merge of unknown token",
-       [](json& j) { j["model"]["merges"].push_back("zz qq"); }, "not in vocab"},
+      {"merge of unknown token", [](json& j) { j["model"]["merges"].push_back("zz qq"); },
+       "not in vocab"},
       {"malformed merge", [](json& j) { j["model"]["merges"].push_back(7); }, "malformed"},
       {"unigram model", [](json& j) { j["model"]["type"] = "Unigram"; }, "not supported"},
       {"unknown normalizer",
-       [](json& j) { j["normalizer"] = {{"type", "Precompiled"}}; }, "normalizer type"},
-      {"unknown pre-tokenizer",
-       [](json& j) { j["pre_tokenizer"] = {{"type", "BertPreTokenizer"}}; }, "pre_tokenizer"},
-      {"bad regex",
        [](json& j) {
-         j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(\\p{L}";
+         j["normalizer"] = {{"type", "Precompiled"}};
        },
+       "normalizer type"},
+      {"unknown pre-tokenizer",
+       [](json& j) {
+         j["pre_tokenizer"] = {{"type", "BertPreTokenizer"}};
+       },
+       "pre_tokenizer"},
+      {"bad regex",
+       [](json& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(\\p{L}"; },
        "does not compile"},
-      {"unknown decoder", [](json& j) { j["decoder"] = {{"type", "CTC"}}; }, "decoder type"},
+      {"unknown decoder",
+       [](json& j) {
+         j["decoder"] = {{"type", "CTC"}};
+       },
+       "decoder type"},
       {"added token without id",
-       [](json& j) { j["added_tokens"].push_back({{"content", "x"}}); }, "malformed added token"},
+       [](json& j) {
+         j["added_tokens"].push_back({{"content", "x"}});
+       },
+       "malformed added token"},
       {"unknown post-processor",
-       [](json& j) { j["post_processor"] = {{"type", "Whatever"}}; }, "post_processor"},
+       [](json& j) {
+         j["post_processor"] = {{"type", "Whatever"}};
+       },
+       "post_processor"},
   };
   for (const Case& c : cases) {
     json j = ByteLevelJson();
     c.edit(j);
     absl::StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::FromJson(j, json::object());
     ASSERT_FALSE(t.ok()) << c.what;
-    EXPECT_TRUE(absl::StrContains(t.status().message(), c.message))
-        << c.what << ": " << t.status();
+    EXPECT_TRUE(absl::StrContains(t.status().message(), c.message)) << c.what << ": " << t.status();
   }
   EXPECT_FALSE(Tokenizer::FromJsonText("{not json", "").ok());
   EXPECT_TRUE(absl::StrContains(Tokenizer::FromJsonText("{not json", "").status().message(),
@@ -310,17 +326,18 @@ TEST(IncrementalDetokenizer, ByteLevelWithCleanUpEqualsDecode) {
   auto tok = Load(ByteLevelJson(), json::object());
   ASSERT_NE(tok, nullptr);
   // Bytes that exercise the clean-up hold-back and UTF-8 sequences across tokens.
-  std::vector<int> pool = {' ', '\'', 'n', 't', 's', 'm', 'v', 'e', 'r', '.', ',', '!', '?', 'x',
-                           0xC3, 0xA9, 0xE4, 0xBD, 0xA0, 0xF0, 0x9F, 0x98, 0x80, 0xFF,
-                           256, 257, 258, 259, 260};
+  std::vector<int> pool = {' ',  '\'', 'n',  't',  's',  'm',  'v',  'e',  'r',  '.',
+                           ',',  '!',  '?',  'x',  0xC3, 0xA9, 0xE4, 0xBD, 0xA0, 0xF0,
+                           0x9F, 0x98, 0x80, 0xFF, 256,  257,  258,  259,  260};
   CheckStreamingProperty(*tok, pool, 7);
 }
 
 TEST(IncrementalDetokenizer, SentencePieceByteFallbackEqualsDecode) {
   auto tok = Load(SentencePieceJson(), {{"clean_up_tokenization_spaces", false}});
   ASSERT_NE(tok, nullptr);
-  std::vector<int> pool = {0, 1, 2, 259, 259, 260, 261, 262, 263, 3 + ' ', 3 + 0xC3, 3 + 0xA9,
-                           3 + 0xEF, 3 + 0xBB, 3 + 0xBF, 3 + 0xF0, 3 + 0x9F, 3 + 0x98, 3 + 0x80};
+  std::vector<int> pool = {0,        1,        2,        259,      259,      260,      261,
+                           262,      263,      3 + ' ',  3 + 0xC3, 3 + 0xA9, 3 + 0xEF, 3 + 0xBB,
+                           3 + 0xBF, 3 + 0xF0, 3 + 0x9F, 3 + 0x98, 3 + 0x80};
   CheckStreamingProperty(*tok, pool, 11);
 }
 
@@ -329,13 +346,13 @@ TEST(IncrementalDetokenizer, HoldsBackOnlyWhatIsUncertain) {
   ASSERT_NE(tok, nullptr);
   absl::StatusOr<IncrementalDetokenizer> d = IncrementalDetokenizer::Create(*tok, true);
   ASSERT_TRUE(d.ok());
-  EXPECT_EQ(d->Push(1), "");           // <s> skipped
-  EXPECT_EQ(d->Push(262), "a");        // "▁a": the leading space is stripped
-  EXPECT_EQ(d->Push(3 + 0xC3), "");    // half of é
+  EXPECT_EQ(d->Push(1), "");         // <s> skipped
+  EXPECT_EQ(d->Push(262), "a");      // "▁a": the leading space is stripped
+  EXPECT_EQ(d->Push(3 + 0xC3), "");  // half of é
   EXPECT_EQ(d->Push(3 + 0xA9), "\xC3\xA9");
   EXPECT_EQ(d->Push(259), " ");
   EXPECT_EQ(d->Push(3 + 0xF0), "");
-  EXPECT_EQ(d->Flush(), kFffd);        // an unfinished sequence ends as U+FFFD
+  EXPECT_EQ(d->Flush(), kFffd);  // an unfinished sequence ends as U+FFFD
 }
 
 }  // namespace
