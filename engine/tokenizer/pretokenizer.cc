@@ -140,6 +140,21 @@ class ByteLevelPreTokenizer : public PreTokenizer {
   std::unique_ptr<JsRegex> regex_;
 };
 
+// Pre-tokenizers that keep the matches of one regex (transformers.js' Digits, Punctuation,
+// Whitespace and WhitespaceSplit).
+class MatchesPreTokenizer : public PreTokenizer {
+ public:
+  explicit MatchesPreTokenizer(std::unique_ptr<JsRegex> regex) : regex_(std::move(regex)) {}
+  void Split(std::string_view text, int, std::vector<std::string>* words) const override {
+    regex_->ForEachMatch(text, [&](size_t start, size_t end) {
+      if (end > start) words->emplace_back(text.substr(start, end - start));
+    });
+  }
+
+ private:
+  std::unique_ptr<JsRegex> regex_;
+};
+
 class MetaspacePreTokenizer : public PreTokenizer {
  public:
   MetaspacePreTokenizer(std::string replacement, std::string str_rep, bool add_prefix_space,
@@ -229,6 +244,22 @@ absl::StatusOr<std::unique_ptr<PreTokenizer>> PreTokenizer::FromJson(const json&
       }
       return std::make_unique<ByteLevelPreTokenizer>(config.value("add_prefix_space", false),
                                                      std::move(regex));
+    }
+    std::string matches_pattern;
+    if (type == "Digits") {
+      matches_pattern = config.value("individual_digits", false) ? "[^\\d]+|\\d" : "[^\\d]+|\\d+";
+    } else if (type == "Punctuation") {
+      const char* p = "\\p{P}\\x{21}-\\x{2F}\\x{3A}-\\x{40}\\x{5B}-\\x{60}\\x{7B}-\\x{7E}";
+      matches_pattern = absl::StrCat("[^", p, "]+|[", p, "]+");
+    } else if (type == "Whitespace") {
+      matches_pattern = "\\w+|[^\\w\\s]+";
+    } else if (type == "WhitespaceSplit") {
+      matches_pattern = "\\S+";
+    }
+    if (!matches_pattern.empty()) {
+      absl::StatusOr<std::unique_ptr<JsRegex>> regex = JsRegex::Compile(matches_pattern);
+      if (!regex.ok()) return regex.status();
+      return std::make_unique<MatchesPreTokenizer>(*std::move(regex));
     }
     if (type == "Metaspace") {
       std::string replacement = config.at("replacement");

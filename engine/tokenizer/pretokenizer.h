@@ -1,8 +1,9 @@
 // Pre-tokenizers of tokenizer.json: split normalized text into words for the BPE model.
 // Supported: Sequence, Split (Regex or String; all HF behaviours and invert), ByteLevel,
-// Metaspace. ByteLevel does not remap bytes to printable characters here: words stay raw
-// UTF-8 and the BPE model of a byte-level tokenizer works on bytes directly (its vocabulary is
-// translated once at load), which is the same tokenization without a remap per word.
+// Metaspace, Digits (SmolLM), Punctuation, Whitespace, WhitespaceSplit.
+// ByteLevel does not remap bytes to printable characters here: words stay raw UTF-8 and the BPE
+// model of a byte-level tokenizer works on bytes directly (its vocabulary is translated once at
+// load), which is the same tokenization without a remap per word.
 #pragma once
 
 #include <memory>

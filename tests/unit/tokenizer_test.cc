@@ -231,6 +231,20 @@ TEST(Tokenizer, AddedTokenFlagsFollowHuggingFace) {
   EXPECT_EQ(tok->Encode("a  <x>  b", false), (std::vector<int>{262, 266, 259, 261}));
 }
 
+TEST(Tokenizer, SmolLmStyleDigitsThenByteLevelRegex) {
+  json tj = ByteLevelJson();
+  tj["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       json::array({{{"type", "Digits"}, {"individual_digits", true}},
+                    {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}})}};
+  auto tok = Load(tj, {{"clean_up_tokenization_spaces", false}});
+  ASSERT_NE(tok, nullptr);
+  // Digits split "x 42s" into "x ", "4", "2", "s"; GPT-2's regex then splits "x " into "x", " ".
+  EXPECT_EQ(tok->Encode("x 42s", false), (std::vector<int>{'x', ' ', '4', '2', 's'}));
+  EXPECT_EQ(tok->Encode("it's", false), (std::vector<int>{'i', 't', 257}));
+}
+
 TEST(Tokenizer, CleanUpTokenizationSpaces) {
   auto tok = Load(ByteLevelJson(), json::object());  // clean_up defaults to true
   ASSERT_NE(tok, nullptr);
