@@ -33,31 +33,16 @@ v1::FinishReason ToProto(FinishReason r) {
   return v1::FINISH_REASON_UNSPECIFIED;
 }
 
-void AppendEvent(const RequestEvent& e, v1::GenerateResponse* out) {
-  for (const TokenEvent& t : e.tokens) {
-    v1::Token* tok = out->add_tokens();
-    tok->set_id(t.token);
-    tok->set_logprob(t.logprob);
-    tok->set_loops(t.loops);
-    for (const TokenLogprob& lp : t.top_logprobs) {
-      v1::TopLogprob* top = tok->add_top_logprobs();
-      top->set_token_id(lp.token);
-      top->set_logprob(lp.logprob);
-    }
+void AppendToken(const TokenEvent& t, v1::GenerateResponse* out) {
+  v1::Token* tok = out->add_tokens();
+  tok->set_id(t.token);
+  tok->set_logprob(t.logprob);
+  tok->set_loops(t.loops);
+  for (const TokenLogprob& lp : t.top_logprobs) {
+    v1::TopLogprob* top = tok->add_top_logprobs();
+    top->set_token_id(lp.token);
+    top->set_logprob(lp.logprob);
   }
-  if (!e.final()) return;
-  v1::Finished* f = out->mutable_finished();
-  f->set_reason(ToProto(e.finish));
-  f->set_stop_string(e.stop_string);
-  const bool by_id = e.finish == FinishReason::kStop && e.stop_string.empty() && !e.tokens.empty();
-  f->set_stop_token_id(by_id ? e.tokens.back().token : -1);
-  if (!e.error.ok()) f->set_error(std::string(e.error.message()));
-  v1::Usage* u = f->mutable_usage();
-  u->set_prompt_tokens(e.usage.prompt_tokens);
-  u->set_completion_tokens(e.usage.completion_tokens);
-  u->set_total_tokens(e.usage.prompt_tokens + e.usage.completion_tokens);
-  u->set_recursion_loops(e.usage.recursion_loops);
-  u->set_preemptions(e.usage.preemptions);
 }
 
 }  // namespace
@@ -78,12 +63,18 @@ void GenerateReactor::Begin(const v1::GenerateRequest& request) {
     return FinishWith(ToGrpc(engine.status()));
   }
   engine_ = *engine;
-  absl::StatusOr<ParsedGenerate> parsed = ParseGenerateRequest(request);
+  absl::StatusOr<ParsedGenerate> parsed = ParseGenerateRequest(request, state_->text);
   if (!parsed.ok()) {
     state_->Reject(ReasonFor(parsed.status()));
     return FinishWith(ToGrpc(parsed.status()));
   }
   parsed_ = std::move(*parsed);
+  if (state_->text.tokenizer != nullptr) {
+    absl::StatusOr<TextStream> text = TextStream::Create(
+        *state_->text.tokenizer, parsed_.skip_special_tokens, parsed_.stop);
+    if (!text.ok()) return FinishWith(ToGrpc(text.status()));
+    text_.emplace(*std::move(text));
+  }
   client_id_ = parsed_.request.request_id;
   engine_id_ = absl::StrCat("grpc-", state_->next_request.fetch_add(1), ":", client_id_);
   GenerateRequest submit = parsed_.request;
@@ -119,6 +110,51 @@ void GenerateReactor::Wake() {
   Pump();
 }
 
+void GenerateReactor::AppendEventLocked(const RequestEvent& e) {
+  for (const TokenEvent& t : e.tokens) {
+    if (stopped_) {
+      dropped_loops_ += t.loops;
+      continue;
+    }
+    AppendToken(t, &response_);
+    ++tokens_sent_;
+    if (!text_) continue;
+    response_.mutable_text()->append(text_->Push(t.token));
+    if (text_->stopped()) {
+      stopped_ = true;
+      if (!e.final()) engine_->Cancel(engine_id_);
+    }
+  }
+  if (!e.final()) return;
+  if (text_ && !stopped_) {
+    response_.mutable_text()->append(text_->Finish());
+    stopped_ = text_->stopped();
+  }
+  v1::Finished* f = response_.mutable_finished();
+  v1::Usage* u = f->mutable_usage();
+  u->set_prompt_tokens(e.usage.prompt_tokens);
+  u->set_preemptions(e.usage.preemptions);
+  if (stopped_) {
+    // The engine saw a cancel (or finished on its own): the stop string decides.
+    f->set_reason(v1::FINISH_REASON_STOP);
+    f->set_stop_string(text_->stop_string());
+    f->set_stop_token_id(-1);
+    u->set_completion_tokens(tokens_sent_);
+    u->set_recursion_loops(e.usage.recursion_loops - dropped_loops_);
+  } else {
+    f->set_reason(ToProto(e.finish));
+    f->set_stop_string(e.stop_string);
+    const bool by_id =
+        e.finish == FinishReason::kStop && e.stop_string.empty() && !e.tokens.empty();
+    f->set_stop_token_id(by_id ? e.tokens.back().token : -1);
+    if (!e.error.ok()) f->set_error(std::string(e.error.message()));
+    if (e.finish == FinishReason::kError) error_ = ToGrpc(e.error);
+    u->set_completion_tokens(e.usage.completion_tokens);
+    u->set_recursion_loops(e.usage.recursion_loops);
+  }
+  u->set_total_tokens(u->prompt_tokens() + u->completion_tokens());
+}
+
 GenerateReactor::Next GenerateReactor::PrepareLocked() {
   if (finishing_ || writing_) return Next::kNothing;
   if (cancelled_) {
@@ -126,30 +162,32 @@ GenerateReactor::Next GenerateReactor::PrepareLocked() {
     return Next::kFinishCancelled;
   }
   response_.Clear();
-  bool any = false, final = false;
+  bool final = false;
   while (!final) {
     std::optional<RequestEvent> e = channel_->TryPop();
     if (!e) break;
-    AppendEvent(*e, &response_);
-    any = true;
+    AppendEventLocked(*e);
     final = e->final();
   }
-  if (!any) return Next::kNothing;
+  const bool empty = response_.tokens().empty() && response_.text().empty();
+  if (empty && !final) return Next::kNothing;
+  if (final) {
+    engine_done_ = true;
+    finishing_ = true;
+    // Nothing went out yet: the engine's error is the call's status.
+    if (!error_.ok() && empty && !sent_first_) return Next::kFinishError;
+  }
   response_.set_request_id(client_id_);
   if (!sent_first_) {
     sent_first_ = true;
     if (parsed_.echo) {
       response_.mutable_prompt_ids()->Assign(parsed_.request.prompt.begin(),
                                              parsed_.request.prompt.end());
+      response_.set_prompt_text(parsed_.prompt_text);
     }
   }
   writing_ = true;
-  if (final) {
-    engine_done_ = true;
-    finishing_ = true;
-    return Next::kWriteAndFinish;
-  }
-  return Next::kWrite;
+  return final ? Next::kWriteAndFinish : Next::kWrite;
 }
 
 void GenerateReactor::Pump() {
@@ -165,6 +203,7 @@ void GenerateReactor::Pump() {
       return StartWriteAndFinish(&response_, grpc::WriteOptions(), grpc::Status::OK);
     case Next::kFinishCancelled:
       return Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the call was cancelled"));
+    case Next::kFinishError: return Finish(error_);
   }
 }
 

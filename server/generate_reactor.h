@@ -12,18 +12,26 @@
 //     cancelled (its KV blocks are freed at the next step) and the call finishes CANCELLED.
 //   - The reactor owns itself through self_ until OnDone; the channel's listener holds only
 //     a weak reference.
+//   - With a tokenizer, a TextStream turns the tokens into text deltas and matches stop
+//     strings. On a match the tokens after the matching one are dropped, the engine request
+//     is cancelled, and the stream waits for the engine's final event (one step at most) to
+//     finish with FINISH_REASON_STOP and usage net of the dropped tokens.
+//   - An engine error before any message went out ends the call with the error's status;
+//     after that it is the last message's FINISH_REASON_ERROR (status OK).
 #pragma once
 
 #include <grpcpp/grpcpp.h>
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "engine/runtime/engine.h"
 #include "morserve/v1/morserve.pb.h"
 #include "server/request_parse.h"
 #include "server/serving_state.h"
+#include "server/text_stream.h"
 #include "server/wake_queue.h"
 
 namespace morserve {
@@ -45,8 +53,10 @@ class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse>,
   void Begin(const v1::GenerateRequest& request);
   void FinishWith(const grpc::Status& status);
   // Under mu_: moves pending events into response_; returns what to do next.
-  enum class Next { kNothing, kWrite, kWriteAndFinish, kFinishCancelled };
+  enum class Next { kNothing, kWrite, kWriteAndFinish, kFinishCancelled, kFinishError };
   Next PrepareLocked();
+  // Under mu_: one engine event into response_ (tokens, text, finish information).
+  void AppendEventLocked(const RequestEvent& e);
   void Pump();
   void Post();
 
@@ -66,6 +76,11 @@ class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse>,
   bool cancelled_ = false;    // OnCancel ran
   bool engine_done_ = false;  // the final event was seen
   bool sent_first_ = false;
+  std::optional<TextStream> text_;  // with a tokenizer
+  bool stopped_ = false;            // a stop string matched; waiting for the final event
+  int tokens_sent_ = 0;             // tokens put in messages
+  int64_t dropped_loops_ = 0;       // loops of tokens dropped after a stop string
+  grpc::Status error_;              // kFinishError: the engine's error
 };
 
 }  // namespace morserve

@@ -1,17 +1,16 @@
 // The Morserve service (see morserve_service.h).
 #include "server/morserve_service.h"
 
+#include "absl/strings/str_cat.h"
 #include "engine/tools/engine_flags.h"
 #include "server/generate_reactor.h"
 
 namespace morserve {
 namespace {
 
-// Tokenize and Detokenize need the tokenizer component, which this server does not link
-// yet; the status says so instead of guessing at ids.
 grpc::Status NoTokenizer() {
   return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                      "model has no tokenizer (this server reads token ids only)");
+                      "model has no tokenizer (no tokenizer.json in the model directory)");
 }
 
 grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context, const grpc::Status& s) {
@@ -46,7 +45,12 @@ grpc::ServerUnaryReactor* MorserveService::Tokenize(grpc::CallbackServerContext*
   if (state_->engine.load() == nullptr) {
     return FinishNow(context, grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is loading"));
   }
-  return FinishNow(context, NoTokenizer());
+  const Tokenizer* tok = state_->text.tokenizer;
+  if (tok == nullptr) return FinishNow(context, NoTokenizer());
+  const bool add_special = !request->has_add_special_tokens() || request->add_special_tokens();
+  const std::vector<int> ids = tok->Encode(request->text(), add_special);
+  response->mutable_ids()->Assign(ids.begin(), ids.end());
+  return FinishNow(context, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* MorserveService::Detokenize(grpc::CallbackServerContext* context,
@@ -55,7 +59,20 @@ grpc::ServerUnaryReactor* MorserveService::Detokenize(grpc::CallbackServerContex
   if (state_->engine.load() == nullptr) {
     return FinishNow(context, grpc::Status(grpc::StatusCode::UNAVAILABLE, "the model is loading"));
   }
-  return FinishNow(context, NoTokenizer());
+  const Tokenizer* tok = state_->text.tokenizer;
+  if (tok == nullptr) return FinishNow(context, NoTokenizer());
+  for (int i = 0; i < request->ids_size(); ++i) {
+    const int id = request->ids(i);
+    if (id < 0 || id >= tok->vocab_size()) {
+      return FinishNow(context, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                             absl::StrCat("ids: token id ", id, " at index ", i,
+                                                          " is outside the tokenizer's vocabulary (",
+                                                          tok->vocab_size(), ")")));
+    }
+  }
+  const std::vector<int> ids(request->ids().begin(), request->ids().end());
+  response->set_text(tok->Decode(ids, request->skip_special_tokens()));
+  return FinishNow(context, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* MorserveService::GetModelInfo(grpc::CallbackServerContext* context,
@@ -77,8 +94,8 @@ grpc::ServerUnaryReactor* MorserveService::GetModelInfo(grpc::CallbackServerCont
   out->set_kv_block_size(ec.block_size);
   out->set_kv_blocks_total(st.kv_blocks_total);
   out->set_kv_blocks_used(st.kv_blocks_used);
-  out->set_has_tokenizer(false);
-  out->set_has_chat_template(false);
+  out->set_has_tokenizer(state_->text.tokenizer != nullptr);
+  out->set_has_chat_template(state_->text.chat_template != nullptr);
   out->set_batching_mode(BatchingModeName(ec.mode));
   out->set_max_batch_rows(ec.max_batch_rows);
   out->set_requests_running(st.running);

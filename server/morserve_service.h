@@ -1,6 +1,6 @@
 // The morserve.v1.Morserve service on gRPC's callback API: every handler returns at once
 // (Generate hands the call to a GenerateReactor; the unary calls finish inline, as they
-// only read engine stats or, once a tokenizer is wired in, tokenize in place).
+// only read engine stats or tokenize in place, on the calling thread, never the engine's).
 #pragma once
 
 #include "morserve/v1/morserve.grpc.pb.h"

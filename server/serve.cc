@@ -1,8 +1,9 @@
 // `morserve serve` (see serve.h). Lifecycle, in order:
 //   1. bind gRPC and metrics (port 0 picks one; "listening on HOST:PORT" and
 //      "metrics on HOST:PORT" go to stdout), health NOT_SERVING, calls get UNAVAILABLE;
-//   2. load the model, start the engine thread, run a warm-up request, then publish the
-//      engine and turn health SERVING;
+//   2. load the tokenizer and chat template (when the model directory has tokenizer.json),
+//      the model, start the engine thread, run a warm-up request, then publish the engine
+//      and turn health SERVING;
 //   3. watchdog: health NOT_SERVING while the engine thread's heartbeat stands still
 //      longer than --stall-timeout;
 //   4. SIGTERM / SIGINT: drain (health NOT_SERVING, new calls UNAVAILABLE, running streams
@@ -17,6 +18,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <filesystem>
 
 #include <chrono>
 #include <condition_variable>
@@ -29,7 +31,11 @@
 #include "absl/strings/str_cat.h"
 #include "engine/model/weights.h"
 #include "engine/runtime/engine.h"
+#include "engine/tokenizer/chat_template.h"
+#include "engine/tokenizer/incremental_detokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "engine/tools/engine_flags.h"
+#include "nlohmann/json.hpp"
 #include "server/metrics.h"
 #include "server/morserve_service.h"
 #include "server/serving_state.h"
@@ -42,9 +48,13 @@ constexpr char kUsage[] =
     "usage: morserve serve --model DIR [--host 127.0.0.1] [--port 50051] [--metrics-port 9400]\n"
     "         [--tls-cert FILE --tls-key FILE] [--max-queue N] [--drain-timeout SECONDS]\n"
     "         [--stall-timeout SECONDS] [--wake-threads N]\n"
+    "         [--chat-template FILE] [--no-tokenizer]\n"
     "         [engine flags: --mode depth|sequence --max-batch N --kv-blocks N --threads N ...]\n"
     "Port 0 picks a free port; the bound ports are printed on stdout as\n"
     "  listening on HOST:PORT\n  metrics on HOST:PORT\n"
+    "Text input needs DIR/tokenizer.json (tokenizer_config.json: special tokens, chat template;\n"
+    "DIR/chat_template.jinja or --chat-template FILE override the template); --no-tokenizer\n"
+    "serves token ids only.\n"
     "Testing only: --debug-load-delay-ms N (delay loading), --debug-signals (SIGUSR1 stops\n"
     "the engine thread, to exercise the health watchdog).\n";
 
@@ -147,6 +157,92 @@ absl::Status WarmUp(Engine* engine) {
   return absl::DeadlineExceededError("warm-up: no token within 120 s");
 }
 
+// The tokenizer and chat template `serve` owns; ServingState points at them.
+struct LoadedText {
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::optional<ChatTemplate> chat_template;
+};
+
+absl::StatusOr<nlohmann::json> ReadTokenizerConfig(const std::string& dir) {
+  const std::string path = dir + "/tokenizer_config.json";
+  if (!std::filesystem::exists(path)) return nlohmann::json::object();
+  auto text = ReadAll(path, "tokenizer_config.json");
+  if (!text.ok()) return text.status();
+  nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(path, ": not valid JSON"));
+  return j;
+}
+
+// The chat template: --chat-template FILE, else DIR/chat_template.jinja, else
+// tokenizer_config.json's. A model's own template that does not load is a warning (chat
+// requests then get FAILED_PRECONDITION); a --chat-template FILE that does not is an error.
+absl::StatusOr<std::optional<ChatTemplate>> LoadChatTemplate(const std::string& dir,
+                                                             const Flags& f,
+                                                             const nlohmann::json& config) {
+  if (f.Has("chat-template")) {
+    auto source = ReadAll(f.Get("chat-template"), "--chat-template");
+    if (!source.ok()) return source.status();
+    auto t = ChatTemplate::FromString(*source, config);
+    if (!t.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--chat-template: ", t.status().message()));
+    }
+    return std::optional<ChatTemplate>(*std::move(t));
+  }
+  absl::StatusOr<ChatTemplate> t = absl::NotFoundError("no chat template");
+  const std::string jinja = dir + "/chat_template.jinja";
+  if (std::filesystem::exists(jinja)) {
+    auto source = ReadAll(jinja, "chat_template.jinja");
+    if (!source.ok()) return source.status();
+    t = ChatTemplate::FromString(*source, config);
+  } else {
+    t = ChatTemplate::FromTokenizerConfig(config);
+  }
+  if (t.ok()) return std::optional<ChatTemplate>(*std::move(t));
+  if (!absl::IsNotFound(t.status())) {
+    std::fprintf(stderr, "morserve serve: warning: the chat template does not load (%s): chat "
+                 "requests get FAILED_PRECONDITION\n", std::string(t.status().message()).c_str());
+  }
+  return std::optional<ChatTemplate>();
+}
+
+absl::StatusOr<LoadedText> LoadText(const std::string& dir, const Flags& f, int model_vocab) {
+  LoadedText out;
+  const bool has_files = std::filesystem::exists(dir + "/tokenizer.json");
+  if (f.Has("no-tokenizer") || !has_files) {
+    if (f.Has("chat-template")) {
+      return absl::InvalidArgumentError(
+          f.Has("no-tokenizer") ? "--chat-template needs the tokenizer (drop --no-tokenizer)"
+                                : absl::StrCat("--chat-template: ", dir, " has no tokenizer.json"));
+    }
+    return out;
+  }
+  auto tok = Tokenizer::FromDirectory(dir);
+  if (!tok.ok()) {
+    return absl::Status(tok.status().code(),
+                        absl::StrCat("tokenizer: ", tok.status().message(),
+                                     " (--no-tokenizer serves token ids only)"));
+  }
+  for (bool skip : {true, false}) {
+    if (auto d = IncrementalDetokenizer::Create(**tok, skip); !d.ok()) {
+      return absl::Status(d.status().code(),
+                          absl::StrCat("tokenizer: no streaming detokenizer: ", d.status().message(),
+                                       " (--no-tokenizer serves token ids only)"));
+    }
+  }
+  if ((*tok)->vocab_size() > model_vocab) {
+    std::fprintf(stderr, "morserve serve: warning: the tokenizer has %d tokens, the model %d: "
+                 "text that encodes to ids >= %d is rejected\n", (*tok)->vocab_size(), model_vocab,
+                 model_vocab);
+  }
+  auto config = ReadTokenizerConfig(dir);
+  if (!config.ok()) return config.status();
+  auto chat = LoadChatTemplate(dir, f, *config);
+  if (!chat.ok()) return chat.status();
+  out.tokenizer = *std::move(tok);
+  out.chat_template = *std::move(chat);
+  return out;
+}
+
 struct ServeOptions {
   std::string host, model_dir;
   int port = 0, metrics_port = 0, max_queue = 0, wake_threads = 1, load_delay_ms = 0;
@@ -189,9 +285,9 @@ absl::StatusOr<ServeOptions> ParseOptions(const Flags& f) {
 int ServeCommand(const Args& args) {
   std::set<std::string> value_flags = {"model", "host", "port", "metrics-port", "tls-cert",
                                        "tls-key", "max-queue", "drain-timeout", "stall-timeout",
-                                       "wake-threads", "debug-load-delay-ms"};
+                                       "wake-threads", "debug-load-delay-ms", "chat-template"};
   value_flags.insert(EngineFlagNames().begin(), EngineFlagNames().end());
-  auto flags = Flags::Parse(args, value_flags, {"help", "debug-signals"});
+  auto flags = Flags::Parse(args, value_flags, {"help", "debug-signals", "no-tokenizer"});
   if (!flags.ok()) {
     std::fprintf(stderr, "morserve serve: %s\n%s", std::string(flags.status().message()).c_str(), kUsage);
     return 2;
@@ -218,6 +314,7 @@ int ServeCommand(const Args& args) {
   auto metrics = ServerMetrics::Create(opts->host, opts->metrics_port, loops);
   if (!metrics.ok()) return Fail(std::string(metrics.status().message()));
   auto wake = std::make_unique<WakeQueue>(opts->wake_threads);
+  LoadedText text;  // before the server: outlives every handler
   ServingState state;
   state.model_dir = opts->model_dir;
   state.metrics = metrics->get();
@@ -237,6 +334,15 @@ int ServeCommand(const Args& args) {
   Say(absl::StrCat("metrics on ", opts->host, ":", (*metrics)->port()));
 
   if (opts->load_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(opts->load_delay_ms));
+  auto loaded_text = LoadText(opts->model_dir, *flags, model_config->vocab_size);
+  if (!loaded_text.ok()) return Fail(std::string(loaded_text.status().message()));
+  text = *std::move(loaded_text);
+  state.text.tokenizer = text.tokenizer.get();
+  state.text.chat_template = text.chat_template ? &*text.chat_template : nullptr;
+  if (text.tokenizer) {
+    Say(absl::StrCat("tokenizer: ", text.tokenizer->vocab_size(), " tokens, chat template: ",
+                     text.chat_template ? "yes" : "no"));
+  }
   auto weights = LoadModel(opts->model_dir);
   if (!weights.ok()) return Fail(std::string(weights.status().message()));
   auto engine = Engine::Create(*weights, *engine_config);

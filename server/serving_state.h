@@ -1,6 +1,8 @@
 // What the gRPC handlers share with `morserve serve`'s main thread: the engine once it is
-// loaded and warmed up (null before), the draining flag, metrics and the wake-up queue.
-// Handlers read it without blocking; the main thread publishes the engine last.
+// loaded and warmed up (null before), the tokenizer and chat template (set before the engine
+// is published, constant after; null without tokenizer files), the draining flag, metrics
+// and the wake-up queue. Handlers read it without blocking; the main thread publishes the
+// engine last, so a handler that sees the engine sees the tokenizer too.
 #pragma once
 
 #include <atomic>
@@ -11,6 +13,7 @@
 #include "absl/status/status.h"
 #include "engine/runtime/engine.h"
 #include "server/metrics.h"
+#include "server/request_parse.h"
 #include "server/wake_queue.h"
 
 namespace morserve {
@@ -18,6 +21,7 @@ namespace morserve {
 struct ServingState {
   std::string model_dir;
   std::atomic<Engine*> engine{nullptr};  // set once the warm-up step ran
+  TextModel text;                        // tokenizer / chat template, owned by serve
   std::atomic<bool> draining{false};
   ServerMetrics* metrics = nullptr;      // null in setups without metrics
   WakeQueue* wake = nullptr;

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 
-#include "absl/strings/match.h"
 
 namespace morserve {
 
@@ -61,7 +60,7 @@ std::string TextStream::Release(bool at_end) {
     for (size_t n = std::min(pending_.size(), longest_stop_ - (longest_stop_ > 0)); n > 0; --n) {
       const std::string_view tail = std::string_view(pending_).substr(pending_.size() - n);
       if (std::any_of(stop_.begin(), stop_.end(),
-                      [&](const std::string& s) { return absl::StartsWith(s, tail); })) {
+                      [&](const std::string& s) { return s.starts_with(tail); })) {
         hold = n;
         break;
       }

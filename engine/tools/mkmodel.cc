@@ -18,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "engine/io/safetensors_writer.h"
 #include "engine/model/layer_plan.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "engine/tools/commands.h"
 
 namespace morserve {
@@ -149,8 +150,9 @@ json ConfigJson(const Resolved& r) {
       {"hidden_act", "silu"},
       {"tie_word_embeddings", s.tie_embeddings},
       {"torch_dtype", TorchDtype(s.dtype)},
-      {"bos_token_id", 1},
-      {"eos_token_id", 2},
+      {"bos_token_id", s.bos_token_id >= 0 ? json(s.bos_token_id) : json(nullptr)},
+      {"eos_token_id", s.eos_token_ids.size() == 1 ? json(s.eos_token_ids[0])
+                                                   : json(s.eos_token_ids)},
       {"mkmodel", {{"family", s.family}, {"seed", s.seed}, {"router_bias", Clean(s.router_bias)}}}};
   const bool vanilla =
       r.sharing == "none" && r.routing == "none" && s.layer_kind == "standard" && s.lora_rank == 0;
@@ -387,6 +389,23 @@ void RemoveStaleModelFiles(const std::string& dir) {
   }
 }
 
+// The tokenizer files of `dir` that exist (tokenizer.json is required).
+absl::Status CopyTokenizerFiles(const std::string& from, const std::string& to) {
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                           "generation_config.json", "chat_template.jinja"}) {
+    const std::filesystem::path src = std::filesystem::path(from) / name;
+    if (!std::filesystem::exists(src) && std::string(name) != "tokenizer.json") continue;
+    std::error_code ec;
+    std::filesystem::copy_file(src, std::filesystem::path(to) / name,
+                               std::filesystem::copy_options::overwrite_existing, ec);
+    if (ec) {
+      return absl::InternalError(
+          absl::StrCat("mkmodel: cannot copy ", src.string(), ": ", ec.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status WriteShards(const std::string& dir, std::vector<OwnedTensor> tensors, int shards) {
   if (shards == 1) return WriteSafetensors(dir + "/model.safetensors", tensors);
   const size_t n = tensors.size();
@@ -454,7 +473,23 @@ absl::Status WriteTinyModel(const TinyModelSpec& spec, const std::string& dir) {
     return absl::InternalError(absl::StrCat("mkmodel: cannot create ", dir, ": ", ec.message()));
   RemoveStaleModelFiles(dir);
   if (auto s = WriteText(dir + "/config.json", ConfigJson(*r).dump(2) + "\n"); !s.ok()) return s;
+  if (!spec.tokenizer_dir.empty()) {
+    if (auto s = CopyTokenizerFiles(spec.tokenizer_dir, dir); !s.ok()) return s;
+  }
   return WriteShards(dir, std::move(*tensors), spec.shards);
+}
+
+absl::Status UseTokenizer(const std::string& dir, TinyModelSpec* spec) {
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tok = Tokenizer::FromDirectory(dir);
+  if (!tok.ok()) {
+    return absl::Status(tok.status().code(),
+                        absl::StrCat("mkmodel: --tokenizer-dir: ", tok.status().message()));
+  }
+  spec->vocab = (*tok)->vocab_size();
+  spec->bos_token_id = (*tok)->bos_token_id().value_or(-1);
+  spec->eos_token_ids = (*tok)->eos_token_ids();
+  spec->tokenizer_dir = dir;
+  return absl::OkStatus();
 }
 
 // ---- Command line ---------------------------------------------------------------------
@@ -474,7 +509,9 @@ const char* MkmodelUsage() {
          "MoR:      --router linear|mlp --activation sigmoid|tanh|softmax --alpha A\n"
          "          --gating weighted|additive --aux-router --capacity 1,0.67,0.33\n"
          "          --router-bias B (> 0: deeper, < 0: earlier exits; see mkmodel.h)\n"
-         "early exit: --exit-threshold 0.9 --exit-kv propagate|skip\n";
+         "early exit: --exit-threshold 0.9 --exit-kv propagate|skip\n"
+         "tokenizer: --tokenizer-dir DIR (copies DIR's tokenizer.json, tokenizer_config.json,\n"
+         "          ...; vocab, bos and eos from it; overrides --vocab)\n";
 }
 
 namespace {
@@ -531,7 +568,8 @@ absl::Status ApplyValueFlag(const std::string& flag, const std::string& v, TinyM
                                                        {"--gating", &s->gating},
                                                        {"--kv", &s->kv},
                                                        {"--exit-kv", &s->exit_kv},
-                                                       {"--layer-kind", &s->layer_kind}};
+                                                       {"--layer-kind", &s->layer_kind},
+                                                       {"--tokenizer-dir", &s->tokenizer_dir}};
   if (auto it = ints.find(flag); it != ints.end()) return ParseIntFlag(flag, v, it->second);
   if (auto it = floats.find(flag); it != floats.end()) return ParseFloatFlag(flag, v, it->second);
   if (auto it = strings.find(flag); it != strings.end()) {
@@ -592,6 +630,9 @@ absl::StatusOr<TinyModelSpec> TinyModelSpecFromArgs(const std::vector<std::strin
   }
   if (!family_given) return absl::InvalidArgumentError("mkmodel: --family is required");
   if (out_dir->empty()) return absl::InvalidArgumentError("mkmodel: --out is required");
+  if (!spec.tokenizer_dir.empty()) {
+    if (auto s = UseTokenizer(spec.tokenizer_dir, &spec); !s.ok()) return s;
+  }
   return spec;
 }
 

@@ -31,6 +31,11 @@
 //   - mor-tc: router_bias[i] = B * i (the bias is added to p before the argmax), so B > 0
 //     favours deeper tokens.
 //   - other families: no effect.
+//
+// With a tokenizer (UseTokenizer, `--tokenizer-dir DIR`): vocab_size, bos_token_id and
+// eos_token_id come from DIR's tokenizer (tokenizer.json + tokenizer_config.json), and
+// WriteTinyModel copies DIR's tokenizer files next to the weights, so `serve` and
+// `tokenize` take text for the random model.
 #pragma once
 
 #include <cstdint>
@@ -77,7 +82,14 @@ struct TinyModelSpec {
   bool untied_attention = false;      // attention copies differ per loop
   bool first_copy_only = false;       // store only loop 0's copy of each shared layer
   bool tie_embeddings = false;        // tie_word_embeddings, no lm_head.weight
+
+  int bos_token_id = 1;                 // < 0: null in config.json
+  std::vector<int> eos_token_ids = {2};  // one: a number in config.json; several: a list
+  std::string tokenizer_dir;            // non-empty: tokenizer files copied from here
 };
+
+// Points the spec at DIR's tokenizer: vocab, bos and eos from it (see the file comment).
+absl::Status UseTokenizer(const std::string& dir, TinyModelSpec* spec);
 
 // Every family name WriteTinyModel accepts.
 const std::vector<std::string>& TinyModelFamilies();

@@ -168,6 +168,8 @@ StreamResult GenerateAll(v1::Morserve::Stub* stub, const v1::GenerateRequest& re
       out.logprobs.push_back(t.logprob());
     }
     out.echoed.insert(out.echoed.end(), resp.prompt_ids().begin(), resp.prompt_ids().end());
+    out.text += resp.text();
+    out.prompt_text += resp.prompt_text();
     if (resp.has_finished()) out.finished = resp.finished();
   }
   out.status = reader->Finish();

@@ -67,6 +67,8 @@ struct StreamResult {
   int messages = 0;
   std::optional<v1::Finished> finished;
   std::vector<int> echoed;
+  std::string text;         // the text deltas concatenated
+  std::string prompt_text;  // echo with a tokenizer
 };
 StreamResult GenerateAll(v1::Morserve::Stub* stub, const v1::GenerateRequest& request,
                          int deadline_s = 60);
