@@ -307,6 +307,15 @@ TEST_F(ServerTest, BadInputsGetTheirCodeAndField) {
     EXPECT_EQ(s.error_code(), StatusCode::FAILED_PRECONDITION);
     EXPECT_NE(s.error_message().find("tokenizer"), std::string::npos);
   }
+  {
+    grpc::ClientContext ctx;
+    v1::DetokenizeRequest req;
+    req.add_ids(1);
+    v1::DetokenizeResponse resp;
+    grpc::Status s = stub->Detokenize(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), StatusCode::FAILED_PRECONDITION);
+    EXPECT_NE(s.error_message().find("tokenizer"), std::string::npos);
+  }
   auto metrics = HttpGet(server.metrics_port(), "/metrics");
   ASSERT_TRUE(metrics.has_value());
   EXPECT_EQ(ScrapeValue(*metrics, "morserve_requests_rejected_total{reason=\"invalid_argument\"}"), 11.0);
@@ -369,6 +378,7 @@ TEST_F(ServerTest, HealthFlipsWhileLoadingAndWhenTheEngineStops) {
     EXPECT_EQ(info.vocab_size(), 256);
     EXPECT_GT(info.kv_blocks_total(), 0);
     EXPECT_FALSE(info.has_tokenizer());
+    EXPECT_FALSE(info.has_chat_template());
     EXPECT_FALSE(info.plan().empty());
   }
   // The stats the info reads are refreshed after the step that sent the last token.
