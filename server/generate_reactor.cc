@@ -122,7 +122,7 @@ void GenerateReactor::AppendEventLocked(const RequestEvent& e) {
     response_.mutable_text()->append(text_->Push(t.token));
     if (text_->stopped()) {
       stopped_ = true;
-      if (!e.final()) engine_->Cancel(engine_id_);
+      if (!e.final()) engine_->Cancel(engine_id_, FinishReason::kStop);  // metrics: "stop"
     }
   }
   if (!e.final()) return;

@@ -44,14 +44,17 @@ void DepthScheduler::Add(std::unique_ptr<Sequence> seq) {
   InsertById(&waiting_, std::move(seq));
 }
 
-bool DepthScheduler::Cancel(const std::string& request_id) {
-  for (auto* list : {&running_}) {
-    for (auto& s : *list) {
-      if (s->request.request_id == request_id) return s->cancelled = true;
-    }
+bool DepthScheduler::Cancel(const std::string& request_id, FinishReason reason) {
+  auto mark = [&](Sequence* s) {
+    s->cancelled = true;
+    s->cancel_reason = reason;
+    return true;
+  };
+  for (auto& s : running_) {
+    if (s->request.request_id == request_id) return mark(s.get());
   }
   for (auto& s : waiting_) {
-    if (s->request.request_id == request_id) return s->cancelled = true;
+    if (s->request.request_id == request_id) return mark(s.get());
   }
   return false;
 }

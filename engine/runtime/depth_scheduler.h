@@ -44,8 +44,9 @@ class DepthScheduler {
 
   // Queues a request (the engine bounds the queue before it gets here).
   void Add(std::unique_ptr<Sequence> seq);
-  // Marks a request cancelled; it is dropped at the next ScheduleEntering. False if unknown.
-  bool Cancel(const std::string& request_id);
+  // Marks a request cancelled; it is dropped at the next ScheduleEntering and reported with
+  // `reason`. False if unknown.
+  bool Cancel(const std::string& request_id, FinishReason reason = FinishReason::kCancelled);
 
   std::vector<EnteringToken> ScheduleEntering();
   void ReservePass();

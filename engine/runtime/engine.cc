@@ -109,24 +109,24 @@ absl::StatusOr<std::shared_ptr<EventChannel>> Engine::Submit(GenerateRequest req
   return channel;
 }
 
-void Engine::Cancel(const std::string& request_id) {
+void Engine::Cancel(const std::string& request_id, FinishReason reason) {
   {
     std::lock_guard<std::mutex> lock(incoming_mu_);
-    cancels_.push_back(request_id);
+    cancels_.emplace_back(request_id, reason);
   }
   incoming_cv_.notify_one();
 }
 
 void Engine::DrainIncoming() {
   std::vector<std::unique_ptr<Sequence>> incoming;
-  std::vector<std::string> cancels;
+  std::vector<std::pair<std::string, FinishReason>> cancels;
   {
     std::lock_guard<std::mutex> lock(incoming_mu_);
     incoming.swap(incoming_);
     cancels.swap(cancels_);
   }
   for (auto& seq : incoming) scheduler_->Add(std::move(seq));
-  for (const std::string& id : cancels) scheduler_->Cancel(id);
+  for (const auto& [id, reason] : cancels) scheduler_->Cancel(id, reason);
 }
 
 int Engine::ReportDropped() {
@@ -136,12 +136,12 @@ int Engine::ReportDropped() {
       Usage u = seq->usage;
       u.prompt_tokens = seq->num_prompt;
       u.completion_tokens = seq->num_generated();
-      observer_->OnFinished(seq->cancelled ? FinishReason::kCancelled : FinishReason::kError,
+      observer_->OnFinished(seq->cancelled ? seq->cancel_reason : FinishReason::kError,
                             NowSeconds() - seq->arrival_time, u);
     }
     if (seq->cancelled) {
       RequestEvent e;
-      e.finish = FinishReason::kCancelled;
+      e.finish = seq->cancel_reason;
       e.usage = seq->usage;
       e.usage.prompt_tokens = seq->num_prompt;
       e.usage.completion_tokens = seq->num_generated();

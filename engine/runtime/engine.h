@@ -48,8 +48,10 @@ class Engine {
   // Validates and queues a request. INVALID_ARGUMENT names the field; FAILED_PRECONDITION
   // for a prompt that does not fit the context; RESOURCE_EXHAUSTED when the queue is full.
   absl::StatusOr<std::shared_ptr<EventChannel>> Submit(GenerateRequest request);
-  // Cancels a queued or running request; its blocks are freed at the next step.
-  void Cancel(const std::string& request_id);
+  // Cancels a queued or running request; its blocks are freed at the next step. `reason`
+  // is what the final event and the metrics report (kStop when a front end matched a stop
+  // string on the text and ends the request early).
+  void Cancel(const std::string& request_id, FinishReason reason = FinishReason::kCancelled);
 
   // The engine thread. Without it, tests and benchmarks drive Step() themselves.
   void Start();
@@ -96,7 +98,7 @@ class Engine {
   std::mutex incoming_mu_;
   std::condition_variable incoming_cv_;
   std::vector<std::unique_ptr<Sequence>> incoming_;
-  std::vector<std::string> cancels_;
+  std::vector<std::pair<std::string, FinishReason>> cancels_;
   uint64_t next_id_ = 1;
   int pending_ = 0;  // submitted, not yet finished (guarded by incoming_mu_)
 

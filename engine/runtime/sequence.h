@@ -53,6 +53,7 @@ struct Sequence {
   std::map<int, Row> pending_tail;  // position -> row that left the loop
   std::unique_ptr<RequestKv> kv;
   bool cancelled = false;
+  FinishReason cancel_reason = FinishReason::kCancelled;  // what the final event reports
   bool running = false;
   Usage usage;
   std::vector<int> token_loops;  // loops of each completed position (for events)

@@ -261,6 +261,15 @@ TEST(EngineTest, CancelFreesBlocksAndLeavesOthersAlone) {
   (*engine)->RunUntilIdle();
   const RunResult vr = testing::Collect(v->get());
   EXPECT_EQ(vr.finish, FinishReason::kCancelled);
+  // A front end that ends a request on a stop string cancels it with reason kStop.
+  GenerateRequest stopped = Greedy(prompts[2], 100);
+  stopped.request_id = "stopped";
+  auto st = (*engine)->Submit(stopped);
+  ASSERT_TRUE(st.ok());
+  for (int i = 0; i < 4; ++i) (*engine)->Step();
+  (*engine)->Cancel("stopped", FinishReason::kStop);
+  (*engine)->RunUntilIdle();
+  EXPECT_EQ(testing::Collect(st->get()).finish, FinishReason::kStop);
   EXPECT_LT(vr.tokens.size(), 100u);
   const RunResult ar = testing::Collect(a->get());
   ReferenceModel ref(weights);
