@@ -9,6 +9,8 @@
 #include <stdexcept>
 #include <sys/wait.h>
 
+#include "absl/strings/match.h"
+
 namespace morserve::testing {
 
 TempDir::TempDir() {
@@ -47,6 +49,18 @@ std::string ReadFile(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+::testing::AssertionResult ErrorHas(const absl::Status& status,
+                                    std::initializer_list<std::string> parts) {
+  if (status.ok()) return ::testing::AssertionFailure() << "status is OK";
+  for (const std::string& part : parts) {
+    if (!absl::StrContains(status.message(), part)) {
+      return ::testing::AssertionFailure()
+             << "message \"" << status.message() << "\" lacks \"" << part << "\"";
+    }
+  }
+  return ::testing::AssertionSuccess();
 }
 
 }  // namespace morserve::testing

@@ -1,7 +1,12 @@
 // Shared test helpers: temporary directories, running the morserve binary, fixture paths.
 #pragma once
 
+#include <initializer_list>
 #include <string>
+
+#include <gtest/gtest.h>
+
+#include "absl/status/status.h"
 
 namespace morserve::testing {
 
@@ -27,6 +32,11 @@ struct CommandResult {
 CommandResult RunCommand(const std::string& command);
 
 void WriteFile(const std::string& path, const std::string& contents);
+
+// Passes when `status` is an error whose message contains every part (e.g. the tensor's
+// name and the file's): EXPECT_TRUE(ErrorHas(status, {"model.norm.weight", "a.safetensors"})).
+::testing::AssertionResult ErrorHas(const absl::Status& status,
+                                    std::initializer_list<std::string> parts);
 std::string ReadFile(const std::string& path);
 
 }  // namespace morserve::testing

@@ -19,18 +19,7 @@ namespace {
 using testing::TempDir;
 using testing::WriteFile;
 
-// Passes when `status` is an error whose message contains every part.
-::testing::AssertionResult ErrorHas(const absl::Status& status,
-                                    std::initializer_list<std::string> parts) {
-  if (status.ok()) return ::testing::AssertionFailure() << "status is OK";
-  for (const std::string& part : parts) {
-    if (!absl::StrContains(status.message(), part)) {
-      return ::testing::AssertionFailure()
-             << "message \"" << status.message() << "\" lacks \"" << part << "\"";
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
+using testing::ErrorHas;
 
 // A raw safetensors image: header length (or an override), header text, data bytes.
 std::vector<uint8_t> Image(const std::string& header, size_t data_bytes,

@@ -20,17 +20,7 @@ namespace {
 
 using testing::TempDir;
 
-::testing::AssertionResult ErrorHas(const absl::Status& status,
-                                    std::initializer_list<std::string> parts) {
-  if (status.ok()) return ::testing::AssertionFailure() << "status is OK";
-  for (const std::string& part : parts) {
-    if (!absl::StrContains(status.message(), part)) {
-      return ::testing::AssertionFailure()
-             << "message \"" << status.message() << "\" lacks \"" << part << "\"";
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
+using testing::ErrorHas;
 
 std::string FixturePath() { return testing::FixtureDir() + "/torch_tiny/pytorch_model.bin"; }
 

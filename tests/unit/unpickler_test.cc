@@ -17,17 +17,7 @@ namespace {
 
 using namespace std::string_literals;  // "...\0..."s keeps embedded NULs
 
-::testing::AssertionResult ErrorHas(const absl::Status& status,
-                                    std::initializer_list<std::string> parts) {
-  if (status.ok()) return ::testing::AssertionFailure() << "status is OK";
-  for (const std::string& part : parts) {
-    if (!absl::StrContains(status.message(), part)) {
-      return ::testing::AssertionFailure()
-             << "message \"" << status.message() << "\" lacks \"" << part << "\"";
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
+using testing::ErrorHas;
 
 // data.pkl of the PyTorch-written fixture.
 std::string FixturePickle() {
