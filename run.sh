@@ -42,4 +42,8 @@ echo "run.sh: built $BIN, wrote a mor-ec demo model to $MODEL and inspected it$(
 if grep -qE '^ +bench ' <<<"$commands"; then
   echo "Throughput (depth-wise vs sequence-wise batching): $BIN bench --models $MODEL --requests 100 --mean-tokens 32 --std-tokens 8"
 fi
+if grep -qE '^ +serve ' <<<"$commands"; then
+  echo "Serve it over gRPC (proto/morserve/v1/morserve.proto, metrics on :9400/metrics):"
+  echo "  $BIN serve --model $MODEL --port 50051 --metrics-port 9400"
+fi
 echo "Next, try: $next"
