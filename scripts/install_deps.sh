@@ -19,8 +19,9 @@ PACKAGES=(
   # Server, metrics and gateway (MORSERVE_SERVER): gRPC, Protobuf, prometheus-cpp, Boost.
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   prometheus-cpp-dev libboost-dev
-  # Tests only: a real Prometheus server scrapes /metrics (tests/server/server_prometheus_test).
-  prometheus
+  # Tests only: a real Prometheus server scrapes /metrics (tests/server/server_prometheus_test);
+  # openssl makes the TLS certificate of tests/server/server_transport_test.
+  prometheus openssl
 )
 
 missing=()

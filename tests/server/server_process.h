@@ -39,6 +39,7 @@ class ServerProcess {
   void Signal(int sig);
   std::optional<grpc::health::v1::HealthCheckResponse::ServingStatus> Health();
 
+  pid_t pid() const { return pid_; }  // -1 once it exited
   const std::string& address() const { return address_; }
   int metrics_port() const { return metrics_port_; }
   std::shared_ptr<grpc::Channel> channel() const { return channel_; }
