@@ -153,12 +153,15 @@ int Engine::ReportDropped() {
   return static_cast<int>(dropped.size());
 }
 
-void Engine::RecordPass(const std::vector<Row>& rows) {
+// `ran` rows ran the pass: the K/V-only rows a pass creates for exits are appended after
+// them and ride from the next pass on.
+void Engine::RecordPass(const std::vector<Row>& rows, size_t ran) {
   std::lock_guard<std::mutex> lock(stats_mu_);
   ++stats_.passes;
-  stats_.pass_rows += static_cast<int64_t>(rows.size());
+  stats_.pass_rows += static_cast<int64_t>(ran);
   stats_.pass_row_capacity += config_.max_batch_rows;
-  for (const Row& r : rows) {
+  for (size_t i = 0; i < ran; ++i) {
+    const Row& r = rows[i];
     if (r.loop - 1 >= 0 && r.loop - 1 < static_cast<int>(stats_.rows_per_loop.size())) {
       ++stats_.rows_per_loop[r.loop - 1];  // loop already advanced by the pass
     }
@@ -221,8 +224,9 @@ bool Engine::Step() {
     if (scheduler_->loop_rows().empty()) break;
     scheduler_->ReservePass();
     ReportDropped();
+    const size_t ran = scheduler_->loop_rows().size();
     executor_->BlockPass(&scheduler_->loop_rows());
-    RecordPass(scheduler_->loop_rows());
+    RecordPass(scheduler_->loop_rows(), ran);
     scheduler_->CollectExits();
   } while (config_.mode == BatchingMode::kSequenceWise);
   std::vector<Row> tail = scheduler_->TakeTailRows();

@@ -80,7 +80,7 @@ class Engine {
   void DrainIncoming();
   int ReportDropped();  // returns how many requests left
   void UpdateGauges();
-  void RecordPass(const std::vector<Row>& rows);
+  void RecordPass(const std::vector<Row>& rows, size_t ran);
   void Complete(std::vector<Row>* tail);
   bool Emit(Sequence* seq, const Row& row);
   void NoteAdmitted(const std::vector<EnteringToken>& entering);

@@ -24,7 +24,8 @@ class ModelExecutor {
   // entry routing. Rows with `exited` set skip the loop (no looped segment, or routed out).
   std::vector<Row> Enter(const std::vector<EnteringToken>& tokens);
   // One pass of the shared block over `rows` (sorted here by loop). Sets `exited` on rows
-  // that leave the loop; the others have advanced one loop.
+  // that leave the loop; the others have advanced one loop. With exit_kv propagate, the
+  // K/V-only rows of this pass's exits are appended after the rows that ran.
   void BlockPass(std::vector<Row>* rows);
   // Segments after the loop, final norm, and logits for rows whose position is the last
   // known token of their request.

@@ -132,6 +132,11 @@ TEST_P(EngineFamilyTest, DepthAndSequenceWiseMatchReference) {
     const std::string label = GetParam().name + (mode == BatchingMode::kDepthWise ? " depth" : " sequence");
     ExpectMatchesReference(*weights, w, got, label);
     EXPECT_EQ((*engine)->kv_pool().num_free(), cfg.num_kv_blocks) << label << ": blocks leaked";
+    const EngineStats stats = (*engine)->stats();
+    EXPECT_LE(stats.pass_rows, stats.pass_row_capacity) << label << ": a pass over the row limit";
+    int64_t loop_rows = 0;
+    for (int64_t v : stats.rows_per_loop) loop_rows += v;
+    if (weights->plan.looped_segment >= 0) EXPECT_EQ(loop_rows, stats.pass_rows) << label;
   }
 }
 
