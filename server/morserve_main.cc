@@ -23,6 +23,8 @@ const Command kCommands[] = {
     {"bench", morserve::BenchCommand, "--models DIR[,DIR]: decode throughput protocol (JSON)"},
     {"tokenize", morserve::TokenizeCommand, "--model DIR TEXT | --decode 1,2,3: tokenizer.json"},
     {"convert", morserve::ConvertCommand, "--from DIR --out DIR ...: vanilla -> Recursive, MoR run"},
+    {"mktokenizer", morserve::MktokenizerCommand,
+     "--corpus F[,F] --vocab-size N --out DIR: train a byte-level BPE tokenizer"},
 #ifdef MORSERVE_HAVE_SERVER
     {"serve", morserve::ServeCommand, "--model DIR --port P: gRPC server with Prometheus metrics"},
 #endif
@@ -30,7 +32,7 @@ const Command kCommands[] = {
 
 int Usage() {
   std::fprintf(stderr, "usage: morserve COMMAND [ARGS]\n\ncommands:\n");
-  for (const Command& c : kCommands) std::fprintf(stderr, "  %-10s %s\n", c.name, c.help);
+  for (const Command& c : kCommands) std::fprintf(stderr, "  %-12s %s\n", c.name, c.help);
   return 2;
 }
 

@@ -15,5 +15,6 @@ int GenerateCommand(const Args& args);  // morserve generate --model DIR --promp
 int BenchCommand(const Args& args);     // morserve bench --models DIR[,DIR...] [...]
 int TokenizeCommand(const Args& args);  // morserve tokenize --model DIR [--json] TEXT
 int ConvertCommand(const Args& args);   // morserve convert --from DIR --out DIR [...]
+int MktokenizerCommand(const Args& args);  // morserve mktokenizer --corpus F --vocab-size N ...
 
 }  // namespace morserve
