@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <random>
 #include <set>
 #include <string>
@@ -90,6 +91,71 @@ TEST(BpeTrainer, TiesOnTheLeftGoToTheSmallerRightAndRepeatsMergeLeftToRight) {
   // a+a (4) -> "aaa" is [aa, a] (left to right); aa+a (2) ties nothing; a+b and a+c (3) tie:
   // the smaller right id ('b') first.
   EXPECT_EQ(MergeStrings(*bpe), (std::vector<std::string>{"a+a", "a+b", "a+c", "aa+a"}));
+}
+
+// The definition, slowly: every step recounts all pairs of all words from scratch.
+std::vector<std::string> NaiveMerges(const std::vector<std::pair<std::string, int64_t>>& words,
+                                     int max_tokens) {
+  std::vector<std::string> tokens;
+  for (int b = 0; b < 256; ++b) tokens.push_back(std::string(1, static_cast<char>(b)));
+  std::vector<std::vector<int>> symbols;
+  for (const auto& [w, c] : words) {
+    symbols.emplace_back();
+    for (unsigned char b : w) symbols.back().push_back(b);
+  }
+  std::vector<std::string> merges;
+  while (static_cast<int>(tokens.size()) < max_tokens) {
+    std::map<std::pair<int, int>, int64_t> counts;
+    for (size_t w = 0; w < symbols.size(); ++w) {
+      for (size_t i = 0; i + 1 < symbols[w].size(); ++i) {
+        counts[{symbols[w][i], symbols[w][i + 1]}] += words[w].second;
+      }
+    }
+    if (counts.empty()) break;
+    auto best = counts.begin();  // map order: the smallest pair wins ties
+    for (auto it = counts.begin(); it != counts.end(); ++it) {
+      if (it->second > best->second) best = it;
+    }
+    const auto [l, r] = best->first;
+    const std::string joined = tokens[l] + tokens[r];
+    int id = static_cast<int>(std::find(tokens.begin(), tokens.end(), joined) - tokens.begin());
+    if (id == static_cast<int>(tokens.size())) tokens.push_back(joined);
+    merges.push_back(tokens[l] + "+" + tokens[r]);
+    for (std::vector<int>& s : symbols) {
+      std::vector<int> out;
+      for (size_t i = 0; i < s.size(); ++i) {
+        if (i + 1 < s.size() && s[i] == l && s[i + 1] == r) {
+          out.push_back(id);
+          ++i;
+        } else {
+          out.push_back(s[i]);
+        }
+      }
+      s = std::move(out);
+    }
+  }
+  return merges;
+}
+
+TEST(BpeTrainer, IncrementalCountsEqualRecountingEveryMerge) {
+  auto pre = Llama3PreTokenizer();
+  absl::StatusOr<BpeTrainer> t = BpeTrainer::Create(pre.get());
+  ASSERT_TRUE(t.ok());
+  // Real text (words with repeats, runs of spaces and newlines) plus repeated letters.
+  std::string text = testing::ReadFile("/usr/share/common-licenses/BSD") +
+                     testing::ReadFile("/usr/share/common-licenses/Artistic") +
+                     " aaaaaaa aaaa aaa ababab abab  \n\n\n   xxxxxxxxxxxxxxxx";
+  std::vector<std::string> split;
+  pre->Split(text, 0, &split);
+  std::map<std::string, int64_t> counted;
+  for (const std::string& w : split) counted[w]++;
+  for (const auto& [w, c] : counted) t->AddWord(w, c);
+  const std::vector<std::pair<std::string, int64_t>> words(counted.begin(), counted.end());
+  absl::StatusOr<TrainedBpe> bpe = t->Train(256 + 700);
+  ASSERT_TRUE(bpe.ok());
+  const std::vector<std::string> expected = NaiveMerges(words, 256 + 700);
+  EXPECT_EQ(expected.size(), 700u);
+  EXPECT_EQ(MergeStrings(*bpe), expected);
 }
 
 TEST(BpeTrainer, NeedsAByteLevelPreTokenizer) {
