@@ -22,6 +22,7 @@ PACKAGES=(
   # Tests only: a real Prometheus server scrapes /metrics (tests/server/server_prometheus_test);
   # openssl makes the TLS certificate of tests/server/server_transport_test.
   prometheus openssl
+  curl  # tests/gateway: the HTTP client of the gateway's end-to-end test
 )
 
 missing=()

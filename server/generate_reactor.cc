@@ -33,15 +33,18 @@ v1::FinishReason ToProto(FinishReason r) {
   return v1::FINISH_REASON_UNSPECIFIED;
 }
 
-void AppendToken(const TokenEvent& t, v1::GenerateResponse* out) {
+// `pieces`: with token_text, the tokenizer that gives each token's own text (else null).
+void AppendToken(const TokenEvent& t, const Tokenizer* pieces, v1::GenerateResponse* out) {
   v1::Token* tok = out->add_tokens();
   tok->set_id(t.token);
   tok->set_logprob(t.logprob);
   tok->set_loops(t.loops);
+  if (pieces != nullptr) tok->set_text(pieces->Decode({t.token}, false));
   for (const TokenLogprob& lp : t.top_logprobs) {
     v1::TopLogprob* top = tok->add_top_logprobs();
     top->set_token_id(lp.token);
     top->set_logprob(lp.logprob);
+    if (pieces != nullptr) top->set_text(pieces->Decode({lp.token}, false));
   }
 }
 
@@ -116,7 +119,7 @@ void GenerateReactor::AppendEventLocked(const RequestEvent& e) {
       dropped_loops_ += t.loops;
       continue;
     }
-    AppendToken(t, &response_);
+    AppendToken(t, parsed_.token_text ? state_->text.tokenizer : nullptr, &response_);
     ++tokens_sent_;
     if (!text_) continue;
     response_.mutable_text()->append(text_->Push(t.token));

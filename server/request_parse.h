@@ -34,6 +34,7 @@ struct ParsedGenerate {
   bool skip_special_tokens = true;
   std::vector<std::string> stop;  // stop strings (matched by the server, not the engine)
   std::string prompt_text;        // with a tokenizer: the prompt as text (for echo)
+  bool token_text = false;        // fill each Token's (and TopLogprob's) own text
 };
 
 absl::StatusOr<ParsedGenerate> ParseGenerateRequest(const v1::GenerateRequest& in,

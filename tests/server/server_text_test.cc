@@ -401,6 +401,33 @@ TEST_F(ServerTextTest, TokenizeDetokenizeRoundTrip) {
             tokenizer_->eos_token_ids());
 }
 
+// token_text (for an HTTP front end's logprobs): every token and top alternative carries its
+// own text, the token decoded alone with special tokens kept; without the flag none do.
+TEST_F(ServerTextTest, TokenTextIsEachTokenDecodedAlone) {
+  for (bool want : {true, false}) {
+    SCOPED_TRACE(want);
+    v1::GenerateRequest req = TextRequest(kPrompt, 10);
+    req.set_logprobs(3);
+    req.set_token_text(want);
+    grpc::ClientContext ctx;
+    auto reader = stub_->Generate(&ctx, req);
+    v1::GenerateResponse msg;
+    int tokens = 0;
+    while (reader->Read(&msg)) {
+      for (const v1::Token& t : msg.tokens()) {
+        ++tokens;
+        EXPECT_EQ(t.text(), want ? tokenizer_->Decode({t.id()}, false) : "");
+        ASSERT_EQ(t.top_logprobs_size(), 3);
+        for (const v1::TopLogprob& top : t.top_logprobs()) {
+          EXPECT_EQ(top.text(), want ? tokenizer_->Decode({top.token_id()}, false) : "");
+        }
+      }
+    }
+    ASSERT_TRUE(reader->Finish().ok());
+    EXPECT_EQ(tokens, 10);
+  }
+}
+
 // A KV cache too small for the prompt: the engine fails the request after admission; nothing
 // was sent, so the call ends with the engine's RESOURCE_EXHAUSTED. A second server: the
 // suite's own has a normal cache.

@@ -1,0 +1,123 @@
+// Side-by-side report (see compare_report.h).
+#include "loadtest/compare_report.h"
+
+#include <cstdio>
+#include <functional>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace morserve::loadtest {
+namespace {
+
+struct Row {
+  std::string name;
+  std::function<nlohmann::json(const nlohmann::json&)> value;  // null when absent
+  const char* format;
+};
+
+nlohmann::json At(const nlohmann::json& j, std::initializer_list<const char*> path) {
+  const nlohmann::json* p = &j;
+  for (const char* k : path) {
+    if (!p->is_object() || !p->contains(k)) return nullptr;
+    p = &(*p)[k];
+  }
+  return *p;
+}
+
+std::vector<Row> Rows() {
+  std::vector<Row> rows = {
+      {"server", [](const nlohmann::json& j) { return At(j, {"target", "describe"}); }, "%s"},
+      {"model", [](const nlohmann::json& j) { return At(j, {"server", "model_dir"}); }, "%s"},
+      {"batching mode", [](const nlohmann::json& j) { return At(j, {"server", "batching_mode"}); }, "%s"},
+      {"max batch rows", [](const nlohmann::json& j) { return At(j, {"server", "max_batch_rows"}); }, "%.0f"},
+      {"requests sent", [](const nlohmann::json& j) { return At(j, {"results", "requests", "sent"}); }, "%.0f"},
+      {"completed", [](const nlohmann::json& j) { return At(j, {"results", "requests", "completed"}); }, "%.0f"},
+      {"failed", [](const nlohmann::json& j) { return At(j, {"results", "requests", "failed"}); }, "%.0f"},
+      {"duration (s)", [](const nlohmann::json& j) { return At(j, {"results", "duration_s"}); }, "%.2f"},
+      {"output tokens", [](const nlohmann::json& j) { return At(j, {"results", "total_output_tokens"}); }, "%.0f"},
+      {"request throughput (req/s)", [](const nlohmann::json& j) { return At(j, {"results", "request_throughput"}); }, "%.3f"},
+      {"output throughput (tok/s)", [](const nlohmann::json& j) { return At(j, {"results", "output_throughput"}); }, "%.1f"},
+      {"total throughput (tok/s)", [](const nlohmann::json& j) { return At(j, {"results", "total_token_throughput"}); }, "%.1f"},
+      {"goodput (req/s)", [](const nlohmann::json& j) { return At(j, {"results", "goodput", "requests_per_s"}); }, "%.3f"}};
+  for (const char* m : {"ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"}) {
+    for (const char* s : {"mean", "median", "p90", "p99", "max"}) {
+      rows.push_back({absl::AsciiStrToUpper(std::string(m, std::string(m).size() - 3)) + " " + s + " (ms)",
+                      [m, s](const nlohmann::json& j) { return At(j, {"results", m, s}); }, "%.2f"});
+    }
+  }
+  rows.push_back({"server: mean batch fill ratio", [](const nlohmann::json& j) { return At(j, {"server_metrics", "totals", "mean_fill_ratio"}); }, "%.3f"});
+  rows.push_back({"server: engine steps", [](const nlohmann::json& j) { return At(j, {"server_metrics", "totals", "engine_steps"}); }, "%.0f"});
+  rows.push_back({"server: tokens sampled", [](const nlohmann::json& j) { return At(j, {"server_metrics", "totals", "generation_tokens"}); }, "%.0f"});
+  rows.push_back({"server: preemptions", [](const nlohmann::json& j) { return At(j, {"server_metrics", "totals", "preemptions"}); }, "%.0f"});
+  return rows;
+}
+
+std::string Cell(const nlohmann::json& v, const char* format) {
+  if (v.is_null()) return "-";
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_number()) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, format, v.get<double>());
+    return buf;
+  }
+  return v.dump();
+}
+
+}  // namespace
+
+std::string CompareMarkdown(const std::string& title, const std::vector<LabelledRun>& runs,
+                            const std::vector<std::string>& svg_names) {
+  std::string md = absl::StrCat("## ", title, "\n\n");
+  std::vector<std::string> head = {"metric"}, sep = {"---"};
+  for (const LabelledRun& r : runs) {
+    head.push_back(r.first);
+    sep.push_back("---:");
+  }
+  md += "| " + absl::StrJoin(head, " | ") + " |\n| " + absl::StrJoin(sep, " | ") + " |\n";
+  for (const Row& row : Rows()) {
+    std::vector<std::string> cells = {row.name};
+    bool any = false;
+    for (const LabelledRun& r : runs) {
+      const nlohmann::json v = row.value(r.second);
+      any = any || !v.is_null();
+      cells.push_back(Cell(v, row.format));
+    }
+    if (any) md += "| " + absl::StrJoin(cells, " | ") + " |\n";
+  }
+  std::vector<std::string> failures;
+  for (const LabelledRun& r : runs) {
+    const nlohmann::json f = At(r.second, {"results", "failures"});
+    if (f.is_object() && !f.empty()) failures.push_back(absl::StrCat(r.first, ": ", f.dump()));
+  }
+  if (!failures.empty()) md += "\nFailures by reason: " + absl::StrJoin(failures, "; ") + "\n";
+  if (!runs.empty()) {
+    const nlohmann::json w = runs.front().second["config"];
+    md += "\nWorkload (same for every run): `" + w.dump() + "`\n";
+  }
+  if (!svg_names.empty()) {
+    md += "\nPlots: ";
+    std::vector<std::string> links;
+    for (const std::string& s : svg_names) links.push_back(absl::StrCat("[", s, "](", s, ")"));
+    md += absl::StrJoin(links, ", ") + "\n";
+  }
+  return md;
+}
+
+nlohmann::json CompareJson(const std::string& title, const std::vector<LabelledRun>& runs) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const Row& row : Rows()) {
+    nlohmann::json values = nlohmann::json::object();
+    for (const LabelledRun& r : runs) values[r.first] = row.value(r.second);
+    rows.push_back({{"metric", row.name}, {"values", values}});
+  }
+  nlohmann::json full = nlohmann::json::object();
+  for (const LabelledRun& r : runs) {
+    nlohmann::json copy = r.second;
+    full[r.first] = copy;
+  }
+  return {{"title", title}, {"rows", rows}, {"runs", full}};
+}
+
+}  // namespace morserve::loadtest

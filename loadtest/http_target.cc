@@ -1,0 +1,227 @@
+// OpenAI-compatible HTTP target (see http_target.h).
+#include "loadtest/http_target.h"
+
+#include <set>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
+#include "loadtest/sse_parser.h"
+#include "nlohmann/json.hpp"
+
+namespace morserve::loadtest {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+class HttpCall;
+
+// The open calls; touched only on the I/O thread.
+struct HttpTarget::Shared {
+  std::set<std::shared_ptr<HttpCall>> open;
+};
+
+void ApplyOpenAiEvent(const std::string& data, bool chat, double t, RequestRecord* r, bool* done) {
+  if (data == "[DONE]") {
+    *done = true;
+    return;
+  }
+  const nlohmann::json j = nlohmann::json::parse(data, nullptr, false);
+  if (!j.is_object()) {
+    if (r->failure.empty()) r->failure = "bad_sse_json";
+    return;
+  }
+  if (j.contains("error")) {
+    if (r->failure.empty()) r->failure = "stream_error";
+    return;
+  }
+  if (j.contains("usage") && j["usage"].is_object()) {
+    const nlohmann::json& u = j["usage"];
+    if (u.contains("prompt_tokens") && u["prompt_tokens"].is_number_integer()) r->usage_prompt_tokens = u["prompt_tokens"].get<int>();
+    if (u.contains("completion_tokens") && u["completion_tokens"].is_number_integer()) r->usage_completion_tokens = u["completion_tokens"].get<int>();
+  }
+  if (!j.contains("choices") || !j["choices"].is_array() || j["choices"].empty()) return;
+  const nlohmann::json& c = j["choices"][0];
+  const bool finishing = c.contains("finish_reason") && c["finish_reason"].is_string();
+  if (finishing) r->finish_reason = c["finish_reason"].get<std::string>();
+  std::string text;
+  bool role_only = false;
+  if (chat) {
+    const nlohmann::json delta = c.value("delta", nlohmann::json::object());
+    if (delta.contains("content") && delta["content"].is_string()) text = delta["content"].get<std::string>();
+    role_only = delta.contains("role") && text.empty();
+  } else if (c.contains("text") && c["text"].is_string()) {
+    text = c["text"].get<std::string>();
+  }
+  // A token may decode to no text (a partial character, no tokenizer): a content chunk
+  // before the finish still carries one.
+  if (!text.empty() || (!finishing && !role_only)) {
+    r->chunk_s.push_back(t);
+    r->chunk_tokens.push_back(1);
+    r->measured_tokens += 1;
+  }
+}
+
+class HttpCall : public std::enable_shared_from_this<HttpCall> {
+ public:
+  HttpCall(asio::io_context& io, std::shared_ptr<HttpTarget::Shared> shared, const Url& url,
+           http::request<http::string_body> req, bool chat, int timeout_s, RequestRecord record,
+           Clock::time_point epoch, Target::Done done)
+      : shared_(std::move(shared)), url_(url), req_(std::move(req)), chat_(chat),
+        timeout_s_(timeout_s), resolver_(io), stream_(io), record_(std::move(record)),
+        epoch_(epoch), done_(std::move(done)),
+        sse_([this](const std::string& data) {
+          ApplyOpenAiEvent(data, chat_, SecondsSince(sent_, Clock::now()), &record_, &saw_done_);
+        }) {
+    parser_.body_limit(boost::none);
+  }
+
+  void Start() {
+    shared_->open.insert(shared_from_this());
+    sent_ = Clock::now();
+    record_.send_s = SecondsSince(epoch_, sent_);
+    resolver_.async_resolve(url_.host, url_.port,
+                            [self = shared_from_this()](beast::error_code ec, tcp::resolver::results_type r) {
+                              self->OnResolve(ec, r);
+                            });
+  }
+
+  void Cancel() {
+    cancelled_ = true;
+    resolver_.cancel();
+    stream_.cancel();
+  }
+
+ private:
+  void OnResolve(beast::error_code ec, const tcp::resolver::results_type& results) {
+    if (ec) return Fail("connect", ec);
+    stream_.expires_after(std::chrono::seconds(timeout_s_));
+    stream_.async_connect(results, [self = shared_from_this()](beast::error_code ec, const tcp::endpoint&) {
+      if (ec) return self->Fail("connect", ec);
+      http::async_write(self->stream_, self->req_, [self](beast::error_code ec, size_t) {
+        if (ec) return self->Fail("write", ec);
+        http::async_read_header(self->stream_, self->buffer_, self->parser_,
+                                [self](beast::error_code ec, size_t) { self->OnHeader(ec); });
+      });
+    });
+  }
+
+  void OnHeader(beast::error_code ec) {
+    if (ec) return Fail("read", ec);
+    const int code = parser_.get().result_int();
+    if (code != 200) return Complete(absl::StrCat("http_", code));
+    ReadBody();
+  }
+
+  void ReadBody() {
+    parser_.get().body().data = chunk_;
+    parser_.get().body().size = sizeof chunk_;
+    http::async_read(stream_, buffer_, parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (ec == http::error::need_buffer) ec = {};
+      if (ec) return self->Fail("read", ec);
+      const size_t got = sizeof self->chunk_ - self->parser_.get().body().size;
+      self->sse_.Feed(std::string_view(self->chunk_, got));
+      if (self->parser_.is_done()) return self->Complete("");
+      self->ReadBody();
+    });
+  }
+
+  void Fail(const char* stage, beast::error_code ec) {
+    if (cancelled_) return Complete("cancelled");
+    if (ec == beast::error::timeout) return Complete("timeout");
+    Complete(absl::StrCat(stage, "_error"));
+  }
+
+  void Complete(std::string failure) {
+    if (completed_) return;
+    completed_ = true;
+    record_.end_s = SecondsSince(epoch_, Clock::now());
+    if (failure.empty()) failure = record_.failure;
+    if (failure.empty() && !saw_done_) failure = "no_done_event";
+    if (failure.empty() && record_.finish_reason == "error") failure = "finish_error";
+    record_.failure = failure;
+    record_.ok = failure.empty();
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    auto self = shared_from_this();  // keeps this alive past the erase
+    shared_->open.erase(self);
+    done_(std::move(record_));
+  }
+
+  std::shared_ptr<HttpTarget::Shared> shared_;
+  Url url_;
+  http::request<http::string_body> req_;
+  bool chat_;
+  int timeout_s_;
+  tcp::resolver resolver_;
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  http::response_parser<http::buffer_body> parser_;
+  char chunk_[16384];
+  RequestRecord record_;
+  Clock::time_point epoch_, sent_;
+  Target::Done done_;
+  SseParser sse_;
+  bool saw_done_ = false, cancelled_ = false, completed_ = false;
+};
+
+HttpTarget::HttpTarget(Url url, std::string model, std::string api_key, SendOptions options)
+    : url_(std::move(url)), model_(std::move(model)), api_key_(std::move(api_key)),
+      options_(options), chat_(absl::StrContains(url_.target, "chat/completions")),
+      work_(asio::make_work_guard(io_)), shared_(std::make_shared<Shared>()),
+      thread_([this] { io_.run(); }) {}
+
+HttpTarget::~HttpTarget() {
+  CancelAll();
+  work_.reset();
+  thread_.join();
+}
+
+std::string HttpTarget::Describe() const {
+  return absl::StrCat("http://", url_.host, ":", url_.port, url_.target);
+}
+
+std::string HttpTarget::Body(const RequestSpec& spec) const {
+  nlohmann::json j = {{"model", model_},
+                      {"max_tokens", spec.max_tokens},
+                      {"temperature", options_.temperature},
+                      {"stream", true},
+                      {"stream_options", {{"include_usage", true}}},
+                      {"ignore_eos", options_.ignore_eos}};
+  if (chat_) {
+    j["messages"] = nlohmann::json::array({{{"role", "user"}, {"content", spec.prompt_text}}});
+  } else if (spec.prompt_text.empty()) {
+    j["prompt"] = spec.prompt_ids;
+  } else {
+    j["prompt"] = spec.prompt_text;
+  }
+  return j.dump();
+}
+
+void HttpTarget::Send(const RequestSpec& spec, RequestRecord record, Clock::time_point epoch,
+                      Done done) {
+  http::request<http::string_body> req(http::verb::post, url_.target, 11);
+  req.set(http::field::host, url_.host);
+  req.set(http::field::content_type, "application/json");
+  req.set(http::field::accept, "text/event-stream");
+  if (!api_key_.empty()) req.set(http::field::authorization, "Bearer " + api_key_);
+  req.body() = Body(spec);
+  req.prepare_payload();
+  auto call = std::make_shared<HttpCall>(io_, shared_, url_, std::move(req), chat_, options_.timeout_s,
+                                         std::move(record), epoch, std::move(done));
+  asio::post(io_, [call] { call->Start(); });
+}
+
+void HttpTarget::CancelAll() {
+  asio::post(io_, [shared = shared_] {
+    for (const std::shared_ptr<HttpCall>& call : shared->open) call->Cancel();
+  });
+}
+
+}  // namespace morserve::loadtest

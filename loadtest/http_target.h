@@ -1,0 +1,53 @@
+// Any OpenAI-compatible HTTP server as a load-test target: streamed POSTs to
+// /v1/completions (token-id or text prompts) or /v1/chat/completions (text prompts as one
+// user message) with stream_options.include_usage and vLLM's ignore_eos, over Boost.Beast's
+// async HTTP/1.1 client on one I/O thread (one connection per request, as vLLM's benchmark
+// does). Each SSE event with output (text, or a content chunk before the finish) is a chunk
+// of one token; the usage chunk gives the server's token counts.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+
+#include "loadtest/target.h"
+#include "loadtest/url.h"
+
+namespace morserve::loadtest {
+
+class HttpTarget : public Target {
+ public:
+  HttpTarget(Url url, std::string model, std::string api_key, SendOptions options);
+  ~HttpTarget() override;  // cancels open requests and joins the I/O thread
+
+  void Send(const RequestSpec& spec, RequestRecord record, Clock::time_point epoch,
+            Done done) override;
+  void CancelAll() override;
+  std::string Describe() const override;
+  bool chat() const { return chat_; }
+
+  // The request body for `spec` (public for the unit test).
+  std::string Body(const RequestSpec& spec) const;
+
+  struct Shared;  // the open calls (http_target.cc)
+
+ private:
+  Url url_;
+  std::string model_, api_key_;
+  SendOptions options_;
+  bool chat_;
+  boost::asio::io_context io_;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
+  std::shared_ptr<Shared> shared_;
+  std::thread thread_;
+};
+
+// Applies one SSE event's data to the record (public for the unit test): "[DONE]" sets
+// *done; a JSON chunk adds a token chunk, a finish reason, usage or an error.
+void ApplyOpenAiEvent(const std::string& data, bool chat, double t_since_send,
+                      RequestRecord* record, bool* done);
+
+}  // namespace morserve::loadtest

@@ -1,0 +1,44 @@
+// Parsing and type-checking of OpenAI /v1/completions and /v1/chat/completions bodies (plus
+// vLLM's extra sampling fields) into the gRPC GenerateRequests the gateway sends: one per
+// choice, choice index = prompt index * n + sample index, seeds seed, seed+1, ... per prompt.
+// Unknown fields are ignored as OpenAI does; null counts as absent. Range checks that the
+// backend makes (temperature, top_p, penalties, max_tokens against the context) are left to
+// it, so there is one source of truth; its INVALID_ARGUMENT comes back as a 400.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "morserve/v1/morserve.pb.h"
+#include "server/gateway/api_error.h"
+
+namespace morserve::gateway {
+
+enum class Endpoint { kCompletions, kChat };
+
+struct OpenAiRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string model;                       // empty: the served model
+  std::vector<v1::GenerateRequest> calls;  // one per choice
+  int n = 1;
+  int num_prompts = 1;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool echo = false;           // completions: the prompt's text before the output
+  int logprobs = -1;           // completions: logprobs (0..20); chat: top_logprobs; -1: none
+};
+
+constexpr int kMaxChoices = 128;
+constexpr int kMaxLogprobs = 20;
+
+// Parses `body`; on failure the 400 error (message and param name the field).
+std::optional<ApiError> ParseOpenAiRequest(Endpoint endpoint, std::string_view body,
+                                           OpenAiRequest* out);
+
+// POST /tokenize: {"prompt": "...", "add_special_tokens": bool, "model": ...}.
+std::optional<ApiError> ParseTokenizeRequest(std::string_view body, std::string* model,
+                                             v1::TokenizeRequest* out);
+
+}  // namespace morserve::gateway

@@ -1,0 +1,72 @@
+// OpenAI response bodies from backend stream messages: the non-streaming completion and chat
+// completion objects, and the Server-Sent Events chunks of streaming ones
+// (text_completion / chat.completion.chunk, a usage chunk with empty choices, an in-band
+// error event, `data: [DONE]`). Logprobs: the legacy completions object (tokens,
+// token_logprobs, top_logprobs, text_offset) and chat's content list (token, logprob, bytes,
+// top_logprobs), from each Token's own text (the backend's token_text).
+//
+// The per-token streaming path writes JSON by hand into one reused string (a fixed prefix per
+// request plus the escaped delta) instead of building a JSON tree per chunk.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "morserve/v1/morserve.pb.h"
+#include "server/gateway/api_error.h"
+#include "server/gateway/openai_request.h"
+
+namespace morserve::gateway {
+
+// What a finished choice has collected (non-streaming).
+struct ChoiceResult {
+  std::string text;
+  google::protobuf::RepeatedPtrField<v1::Token> tokens;  // with logprobs only
+  v1::Finished finished;
+};
+
+struct ResponseHeader {
+  std::string id;  // "cmpl-..." / "chatcmpl-..."
+  int64_t created = 0;
+  std::string model;
+};
+
+ResponseHeader NewResponseHeader(Endpoint endpoint, std::string model);
+
+// "length", "stop", "abort" or "error".
+const char* FinishReasonName(v1::FinishReason r);
+
+// {"prompt_tokens", "completion_tokens", "total_tokens"}: prompt tokens once per prompt.
+struct UsageTotals {
+  int64_t prompt = 0;
+  int64_t completion = 0;
+};
+
+std::string RenderResponse(const OpenAiRequest& req, const ResponseHeader& h,
+                           const std::vector<ChoiceResult>& choices, const UsageTotals& usage);
+
+// Appends JSON-escaped `s` (quotes included) to `out`.
+void AppendJsonString(std::string_view s, std::string* out);
+
+class ChunkWriter {
+ public:
+  ChunkWriter(const OpenAiRequest& req, const ResponseHeader& h);
+
+  // chat: the first chunk of a choice, delta {"role": "assistant", "content": ""}.
+  void Role(int index, std::string* out) const;
+  // Text (and the logprobs of `tokens` when requested); `text_offset` runs per choice.
+  void Delta(int index, std::string_view text, const v1::GenerateResponse& m, int* text_offset,
+             std::string* out) const;
+  void Finish(int index, const v1::Finished& f, std::string* out) const;
+  void Usage(const UsageTotals& u, std::string* out) const;
+  static void Error(const ApiError& e, std::string* out);
+  static void Done(std::string* out);
+
+ private:
+  const OpenAiRequest& req_;
+  std::string prefix_;  // data: {"id":...,"object":...,"created":...,"model":...,"choices":[
+};
+
+}  // namespace morserve::gateway

