@@ -22,6 +22,7 @@ PACKAGES=(
   # Tests only: a real Prometheus server scrapes /metrics (tests/server/server_prometheus_test);
   # openssl makes the TLS certificate of tests/server/server_transport_test.
   prometheus openssl
+  docker-compose  # tests/deploy: `docker-compose config` validates deploy/docker-compose.yml
   curl  # tests/gateway: the HTTP client of the gateway's end-to-end test
 )
 
@@ -35,6 +36,11 @@ done
 # node with npm is already installed some other way (NodeSource ships npm inside nodejs).
 if ! command -v npm >/dev/null 2>&1; then
   missing+=(nodejs npm)
+fi
+# kubectl for tests/deploy (`kubectl kustomize` of deploy/kubernetes): Debian's kubernetes-client,
+# unless a kubectl is already installed some other way (it conflicts with other kubectl packages).
+if ! command -v kubectl >/dev/null 2>&1; then
+  missing+=(kubernetes-client)
 fi
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0

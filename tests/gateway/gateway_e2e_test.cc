@@ -16,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -67,6 +68,44 @@ std::string MetricsOf(const GatewayProcess& g) {
 double Scrape(const std::string& text, const std::string& series) {
   return ScrapeValue(text, series).value_or(-1);
 }
+
+// A raw HTTP client for one streaming POST: connect, send, read until `until` shows up.
+class RawStream {
+ public:
+  RawStream(int port, const std::string& path, const std::string& body) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ok_ = connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+    const std::string req = absl::StrCat("POST ", path, " HTTP/1.1\r\nHost: x\r\n"
+                                         "Content-Type: application/json\r\nContent-Length: ",
+                                         body.size(), "\r\n\r\n", body);
+    ok_ = ok_ && write(fd_, req.data(), req.size()) == static_cast<ssize_t>(req.size());
+  }
+  ~RawStream() { Close(); }
+  // Reads until `text` was received (false on EOF or error first).
+  bool ReadUntil(const std::string& text) {
+    char buf[4096];
+    while (ok_ && got_.find(text) == std::string::npos) {
+      const ssize_t n = read(fd_, buf, sizeof buf);
+      if (n <= 0) return false;
+      got_.append(buf, n);
+    }
+    return ok_;
+  }
+  void Close() {
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+  }
+  const std::string& received() const { return got_; }
+
+ private:
+  int fd_ = -1;
+  bool ok_ = false;
+  std::string got_;
+};
 
 class GatewayTest : public ::testing::Test {
  protected:
@@ -442,24 +481,9 @@ TEST_F(GatewayTest, ClientDisconnectMidStreamCancelsTheBackendRequest) {
   const std::string body = json({{"prompt", "Tell me a long story"}, {"max_tokens", 240},
                                  {"ignore_eos", true}, {"stream", true}})
                                 .dump();
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(gateway_->port()));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  const std::string req = absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
-                                       "Content-Type: application/json\r\nContent-Length: ",
-                                       body.size(), "\r\n\r\n", body);
-  ASSERT_EQ(write(fd, req.data(), req.size()), static_cast<ssize_t>(req.size()));
-  std::string got;
-  char buf[4096];
-  while (got.find("data: {") == std::string::npos) {
-    const ssize_t n = read(fd, buf, sizeof buf);
-    ASSERT_GT(n, 0);
-    got.append(buf, n);
-  }
-  close(fd);
+  RawStream client(gateway_->port(), "/v1/completions", body);
+  ASSERT_TRUE(client.ReadUntil("data: {")) << client.received();
+  client.Close();
   // The backend: no request running and every KV block free again.
   bool freed = false;
   for (int i = 0; i < 200 && !freed; ++i) {
@@ -475,6 +499,31 @@ TEST_F(GatewayTest, ClientDisconnectMidStreamCancelsTheBackendRequest) {
   EXPECT_EQ(cancelled1, cancelled0 + 1);
   EXPECT_TRUE(gateway_->Running());
   EXPECT_EQ(Post("/v1/completions", {{"prompt", "still here"}, {"max_tokens", 2}}).status, 200);
+}
+
+// The backend dies mid-stream (SIGKILL): the stream that already started gets an in-band
+// OpenAI error event and still ends with [DONE]; the gateway stays up.
+TEST_F(GatewayTest, BackendLostMidStreamIsAnInBandErrorEvent) {
+  ServerProcess doomed;
+  ASSERT_TRUE(doomed.Start(*model_dir_, {}) && doomed.WaitHealth(true)) << doomed.output();
+  GatewayProcess g;
+  ASSERT_TRUE(g.Start({"--backend", doomed.address()})) << g.output();
+  RawStream client(g.port(), "/v1/completions",
+                   json({{"prompt", "doomed"}, {"max_tokens", 240}, {"ignore_eos", true},
+                         {"stream", true}})
+                       .dump());
+  ASSERT_TRUE(client.ReadUntil("data: {")) << client.received();
+  doomed.Signal(SIGKILL);
+  ASSERT_TRUE(client.ReadUntil("data: [DONE]")) << client.received();
+  const std::string& got = client.received();
+  const size_t error = got.find("data: {\"error\":");
+  ASSERT_NE(error, std::string::npos) << got;
+  const size_t end = got.find("\n", error);
+  json e = json::parse(got.substr(error + 6, end - error - 6));
+  EXPECT_EQ(e["error"]["code"], "service_unavailable") << e.dump();
+  EXPECT_LT(error, got.find("data: [DONE]"));
+  EXPECT_TRUE(g.Running());
+  EXPECT_EQ(g.Terminate(), 0) << g.output();
 }
 
 // Two backends: sequential requests spread over both; one killed (SIGKILL) -> every later
@@ -498,14 +547,28 @@ TEST_F(GatewayTest, TwoBackendsSpreadAndFailOver) {
   EXPECT_EQ(finished(a), 4);
   EXPECT_EQ(finished(b), 4);
 
+  // Killed while running non-streaming requests: those on b are retried on a (nothing of
+  // them was sent yet), so none fails; every later request goes to a.
+  std::vector<std::thread> running;
+  std::atomic<int> running_failures{0};
+  const json long_body = {{"prompt", "spread"}, {"max_tokens", 200}, {"ignore_eos", true}};
+  for (int i = 0; i < 4; ++i) {
+    running.emplace_back([&] {
+      HttpResult r = Curl("POST", g.url() + "/v1/completions", long_body.dump());
+      if (r.status != 200 || r.Json()["usage"]["completion_tokens"] != 200) ++running_failures;
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
   b.Signal(SIGKILL);
+  for (std::thread& t : running) t.join();
+  EXPECT_EQ(running_failures.load(), 0);
   int failures = 0;
   for (int i = 0; i < 8; ++i) {
     HttpResult r = Curl("POST", g.url() + "/v1/completions", body.dump());
     if (r.status != 200) ++failures;
   }
   EXPECT_EQ(failures, 0);
-  EXPECT_EQ(finished(a), 12);
+  EXPECT_GE(finished(a), 14);  // 4 + at least 2 of the long ones + 8
   const std::string m = MetricsOf(g);
   EXPECT_EQ(Scrape(m, absl::StrCat("morserve_gateway_backend_up{backend=\"", b.address(), "\"}")),
             0);
