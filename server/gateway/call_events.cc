@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <boost/asio/post.hpp>
-#include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 namespace morserve::gateway {
@@ -13,10 +12,14 @@ namespace net = boost::asio;
 void EventSink::Push(CallEvent e) {
   std::lock_guard<std::mutex> lock(mu_);
   events_.push_back(std::move(e));
-  if (armed_) {
-    armed_ = false;
-    net::post(timer_.get_executor(), [self = shared_from_this()] { self->timer_.cancel(); });
-  }
+  ResumeLocked();
+}
+
+bool EventSink::ResumeLocked() {
+  if (!parked_) return false;
+  std::unique_ptr<Parked> p = std::move(parked_);
+  p->Resume();  // a post: the coroutine runs later on its strand, never inline here
+  return true;
 }
 
 bool EventSink::Register(const std::shared_ptr<grpc::ClientContext>& ctx) {
@@ -51,27 +54,23 @@ void EventSink::Take(std::vector<CallEvent>* out) {
 }
 
 net::awaitable<void> EventSink::Wait() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!events_.empty() || woken_) {
-      woken_ = false;
-      co_return;
-    }
-    armed_ = true;
-  }
-  timer_.expires_at(net::steady_timer::time_point::max());
-  boost::system::error_code ec;  // operation_aborted: the wake-up
-  co_await timer_.async_wait(net::redirect_error(net::use_awaitable, ec));
+  co_await net::async_initiate<decltype(net::use_awaitable), void()>(
+      [this](auto handler) {
+        // Runs on the strand as the coroutine suspends.
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!events_.empty() || woken_) {
+          woken_ = false;
+          net::post(std::move(handler));
+          return;
+        }
+        parked_ = std::make_unique<ParkedHandler<decltype(handler)>>(std::move(handler));
+      },
+      net::use_awaitable);
 }
 
 void EventSink::Wake() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (armed_) {
-    armed_ = false;
-    timer_.cancel();
-  } else {
-    woken_ = true;
-  }
+  if (!ResumeLocked()) woken_ = true;
 }
 
 }  // namespace morserve::gateway

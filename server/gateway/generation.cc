@@ -16,8 +16,6 @@
 namespace morserve::gateway {
 namespace {
 
-constexpr auto kWriteTimeout = std::chrono::seconds(120);
-
 struct ChoiceState {
   Backend* backend = nullptr;
   int attempts = 0;
@@ -183,9 +181,11 @@ bool GenerationRun::Apply(CallEvent& e) {
 }
 
 // Writes the SSE headers (once) and the pending chunks; false when the client is gone.
+// Straight to the socket: tcp_stream's per-operation timeout would arm and cancel a timer
+// for every chunk; a client that stops reading is noticed when it disconnects instead.
 net::awaitable<bool> GenerationRun::Flush(bool last) {
   boost::system::error_code ec;
-  c_.stream.expires_after(kWriteTimeout);
+  auto& socket = c_.stream.socket();
   if (!headers_sent_) {
     headers_sent_ = true;
     sse_head_.result(http::status::ok);
@@ -196,22 +196,21 @@ net::awaitable<bool> GenerationRun::Flush(bool last) {
     sse_head_.keep_alive(c_.keep_alive);
     sse_head_.chunked(true);
     sse_serializer_.emplace(sse_head_);
-    co_await http::async_write_header(c_.stream, *sse_serializer_,
+    co_await http::async_write_header(socket, *sse_serializer_,
                                       net::redirect_error(net::use_awaitable, ec));
     if (ec) co_return false;
   }
   if (!out_.empty()) {
-    co_await net::async_write(c_.stream, http::make_chunk(net::buffer(out_)),
+    co_await net::async_write(socket, http::make_chunk(net::buffer(out_)),
                               net::redirect_error(net::use_awaitable, ec));
     out_.clear();
     if (ec) co_return false;
   }
   if (last) {
-    co_await net::async_write(c_.stream, http::make_chunk_last(),
+    co_await net::async_write(socket, http::make_chunk_last(),
                               net::redirect_error(net::use_awaitable, ec));
     if (ec) co_return false;
   }
-  c_.stream.expires_never();
   co_return true;
 }
 
