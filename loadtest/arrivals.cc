@@ -9,9 +9,12 @@ namespace morserve::loadtest {
 
 absl::StatusOr<ArrivalProcess> ArrivalProcess::Create(double rate, double burstiness,
                                                       uint64_t seed) {
-  if (!(rate > 0)) return absl::InvalidArgumentError(absl::StrCat("--request-rate ", rate, ": must be > 0 (inf: all at once)"));
+  if (!(rate > 0))
+    return absl::InvalidArgumentError(
+        absl::StrCat("--request-rate ", rate, ": must be > 0 (inf: all at once)"));
   if (!(burstiness > 0) || !std::isfinite(burstiness)) {
-    return absl::InvalidArgumentError(absl::StrCat("--burstiness ", burstiness, ": must be a finite number > 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--burstiness ", burstiness, ": must be a finite number > 0"));
   }
   return ArrivalProcess(rate, burstiness, seed);
 }

@@ -27,30 +27,101 @@ nlohmann::json At(const nlohmann::json& j, std::initializer_list<const char*> pa
 }
 
 std::vector<Row> Rows() {
-  std::vector<Row> rows = {
-      {"server", [](const nlohmann::json& j) { return At(j, {"target", "describe"}); }, "%s"},
-      {"model", [](const nlohmann::json& j) { return At(j, {"server", "model_dir"}); }, "%s"},
-      {"batching mode", [](const nlohmann::json& j) { return At(j, {"server", "batching_mode"}); }, "%s"},
-      {"max batch rows", [](const nlohmann::json& j) { return At(j, {"server", "max_batch_rows"}); }, "%.0f"},
-      {"requests sent", [](const nlohmann::json& j) { return At(j, {"results", "requests", "sent"}); }, "%.0f"},
-      {"completed", [](const nlohmann::json& j) { return At(j, {"results", "requests", "completed"}); }, "%.0f"},
-      {"failed", [](const nlohmann::json& j) { return At(j, {"results", "requests", "failed"}); }, "%.0f"},
-      {"duration (s)", [](const nlohmann::json& j) { return At(j, {"results", "duration_s"}); }, "%.2f"},
-      {"output tokens", [](const nlohmann::json& j) { return At(j, {"results", "total_output_tokens"}); }, "%.0f"},
-      {"request throughput (req/s)", [](const nlohmann::json& j) { return At(j, {"results", "request_throughput"}); }, "%.3f"},
-      {"output throughput (tok/s)", [](const nlohmann::json& j) { return At(j, {"results", "output_throughput"}); }, "%.1f"},
-      {"total throughput (tok/s)", [](const nlohmann::json& j) { return At(j, {"results", "total_token_throughput"}); }, "%.1f"},
-      {"goodput (req/s)", [](const nlohmann::json& j) { return At(j, {"results", "goodput", "requests_per_s"}); }, "%.3f"}};
+  std::vector<Row> rows = {{"server",
+                            [](const nlohmann::json& j) {
+                              return At(j, {"target", "describe"});
+                            },
+                            "%s"},
+                           {"model",
+                            [](const nlohmann::json& j) {
+                              return At(j, {"server", "model_dir"});
+                            },
+                            "%s"},
+                           {"batching mode",
+                            [](const nlohmann::json& j) {
+                              return At(j, {"server", "batching_mode"});
+                            },
+                            "%s"},
+                           {"max batch rows",
+                            [](const nlohmann::json& j) {
+                              return At(j, {"server", "max_batch_rows"});
+                            },
+                            "%.0f"},
+                           {"requests sent",
+                            [](const nlohmann::json& j) {
+                              return At(j, {"results", "requests", "sent"});
+                            },
+                            "%.0f"},
+                           {"completed",
+                            [](const nlohmann::json& j) {
+                              return At(j, {"results", "requests", "completed"});
+                            },
+                            "%.0f"},
+                           {"failed",
+                            [](const nlohmann::json& j) {
+                              return At(j, {"results", "requests", "failed"});
+                            },
+                            "%.0f"},
+                           {"duration (s)",
+                            [](const nlohmann::json& j) {
+                              return At(j, {"results", "duration_s"});
+                            },
+                            "%.2f"},
+                           {"output tokens",
+                            [](const nlohmann::json& j) {
+                              return At(j, {"results", "total_output_tokens"});
+                            },
+                            "%.0f"},
+                           {"request throughput (req/s)",
+                            [](const nlohmann::json& j) {
+                              return At(j, {"results", "request_throughput"});
+                            },
+                            "%.3f"},
+                           {"output throughput (tok/s)",
+                            [](const nlohmann::json& j) {
+                              return At(j, {"results", "output_throughput"});
+                            },
+                            "%.1f"},
+                           {"total throughput (tok/s)",
+                            [](const nlohmann::json& j) {
+                              return At(j, {"results", "total_token_throughput"});
+                            },
+                            "%.1f"},
+                           {"goodput (req/s)",
+                            [](const nlohmann::json& j) {
+                              return At(j, {"results", "goodput", "requests_per_s"});
+                            },
+                            "%.3f"}};
   for (const char* m : {"ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"}) {
     for (const char* s : {"mean", "median", "p90", "p99", "max"}) {
-      rows.push_back({absl::AsciiStrToUpper(std::string(m, std::string(m).size() - 3)) + " " + s + " (ms)",
-                      [m, s](const nlohmann::json& j) { return At(j, {"results", m, s}); }, "%.2f"});
+      rows.push_back(
+          {absl::AsciiStrToUpper(std::string(m, std::string(m).size() - 3)) + " " + s + " (ms)",
+           [m, s](const nlohmann::json& j) {
+             return At(j, {"results", m, s});
+           },
+           "%.2f"});
     }
   }
-  rows.push_back({"server: mean batch fill ratio", [](const nlohmann::json& j) { return At(j, {"server_metrics", "totals", "mean_fill_ratio"}); }, "%.3f"});
-  rows.push_back({"server: engine steps", [](const nlohmann::json& j) { return At(j, {"server_metrics", "totals", "engine_steps"}); }, "%.0f"});
-  rows.push_back({"server: tokens sampled", [](const nlohmann::json& j) { return At(j, {"server_metrics", "totals", "generation_tokens"}); }, "%.0f"});
-  rows.push_back({"server: preemptions", [](const nlohmann::json& j) { return At(j, {"server_metrics", "totals", "preemptions"}); }, "%.0f"});
+  rows.push_back({"server: mean batch fill ratio",
+                  [](const nlohmann::json& j) {
+                    return At(j, {"server_metrics", "totals", "mean_fill_ratio"});
+                  },
+                  "%.3f"});
+  rows.push_back({"server: engine steps",
+                  [](const nlohmann::json& j) {
+                    return At(j, {"server_metrics", "totals", "engine_steps"});
+                  },
+                  "%.0f"});
+  rows.push_back({"server: tokens sampled",
+                  [](const nlohmann::json& j) {
+                    return At(j, {"server_metrics", "totals", "generation_tokens"});
+                  },
+                  "%.0f"});
+  rows.push_back({"server: preemptions",
+                  [](const nlohmann::json& j) {
+                    return At(j, {"server_metrics", "totals", "preemptions"});
+                  },
+                  "%.0f"});
   return rows;
 }
 

@@ -15,10 +15,12 @@ absl::StatusOr<double> ProcessCpuSeconds(pid_t pid) {
   const std::string path = absl::StrCat("/proc/", pid, "/stat");
   std::ifstream in(path);
   std::string stat;
-  if (!in || !std::getline(in, stat)) return absl::NotFoundError(absl::StrCat(path, ": no such process"));
+  if (!in || !std::getline(in, stat))
+    return absl::NotFoundError(absl::StrCat(path, ": no such process"));
   // The command name (field 2) is in parentheses and may hold spaces: count after the last ')'.
   const size_t close = stat.rfind(')');
-  if (close == std::string::npos) return absl::InternalError(absl::StrCat(path, ": unexpected format"));
+  if (close == std::string::npos)
+    return absl::InternalError(absl::StrCat(path, ": unexpected format"));
   std::istringstream fields(stat.substr(close + 2));
   std::string f;
   long long utime = -1, stime = -1;

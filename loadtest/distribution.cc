@@ -14,9 +14,9 @@ namespace morserve::loadtest {
 absl::StatusOr<LengthDistribution> LengthDistribution::Parse(const std::string& text) {
   std::vector<std::string> parts = absl::StrSplit(text, ':');
   const auto bad = [&](const std::string& why) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "length distribution '", text, "': ", why,
-        " (use N, fixed:N, uniform:LO:HI or normal:MEAN:STD)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("length distribution '", text, "': ", why,
+                     " (use N, fixed:N, uniform:LO:HI or normal:MEAN:STD)"));
   };
   if (parts.size() == 1) parts.insert(parts.begin(), "fixed");
   std::vector<double> v;

@@ -10,11 +10,23 @@
 namespace morserve::loadtest {
 
 const char* StatusCodeName(grpc::StatusCode code) {
-  static const char* kNames[] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT",
-                                 "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
-                                 "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-                                 "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL",
-                                 "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
+  static const char* kNames[] = {"OK",
+                                 "CANCELLED",
+                                 "UNKNOWN",
+                                 "INVALID_ARGUMENT",
+                                 "DEADLINE_EXCEEDED",
+                                 "NOT_FOUND",
+                                 "ALREADY_EXISTS",
+                                 "PERMISSION_DENIED",
+                                 "RESOURCE_EXHAUSTED",
+                                 "FAILED_PRECONDITION",
+                                 "ABORTED",
+                                 "OUT_OF_RANGE",
+                                 "UNIMPLEMENTED",
+                                 "INTERNAL",
+                                 "UNAVAILABLE",
+                                 "DATA_LOSS",
+                                 "UNAUTHENTICATED"};
   const int i = static_cast<int>(code);
   return i >= 0 && i < 17 ? kNames[i] : "UNKNOWN";
 }
@@ -23,11 +35,16 @@ namespace {
 
 const char* FinishName(v1::FinishReason r) {
   switch (r) {
-    case v1::FINISH_REASON_LENGTH: return "length";
-    case v1::FINISH_REASON_STOP: return "stop";
-    case v1::FINISH_REASON_CANCELLED: return "cancelled";
-    case v1::FINISH_REASON_ERROR: return "error";
-    default: return "unspecified";
+    case v1::FINISH_REASON_LENGTH:
+      return "length";
+    case v1::FINISH_REASON_STOP:
+      return "stop";
+    case v1::FINISH_REASON_CANCELLED:
+      return "cancelled";
+    case v1::FINISH_REASON_ERROR:
+      return "error";
+    default:
+      return "unspecified";
   }
 }
 
@@ -136,8 +153,9 @@ absl::StatusOr<v1::ModelInfo> GrpcTarget::ModelInfo(int timeout_s) {
     const grpc::Status s = health->Check(&ctx, grpc::health::v1::HealthCheckRequest(), &resp);
     if (s.ok() && resp.status() == grpc::health::v1::HealthCheckResponse::SERVING) break;
     if (Clock::now() > end) {
-      return absl::UnavailableError(absl::StrCat(address_, ": not serving after ", timeout_s,
-                                                 " s (", s.ok() ? "health: not SERVING" : s.error_message(), ")"));
+      return absl::UnavailableError(
+          absl::StrCat(address_, ": not serving after ", timeout_s, " s (",
+                       s.ok() ? "health: not SERVING" : s.error_message(), ")"));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
@@ -145,7 +163,8 @@ absl::StatusOr<v1::ModelInfo> GrpcTarget::ModelInfo(int timeout_s) {
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   v1::ModelInfo info;
   const grpc::Status s = stub_->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info);
-  if (!s.ok()) return absl::UnavailableError(absl::StrCat(address_, ": GetModelInfo: ", s.error_message()));
+  if (!s.ok())
+    return absl::UnavailableError(absl::StrCat(address_, ": GetModelInfo: ", s.error_message()));
   return info;
 }
 

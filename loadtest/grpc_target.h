@@ -4,13 +4,13 @@
 // is one chunk; the final message's usage is the server's count.
 #pragma once
 
+#include <grpcpp/grpcpp.h>
+
 #include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
 #include "loadtest/target.h"

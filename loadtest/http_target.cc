@@ -1,15 +1,15 @@
 // OpenAI-compatible HTTP target (see http_target.h).
 #include "loadtest/http_target.h"
 
-#include <set>
-
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <limits>
+#include <set>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "loadtest/sse_parser.h"
 #include "nlohmann/json.hpp"
 
@@ -43,8 +43,10 @@ void ApplyOpenAiEvent(const std::string& data, bool chat, double t, RequestRecor
   }
   if (j.contains("usage") && j["usage"].is_object()) {
     const nlohmann::json& u = j["usage"];
-    if (u.contains("prompt_tokens") && u["prompt_tokens"].is_number_integer()) r->usage_prompt_tokens = u["prompt_tokens"].get<int>();
-    if (u.contains("completion_tokens") && u["completion_tokens"].is_number_integer()) r->usage_completion_tokens = u["completion_tokens"].get<int>();
+    if (u.contains("prompt_tokens") && u["prompt_tokens"].is_number_integer())
+      r->usage_prompt_tokens = u["prompt_tokens"].get<int>();
+    if (u.contains("completion_tokens") && u["completion_tokens"].is_number_integer())
+      r->usage_completion_tokens = u["completion_tokens"].get<int>();
   }
   if (!j.contains("choices") || !j["choices"].is_array() || j["choices"].empty()) return;
   const nlohmann::json& c = j["choices"][0];
@@ -54,17 +56,27 @@ void ApplyOpenAiEvent(const std::string& data, bool chat, double t, RequestRecor
   bool role_only = false;
   if (chat) {
     const nlohmann::json delta = c.value("delta", nlohmann::json::object());
-    if (delta.contains("content") && delta["content"].is_string()) text = delta["content"].get<std::string>();
+    if (delta.contains("content") && delta["content"].is_string())
+      text = delta["content"].get<std::string>();
     role_only = delta.contains("role") && text.empty();
   } else if (c.contains("text") && c["text"].is_string()) {
     text = c["text"].get<std::string>();
   }
-  // A token may decode to no text (a partial character, no tokenizer): a content chunk
-  // before the finish still carries one.
-  if (!text.empty() || (!finishing && !role_only)) {
+  // With logprobs requested the chunk lists its tokens: an exact count, text or not.
+  int tokens = 0;
+  const nlohmann::json lp = c.value("logprobs", nlohmann::json());
+  if (lp.is_object()) {
+    const char* key = chat ? "content" : "tokens";
+    if (lp.contains(key) && lp[key].is_array()) tokens = static_cast<int>(lp[key].size());
+  } else if (!text.empty() || (!finishing && !role_only)) {
+    // Without logprobs: one token per chunk with output. A token may decode to no text (a
+    // partial character): a content chunk before the finish still carries one.
+    tokens = 1;
+  }
+  if (tokens > 0) {
     r->chunk_s.push_back(t);
-    r->chunk_tokens.push_back(1);
-    r->measured_tokens += 1;
+    r->chunk_tokens.push_back(tokens);
+    r->measured_tokens += tokens;
   }
 }
 
@@ -73,23 +85,31 @@ class HttpCall : public std::enable_shared_from_this<HttpCall> {
   HttpCall(asio::io_context& io, std::shared_ptr<HttpTarget::Shared> shared, const Url& url,
            http::request<http::string_body> req, bool chat, int timeout_s, RequestRecord record,
            Clock::time_point epoch, Target::Done done)
-      : shared_(std::move(shared)), url_(url), req_(std::move(req)), chat_(chat),
-        timeout_s_(timeout_s), resolver_(io), stream_(io), record_(std::move(record)),
-        epoch_(epoch), done_(std::move(done)),
+      : shared_(std::move(shared)),
+        url_(url),
+        req_(std::move(req)),
+        chat_(chat),
+        timeout_s_(timeout_s),
+        resolver_(io),
+        stream_(io),
+        record_(std::move(record)),
+        epoch_(epoch),
+        done_(std::move(done)),
         sse_([this](const std::string& data) {
           ApplyOpenAiEvent(data, chat_, SecondsSince(sent_, Clock::now()), &record_, &saw_done_);
         }) {
-    parser_.body_limit(boost::none);
+    parser_.body_limit(std::numeric_limits<std::uint64_t>::max());  // streams have no size bound
   }
 
   void Start() {
     shared_->open.insert(shared_from_this());
     sent_ = Clock::now();
     record_.send_s = SecondsSince(epoch_, sent_);
-    resolver_.async_resolve(url_.host, url_.port,
-                            [self = shared_from_this()](beast::error_code ec, tcp::resolver::results_type r) {
-                              self->OnResolve(ec, r);
-                            });
+    resolver_.async_resolve(
+        url_.host, url_.port,
+        [self = shared_from_this()](beast::error_code ec, tcp::resolver::results_type r) {
+          self->OnResolve(ec, r);
+        });
   }
 
   void Cancel() {
@@ -102,40 +122,45 @@ class HttpCall : public std::enable_shared_from_this<HttpCall> {
   void OnResolve(beast::error_code ec, const tcp::resolver::results_type& results) {
     if (ec) return Fail("connect", ec);
     stream_.expires_after(std::chrono::seconds(timeout_s_));
-    stream_.async_connect(results, [self = shared_from_this()](beast::error_code ec, const tcp::endpoint&) {
-      if (ec) return self->Fail("connect", ec);
-      http::async_write(self->stream_, self->req_, [self](beast::error_code ec, size_t) {
-        if (ec) return self->Fail("write", ec);
-        http::async_read_header(self->stream_, self->buffer_, self->parser_,
-                                [self](beast::error_code ec, size_t) { self->OnHeader(ec); });
-      });
-    });
+    stream_.async_connect(
+        results, [self = shared_from_this()](beast::error_code ec, const tcp::endpoint&) {
+          if (ec) return self->Fail("connect", ec);
+          http::async_write(self->stream_, self->req_, [self](beast::error_code ec, size_t) {
+            if (ec) return self->Fail("write", ec);
+            http::async_read_header(self->stream_, self->buffer_, self->parser_,
+                                    [self](beast::error_code ec, size_t) { self->OnHeader(ec); });
+          });
+        });
   }
 
   void OnHeader(beast::error_code ec) {
+    if (ec == http::error::need_buffer) ec = {};  // body bytes came with the header
     if (ec) return Fail("read", ec);
     const int code = parser_.get().result_int();
     if (code != 200) return Complete(absl::StrCat("http_", code));
     ReadBody();
   }
 
+  // read_some, not read: read fills the whole buffer before it returns, which would hold
+  // back the chunks of a slow stream and ruin their timing.
   void ReadBody() {
     parser_.get().body().data = chunk_;
     parser_.get().body().size = sizeof chunk_;
-    http::async_read(stream_, buffer_, parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
-      if (ec == http::error::need_buffer) ec = {};
-      if (ec) return self->Fail("read", ec);
-      const size_t got = sizeof self->chunk_ - self->parser_.get().body().size;
-      self->sse_.Feed(std::string_view(self->chunk_, got));
-      if (self->parser_.is_done()) return self->Complete("");
-      self->ReadBody();
-    });
+    http::async_read_some(
+        stream_, buffer_, parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
+          if (ec == http::error::need_buffer) ec = {};
+          if (ec) return self->Fail("read", ec);
+          const size_t got = sizeof self->chunk_ - self->parser_.get().body().size;
+          self->sse_.Feed(std::string_view(self->chunk_, got));
+          if (self->parser_.is_done()) return self->Complete("");
+          self->ReadBody();
+        });
   }
 
   void Fail(const char* stage, beast::error_code ec) {
     if (cancelled_) return Complete("cancelled");
     if (ec == beast::error::timeout) return Complete("timeout");
-    Complete(absl::StrCat(stage, "_error"));
+    Complete(absl::StrCat(stage, "_error (", ec.message(), ")"));
   }
 
   void Complete(std::string failure) {
@@ -172,9 +197,13 @@ class HttpCall : public std::enable_shared_from_this<HttpCall> {
 };
 
 HttpTarget::HttpTarget(Url url, std::string model, std::string api_key, SendOptions options)
-    : url_(std::move(url)), model_(std::move(model)), api_key_(std::move(api_key)),
-      options_(options), chat_(absl::StrContains(url_.target, "chat/completions")),
-      work_(asio::make_work_guard(io_)), shared_(std::make_shared<Shared>()),
+    : url_(std::move(url)),
+      model_(std::move(model)),
+      api_key_(std::move(api_key)),
+      options_(options),
+      chat_(absl::StrContains(url_.target, "chat/completions")),
+      work_(asio::make_work_guard(io_)),
+      shared_(std::make_shared<Shared>()),
       thread_([this] { io_.run(); }) {}
 
 HttpTarget::~HttpTarget() {
@@ -194,6 +223,12 @@ std::string HttpTarget::Body(const RequestSpec& spec) const {
                       {"stream", true},
                       {"stream_options", {{"include_usage", true}}},
                       {"ignore_eos", options_.ignore_eos}};
+  if (options_.logprobs >= 0 && chat_) {
+    j["logprobs"] = true;
+    j["top_logprobs"] = options_.logprobs;
+  } else if (options_.logprobs >= 0) {
+    j["logprobs"] = options_.logprobs;
+  }
   if (chat_) {
     j["messages"] = nlohmann::json::array({{{"role", "user"}, {"content", spec.prompt_text}}});
   } else if (spec.prompt_text.empty()) {
@@ -213,8 +248,9 @@ void HttpTarget::Send(const RequestSpec& spec, RequestRecord record, Clock::time
   if (!api_key_.empty()) req.set(http::field::authorization, "Bearer " + api_key_);
   req.body() = Body(spec);
   req.prepare_payload();
-  auto call = std::make_shared<HttpCall>(io_, shared_, url_, std::move(req), chat_, options_.timeout_s,
-                                         std::move(record), epoch, std::move(done));
+  auto call =
+      std::make_shared<HttpCall>(io_, shared_, url_, std::move(req), chat_, options_.timeout_s,
+                                 std::move(record), epoch, std::move(done));
   asio::post(io_, [call] { call->Start(); });
 }
 

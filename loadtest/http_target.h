@@ -2,16 +2,18 @@
 // /v1/completions (token-id or text prompts) or /v1/chat/completions (text prompts as one
 // user message) with stream_options.include_usage and vLLM's ignore_eos, over Boost.Beast's
 // async HTTP/1.1 client on one I/O thread (one connection per request, as vLLM's benchmark
-// does). Each SSE event with output (text, or a content chunk before the finish) is a chunk
-// of one token; the usage chunk gives the server's token counts.
+// does). Each SSE event with output is a chunk: with --logprobs its token count is the length
+// of its logprobs list (exact), otherwise one token per event with text (or a content event
+// before the finish), as vLLM's benchmark counts; the usage chunk gives the server's counts.
+// A server that sends no event for tokens without text (morserve-gateway on a model without
+// a tokenizer) needs --logprobs for per-token timing.
 #pragma once
 
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
 #include <memory>
 #include <string>
 #include <thread>
-
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/executor_work_guard.hpp>
 
 #include "loadtest/target.h"
 #include "loadtest/url.h"

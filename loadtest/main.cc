@@ -53,10 +53,14 @@ absl::StatusOr<std::unique_ptr<Target>> MakeTarget(LoadTestOptions& o, nlohmann:
     if (!info.ok()) return info.status();
     if (o.workload.vocab_size == 0) o.workload.vocab_size = info->vocab_size();
     o.workload.context_length = info->context_length();
-    *server = {{"model_dir", info->model_dir()},        {"family", info->family()},
-               {"batching_mode", info->batching_mode()}, {"max_batch_rows", info->max_batch_rows()},
-               {"kv_blocks_total", info->kv_blocks_total()}, {"kv_block_size", info->kv_block_size()},
-               {"vocab_size", info->vocab_size()},      {"context_length", info->context_length()},
+    *server = {{"model_dir", info->model_dir()},
+               {"family", info->family()},
+               {"batching_mode", info->batching_mode()},
+               {"max_batch_rows", info->max_batch_rows()},
+               {"kv_blocks_total", info->kv_blocks_total()},
+               {"kv_block_size", info->kv_block_size()},
+               {"vocab_size", info->vocab_size()},
+               {"context_length", info->context_length()},
                {"num_recursions", info->num_recursions()}};
     return std::unique_ptr<Target>(std::move(t));
   }
@@ -68,7 +72,8 @@ absl::StatusOr<std::unique_ptr<Target>> MakeTarget(LoadTestOptions& o, nlohmann:
   *server = {{"model", o.model}};
   auto t = std::make_unique<HttpTarget>(o.endpoint, o.model, o.api_key, o.send);
   if (t->chat() && o.workload.kind != "jsonl") {
-    return absl::InvalidArgumentError("a chat endpoint takes text prompts: use --workload jsonl with \"prompt\" strings");
+    return absl::InvalidArgumentError(
+        "a chat endpoint takes text prompts: use --workload jsonl with \"prompt\" strings");
   }
   return std::unique_ptr<Target>(std::move(t));
 }
@@ -91,13 +96,15 @@ nlohmann::json WarmupJson(const std::vector<RequestRecord>& records) {
 
 void PrintDefinitions() {
   std::printf("Definitions:\n");
-  for (const auto& [name, text] : Definitions()) std::printf("  %-18s %s\n", name.c_str(), text.c_str());
+  for (const auto& [name, text] : Definitions())
+    std::printf("  %-18s %s\n", name.c_str(), text.c_str());
 }
 
 int RunCommand(const std::vector<std::string>& args) {
   auto parsed = ParseLoadTestOptions(args);
   if (!parsed.ok()) {
-    std::fprintf(stderr, "morserve-loadtest: %s\n\n%s", std::string(parsed.status().message()).c_str(), Usage());
+    std::fprintf(stderr, "morserve-loadtest: %s\n\n%s",
+                 std::string(parsed.status().message()).c_str(), Usage());
     return 2;
   }
   LoadTestOptions& o = *parsed;
@@ -108,7 +115,8 @@ int RunCommand(const std::vector<std::string>& args) {
   if (!specs.ok()) return Fail(specs.status());
 
   std::unique_ptr<MetricsScraper> scraper;
-  if (!o.metrics_url.empty()) scraper = std::make_unique<MetricsScraper>(o.metrics, o.scrape_interval_ms);
+  if (!o.metrics_url.empty())
+    scraper = std::make_unique<MetricsScraper>(o.metrics, o.scrape_interval_ms);
   std::vector<double> cpu_before(o.cpu_pids.size(), NAN);
   o.run.progress = !o.no_progress && isatty(STDERR_FILENO);
   auto result = Run(**target, *specs, o.run, [&](Clock::time_point epoch) {
@@ -144,8 +152,10 @@ int RunCommand(const std::vector<std::string>& args) {
       continue;
     }
     const double s = *after - cpu_before[i];
-    cpu.push_back({{"pid", o.cpu_pids[i]}, {"cpu_seconds", s},
-                   {"cpu_us_per_output_token", stats.output_tokens > 0 ? s * 1e6 / stats.output_tokens : 0.0}});
+    cpu.push_back({{"pid", o.cpu_pids[i]},
+                   {"cpu_seconds", s},
+                   {"cpu_us_per_output_token",
+                    stats.output_tokens > 0 ? s * 1e6 / stats.output_tokens : 0.0}});
   }
   if (!cpu.empty()) out["cpu"] = cpu;
   nlohmann::json defs = nlohmann::json::object();
@@ -154,11 +164,13 @@ int RunCommand(const std::vector<std::string>& args) {
 
   std::printf("target: %s\n%s", (*target)->Describe().c_str(), FormatTable(stats, o.slo).c_str());
   for (const nlohmann::json& c : cpu) std::printf("cpu of pid %s\n", c.dump().c_str());
-  if (result->hit_duration) std::printf("stopped at --duration: %d requests not sent\n", result->not_sent);
+  if (result->hit_duration)
+    std::printf("stopped at --duration: %d requests not sent\n", result->not_sent);
   PrintDefinitions();
   if (!o.out_json.empty()) {
     std::ofstream f(o.out_json);
-    if (!(f << out.dump(1) << "\n")) return Fail(absl::InternalError("cannot write --out " + o.out_json));
+    if (!(f << out.dump(1) << "\n"))
+      return Fail(absl::InternalError("cannot write --out " + o.out_json));
   }
   if (!o.plots_dir.empty()) {
     auto svgs = WritePlots(o.plots_dir, {{o.label, out}});
@@ -178,11 +190,13 @@ int ReportCommand(const std::vector<std::string>& args) {
   std::vector<LabelledRun> runs;
   for (const std::string& item : f->GetList("input")) {
     std::vector<std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
-    if (kv.size() != 2 || kv[0].empty()) return Fail(absl::InvalidArgumentError("--input '" + item + "': expected LABEL=FILE.json"));
+    if (kv.size() != 2 || kv[0].empty())
+      return Fail(absl::InvalidArgumentError("--input '" + item + "': expected LABEL=FILE.json"));
     std::ifstream in(kv[1]);
     if (!in) return Fail(absl::NotFoundError("--input " + kv[1] + ": cannot open"));
     nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-    if (!j.is_object() || !j.contains("results")) return Fail(absl::InvalidArgumentError(kv[1] + ": not a morserve-loadtest --out file"));
+    if (!j.is_object() || !j.contains("results"))
+      return Fail(absl::InvalidArgumentError(kv[1] + ": not a morserve-loadtest --out file"));
     runs.emplace_back(kv[0], std::move(j));
   }
   const std::string dir = f->Get("out-dir");

@@ -31,7 +31,8 @@ ScrapePoint Between(const PrometheusSample& prev, const PrometheusSample& cur, d
 
 }  // namespace
 
-MetricsScraper::MetricsScraper(Url url, int interval_ms) : url_(std::move(url)), interval_ms_(interval_ms) {}
+MetricsScraper::MetricsScraper(Url url, int interval_ms)
+    : url_(std::move(url)), interval_ms_(interval_ms) {}
 
 MetricsScraper::~MetricsScraper() { Stop(); }
 
@@ -83,9 +84,12 @@ double MetricsScraper::CounterDelta(const std::string& name) const {
 nlohmann::json MetricsScraper::ToJson() const {
   nlohmann::json series = nlohmann::json::array();
   for (const ScrapePoint& p : points_) {
-    series.push_back({{"t_s", p.t_s},           {"fill_ratio", p.fill_ratio},
-                      {"rows_per_loop", p.rows_per_loop}, {"kv_usage", p.kv_usage},
-                      {"running", p.running},   {"waiting", p.waiting},
+    series.push_back({{"t_s", p.t_s},
+                      {"fill_ratio", p.fill_ratio},
+                      {"rows_per_loop", p.rows_per_loop},
+                      {"kv_usage", p.kv_usage},
+                      {"running", p.running},
+                      {"waiting", p.waiting},
                       {"gen_tokens", p.gen_tokens}});
   }
   const double steps = CounterDelta("morserve_batch_fill_ratio_count");

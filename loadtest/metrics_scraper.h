@@ -24,8 +24,8 @@
 namespace morserve::loadtest {
 
 struct ScrapePoint {
-  double t_s = 0;  // since the run's start (the end of the interval)
-  double fill_ratio = -1;  // -1: no steps in the interval
+  double t_s = 0;                               // since the run's start (the end of the interval)
+  double fill_ratio = -1;                       // -1: no steps in the interval
   std::map<std::string, double> rows_per_loop;  // loop -> rows per step
   double kv_usage = 0;
   double running = 0, waiting = 0;

@@ -19,6 +19,8 @@ Target (loopback only unless --allow-remote-host):
   --url http://HOST:PORT/v1/completions | .../v1/chat/completions   any OpenAI-compatible server
   --model NAME                HTTP "model" (default: the first id of GET /v1/models)
   --api-key KEY               HTTP bearer token
+  --logprobs N                HTTP: request logprobs (top N, 0..20) so each chunk's tokens are
+                              counted exactly (default: off, one token per text chunk)
 Workload:
   --workload random|jsonl|decode   (default random; decode = 1-token prompt, output ~ N(256, 64))
   --input-len D --output-len D     D: N | fixed:N | uniform:LO:HI | normal:MEAN:STD
@@ -51,7 +53,8 @@ absl::Status IntFlag(const Flags& f, const char* name, int min, int* out) {
   if (!f.Has(name)) return absl::OkStatus();
   auto v = f.GetInt(name, *out);
   if (!v.ok()) return v.status();
-  if (*v < min) return absl::InvalidArgumentError(absl::StrCat("--", name, " ", *v, ": must be >= ", min));
+  if (*v < min)
+    return absl::InvalidArgumentError(absl::StrCat("--", name, " ", *v, ": must be >= ", min));
   *out = *v;
   return absl::OkStatus();
 }
@@ -74,13 +77,16 @@ absl::Status DoubleFlag(const Flags& f, const char* name, double* out) {
 absl::Status ParseTarget(const Flags& f, LoadTestOptions* o) {
   o->grpc = f.Get("grpc");
   o->url = f.Get("url");
-  if (o->grpc.empty() == o->url.empty()) return absl::InvalidArgumentError("give exactly one target: --grpc HOST:PORT or --url http://HOST:PORT/v1/completions");
+  if (o->grpc.empty() == o->url.empty())
+    return absl::InvalidArgumentError(
+        "give exactly one target: --grpc HOST:PORT or --url http://HOST:PORT/v1/completions");
   auto endpoint = o->grpc.empty() ? ParseHttpUrl(o->url) : ParseHostPort(o->grpc);
   if (!endpoint.ok()) return endpoint.status();
   o->endpoint = *endpoint;
   if (auto s = CheckHostAllowed(o->endpoint.host, o->allow_remote_host); !s.ok()) return s;
   if (!o->url.empty() && o->endpoint.target.find("/completions") == std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat("--url ", o->url, ": expected a /v1/completions or /v1/chat/completions endpoint"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--url ", o->url, ": expected a /v1/completions or /v1/chat/completions endpoint"));
   }
   if (f.Has("metrics-url")) {
     o->metrics_url = f.Get("metrics-url");
@@ -96,7 +102,8 @@ absl::Status ParseWorkload(const Flags& f, LoadTestOptions* o) {
   WorkloadOptions& w = o->workload;
   w.kind = f.Get("workload", "random");
   w.dataset = f.Get("dataset");
-  if (w.kind == "jsonl" && w.dataset.empty()) return absl::InvalidArgumentError("--workload jsonl needs --dataset FILE");
+  if (w.kind == "jsonl" && w.dataset.empty())
+    return absl::InvalidArgumentError("--workload jsonl needs --dataset FILE");
   if (f.Has("input-len")) {
     auto d = LengthDistribution::Parse(f.Get("input-len"));
     if (!d.ok()) return d.status();
@@ -122,16 +129,21 @@ absl::Status ParseTraffic(const Flags& f, LoadTestOptions* o) {
   if (auto s = IntFlag(f, "max-concurrency", 1, &o->run.max_concurrency); !s.ok()) return s;
   if (auto s = IntFlag(f, "timeout", 1, &o->send.timeout_s); !s.ok()) return s;
   if (auto s = DoubleFlag(f, "request-rate", &o->run.request_rate); !s.ok()) return s;
-  if (!(o->run.request_rate > 0)) return absl::InvalidArgumentError("--request-rate: must be > 0 (or inf)");
+  if (!(o->run.request_rate > 0))
+    return absl::InvalidArgumentError("--request-rate: must be > 0 (or inf)");
   if (auto s = DoubleFlag(f, "burstiness", &o->run.burstiness); !s.ok()) return s;
-  if (!(o->run.burstiness > 0) || std::isinf(o->run.burstiness)) return absl::InvalidArgumentError("--burstiness: must be a finite number > 0");
+  if (!(o->run.burstiness > 0) || std::isinf(o->run.burstiness))
+    return absl::InvalidArgumentError("--burstiness: must be a finite number > 0");
   if (auto s = DoubleFlag(f, "duration", &o->run.duration_s); !s.ok()) return s;
   if (f.Has("duration") && (!(o->run.duration_s > 0) || std::isinf(o->run.duration_s))) {
     return absl::InvalidArgumentError("--duration: must be a finite number of seconds > 0");
   }
   if (auto s = DoubleFlag(f, "temperature", &o->send.temperature); !s.ok()) return s;
-  if (o->send.temperature < 0 || std::isinf(o->send.temperature)) return absl::InvalidArgumentError("--temperature: must be >= 0");
+  if (o->send.temperature < 0 || std::isinf(o->send.temperature))
+    return absl::InvalidArgumentError("--temperature: must be >= 0");
   o->send.ignore_eos = !f.Has("respect-eos");
+  if (auto s = IntFlag(f, "logprobs", 0, &o->send.logprobs); !s.ok()) return s;
+  if (o->send.logprobs > 20) return absl::InvalidArgumentError("--logprobs: 0..20");
   return absl::OkStatus();
 }
 
@@ -142,7 +154,8 @@ absl::Status ParseReport(const Flags& f, LoadTestOptions* o) {
   if (auto s = IntFlag(f, "scrape-interval-ms", 10, &o->scrape_interval_ms); !s.ok()) return s;
   for (const std::string& p : f.GetList("cpu-pid")) {
     int pid;
-    if (!absl::SimpleAtoi(p, &pid) || pid <= 0) return absl::InvalidArgumentError(absl::StrCat("--cpu-pid '", p, "': not a process id"));
+    if (!absl::SimpleAtoi(p, &pid) || pid <= 0)
+      return absl::InvalidArgumentError(absl::StrCat("--cpu-pid '", p, "': not a process id"));
     o->cpu_pids.push_back(pid);
   }
   o->out_json = f.Get("out");
@@ -157,13 +170,16 @@ absl::Status ParseReport(const Flags& f, LoadTestOptions* o) {
 }  // namespace
 
 absl::StatusOr<LoadTestOptions> ParseLoadTestOptions(const std::vector<std::string>& args) {
-  auto f = Flags::Parse(
-      args,
-      {"grpc", "url", "model", "api-key", "workload", "dataset", "input-len", "output-len",
-       "vocab-size", "seed", "num-requests", "warmup", "request-rate", "burstiness",
-       "max-concurrency", "duration", "timeout", "temperature", "slo", "metrics-url",
-       "scrape-interval-ms", "cpu-pid", "out", "plots", "label"},
-      {"allow-remote-host", "respect-eos", "no-progress"});
+  auto f = Flags::Parse(args, {"grpc",         "url",          "model",
+                               "api-key",      "workload",     "dataset",
+                               "input-len",    "output-len",   "vocab-size",
+                               "seed",         "num-requests", "warmup",
+                               "request-rate", "burstiness",   "max-concurrency",
+                               "duration",     "timeout",      "temperature",
+                               "slo",          "metrics-url",  "scrape-interval-ms",
+                               "cpu-pid",      "out",          "plots",
+                               "label",        "logprobs"},
+                        {"allow-remote-host", "respect-eos", "no-progress"});
   if (!f.ok()) return f.status();
   LoadTestOptions o;
   o.allow_remote_host = f->Has("allow-remote-host");
@@ -175,17 +191,19 @@ absl::StatusOr<LoadTestOptions> ParseLoadTestOptions(const std::vector<std::stri
 
 nlohmann::json ConfigJson(const LoadTestOptions& o) {
   const WorkloadOptions& w = o.workload;
-  nlohmann::json j = {{"workload", w.kind},
-                      {"num_requests", o.num_requests},
-                      {"warmup", o.run.warmup},
-                      {"request_rate", std::isinf(o.run.request_rate) ? nlohmann::json("inf")
-                                                                      : nlohmann::json(o.run.request_rate)},
-                      {"burstiness", o.run.burstiness},
-                      {"max_concurrency", o.run.max_concurrency},
-                      {"duration_s", o.run.duration_s},
-                      {"ignore_eos", o.send.ignore_eos},
-                      {"temperature", o.send.temperature},
-                      {"seed", w.seed}};
+  nlohmann::json j = {
+      {"workload", w.kind},
+      {"num_requests", o.num_requests},
+      {"warmup", o.run.warmup},
+      {"request_rate",
+       std::isinf(o.run.request_rate) ? nlohmann::json("inf") : nlohmann::json(o.run.request_rate)},
+      {"burstiness", o.run.burstiness},
+      {"max_concurrency", o.run.max_concurrency},
+      {"duration_s", o.run.duration_s},
+      {"ignore_eos", o.send.ignore_eos},
+      {"temperature", o.send.temperature},
+      {"logprobs", o.send.logprobs},
+      {"seed", w.seed}};
   if (w.kind == "random") j["input_len"] = w.input_len.Describe();
   if (w.kind != "decode" || w.output_len_given) j["output_len"] = w.output_len.Describe();
   if (w.kind == "decode" && !w.output_len_given) j["output_len"] = "normal:256:64";

@@ -17,9 +17,9 @@ namespace morserve::loadtest {
 
 struct LoadTestOptions {
   // Target: exactly one of grpc / url.
-  std::string grpc;  // HOST:PORT of `morserve serve`
-  std::string url;   // http://HOST:PORT/v1/completions or /v1/chat/completions
-  Url endpoint;      // parsed url or grpc address
+  std::string grpc;     // HOST:PORT of `morserve serve`
+  std::string url;      // http://HOST:PORT/v1/completions or /v1/chat/completions
+  Url endpoint;         // parsed url or grpc address
   std::string model;    // HTTP "model"; default: the first of GET /v1/models
   std::string api_key;  // HTTP bearer token
   bool allow_remote_host = false;

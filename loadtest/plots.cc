@@ -23,8 +23,8 @@ std::string Quote(const std::string& s) {
 
 std::string Header(const std::string& svg, int w, int h) {
   return absl::StrCat("set terminal svg size ", w, ",", h,
-                      " dynamic enhanced font 'sans,11' background rgb 'white'\n",
-                      "set output ", Quote(svg), "\nset grid\nset key bottom right\n");
+                      " dynamic enhanced font 'sans,11' background rgb 'white'\n", "set output ",
+                      Quote(svg), "\nset grid\nset key bottom right\n");
 }
 
 // "plot" clause for each run's data file, or "" when none has data.
@@ -51,7 +51,7 @@ absl::Status RunGnuplot(const std::string& script) {
 
 std::string LatencyScript(const std::string& dir, const std::vector<LabelledRun>& runs) {
   std::string gp = Header(dir + "/latency_cdf.svg", 1000, 700);
-  gp += "set multiplot layout 2,2 title 'Latency CDFs'\nset ylabel 'fraction of requests'\n";
+  gp += "set multiplot layout 2,2 title 'Latency CDFs'\nset ylabel 'cumulative fraction'\n";
   for (int m = 0; m < 4; ++m) {
     std::vector<std::string> parts;
     for (size_t r = 0; r < runs.size(); ++r) {
@@ -62,16 +62,20 @@ std::string LatencyScript(const std::string& dir, const std::vector<LabelledRun>
       for (size_t i = 0; i < q.size(); ++i) {
         out << q[i].get<double>() << " " << static_cast<double>(i) / (q.size() - 1) << "\n";
       }
-      parts.push_back(absl::StrCat(Quote(file), " using 1:2 with lines lw 2 title ", Quote(runs[r].first)));
+      parts.push_back(
+          absl::StrCat(Quote(file), " using 1:2 with lines lw 2 title ", Quote(runs[r].first)));
     }
-    gp += absl::StrCat("set xlabel '", kTitles[m], "'\nset title '", kTitles[m], "'\n", PlotClause(parts), "\n");
+    gp += absl::StrCat("set xlabel '", kTitles[m], "'\nset title '", kTitles[m], "'\n",
+                       PlotClause(parts), "\n");
   }
   return gp + "unset multiplot\n";
 }
 
 std::string ThroughputScript(const std::string& dir, const std::vector<LabelledRun>& runs) {
   std::string gp = Header(dir + "/throughput.svg", 1000, 700);
-  gp += "set multiplot layout 2,1 title 'Throughput over time (1 s bins)'\nset xlabel 'time since start (s)'\n";
+  gp +=
+      "set multiplot layout 2,1 title 'Throughput over time (1 s bins)'\nset xlabel 'time since "
+      "start (s)'\n";
   std::vector<std::string> tok, req;
   for (size_t r = 0; r < runs.size(); ++r) {
     const nlohmann::json& t = runs[r].second["throughput_over_time"];
@@ -82,8 +86,10 @@ std::string ThroughputScript(const std::string& dir, const std::vector<LabelledR
       out << p["t_s"].get<double>() << " " << p["output_tokens_per_s"].get<double>() << " "
           << p["requests_per_s"].get<double>() << "\n";
     }
-    tok.push_back(absl::StrCat(Quote(file), " using 1:2 with steps lw 2 title ", Quote(runs[r].first)));
-    req.push_back(absl::StrCat(Quote(file), " using 1:3 with steps lw 2 title ", Quote(runs[r].first)));
+    tok.push_back(
+        absl::StrCat(Quote(file), " using 1:2 with steps lw 2 title ", Quote(runs[r].first)));
+    req.push_back(
+        absl::StrCat(Quote(file), " using 1:3 with steps lw 2 title ", Quote(runs[r].first)));
   }
   gp += "set ylabel 'output tokens/s'\nset title 'Output tokens/s'\n" + PlotClause(tok) + "\n";
   gp += "set ylabel 'requests/s'\nset title 'Completed requests/s'\n" + PlotClause(req) + "\n";
@@ -104,13 +110,14 @@ std::string ServerScript(const std::string& dir, const std::vector<LabelledRun>&
     std::ofstream out(file);
     for (const nlohmann::json& p : series) {
       const double f = p["fill_ratio"].get<double>();
-      out << p["t_s"].get<double>() << " " << (f < 0 ? std::string("NaN") : std::to_string(f)) << " "
-          << p["kv_usage"].get<double>();
+      out << p["t_s"].get<double>() << " " << (f < 0 ? std::string("NaN") : std::to_string(f))
+          << " " << p["kv_usage"].get<double>();
       for (const std::string& l : loops) out << " " << p["rows_per_loop"].value(l, 0.0);
       out << "\n";
     }
     const std::string& label = runs[r].first;
-    fill.push_back(absl::StrCat(Quote(file), " using 1:2 with linespoints lw 2 title ", Quote(label)));
+    fill.push_back(
+        absl::StrCat(Quote(file), " using 1:2 with linespoints lw 2 title ", Quote(label)));
     kv.push_back(absl::StrCat(Quote(file), " using 1:3 with lines lw 2 title ", Quote(label)));
     int col = 4;
     for (const std::string& l : loops) {
@@ -120,10 +127,19 @@ std::string ServerScript(const std::string& dir, const std::vector<LabelledRun>&
   }
   if (fill.empty()) return "";
   std::string gp = Header(dir + "/server_metrics.svg", 1000, 900);
-  gp += "set multiplot layout 3,1 title 'Server metrics scraped during the run'\nset xlabel 'time since start (s)'\n";
-  gp += "set ylabel 'fill ratio'\nset yrange [0:1.05]\nset title 'Batch fill ratio (mean over steps in the interval)'\n" + PlotClause(fill) + "\n";
-  gp += "set autoscale y\nset ylabel 'rows / step'\nset title 'Rows per loop of the shared block, per engine step'\n" + PlotClause(rows) + "\n";
-  gp += "set ylabel 'KV usage'\nset yrange [0:1.05]\nset title 'KV cache usage'\n" + PlotClause(kv) + "\n";
+  gp +=
+      "set multiplot layout 3,1 title 'Server metrics scraped during the run'\nset xlabel 'time "
+      "since start (s)'\n";
+  gp +=
+      "set ylabel 'fill ratio'\nset yrange [0:1.05]\nset title 'Batch fill ratio (mean over steps "
+      "in the interval)'\n" +
+      PlotClause(fill) + "\n";
+  gp +=
+      "set autoscale y\nset ylabel 'rows / step'\nset title 'Rows per loop of the shared block, "
+      "per engine step'\n" +
+      PlotClause(rows) + "\n";
+  gp += "set ylabel 'KV usage'\nset yrange [0:1.05]\nset title 'KV cache usage'\n" +
+        PlotClause(kv) + "\n";
   return gp + "unset multiplot\n";
 }
 

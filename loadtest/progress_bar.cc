@@ -10,7 +10,10 @@ namespace morserve::loadtest {
 
 ProgressBar::ProgressBar(bool enabled, int total, double duration_s, std::function<int()> done,
                          std::function<int()> in_flight)
-    : enabled_(enabled), total_(total), duration_s_(duration_s), done_(std::move(done)),
+    : enabled_(enabled),
+      total_(total),
+      duration_s_(duration_s),
+      done_(std::move(done)),
       in_flight_(std::move(in_flight)) {
   if (!enabled_) return;
   thread_ = std::thread([this] {

@@ -11,7 +11,9 @@
 namespace morserve::loadtest {
 namespace {
 
-double Ttft(const RequestRecord& r) { return r.chunk_s.empty() ? r.latency_s() : r.chunk_s.front(); }
+double Ttft(const RequestRecord& r) {
+  return r.chunk_s.empty() ? r.latency_s() : r.chunk_s.front();
+}
 
 std::optional<double> Tpot(const RequestRecord& r) {
   const int n = r.output_tokens();
@@ -33,13 +35,20 @@ absl::StatusOr<Slo> ParseSlo(const std::vector<std::string>& items) {
     std::vector<std::string> kv = absl::StrSplit(item, absl::MaxSplits(':', 1));
     double ms;
     if (kv.size() != 2 || !absl::SimpleAtod(kv[1], &ms) || !(ms > 0) || !std::isfinite(ms)) {
-      return absl::InvalidArgumentError(absl::StrCat("--slo '", item, "': expected METRIC:MS with MS > 0 (ttft, tpot, itl, e2e)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--slo '", item, "': expected METRIC:MS with MS > 0 (ttft, tpot, itl, e2e)"));
     }
-    if (kv[0] == "ttft") slo.ttft_ms = ms;
-    else if (kv[0] == "tpot") slo.tpot_ms = ms;
-    else if (kv[0] == "itl") slo.itl_ms = ms;
-    else if (kv[0] == "e2e") slo.e2e_ms = ms;
-    else return absl::InvalidArgumentError(absl::StrCat("--slo '", item, "': unknown metric (ttft, tpot, itl, e2e)"));
+    if (kv[0] == "ttft")
+      slo.ttft_ms = ms;
+    else if (kv[0] == "tpot")
+      slo.tpot_ms = ms;
+    else if (kv[0] == "itl")
+      slo.itl_ms = ms;
+    else if (kv[0] == "e2e")
+      slo.e2e_ms = ms;
+    else
+      return absl::InvalidArgumentError(
+          absl::StrCat("--slo '", item, "': unknown metric (ttft, tpot, itl, e2e)"));
   }
   return slo;
 }
@@ -60,7 +69,8 @@ bool MeetsSlo(const RequestRecord& r, const Slo& slo) {
   return true;
 }
 
-std::map<std::string, std::vector<double>> LatencySamples(const std::vector<RequestRecord>& records) {
+std::map<std::string, std::vector<double>> LatencySamples(
+    const std::vector<RequestRecord>& records) {
   std::map<std::string, std::vector<double>> s;
   for (const RequestRecord& r : records) {
     if (r.warmup || !r.ok) continue;
@@ -113,7 +123,8 @@ nlohmann::json ThroughputOverTime(const std::vector<RequestRecord>& records, dou
   };
   for (const RequestRecord& r : records) {
     if (r.warmup) continue;
-    for (size_t i = 0; i < r.chunk_s.size(); ++i) tokens[bin(r.send_s + r.chunk_s[i])] += r.chunk_tokens[i];
+    for (size_t i = 0; i < r.chunk_s.size(); ++i)
+      tokens[bin(r.send_s + r.chunk_s[i])] += r.chunk_tokens[i];
     if (r.ok) done[bin(r.end_s)] += 1;
   }
   nlohmann::json out = nlohmann::json::array();
@@ -135,8 +146,10 @@ nlohmann::json ReportJson(const RunStats& s, const Slo& slo) {
       {"total_token_throughput", s.total_throughput()},
       {"total_input_tokens", s.input_tokens},
       {"total_output_tokens", s.output_tokens},
-      {"token_counts", {{"streamed", s.measured_tokens}, {"usage", s.usage_tokens},
-                        {"requests_streamed_ne_usage", s.usage_mismatches}}},
+      {"token_counts",
+       {{"streamed", s.measured_tokens},
+        {"usage", s.usage_tokens},
+        {"requests_streamed_ne_usage", s.usage_mismatches}}},
       {"ttft_ms", ToJson(s.ttft_ms)},
       {"tpot_ms", ToJson(s.tpot_ms)},
       {"itl_ms", ToJson(s.itl_ms)},
@@ -169,11 +182,14 @@ std::string FormatTable(const RunStats& s, const Slo& slo) {
   line("Output token throughput (tok/s)", absl::StrFormat("%.2f", s.output_throughput()));
   line("Total token throughput (tok/s)", absl::StrFormat("%.2f", s.total_throughput()));
   if (slo.any()) line("Goodput (req/s)", absl::StrFormat("%.2f (%d good)", s.goodput(), s.good));
-  absl::StrAppendFormat(&o, "%-12s %10s %10s %10s %10s %10s\n", "(ms)", "mean", "median", "p90", "p99", "max");
+  absl::StrAppendFormat(&o, "%-12s %10s %10s %10s %10s %10s\n", "(ms)", "mean", "median", "p90",
+                        "p99", "max");
   for (const auto& [name, m] : {std::pair<const char*, const Summary*>{"TTFT", &s.ttft_ms},
-                                {"TPOT", &s.tpot_ms}, {"ITL", &s.itl_ms}, {"E2E", &s.e2e_ms}}) {
-    absl::StrAppendFormat(&o, "%-12s %10.2f %10.2f %10.2f %10.2f %10.2f\n", name, m->mean, m->median,
-                          m->p90, m->p99, m->max);
+                                {"TPOT", &s.tpot_ms},
+                                {"ITL", &s.itl_ms},
+                                {"E2E", &s.e2e_ms}}) {
+    absl::StrAppendFormat(&o, "%-12s %10.2f %10.2f %10.2f %10.2f %10.2f\n", name, m->mean,
+                          m->median, m->p90, m->p99, m->max);
   }
   o += "==========================================\n";
   return o;
@@ -181,17 +197,28 @@ std::string FormatTable(const RunStats& s, const Slo& slo) {
 
 const std::vector<std::pair<std::string, std::string>>& Definitions() {
   static const auto* d = new std::vector<std::pair<std::string, std::string>>{
-      {"TTFT", "time to first token: from sending the request to the first stream chunk with output"},
-      {"TPOT", "time per output token after the first: (E2E - TTFT) / (output tokens - 1), requests with >= 2 tokens"},
-      {"ITL", "inter-token latency: gap between consecutive output chunks of a request (a chunk may hold several tokens)"},
+      {"TTFT",
+       "time to first token: from sending the request to the first stream chunk with output"},
+      {"TPOT",
+       "time per output token after the first: (E2E - TTFT) / (output tokens - 1), requests with "
+       ">= 2 tokens"},
+      {"ITL",
+       "inter-token latency: gap between consecutive output chunks of a request (a chunk may hold "
+       "several tokens)"},
       {"E2E", "end-to-end latency: from sending the request to the end of its stream"},
       {"request throughput", "completed requests / duration"},
-      {"output throughput", "output tokens (server usage when reported) of completed requests / duration"},
+      {"output throughput",
+       "output tokens (server usage when reported) of completed requests / duration"},
       {"total throughput", "(prompt + output tokens) of completed requests / duration"},
       {"goodput", "completed requests meeting every --slo limit / duration"},
-      {"duration", "from the first measured request's scheduled start to the last one's end; warm-up excluded"},
-      {"percentiles", "linear interpolation between closest ranks (numpy default); latencies of successful requests only"},
-      {"failed", "requests that ended with an error (gRPC status, HTTP status, transport error, or cut at --duration); sent = completed + failed"}};
+      {"duration",
+       "from the first measured request's scheduled start to the last one's end; warm-up excluded"},
+      {"percentiles",
+       "linear interpolation between closest ranks (numpy default); latencies of successful "
+       "requests only"},
+      {"failed",
+       "requests that ended with an error (gRPC status, HTTP status, transport error, or cut at "
+       "--duration); sent = completed + failed"}};
   return *d;
 }
 

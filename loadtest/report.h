@@ -46,7 +46,8 @@ struct RunStats {
 RunStats ComputeStats(const std::vector<RequestRecord>& records, const Slo& slo);
 bool MeetsSlo(const RequestRecord& r, const Slo& slo);
 // Per-request values for CDFs (ms): ttft, tpot, itl, e2e.
-std::map<std::string, std::vector<double>> LatencySamples(const std::vector<RequestRecord>& records);
+std::map<std::string, std::vector<double>> LatencySamples(
+    const std::vector<RequestRecord>& records);
 // Output tokens and completed requests per `bin_s` bin since the start.
 nlohmann::json ThroughputOverTime(const std::vector<RequestRecord>& records, double bin_s);
 

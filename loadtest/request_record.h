@@ -12,9 +12,9 @@ namespace morserve::loadtest {
 struct RequestRecord {
   int index = 0;
   bool warmup = false;
-  double send_s = 0;  // when the request went out
-  double end_s = 0;   // when its stream ended (or failed)
-  std::vector<double> chunk_s;  // arrival of each token-carrying chunk, since send_s
+  double send_s = 0;              // when the request went out
+  double end_s = 0;               // when its stream ended (or failed)
+  std::vector<double> chunk_s;    // arrival of each token-carrying chunk, since send_s
   std::vector<int> chunk_tokens;  // tokens in each chunk (1 per SSE event)
   int prompt_tokens = 0;          // sent (token ids), or the server's usage for text
   int measured_tokens = 0;        // sum of chunk_tokens

@@ -79,7 +79,8 @@ void SendOne(Target& target, const RequestSpec& spec, int index, bool warmup,
   r.warmup = warmup;
   r.prompt_tokens = spec.prompt_tokens();
   ledger.Sent();
-  target.Send(spec, std::move(r), epoch, [&ledger](RequestRecord done) { ledger.Done(std::move(done)); });
+  target.Send(spec, std::move(r), epoch,
+              [&ledger](RequestRecord done) { ledger.Done(std::move(done)); });
 }
 
 }  // namespace
@@ -108,13 +109,15 @@ absl::StatusOr<RunResult> Run(Target& target, const std::vector<RequestSpec>& sp
     deadline = result.epoch + std::chrono::duration_cast<Clock::duration>(
                                   std::chrono::duration<double>(o.duration_s));
   }
-  ProgressBar bar(o.progress, measured, o.duration_s, [&] { return ledger.done_measured(); },
-                  [&] { return ledger.in_flight(); });
+  ProgressBar bar(
+      o.progress, measured, o.duration_s, [&] { return ledger.done_measured(); },
+      [&] { return ledger.in_flight(); });
   double next_s = 0;
   int sent = 0;
   for (int i = warmup; i < static_cast<int>(specs.size()); ++i) {
     next_s += arrivals->NextGapSeconds();
-    auto at = result.epoch + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(next_s));
+    auto at = result.epoch +
+              std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(next_s));
     if (deadline && at >= *deadline) {
       std::this_thread::sleep_until(*deadline);
       result.hit_duration = true;

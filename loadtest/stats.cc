@@ -32,7 +32,8 @@ std::vector<double> Quantiles(std::vector<double> values, int points) {
   std::vector<double> out;
   if (values.empty() || points < 2) return out;
   std::sort(values.begin(), values.end());
-  for (int i = 0; i < points; ++i) out.push_back(SortedPercentile(values, 100.0 * i / (points - 1)));
+  for (int i = 0; i < points; ++i)
+    out.push_back(SortedPercentile(values, 100.0 * i / (points - 1)));
   return out;
 }
 

@@ -20,6 +20,9 @@ struct SendOptions {
   bool ignore_eos = true;
   double temperature = 0;
   int timeout_s = 600;  // per request
+  // HTTP: ask for logprobs (top N, 0 = the sampled token only) so that every chunk lists its
+  // tokens; -1: not asked (vLLM's benchmark default; one token counted per text chunk).
+  int logprobs = -1;
 };
 
 class Target {

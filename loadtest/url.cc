@@ -14,7 +14,8 @@ absl::StatusOr<Url> ParseHostPort(const std::string& address) {
   size_t colon;
   if (!address.empty() && address.front() == '[') {
     const size_t close = address.find(']');
-    if (close == std::string::npos) return absl::InvalidArgumentError(absl::StrCat("address '", address, "': missing ]"));
+    if (close == std::string::npos)
+      return absl::InvalidArgumentError(absl::StrCat("address '", address, "': missing ]"));
     u.host = address.substr(1, close - 1);
     colon = close + 1;
     if (colon >= address.size() || address[colon] != ':') colon = std::string::npos;
@@ -22,11 +23,13 @@ absl::StatusOr<Url> ParseHostPort(const std::string& address) {
     colon = address.rfind(':');
     u.host = address.substr(0, colon);
   }
-  if (colon == std::string::npos) return absl::InvalidArgumentError(absl::StrCat("address '", address, "': expected HOST:PORT"));
+  if (colon == std::string::npos)
+    return absl::InvalidArgumentError(absl::StrCat("address '", address, "': expected HOST:PORT"));
   u.port = address.substr(colon + 1);
   int port;
   if (u.host.empty() || !absl::SimpleAtoi(u.port, &port) || port < 1 || port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("address '", address, "': expected HOST:PORT with a port in 1..65535"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("address '", address, "': expected HOST:PORT with a port in 1..65535"));
   }
   u.target = "/";
   return u;
@@ -34,17 +37,21 @@ absl::StatusOr<Url> ParseHostPort(const std::string& address) {
 
 absl::StatusOr<Url> ParseHttpUrl(const std::string& url) {
   if (absl::StartsWith(url, "https://")) {
-    return absl::InvalidArgumentError(absl::StrCat("'", url, "': https is not supported (plain http only)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", url, "': https is not supported (plain http only)"));
   }
-  if (!absl::StartsWith(url, "http://")) return absl::InvalidArgumentError(absl::StrCat("'", url, "': expected http://HOST:PORT/PATH"));
+  if (!absl::StartsWith(url, "http://"))
+    return absl::InvalidArgumentError(absl::StrCat("'", url, "': expected http://HOST:PORT/PATH"));
   const std::string rest = url.substr(7);
   const size_t slash = rest.find('/');
   std::string authority = rest.substr(0, slash);
-  if (authority.find(':') == std::string::npos || (authority.front() == '[' && authority.back() == ']')) {
+  if (authority.find(':') == std::string::npos ||
+      (authority.front() == '[' && authority.back() == ']')) {
     authority += ":80";
   }
   auto u = ParseHostPort(authority);
-  if (!u.ok()) return absl::InvalidArgumentError(absl::StrCat("'", url, "': ", u.status().message()));
+  if (!u.ok())
+    return absl::InvalidArgumentError(absl::StrCat("'", url, "': ", u.status().message()));
   u->target = slash == std::string::npos ? "/" : rest.substr(slash);
   return u;
 }

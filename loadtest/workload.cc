@@ -17,7 +17,9 @@ int OutputCap(const WorkloadOptions& o, int prompt_len) {
 }
 
 absl::StatusOr<std::vector<RequestSpec>> Random(const WorkloadOptions& o, int count) {
-  if (o.vocab_size < 2) return absl::InvalidArgumentError("random workload: the vocabulary size is unknown (pass --vocab-size)");
+  if (o.vocab_size < 2)
+    return absl::InvalidArgumentError(
+        "random workload: the vocabulary size is unknown (pass --vocab-size)");
   std::mt19937_64 rng(o.seed);
   std::uniform_int_distribution<int> id(1, o.vocab_size - 1);
   std::vector<RequestSpec> out(count);
@@ -60,7 +62,8 @@ absl::StatusOr<RequestSpec> JsonlLine(const WorkloadOptions& o, const std::strin
       r.prompt_ids.push_back(t.get<int>());
     }
   } else {
-    return absl::InvalidArgumentError("\"prompt\" must be a string or a non-empty array of token ids");
+    return absl::InvalidArgumentError(
+        "\"prompt\" must be a string or a non-empty array of token ids");
   }
   if (j.contains("max_tokens")) {
     if (!j["max_tokens"].is_number_integer() || j["max_tokens"].get<int64_t>() < 1) {
@@ -84,7 +87,8 @@ absl::StatusOr<std::vector<RequestSpec>> Jsonl(const WorkloadOptions& o, int cou
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     auto r = JsonlLine(o, line, rng);
     if (!r.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(o.dataset, ":", n, ": ", r.status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat(o.dataset, ":", n, ": ", r.status().message()));
     }
     lines.push_back(std::move(*r));
   }
@@ -100,7 +104,8 @@ absl::StatusOr<std::vector<RequestSpec>> MakeWorkload(const WorkloadOptions& o, 
   if (o.kind == "random") return Random(o, count);
   if (o.kind == "decode") return Decode(o, count);
   if (o.kind == "jsonl") return Jsonl(o, count);
-  return absl::InvalidArgumentError(absl::StrCat("--workload ", o.kind, ": use random, jsonl or decode"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("--workload ", o.kind, ": use random, jsonl or decode"));
 }
 
 }  // namespace morserve::loadtest

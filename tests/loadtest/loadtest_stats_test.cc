@@ -31,8 +31,8 @@ TEST(Summarize, MeanMedianTailAndMax) {
   EXPECT_EQ(s.count, 100);
   EXPECT_DOUBLE_EQ(s.mean, 50.5);
   EXPECT_DOUBLE_EQ(s.median, 50.5);
-  EXPECT_NEAR(s.p90, 90.1, 1e-9);  // rank 89.1
-  EXPECT_NEAR(s.p99, 99.01, 1e-9); // rank 98.01
+  EXPECT_NEAR(s.p90, 90.1, 1e-9);   // rank 89.1
+  EXPECT_NEAR(s.p99, 99.01, 1e-9);  // rank 98.01
   EXPECT_DOUBLE_EQ(s.max, 100);
   EXPECT_EQ(Summarize({}).count, 0);
 }
@@ -118,9 +118,9 @@ TEST(Slo, ParseAndEveryLimit) {
   auto slo = ParseSlo({"ttft:100", "itl:50", "e2e:1000", "tpot:45"});
   ASSERT_TRUE(slo.ok());
   EXPECT_TRUE(MeetsSlo(Rec(0, {0.05, 0.09, 0.13}, 0.13), *slo));
-  EXPECT_FALSE(MeetsSlo(Rec(0, {0.15, 0.16}, 0.2), *slo));        // ttft
-  EXPECT_FALSE(MeetsSlo(Rec(0, {0.05, 0.06, 0.12}, 0.12), *slo)); // an ITL of 60
-  EXPECT_FALSE(MeetsSlo(Rec(0, {0.05}, 1.5), *slo));              // e2e
+  EXPECT_FALSE(MeetsSlo(Rec(0, {0.15, 0.16}, 0.2), *slo));         // ttft
+  EXPECT_FALSE(MeetsSlo(Rec(0, {0.05, 0.06, 0.12}, 0.12), *slo));  // an ITL of 60
+  EXPECT_FALSE(MeetsSlo(Rec(0, {0.05}, 1.5), *slo));               // e2e
   EXPECT_FALSE(MeetsSlo(Rec(0, {0.05, 0.1}, 0.1, false, "x"), *slo));
   EXPECT_FALSE(ParseSlo({"ttft"}).ok());
   EXPECT_FALSE(ParseSlo({"ttft:-1"}).ok());
