@@ -501,6 +501,37 @@ TEST_F(GatewayTest, ClientDisconnectMidStreamCancelsTheBackendRequest) {
   EXPECT_EQ(Post("/v1/completions", {{"prompt", "still here"}, {"max_tokens", 2}}).status, 200);
 }
 
+// SIGTERM while a request runs: the gateway stops accepting, the request still completes,
+// then it exits 0.
+// (With --served-model-name: /v1/models and the model check use that name.)
+TEST_F(GatewayTest, SigtermLetsRequestsInFlightFinish) {
+  GatewayProcess g;
+  ASSERT_TRUE(g.Start({"--backend", server_->address(), "--served-model-name", "my-model"}))
+      << g.output();
+  EXPECT_EQ(Curl("GET", g.url() + "/v1/models", "", {}).Json()["data"][0]["id"], "my-model");
+  ExpectError(Curl("POST", g.url() + "/v1/completions",
+                   json({{"prompt", "x"}, {"model", ModelName()}}).dump()),
+              404, ModelName());
+  HttpResult result;
+  std::thread client([&] {
+    result = Curl("POST", g.url() + "/v1/completions",
+                  json({{"prompt", "finish me"}, {"model", "my-model"}, {"max_tokens", 200},
+                        {"ignore_eos", true}})
+                      .dump());
+  });
+  // Wait until the request is in flight, then stop the gateway.
+  bool in_flight = false;
+  for (int i = 0; i < 200 && !in_flight; ++i) {
+    in_flight = Scrape(MetricsOf(g), "morserve_gateway_requests_in_flight") >= 2;
+    if (!in_flight) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(in_flight);
+  EXPECT_EQ(g.Terminate(), 0) << g.output();
+  client.join();
+  EXPECT_EQ(result.status, 200) << result.body;
+  EXPECT_EQ(result.Json()["usage"]["completion_tokens"], 200);
+}
+
 // The backend dies mid-stream (SIGKILL): the stream that already started gets an in-band
 // OpenAI error event and still ends with [DONE]; the gateway stays up.
 TEST_F(GatewayTest, BackendLostMidStreamIsAnInBandErrorEvent) {
