@@ -24,6 +24,7 @@ PACKAGES=(
   prometheus openssl
   docker-compose  # tests/deploy: `docker-compose config` validates deploy/docker-compose.yml
   curl  # tests/gateway: the HTTP client of the gateway's end-to-end test
+  gnuplot-nox  # morserve-loadtest draws its SVG plots with gnuplot (loadtest/plots.cc)
 )
 
 missing=()
