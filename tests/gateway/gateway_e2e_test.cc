@@ -11,6 +11,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -20,6 +21,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -100,6 +103,15 @@ class RawStream {
     fd_ = -1;
   }
   const std::string& received() const { return got_; }
+  int fd() const { return fd_; }
+  // One read into received(); false on EOF or error.
+  bool ReadSome() {
+    char buf[4096];
+    const ssize_t n = read(fd_, buf, sizeof buf);
+    if (n <= 0) return false;
+    got_.append(buf, n);
+    return true;
+  }
 
  private:
   int fd_ = -1;
@@ -555,6 +567,80 @@ TEST_F(GatewayTest, BackendLostMidStreamIsAnInBandErrorEvent) {
   EXPECT_LT(error, got.find("data: [DONE]"));
   EXPECT_TRUE(g.Running());
   EXPECT_EQ(g.Terminate(), 0) << g.output();
+}
+
+int ThreadCount(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  }
+  return -1;
+}
+
+// 1000 concurrent SSE streams from one polling client thread through a gateway on 2 io
+// threads: every stream ends with the gRPC server's greedy text and [DONE], and the
+// gateway's threads do not grow with the streams (async HTTP and gRPC callback calls).
+TEST_F(GatewayTest, ThousandConcurrentStreamsOnFewThreads) {
+  constexpr int kStreams = 1000;
+  const std::vector<int> prompt = {1, 2, 3, 4, 5, 6};
+  v1::GenerateRequest g;
+  g.mutable_token_ids()->mutable_ids()->Assign(prompt.begin(), prompt.end());
+  g.set_max_tokens(4);
+  g.set_ignore_eos(true);
+  g.mutable_sampling()->set_temperature(0);
+  StreamResult want = GenerateAll(stub_.get(), g);
+  ASSERT_TRUE(want.status.ok());
+
+  GatewayProcess gw;
+  ASSERT_TRUE(gw.Start({"--backend", server_->address(), "--threads", "2"})) << gw.output();
+  const int threads_idle = ThreadCount(gw.pid());
+  const std::string body = json({{"prompt", prompt}, {"max_tokens", 4}, {"ignore_eos", true},
+                                 {"temperature", 0}, {"stream", true}})
+                               .dump();
+  std::vector<std::unique_ptr<RawStream>> streams;
+  for (int i = 0; i < kStreams; ++i) {
+    streams.push_back(std::make_unique<RawStream>(gw.port(), "/v1/completions", body));
+  }
+  // Read every stream to its end, polling them all from this one thread.
+  std::vector<pollfd> fds(kStreams);
+  std::vector<bool> done(kStreams, false);
+  int remaining = kStreams, threads_max = threads_idle;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(300);
+  while (remaining > 0 && std::chrono::steady_clock::now() < deadline) {
+    for (int i = 0; i < kStreams; ++i) fds[i] = {done[i] ? -1 : streams[i]->fd(), POLLIN, 0};
+    ASSERT_GE(poll(fds.data(), fds.size(), 1000), 0);
+    for (int i = 0; i < kStreams; ++i) {
+      if (done[i] || fds[i].revents == 0) continue;
+      if (!streams[i]->ReadSome() || streams[i]->received().find("data: [DONE]") != std::string::npos) {
+        done[i] = true;
+        --remaining;
+      }
+    }
+    threads_max = std::max(threads_max, ThreadCount(gw.pid()));
+  }
+  ASSERT_EQ(remaining, 0);
+  int complete = 0;
+  for (auto& s : streams) {
+    const std::string& got = s->received();
+    const size_t body_at = got.find("\r\n\r\n");
+    if (got.rfind("HTTP/1.1 200", 0) != 0 || body_at == std::string::npos) continue;
+    // Undo the chunked framing: chunk-size lines are hex digits only.
+    std::string text;
+    std::istringstream lines(got.substr(body_at + 4));
+    std::string line;
+    while (std::getline(lines, line)) {
+      if (line.rfind("data: {", 0) != 0) continue;
+      json c = json::parse(line.substr(6), nullptr, false);
+      if (c.is_object() && c["choices"].size() == 1) text += c["choices"][0]["text"].get<std::string>();
+    }
+    if (text == want.text && got.find("data: [DONE]") != std::string::npos) ++complete;
+  }
+  EXPECT_EQ(complete, kStreams);
+  std::printf("%d streams; gateway threads: %d idle, %d at most\n", kStreams, threads_idle,
+              threads_max);
+  EXPECT_LT(threads_max, threads_idle + 8) << "gateway threads grow with the streams";
+  EXPECT_EQ(gw.Terminate(), 0) << gw.output();
 }
 
 // Two backends: sequential requests spread over both; one killed (SIGKILL) -> every later

@@ -26,6 +26,7 @@ class GatewayProcess {
   bool Running();
 
   int port() const { return port_; }
+  pid_t pid() const { return pid_; }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
   std::string output();
 
