@@ -80,18 +80,27 @@ TEST(DeployFilesTest, DashboardsHaveTheRequiredPanels) {
   // waiting, KV usage, finish reasons, preemptions, rows per loop, exits per loop, batch fill
   // ratio, step time, and the gateway's series.
   for (const char* needle :
-       {"rate(morserve_requests_finished_total", "histogram_quantile(0.99, sum by (le) (rate(morserve_time_to_first_token_seconds_bucket",
+       {"rate(morserve_requests_finished_total",
+        "histogram_quantile(0.99, sum by (le) (rate(morserve_time_to_first_token_seconds_bucket",
         "histogram_quantile(0.99, sum by (le) (rate(morserve_inter_token_latency_seconds_bucket",
         "histogram_quantile(0.99, sum by (le) (rate(morserve_e2e_request_latency_seconds_bucket",
-        "rate(morserve_generation_tokens_total", "morserve_requests_running", "morserve_requests_waiting",
-        "morserve_kv_cache_usage_ratio", "sum by (reason) (rate(morserve_requests_finished_total",
-        "rate(morserve_preemptions_total", "sum by (loop) (rate(morserve_rows_per_loop_total",
-        "rate(morserve_exits_per_loop_total", "morserve_batch_fill_ratio_sum",
-        "morserve_step_duration_seconds_bucket", "morserve_gateway_requests_total",
+        "rate(morserve_generation_tokens_total",
+        "morserve_requests_running",
+        "morserve_requests_waiting",
+        "morserve_kv_cache_usage_ratio",
+        "sum by (reason) (rate(morserve_requests_finished_total",
+        "rate(morserve_preemptions_total",
+        "sum by (loop) (rate(morserve_rows_per_loop_total",
+        "rate(morserve_exits_per_loop_total",
+        "morserve_batch_fill_ratio_sum",
+        "morserve_step_duration_seconds_bucket",
+        "morserve_gateway_requests_total",
         "morserve_gateway_request_duration_seconds_bucket",
         "morserve_gateway_time_to_first_token_seconds_bucket",
-        "morserve_gateway_completion_tokens_total", "morserve_gateway_backend_up",
-        "morserve_gateway_backend_outstanding_requests", "morserve_gateway_open_connections",
+        "morserve_gateway_completion_tokens_total",
+        "morserve_gateway_backend_up",
+        "morserve_gateway_backend_outstanding_requests",
+        "morserve_gateway_open_connections",
         "morserve_gateway_requests_in_flight"}) {
     EXPECT_NE(all_exprs.find(needle), std::string::npos) << "no panel queries " << needle;
   }
@@ -129,7 +138,8 @@ TEST(DeployFilesTest, PromtoolChecksTheAlertRules) {
   EXPECT_EQ(r.rc, 0) << r.out << r.err;
   const size_t n = LoadAlertRules(rules).size();
   EXPECT_GE(n, 5u);
-  EXPECT_NE(r.out.find("SUCCESS: " + std::to_string(n) + " rules found"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("SUCCESS: " + std::to_string(n) + " rules found"), std::string::npos)
+      << r.out;
   // The four: queue growing, KV near full, error rate, no tokens.
   std::set<std::string> names;
   for (const auto& a : LoadAlertRules(rules)) names.insert(a.name);
@@ -142,7 +152,7 @@ TEST(DeployFilesTest, PromtoolChecksTheAlertRules) {
 TEST(DeployFilesTest, PromtoolUnitTestsOfTheAlerts) {
   ASSERT_TRUE(HaveCommand("promtool"));
   const ShellResult r = RunShell("cd " + ShellQuote(RepoPath("tests/deploy")) +
-                                     " && promtool test rules alerts_test.yml");
+                                 " && promtool test rules alerts_test.yml");
   EXPECT_EQ(r.rc, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("SUCCESS"), std::string::npos) << r.out << r.err;
 }
@@ -172,9 +182,11 @@ TEST(DeployFilesTest, PromtoolParsesEveryDashboardExpression) {
   ShellResult r = RunShell("promtool check rules " + ShellQuote(dir.File("dashboards.rules.yml")));
   EXPECT_EQ(r.rc, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("SUCCESS: " + std::to_string(queries.size()) + " rules found"),
-            std::string::npos) << r.out << r.err;
+            std::string::npos)
+      << r.out << r.err;
   // The same route rejects a broken expression (so the check above can fail).
-  std::vector<DashboardQuery> broken = {{"x", "x", "A", "sum(rate(morserve_preemptions_total[1m])"}};
+  std::vector<DashboardQuery> broken = {
+      {"x", "x", "A", "sum(rate(morserve_preemptions_total[1m])"}};
   WriteTextFile(dir.File("broken.rules.yml"), DashboardRecordingRules(broken));
   r = RunShell("promtool check rules " + ShellQuote(dir.File("broken.rules.yml")));
   EXPECT_NE(r.rc, 0) << r.out;
@@ -240,9 +252,11 @@ TEST(DeployFilesTest, ComposeStackIsWiredTogether) {
   const YAML::Node prom = YAML::LoadFile(RepoPath("deploy/prometheus/prometheus.yml"));
   std::map<std::string, std::string> targets;
   for (const auto& sc : prom["scrape_configs"]) {
-    targets[sc["job_name"].as<std::string>()] = sc["static_configs"][0]["targets"][0].as<std::string>();
+    targets[sc["job_name"].as<std::string>()] =
+        sc["static_configs"][0]["targets"][0].as<std::string>();
   }
-  EXPECT_EQ(targets["morserve-server"], "server:" + FlagValue(s["server"]["command"], "--metrics-port"));
+  EXPECT_EQ(targets["morserve-server"],
+            "server:" + FlagValue(s["server"]["command"], "--metrics-port"));
   EXPECT_EQ(targets["morserve-gateway"], "gateway:" + FlagValue(s["gateway"]["command"], "--port"));
   EXPECT_EQ(FlagValue(s["gateway"]["command"], "--backend"),
             "server:" + FlagValue(s["server"]["command"], "--port"));
@@ -271,13 +285,16 @@ TEST(DeployFilesTest, ComposeStackIsWiredTogether) {
     }
   }
   EXPECT_EQ(mounts["/etc/prometheus/prometheus.yml"], "prometheus/prometheus.yml");
-  EXPECT_EQ(mounts["/etc/prometheus/" + fs::path(prom["rule_files"][0].as<std::string>()).filename().string()],
+  EXPECT_EQ(mounts["/etc/prometheus/" +
+                   fs::path(prom["rule_files"][0].as<std::string>()).filename().string()],
             "prometheus/alerts.yml");
   EXPECT_EQ(mounts["/etc/grafana/provisioning"], "grafana/provisioning");
   const YAML::Node providers =
       YAML::LoadFile(RepoPath("deploy/grafana/provisioning/dashboards/morserve.yml"));
-  EXPECT_EQ(mounts[providers["providers"][0]["options"]["path"].as<std::string>()], "grafana/dashboards");
-  const YAML::Node ds = YAML::LoadFile(RepoPath("deploy/grafana/provisioning/datasources/prometheus.yml"));
+  EXPECT_EQ(mounts[providers["providers"][0]["options"]["path"].as<std::string>()],
+            "grafana/dashboards");
+  const YAML::Node ds =
+      YAML::LoadFile(RepoPath("deploy/grafana/provisioning/datasources/prometheus.yml"));
   EXPECT_EQ(ds["datasources"][0]["url"].as<std::string>(), "http://prometheus:9090");
   EXPECT_EQ(ds["datasources"][0]["type"].as<std::string>(), "prometheus");
   // The dashboards' ${datasource} variable defaults to the provisioned data source's uid.
@@ -298,13 +315,15 @@ TEST(DeployFilesTest, DockerComposeValidatesTheComposeFiles) {
   const std::string d = ShellQuote(RepoPath("deploy"));
   ShellResult r = RunShell("cd " + d + " && docker-compose -f docker-compose.yml config -q");
   EXPECT_EQ(r.rc, 0) << r.out << r.err;
-  r = RunShell("cd " + d + " && docker-compose -f docker-compose.yml -f docker-compose.gpu.yml config");
+  r = RunShell("cd " + d +
+               " && docker-compose -f docker-compose.yml -f docker-compose.gpu.yml config");
   EXPECT_EQ(r.rc, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("VARIANT: gpu"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("driver: nvidia"), std::string::npos) << r.out;
   // And rejects a broken one (a service key Compose does not know).
   TempDir dir;
-  WriteTextFile(dir.File("docker-compose.yml"), "services:\n  a:\n    image: x\n    not_a_key: 1\n");
+  WriteTextFile(dir.File("docker-compose.yml"),
+                "services:\n  a:\n    image: x\n    not_a_key: 1\n");
   r = RunShell("cd " + ShellQuote(dir.path()) + " && docker-compose config -q");
   EXPECT_NE(r.rc, 0);
 }
@@ -361,7 +380,8 @@ const Stage* FindStage(const std::vector<Stage>& stages, const std::string& name
 
 // The stages a stage builds on, itself first (FROM ${VARIANT}-style bases resolved to every
 // variant, so "runtime-${VARIANT}" gives both runtime-cpu and runtime-gpu chains).
-void StageChain(const std::vector<Stage>& stages, const std::string& name, std::vector<const Stage*>* out) {
+void StageChain(const std::vector<Stage>& stages, const std::string& name,
+                std::vector<const Stage*>* out) {
   const Stage* s = FindStage(stages, name);
   if (!s) return;
   out->push_back(s);
@@ -405,9 +425,9 @@ TEST(DeployDockerfileTest, BuilderRunsTheBuildCommandsOfTestSh) {
   for (const std::string& c : commands) {
     if (next < expected.size() && c == expected[next]) ++next;
   }
-  EXPECT_EQ(next, expected.size()) << "the builder stage of " << kDockerfile
-                                   << " does not run, in order, test.sh's line: "
-                                   << (next < expected.size() ? expected[next] : "");
+  EXPECT_EQ(next, expected.size())
+      << "the builder stage of " << kDockerfile << " does not run, in order, test.sh's line: "
+      << (next < expected.size() ? expected[next] : "");
   // The variants set what test.sh reads from the environment.
   const auto env_of = [&](const char* stage) {
     std::string env;
@@ -518,8 +538,9 @@ std::set<std::string> PackagesOfSharedLibraries(const std::string& binary) {
     libs.push_back(lib);
     // dpkg records a file under the path its package ships (/lib or /usr/lib, merged /usr).
     for (const std::string& path : {lib, fs::weakly_canonical(lib).string()}) {
-      for (const std::string& p : {path, std::regex_replace(path, std::regex("^/usr/lib/"), "/lib/"),
-                                   std::regex_replace(path, std::regex("^/lib/"), "/usr/lib/")}) {
+      for (const std::string& p :
+           {path, std::regex_replace(path, std::regex("^/usr/lib/"), "/lib/"),
+            std::regex_replace(path, std::regex("^/lib/"), "/usr/lib/")}) {
         candidates += " " + ShellQuote(p);
       }
     }
@@ -536,8 +557,9 @@ std::set<std::string> PackagesOfSharedLibraries(const std::string& binary) {
   for (const std::string& lib : libs) {
     std::string found;
     for (const std::string& path : {lib, fs::weakly_canonical(lib).string()}) {
-      for (const std::string& p : {path, std::regex_replace(path, std::regex("^/usr/lib/"), "/lib/"),
-                                   std::regex_replace(path, std::regex("^/lib/"), "/usr/lib/")}) {
+      for (const std::string& p :
+           {path, std::regex_replace(path, std::regex("^/usr/lib/"), "/lib/"),
+            std::regex_replace(path, std::regex("^/lib/"), "/usr/lib/")}) {
         if (found.empty() && owner.count(p)) found = owner[p];
       }
     }
@@ -566,7 +588,8 @@ TEST(DeployDockerfileTest, RuntimePackagesProvideEveryLibraryTheBinariesLoad) {
   for (const std::string& p : listed) {
     const bool installed =
         RunShell("dpkg-query -W -f='${Status}' " + ShellQuote(p)).out == "install ok installed";
-    const bool known = installed || RunShell("apt-cache show --no-all-versions " + ShellQuote(p)).rc == 0;
+    const bool known =
+        installed || RunShell("apt-cache show --no-all-versions " + ShellQuote(p)).rc == 0;
     EXPECT_TRUE(known) << "runtime package " << p << " is not a Debian bookworm package";
   }
   // What debian:bookworm-slim has: the Essential packages and apt, with their dependencies.
@@ -578,7 +601,8 @@ TEST(DeployDockerfileTest, RuntimePackagesProvideEveryLibraryTheBinariesLoad) {
   const std::set<std::string> in_image = DependencyClosure(dpkg, image);
   const std::set<std::string> in_base = DependencyClosure(dpkg, base);
   std::map<std::string, std::set<std::string>> needs;
-  for (const std::string& binary : {std::string(MORSERVE_BINARY), std::string(MORSERVE_GATEWAY_BINARY)}) {
+  for (const std::string& binary :
+       {std::string(MORSERVE_BINARY), std::string(MORSERVE_GATEWAY_BINARY)}) {
     if (!fs::exists(binary)) {
       ADD_FAILURE() << binary << " is not built";
       continue;
@@ -595,7 +619,8 @@ TEST(DeployDockerfileTest, RuntimePackagesProvideEveryLibraryTheBinariesLoad) {
   for (const auto& [binary, pkgs] : needs) needed.insert(pkgs.begin(), pkgs.end());
   for (const std::string& p : listed) {
     if (p == "curl" || p == "ca-certificates") continue;
-    EXPECT_TRUE(needed.count(p) || in_base.count(p)) << "runtime package " << p << " provides no library the binaries load";
+    EXPECT_TRUE(needed.count(p) || in_base.count(p))
+        << "runtime package " << p << " provides no library the binaries load";
   }
 }
 

@@ -91,7 +91,8 @@ bool Selects(const std::map<std::string, std::string>& selector,
 }
 
 // Deployments whose pod template the selector matches.
-std::vector<YAML::Node> SelectedDeployments(const Rendered& r, const std::map<std::string, std::string>& sel) {
+std::vector<YAML::Node> SelectedDeployments(const Rendered& r,
+                                            const std::map<std::string, std::string>& sel) {
   std::vector<YAML::Node> out;
   for (const auto& d : r.OfKind("Deployment")) {
     if (Selects(sel, Labels(d["spec"]["template"]["metadata"]["labels"]))) out.push_back(d);
@@ -117,7 +118,8 @@ void CheckCommon(const YAML::Node& o) {
   EXPECT_EQ(Labels(o["metadata"]["labels"])["app.kubernetes.io/name"], "morserve") << what;
 }
 
-void CheckContainer(const YAML::Node& c, const Rendered& r, const YAML::Node& pod, const std::string& what) {
+void CheckContainer(const YAML::Node& c, const Rendered& r, const YAML::Node& pod,
+                    const std::string& what) {
   EXPECT_FALSE(S(c["name"]).empty()) << what;
   EXPECT_FALSE(S(c["image"]).empty()) << what;
   std::set<int> port_numbers;
@@ -154,12 +156,14 @@ void CheckContainer(const YAML::Node& c, const Rendered& r, const YAML::Node& po
   for (const auto& a : c["args"]) {
     const std::string arg = S(a);
     for (std::sregex_iterator it(arg.begin(), arg.end(), ref), end; it != end; ++it) {
-      EXPECT_TRUE(vars.count((*it)[1])) << what << ": args use $(" << (*it)[1] << ") which nothing defines";
+      EXPECT_TRUE(vars.count((*it)[1]))
+          << what << ": args use $(" << (*it)[1] << ") which nothing defines";
     }
   }
   for (const char* side : {"requests", "limits"}) {
     for (const auto& q : c["resources"][side]) {
-      EXPECT_TRUE(std::regex_match(S(q.second), kQuantity)) << what << " " << side << " " << S(q.first);
+      EXPECT_TRUE(std::regex_match(S(q.second), kQuantity))
+          << what << " " << side << " " << S(q.first);
     }
   }
   // Mounts name volumes of the pod; claims exist.
@@ -182,9 +186,14 @@ void CheckObjects(const Rendered& r) {
     CheckCommon(o);
     ++kinds[S(o["kind"])];
   }
-  EXPECT_EQ(kinds, (std::map<std::string, int>{{"ConfigMap", 2}, {"Deployment", 2}, {"HorizontalPodAutoscaler", 1},
-                                               {"PersistentVolumeClaim", 1}, {"PodDisruptionBudget", 2},
-                                               {"PrometheusRule", 1}, {"Service", 3}, {"ServiceMonitor", 2}}));
+  EXPECT_EQ(kinds, (std::map<std::string, int>{{"ConfigMap", 2},
+                                               {"Deployment", 2},
+                                               {"HorizontalPodAutoscaler", 1},
+                                               {"PersistentVolumeClaim", 1},
+                                               {"PodDisruptionBudget", 2},
+                                               {"PrometheusRule", 1},
+                                               {"Service", 3},
+                                               {"ServiceMonitor", 2}}));
   for (const auto& d : r.OfKind("Deployment")) {
     const std::string what = "Deployment/" + S(d["metadata"]["name"]);
     EXPECT_EQ(S(d["apiVersion"]), "apps/v1");
@@ -257,7 +266,8 @@ void CheckObjects(const Rendered& r) {
     ASSERT_EQ(services.size(), 1u) << S(m["metadata"]["name"]);
     std::set<std::string> ports;
     for (const auto& p : services[0]["spec"]["ports"]) ports.insert(S(p["name"]));
-    for (const auto& e : m["spec"]["endpoints"]) EXPECT_TRUE(ports.count(S(e["port"]))) << S(e["port"]);
+    for (const auto& e : m["spec"]["endpoints"])
+      EXPECT_TRUE(ports.count(S(e["port"]))) << S(e["port"]);
   }
   for (const auto& cm : r.OfKind("ConfigMap")) {
     for (const auto& kv : cm["data"]) {
@@ -275,9 +285,9 @@ std::set<std::string> TypedDecode(const Rendered& r) {
     const YAML::Node& o = r.objects[i];
     WriteTextFile(dir.File("object.yaml"), r.texts[i]);
     const std::string what = S(o["kind"]) + "/" + S(o["metadata"]["name"]);
-    const ShellResult k = RunShell("KUBECONFIG=/dev/null kubectl set env --local -f " +
-                                       ShellQuote(dir.File("object.yaml")) +
-                                       " MORSERVE_DECODE_CHECK=1 -o name");
+    const ShellResult k =
+        RunShell("KUBECONFIG=/dev/null kubectl set env --local -f " +
+                 ShellQuote(dir.File("object.yaml")) + " MORSERVE_DECODE_CHECK=1 -o name");
     const std::string text = k.out + k.err;
     if (text.find("is registered for version") != std::string::npos) continue;  // unknown to it
     if (text.find("unable to decode") != std::string::npos) {
@@ -303,7 +313,8 @@ class DeployKubernetesTest : public ::testing::Test {
 TEST_F(DeployKubernetesTest, BaseRendersAndItsObjectsAreConsistent) {
   const Rendered base = Render("deploy/kubernetes/base");
   CheckObjects(base);
-  const YAML::Node sc = base.Named("Deployment", "morserve-server")["spec"]["template"]["spec"]["containers"][0];
+  const YAML::Node sc =
+      base.Named("Deployment", "morserve-server")["spec"]["template"]["spec"]["containers"][0];
   EXPECT_EQ(S(sc["image"]), "morserve:cpu");
   EXPECT_FALSE(sc["resources"]["requests"]["nvidia.com/gpu"]);
 }
@@ -331,7 +342,8 @@ TEST_F(DeployKubernetesTest, GpuOverlayRequestsAGpuAndRunsTheCudaImage) {
   EXPECT_EQ(S(flags["data"]["MORSERVE_COMPUTE"]), "bf16");
   EXPECT_EQ(S(flags["data"]["MORSERVE_MODEL_DIR"]), "/models/model");
   // Gateways stay on CPU.
-  const YAML::Node gc = gpu.Named("Deployment", "morserve-gateway")["spec"]["template"]["spec"]["containers"][0];
+  const YAML::Node gc =
+      gpu.Named("Deployment", "morserve-gateway")["spec"]["template"]["spec"]["containers"][0];
   EXPECT_FALSE(gc["resources"]["requests"]["nvidia.com/gpu"]);
 }
 
@@ -344,14 +356,16 @@ TEST_F(DeployKubernetesTest, KubectlDecodesTheBuiltInObjectsOffline) {
     for (const auto& k : decoded) list += k + " ";
     std::cout << dir << ": typed-decoded by kubectl: " << list << "\n";
     // Known to every kubectl: the core kinds and apps/v1 Deployments.
-    for (const char* k : {"apps/v1/Deployment", "v1/Service", "v1/ConfigMap", "v1/PersistentVolumeClaim"}) {
+    for (const char* k :
+         {"apps/v1/Deployment", "v1/Service", "v1/ConfigMap", "v1/PersistentVolumeClaim"}) {
       EXPECT_TRUE(decoded.count(k)) << dir << ": " << k;
     }
   }
   // The same route rejects a wrong field type.
   Rendered bad;
   bad.texts.push_back(
-      "apiVersion: v1\nkind: Service\nmetadata: {name: x, labels: {app.kubernetes.io/name: morserve}}\n"
+      "apiVersion: v1\nkind: Service\nmetadata: {name: x, labels: {app.kubernetes.io/name: "
+      "morserve}}\n"
       "spec: {ports: [{port: not-a-number}]}\n");
   bad.objects.push_back(YAML::Load(bad.texts.back()));
   ::testing::TestPartResultArray failures;
@@ -361,11 +375,13 @@ TEST_F(DeployKubernetesTest, KubectlDecodesTheBuiltInObjectsOffline) {
     TypedDecode(bad);
   }
   ASSERT_EQ(failures.size(), 1) << "a Service with a string port decoded without error";
-  EXPECT_NE(std::string(failures.GetTestPartResult(0).message()).find("unable to decode"), std::string::npos);
+  EXPECT_NE(std::string(failures.GetTestPartResult(0).message()).find("unable to decode"),
+            std::string::npos);
 }
 
 TEST_F(DeployKubernetesTest, PrometheusAdapterServesTheHpaMetric) {
-  const YAML::Node values = YAML::LoadFile(RepoPath("deploy/kubernetes/prometheus-adapter/values.yaml"));
+  const YAML::Node values =
+      YAML::LoadFile(RepoPath("deploy/kubernetes/prometheus-adapter/values.yaml"));
   const YAML::Node rule = values["rules"]["custom"][0];
   const PromQlRefs refs = ParsePromQlRefs(S(rule["seriesQuery"]));
   ASSERT_EQ(refs.error, "");
@@ -373,8 +389,9 @@ TEST_F(DeployKubernetesTest, PrometheusAdapterServesTheHpaMetric) {
   EXPECT_EQ(refs.metrics.begin()->first, "morserve_requests_waiting");
   EXPECT_EQ(S(rule["name"]["as"]), "morserve_requests_waiting");
   const Rendered base = Render("deploy/kubernetes/base");
-  EXPECT_EQ(S(base.OfKind("HorizontalPodAutoscaler")[0]["spec"]["metrics"][0]["pods"]["metric"]["name"]),
-            S(rule["name"]["as"]));
+  EXPECT_EQ(
+      S(base.OfKind("HorizontalPodAutoscaler")[0]["spec"]["metrics"][0]["pods"]["metric"]["name"]),
+      S(rule["name"]["as"]));
 }
 
 }  // namespace

@@ -149,9 +149,9 @@ std::string WriteModel(const TempDir& dir) {
 
 // curl for HTTP POSTs to the gateway; returns the body ("" on failure).
 std::string CurlPost(int port, const std::string& path, const json& body) {
-  const ShellResult r = RunShell("curl -sS -f -H 'Content-Type: application/json' --max-time 60 -d " +
-                                     ShellQuote(body.dump()) + " http://127.0.0.1:" +
-                                     std::to_string(port) + path);
+  const ShellResult r =
+      RunShell("curl -sS -f -H 'Content-Type: application/json' --max-time 60 -d " +
+               ShellQuote(body.dump()) + " http://127.0.0.1:" + std::to_string(port) + path);
   return r.rc == 0 ? r.out : "";
 }
 
@@ -193,8 +193,11 @@ class DeployLiveTest : public ::testing::Test {
       tokens += static_cast<int>(r.tokens.size());
       for (bool stream : {false, true}) {
         const std::string body = CurlPost(gateway_->port, "/v1/completions",
-                                          {{"model", ModelId()}, {"prompt", prompt}, {"max_tokens", 6},
-                                           {"temperature", 0}, {"stream", stream}});
+                                          {{"model", ModelId()},
+                                           {"prompt", prompt},
+                                           {"max_tokens", 6},
+                                           {"temperature", 0},
+                                           {"stream", stream}});
         EXPECT_FALSE(body.empty()) << "completion through the gateway failed";
         tokens += body.empty() ? 0 : 6;
       }
@@ -219,12 +222,14 @@ class DeployLiveTest : public ::testing::Test {
 std::vector<std::pair<std::string, std::string>> AllExpressions() {
   std::vector<std::pair<std::string, std::string>> out;
   for (const DashboardQuery& q : LoadDashboardQueries()) {
-    out.push_back({q.dashboard + " / " + q.panel + " / " + q.ref_id, SubstituteGrafanaVariables(q.expr)});
+    out.push_back(
+        {q.dashboard + " / " + q.panel + " / " + q.ref_id, SubstituteGrafanaVariables(q.expr)});
   }
   for (const AlertRule& a : LoadAlertRules(RepoPath("deploy/prometheus/alerts.yml"))) {
     out.push_back({"alerts.yml / " + a.name, a.expr});
   }
-  const YAML::Node adapter = YAML::LoadFile(RepoPath("deploy/kubernetes/prometheus-adapter/values.yaml"));
+  const YAML::Node adapter =
+      YAML::LoadFile(RepoPath("deploy/kubernetes/prometheus-adapter/values.yaml"));
   for (const auto& rule : adapter["rules"]["custom"]) {
     // namespace and pod come from the ServiceMonitor's relabelling, not the exposition.
     std::string q = rule["seriesQuery"].as<std::string>();
@@ -232,7 +237,8 @@ std::vector<std::pair<std::string, std::string>> AllExpressions() {
     out.push_back({"prometheus-adapter seriesQuery", q});
   }
   const YAML::Node hpa = YAML::LoadFile(RepoPath("deploy/kubernetes/base/server-hpa.yaml"));
-  out.push_back({"server-hpa.yaml", hpa["spec"]["metrics"][0]["pods"]["metric"]["name"].as<std::string>()});
+  out.push_back(
+      {"server-hpa.yaml", hpa["spec"]["metrics"][0]["pods"]["metric"]["name"].as<std::string>()});
   return out;
 }
 
@@ -252,19 +258,26 @@ TEST_F(DeployLiveTest, EveryReferencedMetricAndLabelIsExported) {
   for (const auto& [where, expr] : expressions) {
     const PromQlRefs refs = ParsePromQlRefs(expr);
     for (const auto& [m, l] : refs.metrics) used.insert(m);
-    for (const std::string& p : CheckRefsAgainstExposition(refs, exposed, where)) ADD_FAILURE() << p;
+    for (const std::string& p : CheckRefsAgainstExposition(refs, exposed, where))
+      ADD_FAILURE() << p;
   }
   // And the check can fail: a name the server does not export is reported.
-  EXPECT_EQ(CheckRefsAgainstExposition(ParsePromQlRefs("rate(morserve_requests_total[1m])"), exposed, "x").size(), 1u);
-  EXPECT_EQ(CheckRefsAgainstExposition(ParsePromQlRefs("sum by (loop) (morserve_exits_per_loop_total)"),
-                                       exposed, "x").size(), 1u)
+  EXPECT_EQ(
+      CheckRefsAgainstExposition(ParsePromQlRefs("rate(morserve_requests_total[1m])"), exposed, "x")
+          .size(),
+      1u);
+  EXPECT_EQ(CheckRefsAgainstExposition(
+                ParsePromQlRefs("sum by (loop) (morserve_exits_per_loop_total)"), exposed, "x")
+                .size(),
+            1u)
       << "exits per loop is labelled `loops`, not `loop`";
   std::cout << used.size() << " metric names referenced, all exported\n";
 }
 
 TEST_F(DeployLiveTest, PrometheusFromTheRepoConfigScrapesAndDashboardsReturnData) {
   const std::string prometheus = FindPrometheus();
-  ASSERT_FALSE(prometheus.empty()) << "the Prometheus server is required (Debian package prometheus)";
+  ASSERT_FALSE(prometheus.empty())
+      << "the Prometheus server is required (Debian package prometheus)";
   // deploy/prometheus/prometheus.yml with the Compose targets swapped for the live ports.
   YAML::Node config = YAML::LoadFile(RepoPath("deploy/prometheus/prometheus.yml"));
   config["global"]["scrape_interval"] = "1s";
@@ -305,12 +318,15 @@ TEST_F(DeployLiveTest, PrometheusFromTheRepoConfigScrapesAndDashboardsReturnData
   const auto generated = ScrapeValue(*exposition, "morserve_generation_tokens_total");
   ASSERT_TRUE(generated);
   end = Clock::now() + std::chrono::seconds(60);
-  while (Clock::now() < end && PromScalar(prom_port, "morserve_generation_tokens_total") != *generated) {
+  while (Clock::now() < end &&
+         PromScalar(prom_port, "morserve_generation_tokens_total") != *generated) {
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
   ASSERT_EQ(PromScalar(prom_port, "morserve_generation_tokens_total"), *generated);
   std::this_thread::sleep_for(std::chrono::seconds(3));  // a few more scrapes for rate()
-  // Every dashboard query returns series with finite values.
+  // Every dashboard query returns series, at least one with a finite value (a panel split
+  // by endpoint may hold NaN for an endpoint idle during the last minute, as Grafana shows
+  // a gap).
   int checked = 0;
   for (const DashboardQuery& q : LoadDashboardQueries()) {
     const std::string expr = SubstituteGrafanaVariables(q.expr, "1m");
@@ -318,18 +334,25 @@ TEST_F(DeployLiveTest, PrometheusFromTheRepoConfigScrapesAndDashboardsReturnData
     const std::string where = q.dashboard + " / " + q.panel + " / " + q.ref_id + ": " + expr;
     ASSERT_FALSE(d.is_discarded()) << where;
     EXPECT_FALSE(d["result"].empty()) << where << " returned no series";
-    for (const auto& s : d["result"]) {
-      const double v = std::stod(s["value"][1].get<std::string>());
-      EXPECT_TRUE(std::isfinite(v)) << where << " = " << s["value"][1];
-    }
+    bool finite = false;
+    for (const auto& s : d["result"])
+      finite |= std::isfinite(std::stod(s["value"][1].get<std::string>()));
+    EXPECT_TRUE(finite) << where << " = " << d["result"].dump();
     ++checked;
   }
   EXPECT_GE(checked, 40);
   // Key panels return the values the traffic implies.
-  EXPECT_GT(PromScalar(prom_port, "sum(rate(morserve_generation_tokens_total[1m]))").value_or(0), 0);
-  EXPECT_GT(PromScalar(prom_port, "histogram_quantile(0.5, sum by (le) (rate(morserve_time_to_first_token_seconds_bucket[1m])))").value_or(0), 0);
+  EXPECT_GT(PromScalar(prom_port, "sum(rate(morserve_generation_tokens_total[1m]))").value_or(0),
+            0);
+  EXPECT_GT(PromScalar(prom_port,
+                       "histogram_quantile(0.5, sum by (le) "
+                       "(rate(morserve_time_to_first_token_seconds_bucket[1m])))")
+                .value_or(0),
+            0);
   EXPECT_EQ(PromScalar(prom_port, "sum(morserve_requests_running)"), 0.0);
-  EXPECT_GT(PromScalar(prom_port, "sum(rate(morserve_gateway_completion_tokens_total[1m]))").value_or(0), 0);
+  EXPECT_GT(
+      PromScalar(prom_port, "sum(rate(morserve_gateway_completion_tokens_total[1m]))").value_or(0),
+      0);
   // Prometheus loaded every alert rule of the repo's file, all healthy, none firing.
   const auto rules = HttpGet(prom_port, "/api/v1/rules");
   ASSERT_TRUE(rules);
@@ -371,7 +394,8 @@ TEST(DeployHealthCheckTest, ScriptFollowsTheServersGrpcHealth) {
 // ---- the flags in the manifests start the real binaries ----------------------------------
 
 // Drops FLAG VALUE pairs for `drop` and replaces the values of `replace`.
-std::vector<std::string> Rewrite(const std::vector<std::string>& args, const std::set<std::string>& drop,
+std::vector<std::string> Rewrite(const std::vector<std::string>& args,
+                                 const std::set<std::string>& drop,
                                  const std::map<std::string, std::string>& replace) {
   std::vector<std::string> out;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -389,12 +413,14 @@ std::vector<std::string> Rewrite(const std::vector<std::string>& args, const std
 }
 
 // Container args of a rendered Deployment with $(VAR) taken from its ConfigMap.
-std::vector<std::string> KubernetesArgs(const std::string& rendered, const std::string& deployment) {
+std::vector<std::string> KubernetesArgs(const std::string& rendered,
+                                        const std::string& deployment) {
   std::map<std::string, std::string> vars;
   YAML::Node container;
   for (const auto& o : YAML::LoadAll(rendered)) {
     if (!o.IsMap()) continue;
-    if (o["kind"].as<std::string>() == "Deployment" && o["metadata"]["name"].as<std::string>() == deployment) {
+    if (o["kind"].as<std::string>() == "Deployment" &&
+        o["metadata"]["name"].as<std::string>() == deployment) {
       container = o["spec"]["template"]["spec"]["containers"][0];
     }
   }
@@ -402,8 +428,10 @@ std::vector<std::string> KubernetesArgs(const std::string& rendered, const std::
   if (!container) return {};
   const std::string cm = container["envFrom"][0]["configMapRef"]["name"].as<std::string>();
   for (const auto& o : YAML::LoadAll(rendered)) {
-    if (o.IsMap() && o["kind"].as<std::string>() == "ConfigMap" && o["metadata"]["name"].as<std::string>() == cm) {
-      for (const auto& kv : o["data"]) vars[kv.first.as<std::string>()] = kv.second.as<std::string>();
+    if (o.IsMap() && o["kind"].as<std::string>() == "ConfigMap" &&
+        o["metadata"]["name"].as<std::string>() == cm) {
+      for (const auto& kv : o["data"])
+        vars[kv.first.as<std::string>()] = kv.second.as<std::string>();
     }
   }
   std::vector<std::string> args;
@@ -418,14 +446,17 @@ std::vector<std::string> KubernetesArgs(const std::string& rendered, const std::
 
 TEST(DeployFlagsTest, KubernetesAndComposeFlagsStartTheServerAndGateway) {
   ASSERT_TRUE(HaveCommand("kubectl"));
-  const ShellResult k = RunShell("kubectl kustomize " + ShellQuote(RepoPath("deploy/kubernetes/base")));
+  const ShellResult k =
+      RunShell("kubectl kustomize " + ShellQuote(RepoPath("deploy/kubernetes/base")));
   ASSERT_EQ(k.rc, 0) << k.err;
   const YAML::Node compose = YAML::LoadFile(RepoPath("deploy/docker-compose.yml"));
   std::map<std::string, std::vector<std::string>> server_args, gateway_args;
   server_args["kubernetes"] = KubernetesArgs(k.out, "morserve-server");
   gateway_args["kubernetes"] = KubernetesArgs(k.out, "morserve-gateway");
-  for (const auto& a : compose["services"]["server"]["command"]) server_args["compose"].push_back(a.as<std::string>());
-  for (const auto& a : compose["services"]["gateway"]["command"]) gateway_args["compose"].push_back(a.as<std::string>());
+  for (const auto& a : compose["services"]["server"]["command"])
+    server_args["compose"].push_back(a.as<std::string>());
+  for (const auto& a : compose["services"]["gateway"]["command"])
+    gateway_args["compose"].push_back(a.as<std::string>());
   TempDir dir;
   const std::string model = WriteModel(dir);
   for (const char* source : {"kubernetes", "compose"}) {
@@ -438,8 +469,9 @@ TEST(DeployFlagsTest, KubernetesAndComposeFlagsStartTheServerAndGateway) {
     ASSERT_TRUE(server.Start(model, extra)) << server.output();
     ASSERT_TRUE(server.WaitHealth(true)) << server.output();
     Gateway gateway;
-    const auto gargs = Rewrite(gateway_args[source], {},
-                               {{"--backend", server.address()}, {"--host", "127.0.0.1"}, {"--port", "0"}});
+    const auto gargs =
+        Rewrite(gateway_args[source], {},
+                {{"--backend", server.address()}, {"--host", "127.0.0.1"}, {"--port", "0"}});
     ASSERT_TRUE(gateway.Start(gargs, dir.File(std::string("gateway-") + source + ".log")));
     EXPECT_TRUE(gateway.WaitHealthy());
     EXPECT_EQ(server.Terminate(), 0) << server.output();

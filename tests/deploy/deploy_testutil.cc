@@ -65,16 +65,18 @@ bool HaveCommand(const std::string& name) {
 
 namespace {
 
-bool IsIdentStart(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_' || c == ':'; }
+bool IsIdentStart(char c) {
+  return std::isalpha(static_cast<unsigned char>(c)) || c == '_' || c == ':';
+}
 bool IsIdentChar(char c) { return IsIdentStart(c) || std::isdigit(static_cast<unsigned char>(c)); }
 
 const std::set<std::string>& Keywords() {
   static const std::set<std::string> k = {
-      "and", "or", "unless", "by", "without", "on", "ignoring", "group_left", "group_right",
-      "bool", "offset", "inf", "nan", "atan2",
+      "and", "or", "unless", "by", "without", "on", "ignoring", "group_left", "group_right", "bool",
+      "offset", "inf", "nan", "atan2",
       // aggregation operators (may be followed by a by/without clause before their '(')
-      "sum", "min", "max", "avg", "group", "stddev", "stdvar", "count", "count_values",
-      "bottomk", "topk", "quantile"};
+      "sum", "min", "max", "avg", "group", "stddev", "stdvar", "count", "count_values", "bottomk",
+      "topk", "quantile"};
   return k;
 }
 
@@ -174,8 +176,8 @@ PromQlRefs ParsePromQlRefs(const std::string& expr) {
       std::set<std::string> ignored;
       if (!ReadMatchers(lx, &ignored)) refs.error = "bad matchers";
     } else if (std::isdigit(static_cast<unsigned char>(c)) || c == '.') {
-      while (lx.i < expr.size() && (std::isalnum(static_cast<unsigned char>(expr[lx.i])) ||
-                                    expr[lx.i] == '.')) {
+      while (lx.i < expr.size() &&
+             (std::isalnum(static_cast<unsigned char>(expr[lx.i])) || expr[lx.i] == '.')) {
         ++lx.i;
       }
     } else if (IsIdentStart(c)) {
@@ -306,7 +308,8 @@ std::vector<std::string> CheckRefsAgainstExposition(
     const PromQlRefs& refs, const std::map<std::string, std::set<std::string>>& exposed,
     const std::string& where) {
   std::vector<std::string> problems;
-  if (!refs.error.empty()) problems.push_back(where + ": cannot read the expression: " + refs.error);
+  if (!refs.error.empty())
+    problems.push_back(where + ": cannot read the expression: " + refs.error);
   const std::set<std::string> target_labels = {"instance", "job"};
   std::set<std::string> all_labels = target_labels;
   for (const auto& [metric, labels] : refs.metrics) {
@@ -324,7 +327,8 @@ std::vector<std::string> CheckRefsAgainstExposition(
     }
   }
   for (const std::string& l : refs.grouping_labels) {
-    if (!all_labels.count(l)) problems.push_back(where + ": grouping label " + l + " is on no metric");
+    if (!all_labels.count(l))
+      problems.push_back(where + ": grouping label " + l + " is on no metric");
   }
   return problems;
 }

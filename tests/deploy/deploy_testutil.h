@@ -14,7 +14,7 @@ namespace morserve::testing {
 std::string RepoPath(const std::string& relative);
 
 struct ShellResult {
-  int rc = -1;  // exit status; -1 when it did not exit normally
+  int rc = -1;      // exit status; -1 when it did not exit normally
   std::string out;  // stdout
   std::string err;  // stderr
 };
@@ -43,7 +43,7 @@ struct DashboardQuery {
   std::string dashboard;  // file name
   std::string panel;      // panel title
   std::string ref_id;
-  std::string expr;       // as written in the dashboard
+  std::string expr;  // as written in the dashboard
 };
 // Every target of every panel (rows' nested panels included) of the dashboard JSON files in
 // deploy/grafana/dashboards.
