@@ -22,6 +22,10 @@ addr=$(grep -o "listening on [0-9.:]*" "$work/s.log" | cut -d' ' -f3)
 gw=$!
 for _ in $(seq 100); do grep -q "gateway listening" "$work/g.log" && break; sleep 0.1; done
 port=$(grep -o "127.0.0.1:[0-9]*" "$work/g.log" | cut -d: -f2)
+for _ in $(seq 300); do
+  [ "$(curl -s -o /dev/null -w '%{http_code}' "localhost:$port/health")" = 200 ] && break
+  sleep 0.1
+done
 # Warm-up: the backend's first request pays for its lazy set-up.
 curl -s -o /dev/null "localhost:$port/v1/completions" -d '{"prompt":[1,2],"max_tokens":2}'
 
