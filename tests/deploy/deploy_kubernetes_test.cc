@@ -336,7 +336,7 @@ TEST_F(DeployKubernetesTest, GpuOverlayRequestsAGpuAndRunsTheCudaImage) {
   EXPECT_TRUE(c["startupProbe"]["grpc"]);
   std::set<std::string> mounts;
   for (const auto& m : c["volumeMounts"]) mounts.insert(S(m["mountPath"]));
-  EXPECT_EQ(mounts, (std::set<std::string>{"/models", "/dev/shm"}));
+  EXPECT_EQ(mounts, (std::set<std::string>{"/models", "/tmp", "/dev/shm"}));
   // The flags ConfigMap merged: GPU values over the base's, base-only keys kept.
   const YAML::Node flags = gpu.Named("ConfigMap", S(c["envFrom"][0]["configMapRef"]["name"]));
   EXPECT_EQ(S(flags["data"]["MORSERVE_COMPUTE"]), "bf16");
