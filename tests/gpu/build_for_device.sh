@@ -14,6 +14,7 @@ if [ ! -f "$build/CMakeCache.txt" ]; then
 fi
 targets=()
 for src in tests/gpu/kernel_*_test.cc; do targets+=("$(basename "$src" .cc)"); done
+targets+=(kernel_bench)
 cmake --build "$build" --target "${targets[@]}" -- -j2
 exclude=$(git rev-parse --git-path info/exclude)
 mkdir -p "$(dirname "$exclude")"
@@ -21,4 +22,4 @@ grep -qx '/.gpu-bin/' "$exclude" 2>/dev/null || echo '/.gpu-bin/' >>"$exclude"
 rm -rf .gpu-bin && mkdir -p .gpu-bin
 for t in "${targets[@]}"; do cp "$build/tests/gpu/$t" .gpu-bin/; done
 cp tests/gpu/run_on_device.sh .gpu-bin/
-echo "copied ${#targets[@]} test binaries to $root/.gpu-bin"
+echo "copied ${#targets[@]} binaries (tests and kernel_bench) to $root/.gpu-bin"

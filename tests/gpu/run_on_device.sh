@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Runs the carried kernel test binaries on a GPU machine, then compute-sanitizer (memcheck
-# on every test, racecheck and synccheck on the shared-memory kernels) on subsets that fit
-# the device-time budget. Logs go to $OUT (or ./gpu-test-out): one combined log, the gtest
-# XML files zipped into one archive, and a summary printed last.
+# Runs the carried kernel test binaries on a GPU machine, the kernel micro-benchmark
+# (kernel_bench, JSON to $OUT), then compute-sanitizer (memcheck on every test, racecheck and
+# synccheck on the shared-memory kernels) on subsets that fit the device-time budget. Logs go
+# to $OUT (or ./gpu-test-out): one combined log, the gtest XML files in one archive, the
+# benchmark JSON, and the benchmark table and a summary printed last.
 #   usage: bash .gpu-bin/run_on_device.sh [BIN_DIR]       (default: the script's folder)
 set -uo pipefail
 bin=${1:-$(cd "$(dirname "$0")" && pwd)}
@@ -25,6 +26,7 @@ for t in "$bin"/kernel_*_test; do
   name=$(basename "$t")
   run "$name" "$t" --gtest_output="xml:$out/xml/$name.xml"
 done
+run "kernel_bench" "$bin/kernel_bench" "$out/kernel-bench.json"
 san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if [ -x "$san" ]; then
   # The quick attention cases (all code paths: chunks, combine, extra pair, faults, zeros).
@@ -47,5 +49,6 @@ else
 fi
 (cd "$out" && tar czf gtest-xml.tar.gz xml && rm -rf xml)
 summary+=("gtest lines: $(grep -c '^\[       OK \]' "$log") OK, $(grep -c '^\[  SKIPPED \] .*(' "$log") skipped, $(grep -c '^\[  FAILED  \] .*(' "$log") failed (sanitizer reruns counted again)")
+sed -n '/^=== kernel_bench/,/^===/p' "$log" | grep -v '^==='
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
 grep -h -E '^\[  FAILED  \]|ERROR SUMMARY: [1-9]' "$log" | sort -u | head -40
