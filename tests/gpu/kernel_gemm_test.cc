@@ -158,6 +158,48 @@ TEST_F(GemmTest, RowsAreBatchInvariantAcrossM) {
   }
 }
 
+// A prepared shape can be captured in a CUDA graph (Run only launches), and the replay
+// equals a direct run bit for bit.
+TEST_F(GemmTest, CapturedInGraphMatchesDirectRun) {
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const int m = 16, n = 1600, k = 960;
+  DeviceBuffer<uint16_t> dx(static_cast<size_t>(m) * k), dw(static_cast<size_t>(n) * k), dy(static_cast<size_t>(m) * n);
+  ASSERT_TRUE(dx.ok() && dw.ok() && dy.ok());
+  MORSERVE_CUDA_OK(dx.Upload(RandomBf16(static_cast<size_t>(m) * k, rng, 1.0f)));
+  MORSERVE_CUDA_OK(dw.Upload(RandomBf16(static_cast<size_t>(n) * k, rng, 0.05f)));
+  MORSERVE_LT_EXPECT_OK(gemm_.Prepare(m, n, k, DType::kBF16));
+  GemmParams p;
+  p.x = dx.get();
+  p.w = dw.get();
+  p.y = dy.get();
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  cudaStream_t stream;
+  MORSERVE_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  MORSERVE_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  const cublasStatus_t st = gemm_.Run(p, stream);
+  MORSERVE_CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  MORSERVE_LT_EXPECT_OK(st);
+  MORSERVE_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  MORSERVE_CUDA_OK(dy.Poison());
+  MORSERVE_CUDA_OK(cudaGraphLaunch(exec, stream));
+  MORSERVE_CUDA_OK(cudaStreamSynchronize(stream));
+  std::vector<uint16_t> from_graph;
+  MORSERVE_CUDA_OK(dy.Download(&from_graph));
+  std::vector<float> direct;
+  std::vector<uint8_t> direct_raw;
+  ASSERT_NO_FATAL_FAILURE(Compute(dx, dw, m, n, k, DType::kBF16, &direct, &direct_raw));
+  ASSERT_EQ(0, std::memcmp(direct_raw.data(), from_graph.data(), direct_raw.size()));
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
 // Validation happens on the host before any cuBLAS call, so it runs without a device too.
 TEST(GemmParamsTest, RejectsBadParams) {
   LtGemm gemm;  // not initialised

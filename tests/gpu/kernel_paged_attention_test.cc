@@ -398,6 +398,56 @@ TEST_F(PagedAttentionTest, LongContexts) {
   ASSERT_NO_FATAL_FAILURE(Run({9, 3, 64, 13, 256, true, 1.0f}, {{4500, 2}, {10, 1}}));
 }
 
+// The launch captured in a CUDA graph (fixed buffers, metadata in device memory) equals a
+// direct launch, also after the metadata in those buffers changes between replays (every
+// kv_len shorter), which is how the engine replays one graph per batch size.
+TEST_F(PagedAttentionTest, CapturedInGraphMatchesDirectLaunch) {
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  Problem p = Build({15, 5, 64, 16, 64, false, 1.0f}, {{300, 3}, {90, 1}, {1, 1}, {700, 2}}, rng);
+  DeviceProblem dev(p);
+  ASSERT_NO_FATAL_FAILURE(dev.Upload());
+  const size_t out_elems = static_cast<size_t>(p.rows) * p.q_dim();
+  DeviceBuffer<uint16_t> out(out_elems);
+  DeviceBuffer<float> ws(PagedAttentionWorkspaceFloats(p.rows, p.shape.n_heads, p.shape.head_dim,
+                                                       p.max_kv_len, false, p.shape.chunk_len));
+  ASSERT_TRUE(out.ok() && ws.ok());
+  PagedAttentionParams a = dev.Params(DType::kBF16);
+  a.out = out.get();
+  a.workspace = ws.get();
+  cudaStream_t stream;
+  MORSERVE_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  MORSERVE_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  const cudaError_t launch = paged_attention_forward(a, stream);
+  MORSERVE_CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  MORSERVE_CUDA_OK(launch);
+  MORSERVE_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+
+  for (int round = 0; round < 2; ++round) {
+    if (round == 1) {  // new metadata in the same buffers
+      for (int32_t& len : p.kv_len) len = std::max(0, len - 1 - static_cast<int>(rng() % 5));
+      MORSERVE_CUDA_OK(cudaMemcpyAsync(dev.kv_len().get(), p.kv_len.data(), p.kv_len.size() * 4,
+                                       cudaMemcpyHostToDevice, stream));
+    }
+    MORSERVE_CUDA_OK(out.Poison());
+    MORSERVE_CUDA_OK(cudaGraphLaunch(exec, stream));
+    MORSERVE_CUDA_OK(cudaStreamSynchronize(stream));
+    std::vector<uint16_t> from_graph;
+    MORSERVE_CUDA_OK(out.Download(&from_graph));
+    std::vector<uint8_t> direct;
+    ASSERT_NO_FATAL_FAILURE(DeviceProblem::Launch(dev.Params(DType::kBF16), out_elems, &direct));
+    ASSERT_EQ(0, std::memcmp(direct.data(), from_graph.data(), direct.size())) << "round " << round;
+    const std::vector<double> ref = Reference(p);
+    ASSERT_NO_FATAL_FAILURE(ExpectMatches(p, Decode(direct, DType::kBF16), ref, DType::kBF16));
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
 // Faulty metadata fills only the faulty row with NaN; the others stay correct.
 TEST_F(PagedAttentionTest, FaultyRowsBecomeNan) {
   const uint64_t seed = FreshSeed();
