@@ -215,6 +215,23 @@ inline uint32_t __float_as_uint(float f) {
   std::memcpy(&u, &f, 4);
   return u;
 }
+// Round-to-nearest arithmetic intrinsics: plain IEEE operations on the host (no contraction
+// into fused multiply-adds happens for separate statements of this form).
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline double __dsub_rn(double a, double b) { return a - b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
+inline float __double2float_rn(double d) { return static_cast<float>(d); }
+// Fibers switch only at barriers, so an atomic is a plain read-modify-write here.
+template <typename T, typename U>
+T atomicAdd(T* p, U v) {
+  const T old = *p;
+  *p = static_cast<T>(old + static_cast<T>(v));
+  return old;
+}
 using std::isnan;
 using std::max;
 using std::min;
