@@ -13,11 +13,11 @@ cudaError_t argmax_forward(const ArgmaxParams& p, cudaStream_t stream) {
   if (p.rows == 0) return cudaSuccess;
   if (p.logits == nullptr || p.token == nullptr) return cudaErrorInvalidValue;
   if (p.dtype == DType::kBF16) {
-    ArgmaxKernel<uint16_t><<<p.rows, kThreads, 0, stream>>>(
-        static_cast<const uint16_t*>(p.logits), stride, p.vocab, p.token, p.max_logit);
+    ArgmaxKernel<uint16_t><<<p.rows, kThreads, 0, stream>>>(static_cast<const uint16_t*>(p.logits),
+                                                            stride, p.vocab, p.token, p.max_logit);
   } else {
     ArgmaxKernel<float><<<p.rows, kThreads, 0, stream>>>(static_cast<const float*>(p.logits),
-                                                          stride, p.vocab, p.token, p.max_logit);
+                                                         stride, p.vocab, p.token, p.max_logit);
   }
   return cudaGetLastError();
 }

@@ -20,13 +20,13 @@
 namespace morserve::kernels {
 
 struct ExitConfidenceParams {
-  const void* logits = nullptr;       // [rows, row_stride], dtype; the first vocab are read
-  DType dtype = DType::kF32;          // kF32 or kBF16
-  int64_t row_stride = 0;             // 0 means vocab
-  const float* threshold = nullptr;   // [rows]
-  int32_t* exit = nullptr;            // [rows]
-  double* max_prob = nullptr;         // optional [rows]
-  int rows = 0;                       // 0 is allowed (nothing is launched)
+  const void* logits = nullptr;      // [rows, row_stride], dtype; the first vocab are read
+  DType dtype = DType::kF32;         // kF32 or kBF16
+  int64_t row_stride = 0;            // 0 means vocab
+  const float* threshold = nullptr;  // [rows]
+  int32_t* exit = nullptr;           // [rows]
+  double* max_prob = nullptr;        // optional [rows]
+  int rows = 0;                      // 0 is allowed (nothing is launched)
   int vocab = 0;
 };
 

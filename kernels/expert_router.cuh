@@ -30,11 +30,11 @@ enum class GateActivation { kSigmoid, kTanh };
 
 struct ExpertRouterParams {
   // Linear router: h and router_w set, score_in null. Precomputed: score_in set, h null.
-  const float* h = nullptr;         // [rows, hidden] fp32 (the residual stream)
-  const void* router_w = nullptr;   // [num_loops, hidden], w_dtype
-  const void* aux_w = nullptr;      // optional [num_loops, hidden], w_dtype
-  DType w_dtype = DType::kF32;      // kF32 or kBF16
-  const float* score_in = nullptr;  // [rows]
+  const float* h = nullptr;          // [rows, hidden] fp32 (the residual stream)
+  const void* router_w = nullptr;    // [num_loops, hidden], w_dtype
+  const void* aux_w = nullptr;       // optional [num_loops, hidden], w_dtype
+  DType w_dtype = DType::kF32;       // kF32 or kBF16
+  const float* score_in = nullptr;   // [rows]
   const float* decide_in = nullptr;  // optional [rows] (with score_in only)
   const int32_t* loops = nullptr;    // [rows], the loop each row is about to run
   const float* capacity = nullptr;   // [num_loops], device memory

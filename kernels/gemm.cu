@@ -14,9 +14,9 @@ bool ValidShape(int m, int n, int k, DType y_dtype) {
          (y_dtype == DType::kBF16 || y_dtype == DType::kF32);
 }
 
-#define MORSERVE_LT_OK(expr)                               \
-  do {                                                     \
-    const cublasStatus_t morserve_st_ = (expr);            \
+#define MORSERVE_LT_OK(expr)                                        \
+  do {                                                              \
+    const cublasStatus_t morserve_st_ = (expr);                     \
     if (morserve_st_ != CUBLAS_STATUS_SUCCESS) return morserve_st_; \
   } while (0)
 
@@ -40,8 +40,10 @@ cublasStatus_t MakeDescriptors(int m, int n, int k, DType y_dtype, cublasLtMatmu
                                cublasLtMatrixLayout_t* c) {
   MORSERVE_LT_OK(cublasLtMatmulDescCreate(desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
-  MORSERVE_LT_OK(cublasLtMatmulDescSetAttribute(*desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof(op_t)));
-  MORSERVE_LT_OK(cublasLtMatmulDescSetAttribute(*desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof(op_n)));
+  MORSERVE_LT_OK(
+      cublasLtMatmulDescSetAttribute(*desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof(op_t)));
+  MORSERVE_LT_OK(
+      cublasLtMatmulDescSetAttribute(*desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof(op_n)));
   MORSERVE_LT_OK(cublasLtMatrixLayoutCreate(a, CUDA_R_16BF, k, n, k));
   MORSERVE_LT_OK(cublasLtMatrixLayoutCreate(b, CUDA_R_16BF, k, m, k));
   const cudaDataType_t y_type = y_dtype == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F;
@@ -59,18 +61,23 @@ cublasStatus_t Choose(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublas
   const uint64_t ws = LtGemm::kWorkspaceBytes;
   const uint32_t align = 16;
   const uint32_t mask = none_only ? CUBLASLT_REDUCTION_SCHEME_NONE : CUBLASLT_REDUCTION_SCHEME_MASK;
-  cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
-  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
-    if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align));
+  cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+  for (auto attr :
+       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
+    if (st == CUBLAS_STATUS_SUCCESS)
+      st = cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align));
   }
   if (st == CUBLAS_STATUS_SUCCESS) {
-    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask, sizeof(mask));
+    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                              &mask, sizeof(mask));
   }
   cublasLtMatmulHeuristicResult_t results[kHeuristicResults] = {};
   int found = 0;
   if (st == CUBLAS_STATUS_SUCCESS) {
-    st = cublasLtMatmulAlgoGetHeuristic(handle, desc, a, b, c, c, pref, kHeuristicResults, results, &found);
+    st = cublasLtMatmulAlgoGetHeuristic(handle, desc, a, b, c, c, pref, kHeuristicResults, results,
+                                        &found);
   }
   cublasLtMatmulPreferenceDestroy(pref);
   if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) return st;
@@ -112,7 +119,8 @@ cublasStatus_t LtGemm::Init() {
   return CUBLAS_STATUS_SUCCESS;
 }
 
-const LtGemm::Plan* LtGemm::FindOrCreate(int m, int n, int k, DType y_dtype, cublasStatus_t* status) {
+const LtGemm::Plan* LtGemm::FindOrCreate(int m, int n, int k, DType y_dtype,
+                                         cublasStatus_t* status) {
   const Key key{m, n, k, y_dtype};
   auto it = plans_.find(key);
   if (it != plans_.end()) {
@@ -144,8 +152,8 @@ cublasStatus_t LtGemm::Prepare(int m, int n, int k, DType y_dtype) {
 }
 
 cublasStatus_t LtGemm::Run(const GemmParams& p, cudaStream_t stream) {
-  if (!ValidShape(p.m, p.n, p.k, p.y_dtype) || p.x == nullptr || p.w == nullptr ||
-      p.y == nullptr || !Aligned16(p.x) || !Aligned16(p.w) || !Aligned16(p.y)) {
+  if (!ValidShape(p.m, p.n, p.k, p.y_dtype) || p.x == nullptr || p.w == nullptr || p.y == nullptr ||
+      !Aligned16(p.x) || !Aligned16(p.w) || !Aligned16(p.y)) {
     return CUBLAS_STATUS_INVALID_VALUE;
   }
   std::lock_guard<std::mutex> lock(mu_);

@@ -10,8 +10,7 @@ namespace {
 
 template <int HD, typename TO>
 cudaError_t Launch(const Args& a, int rows, int max_chunks, cudaStream_t stream) {
-  AttnChunkKernel<HD, TO>
-      <<<dim3(rows, a.n_kv_heads, max_chunks), kThreads, 0, stream>>>(a);
+  AttnChunkKernel<HD, TO><<<dim3(rows, a.n_kv_heads, max_chunks), kThreads, 0, stream>>>(a);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || max_chunks == 1) return err;
   AttnCombineKernel<HD, TO><<<dim3(rows, a.n_heads), HD, 0, stream>>>(a);
@@ -38,22 +37,21 @@ size_t PagedAttentionWorkspaceFloats(int rows, int n_heads, int head_dim, int ma
 
 cudaError_t paged_attention_forward(const PagedAttentionParams& p, cudaStream_t stream) {
   if (p.rows < 0 || (p.head_dim != 64 && p.head_dim != 128) || p.n_heads <= 0 ||
-      p.n_kv_heads <= 0 || p.n_heads % p.n_kv_heads != 0 ||
-      p.n_heads / p.n_kv_heads > kMaxGroup || p.block_size <= 0 || p.num_blocks <= 0 ||
-      p.max_kv_len < 0 || p.chunk_len <= 0 || p.chunk_len % kTile != 0 ||
-      !std::isfinite(p.scale) || (p.out_dtype != DType::kF32 && p.out_dtype != DType::kBF16) ||
+      p.n_kv_heads <= 0 || p.n_heads % p.n_kv_heads != 0 || p.n_heads / p.n_kv_heads > kMaxGroup ||
+      p.block_size <= 0 || p.num_blocks <= 0 || p.max_kv_len < 0 || p.chunk_len <= 0 ||
+      p.chunk_len % kTile != 0 || !std::isfinite(p.scale) ||
+      (p.out_dtype != DType::kF32 && p.out_dtype != DType::kBF16) ||
       (p.extra_k == nullptr) != (p.extra_v == nullptr)) {
     return cudaErrorInvalidValue;
   }
   if (p.rows == 0) return cudaSuccess;
-  if (p.q == nullptr || p.k_cache == nullptr || p.v_cache == nullptr ||
-      p.table_indptr == nullptr || p.table_blocks == nullptr || p.kv_len == nullptr ||
-      p.out == nullptr) {
+  if (p.q == nullptr || p.k_cache == nullptr || p.v_cache == nullptr || p.table_indptr == nullptr ||
+      p.table_blocks == nullptr || p.kv_len == nullptr || p.out == nullptr) {
     return cudaErrorInvalidValue;
   }
   // 16-byte vector loads of q, K, V (head_dim * 2 bytes keeps every row aligned).
-  if (!Aligned16(p.q) || !Aligned16(p.k_cache) || !Aligned16(p.v_cache) ||
-      !Aligned16(p.extra_k) || !Aligned16(p.extra_v)) {
+  if (!Aligned16(p.q) || !Aligned16(p.k_cache) || !Aligned16(p.v_cache) || !Aligned16(p.extra_k) ||
+      !Aligned16(p.extra_v)) {
     return cudaErrorInvalidValue;
   }
   const bool extra = p.extra_k != nullptr;

@@ -216,7 +216,8 @@ __global__ void __launch_bounds__(kThreads) AttnChunkKernel(const Args a) {
       const float s = lane < valid ? s_p[g][lane] : -INFINITY;
       float tmax = s;
 #pragma unroll
-      for (int off = 16; off > 0; off >>= 1) tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, off));
+      for (int off = 16; off > 0; off >>= 1)
+        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, off));
       const float m_new = fmaxf(m_old, tmax);
       const float pr = lane < valid ? exp2f(s - m_new) : 0.0f;
       float psum = pr;

@@ -29,8 +29,8 @@
 namespace morserve::kernels {
 
 struct QkvRopeParams {
-  const void* qkv = nullptr;  // [rows, (n_heads + 2 * n_kv_heads) * head_dim], qkv_dtype
-  DType qkv_dtype = DType::kBF16;  // kBF16 or kF32
+  const void* qkv = nullptr;            // [rows, (n_heads + 2 * n_kv_heads) * head_dim], qkv_dtype
+  DType qkv_dtype = DType::kBF16;       // kBF16 or kF32
   const int32_t* positions = nullptr;   // [rows], absolute, 0-based
   const int32_t* write_slot = nullptr;  // [rows]; may be null: no cache write at all
   uint16_t* q_out = nullptr;            // [rows, n_heads * head_dim] bf16

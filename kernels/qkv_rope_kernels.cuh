@@ -26,8 +26,8 @@ __device__ __forceinline__ uint16_t DoubleToBf16Bits(double v) {
 
 // Rotates heads [0, n_heads) of `src` (element i of head h at h * head_dim + i) into `dst`.
 template <typename TI>
-__device__ void RotateHeads(const TI* src, uint16_t* dst, uint16_t* dst2, int n_heads,
-                            int head_dim, const double* cos_v, const double* sin_v) {
+__device__ void RotateHeads(const TI* src, uint16_t* dst, uint16_t* dst2, int n_heads, int head_dim,
+                            const double* cos_v, const double* sin_v) {
   const int half = head_dim / 2;
   for (int idx = threadIdx.x; idx < n_heads * half; idx += kThreads) {
     const int h = idx / half;
@@ -35,8 +35,10 @@ __device__ void RotateHeads(const TI* src, uint16_t* dst, uint16_t* dst2, int n_
     const int lo = h * head_dim + i;
     const double a = LoadF32(src, lo);
     const double b = LoadF32(src, lo + half);
-    const uint16_t out_lo = DoubleToBf16Bits(__dsub_rn(__dmul_rn(a, cos_v[i]), __dmul_rn(b, sin_v[i])));
-    const uint16_t out_hi = DoubleToBf16Bits(__dadd_rn(__dmul_rn(b, cos_v[i]), __dmul_rn(a, sin_v[i])));
+    const uint16_t out_lo =
+        DoubleToBf16Bits(__dsub_rn(__dmul_rn(a, cos_v[i]), __dmul_rn(b, sin_v[i])));
+    const uint16_t out_hi =
+        DoubleToBf16Bits(__dadd_rn(__dmul_rn(b, cos_v[i]), __dmul_rn(a, sin_v[i])));
     dst[lo] = out_lo;
     dst[lo + half] = out_hi;
     if (dst2 != nullptr) {

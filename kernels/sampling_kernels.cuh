@@ -253,7 +253,8 @@ __device__ void SelectTopP(const Row& r, Filter& f, double target, Shared& s) {
     f.p_keep = keep;
   }
   int mine = 0;
-  Walk(r, f, 1, [&](int, float x, float) { mine += __float_as_uint(Prob(x, f.m)) == prefix ? 1 : 0; });
+  Walk(r, f, 1,
+       [&](int, float x, float) { mine += __float_as_uint(Prob(x, f.m)) == prefix ? 1 : 0; });
   f.p_before = static_cast<int>(BlockExclusiveScan(static_cast<uint64_t>(mine), s));
 }
 
@@ -299,7 +300,8 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const Args a) {
     const float m = BlockMax(best_i < 0 ? -INFINITY : best, s);
     // The lowest id holding the max: threads are in id order, so the first thread that has it.
     int candidate = (best_i >= 0 && best == m) ? best_i : 0x7fffffff;
-    for (int off = 16; off > 0; off >>= 1) candidate = min(candidate, __shfl_xor_sync(0xffffffffu, candidate, off));
+    for (int off = 16; off > 0; off >>= 1)
+      candidate = min(candidate, __shfl_xor_sync(0xffffffffu, candidate, off));
     if (threadIdx.x % 32 == 0) s.scratch_i[threadIdx.x / 32] = candidate;
     __syncthreads();
     if (threadIdx.x == 0) {

@@ -22,10 +22,10 @@
 namespace morserve::kernels {
 
 struct ScaleAddParams {
-  float* h = nullptr;              // [rows, dim] fp32, updated in place
-  const void* b = nullptr;         // [rows, dim], b_dtype (kF32 or kBF16); must not alias h
-  const float* scale = nullptr;    // optional [rows]; null means 1 for every row
-  int rows = 0;                    // 0 is allowed (nothing is launched)
+  float* h = nullptr;            // [rows, dim] fp32, updated in place
+  const void* b = nullptr;       // [rows, dim], b_dtype (kF32 or kBF16); must not alias h
+  const float* scale = nullptr;  // optional [rows]; null means 1 for every row
+  int rows = 0;                  // 0 is allowed (nothing is launched)
   int dim = 0;
   DType b_dtype = DType::kF32;
 };

@@ -50,7 +50,8 @@ __global__ void __launch_bounds__(kThreads) TokenChoiceKernel(TokenChoiceRouterP
   if (threadIdx.x != 0) return;
   double prob[kMaxRec];
   if (p.activation == TokenChoiceActivation::kSigmoid) {
-    for (int j = 0; j < nr; ++j) prob[j] = static_cast<double>(p.alpha) * (1.0 / (1.0 + exp(-static_cast<double>(s[j]))));
+    for (int j = 0; j < nr; ++j)
+      prob[j] = static_cast<double>(p.alpha) * (1.0 / (1.0 + exp(-static_cast<double>(s[j]))));
   } else {
     float m = s[0];
     for (int j = 1; j < nr; ++j) m = fmaxf(m, s[j]);
@@ -61,7 +62,9 @@ __global__ void __launch_bounds__(kThreads) TokenChoiceKernel(TokenChoiceRouterP
     }
   }
   int best = 0;
-  auto biased = [&](int j) { return prob[j] + (p.bias == nullptr ? 0.0 : static_cast<double>(p.bias[j])); };
+  auto biased = [&](int j) {
+    return prob[j] + (p.bias == nullptr ? 0.0 : static_cast<double>(p.bias[j]));
+  };
   for (int j = 1; j < nr; ++j) {
     if (biased(j) > biased(best)) best = j;
   }

@@ -100,7 +100,8 @@ inline void FiberMain() {
 inline bool Release(Launch& l) {
   bool moved = false;
   bool all_block = true;
-  for (const Fiber& f : l.fibers) all_block = all_block && (f.state == Fiber::kBlockBarrier || f.state == Fiber::kDone);
+  for (const Fiber& f : l.fibers)
+    all_block = all_block && (f.state == Fiber::kBlockBarrier || f.state == Fiber::kDone);
   bool any_block = false;
   for (const Fiber& f : l.fibers) any_block = any_block || f.state == Fiber::kBlockBarrier;
   if (all_block && any_block) {
@@ -163,7 +164,10 @@ inline void Run(EmuDim3 grid, int threads, std::function<void()> body) {
           }
           if (done) break;
           if (!Release(l) && !ran) {
-            std::fprintf(stderr, "cuda_emu: deadlock in block (%u, %u, %u): threads wait at different barriers\n", x, y, z);
+            std::fprintf(
+                stderr,
+                "cuda_emu: deadlock in block (%u, %u, %u): threads wait at different barriers\n", x,
+                y, z);
             std::abort();
           }
         }

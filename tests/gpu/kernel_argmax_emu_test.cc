@@ -3,14 +3,14 @@
 // padded row stride. Needs no device.
 #include "tests/gpu/cuda_emu.h"
 // cuda_emu.h first: it defines the CUDA keywords the kernel header uses.
-#include "kernels/argmax_kernels.cuh"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 #include <random>
 #include <vector>
+
+#include "kernels/argmax_kernels.cuh"
 
 namespace morserve::kernels {
 namespace {
@@ -29,8 +29,9 @@ TEST(ArgmaxEmuTest, LowestIndexOfTheLargest) {
   logits[3 * stride + vocab - 1] = 1e9f;
   std::vector<int32_t> token(rows, -7);
   std::vector<float> best(rows);
-  cuda_emu::Run({static_cast<unsigned>(rows), 1, 1}, kThreads,
-                [&] { ArgmaxKernel<float>(logits.data(), stride, vocab, token.data(), best.data()); });
+  cuda_emu::Run({static_cast<unsigned>(rows), 1, 1}, kThreads, [&] {
+    ArgmaxKernel<float>(logits.data(), stride, vocab, token.data(), best.data());
+  });
   for (int r = 0; r < rows; ++r) {
     int want = -1;
     for (int i = 0; i < vocab; ++i) {

@@ -44,8 +44,8 @@ TEST_F(ArgmaxTest, LowestIndexOfTheLargestLogit) {
   for (DType t : {DType::kF32, DType::kBF16}) {
     for (int vocab : {49152, 1000, 1}) {
       const uint64_t seed = FreshSeed();
-      SCOPED_TRACE(std::string(t == DType::kBF16 ? "bf16" : "f32") + " vocab=" +
-                   std::to_string(vocab) + " seed=" + std::to_string(seed));
+      SCOPED_TRACE(std::string(t == DType::kBF16 ? "bf16" : "f32") +
+                   " vocab=" + std::to_string(vocab) + " seed=" + std::to_string(seed));
       std::mt19937_64 rng(seed);
       const int rows = 23;
       const int64_t stride = vocab + 5;  // padded rows: the padding must not be read as logits

@@ -21,13 +21,13 @@
 namespace morserve::kernels {
 namespace {
 
-#define BENCH_CHECK(expr)                                                            \
-  do {                                                                               \
-    const cudaError_t e_ = (expr);                                                   \
-    if (e_ != cudaSuccess) {                                                         \
+#define BENCH_CHECK(expr)                                                                         \
+  do {                                                                                            \
+    const cudaError_t e_ = (expr);                                                                \
+    if (e_ != cudaSuccess) {                                                                      \
       std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                  \
-    }                                                                                \
+      std::exit(1);                                                                               \
+    }                                                                                             \
   } while (0)
 
 constexpr int kRotate = 8;
@@ -92,7 +92,8 @@ double CopyBandwidth() {
   auto* a = DeviceAlloc<uint8_t>(bytes);
   auto* b = DeviceAlloc<uint8_t>(bytes);
   BENCH_CHECK(cudaMemset(a, 1, bytes));
-  const double ms = TimeMs([&](int) { BENCH_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice)); });
+  const double ms =
+      TimeMs([&](int) { BENCH_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice)); });
   cudaFree(a);
   cudaFree(b);
   return 2.0 * bytes / (ms * 1e-3);
@@ -174,8 +175,9 @@ Result Attention(int rows, int ctx, bool prefill, std::mt19937_64& rng) {
   cudaFree(out);
   cudaFree(ws);
   cudaFree(d_len);
-  const std::string name = std::string(prefill ? "attention prefill rows=" : "attention decode rows=") +
-                           std::to_string(rows) + " ctx=" + std::to_string(ctx);
+  const std::string name =
+      std::string(prefill ? "attention prefill rows=" : "attention decode rows=") +
+      std::to_string(rows) + " ctx=" + std::to_string(ctx);
   const double flops = 4.0 * (kv_bytes / (2.0 * n_kv * hd * 2)) * n_heads * hd;
   return {name, ms, kv_bytes, flops};
 }
@@ -210,7 +212,8 @@ Result Gemm(LtGemm& gemm, const char* what, int m, int n, int k, std::mt19937_64
   for (auto* p : w) cudaFree(p);
   cudaFree(x);
   cudaFree(y);
-  const double bytes = 2.0 * (static_cast<double>(n) * k + static_cast<double>(m) * k + static_cast<double>(m) * n);
+  const double bytes =
+      2.0 * (static_cast<double>(n) * k + static_cast<double>(m) * k + static_cast<double>(m) * n);
   return {std::string("gemm ") + what + " m=" + std::to_string(m) + " n=" + std::to_string(n) +
               " k=" + std::to_string(k),
           ms, bytes, 2.0 * m * n * k};
@@ -241,15 +244,15 @@ int Main(int argc, char** argv) {
 
   std::printf("device: %s, copy bandwidth %.0f GB/s (read + write)\n", prop.name, copy_bw / 1e9);
   std::printf("%-44s %10s %10s %8s %10s\n", "kernel", "us", "GB/s", "of copy", "TFLOP/s");
-  std::string json = "{\"device\": \"" + std::string(prop.name) + "\", \"copy_bytes_per_s\": " +
-                     std::to_string(copy_bw) + ", \"results\": [";
+  std::string json = "{\"device\": \"" + std::string(prop.name) +
+                     "\", \"copy_bytes_per_s\": " + std::to_string(copy_bw) + ", \"results\": [";
   for (size_t i = 0; i < results.size(); ++i) {
     const Result& r = results[i];
     const double bw = r.bytes / (r.ms * 1e-3);
     std::printf("%-44s %10.1f %10.0f %7.0f%% %10.2f\n", r.name.c_str(), r.ms * 1e3, bw / 1e9,
                 100.0 * bw / copy_bw, r.flops / (r.ms * 1e-3) / 1e12);
-    json += std::string(i ? ", " : "") + "{\"name\": \"" + r.name + "\", \"ms\": " +
-            std::to_string(r.ms) + ", \"bytes\": " + std::to_string(r.bytes) +
+    json += std::string(i ? ", " : "") + "{\"name\": \"" + r.name +
+            "\", \"ms\": " + std::to_string(r.ms) + ", \"bytes\": " + std::to_string(r.bytes) +
             ", \"flops\": " + std::to_string(r.flops) + "}";
   }
   json += "]}\n";

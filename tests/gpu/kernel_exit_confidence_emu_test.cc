@@ -2,14 +2,14 @@
 // against the executor's MaxProb in double, with exact decisions. Needs no device.
 #include "tests/gpu/cuda_emu.h"
 // cuda_emu.h first: it defines the CUDA keywords the kernel header uses.
-#include "kernels/exit_confidence_kernels.cuh"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
+
+#include "kernels/exit_confidence_kernels.cuh"
 
 namespace morserve::kernels {
 namespace {

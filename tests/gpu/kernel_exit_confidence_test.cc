@@ -54,8 +54,8 @@ TEST_F(ExitConfidenceTest, MatchesExecutorRule) {
   for (DType t : {DType::kF32, DType::kBF16}) {
     for (int vocab : {49152, 300}) {
       const uint64_t seed = FreshSeed();
-      SCOPED_TRACE(std::string(t == DType::kBF16 ? "bf16" : "f32") + " vocab=" +
-                   std::to_string(vocab) + " seed=" + std::to_string(seed));
+      SCOPED_TRACE(std::string(t == DType::kBF16 ? "bf16" : "f32") +
+                   " vocab=" + std::to_string(vocab) + " seed=" + std::to_string(seed));
       std::mt19937_64 rng(seed);
       const int rows = 40;
       const int64_t stride = vocab + 3;

@@ -3,13 +3,13 @@
 // rule, an aux router, and a loop index outside the range. Needs no device.
 #include "tests/gpu/cuda_emu.h"
 // cuda_emu.h first: it defines the CUDA keywords the kernel header uses.
-#include "kernels/expert_router_kernels.cuh"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 #include <vector>
+
+#include "kernels/expert_router_kernels.cuh"
 
 namespace morserve::kernels {
 namespace {

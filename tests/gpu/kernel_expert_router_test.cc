@@ -120,8 +120,8 @@ TEST_F(ExpertRouterTest, LinearRouterMatchesReferenceAndIsBatchInvariant) {
   for (DType w_t : {DType::kF32, DType::kBF16}) {
     for (bool aux : {false, true}) {
       const uint64_t seed = FreshSeed();
-      SCOPED_TRACE(std::string(w_t == DType::kBF16 ? "w=bf16" : "w=f32") +
-                   (aux ? " aux" : "") + " seed=" + std::to_string(seed));
+      SCOPED_TRACE(std::string(w_t == DType::kBF16 ? "w=bf16" : "w=f32") + (aux ? " aux" : "") +
+                   " seed=" + std::to_string(seed));
       std::mt19937_64 rng(seed);
       Config c;
       c.num_loops = 3;

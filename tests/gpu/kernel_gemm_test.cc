@@ -26,10 +26,11 @@ std::vector<uint16_t> RandomBf16(size_t n, std::mt19937_64& rng, float stddev) {
   return out;
 }
 
-#define MORSERVE_LT_EXPECT_OK(expr)                                                      \
-  do {                                                                                   \
-    const cublasStatus_t morserve_st_ = (expr);                                          \
-    ASSERT_EQ(morserve_st_, CUBLAS_STATUS_SUCCESS) << #expr << ": " << GemmStatusString(morserve_st_); \
+#define MORSERVE_LT_EXPECT_OK(expr)                         \
+  do {                                                      \
+    const cublasStatus_t morserve_st_ = (expr);             \
+    ASSERT_EQ(morserve_st_, CUBLAS_STATUS_SUCCESS)          \
+        << #expr << ": " << GemmStatusString(morserve_st_); \
   } while (0)
 
 class GemmTest : public ::testing::Test {
@@ -71,8 +72,8 @@ class GemmTest : public ::testing::Test {
 
   void CheckShape(int m, int n, int k) {
     const uint64_t seed = FreshSeed();
-    SCOPED_TRACE("m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" +
-                 std::to_string(k) + " seed=" + std::to_string(seed));
+    SCOPED_TRACE("m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
+                 " seed=" + std::to_string(seed));
     std::mt19937_64 rng(seed);
     const std::vector<uint16_t> x = RandomBf16(static_cast<size_t>(m) * k, rng, 1.0f);
     const std::vector<uint16_t> w = RandomBf16(static_cast<size_t>(n) * k, rng, 0.05f);
@@ -112,12 +113,12 @@ class GemmTest : public ::testing::Test {
 };
 
 TEST_F(GemmTest, MatchesCpuGemm) {
-  ASSERT_NO_FATAL_FAILURE(CheckShape(1, 960, 960));     // o_proj, decode
-  ASSERT_NO_FATAL_FAILURE(CheckShape(7, 1600, 960));    // fused QKV (15 + 2 * 5 heads of 64)
-  ASSERT_NO_FATAL_FAILURE(CheckShape(64, 5120, 960));   // fused gate/up
-  ASSERT_NO_FATAL_FAILURE(CheckShape(33, 960, 2560));   // down_proj
-  ASSERT_NO_FATAL_FAILURE(CheckShape(3, 49152, 576));   // lm_head (SmolLM-135M width)
-  ASSERT_NO_FATAL_FAILURE(CheckShape(200, 64, 8));      // tiny k
+  ASSERT_NO_FATAL_FAILURE(CheckShape(1, 960, 960));    // o_proj, decode
+  ASSERT_NO_FATAL_FAILURE(CheckShape(7, 1600, 960));   // fused QKV (15 + 2 * 5 heads of 64)
+  ASSERT_NO_FATAL_FAILURE(CheckShape(64, 5120, 960));  // fused gate/up
+  ASSERT_NO_FATAL_FAILURE(CheckShape(33, 960, 2560));  // down_proj
+  ASSERT_NO_FATAL_FAILURE(CheckShape(3, 49152, 576));  // lm_head (SmolLM-135M width)
+  ASSERT_NO_FATAL_FAILURE(CheckShape(200, 64, 8));     // tiny k
 }
 
 TEST_F(GemmTest, AlgorithmsAreCachedPerShape) {
@@ -165,7 +166,8 @@ TEST_F(GemmTest, CapturedInGraphMatchesDirectRun) {
   SCOPED_TRACE("seed=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
   const int m = 16, n = 1600, k = 960;
-  DeviceBuffer<uint16_t> dx(static_cast<size_t>(m) * k), dw(static_cast<size_t>(n) * k), dy(static_cast<size_t>(m) * n);
+  DeviceBuffer<uint16_t> dx(static_cast<size_t>(m) * k), dw(static_cast<size_t>(n) * k),
+      dy(static_cast<size_t>(m) * n);
   ASSERT_TRUE(dx.ok() && dw.ok() && dy.ok());
   MORSERVE_CUDA_OK(dx.Upload(RandomBf16(static_cast<size_t>(m) * k, rng, 1.0f)));
   MORSERVE_CUDA_OK(dw.Upload(RandomBf16(static_cast<size_t>(n) * k, rng, 0.05f)));

@@ -9,8 +9,6 @@
 // barriers, and launch limits; those stay for tests/gpu/kernel_paged_attention_test.
 #include "tests/gpu/cuda_emu.h"
 // cuda_emu.h first: it defines the CUDA keywords the kernel header uses.
-#include "kernels/paged_attention_kernels.cuh"
-
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -18,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/paged_attention_kernels.cuh"
 #include "tests/gpu/paged_attention_problem.h"
 
 namespace morserve::kernels {
@@ -101,7 +100,8 @@ void Check(const Shape& shape, const std::vector<RequestSpec>& requests) {
     for (int r = 0; r < pr.rows; ++r) {
       const int n = pr.indptr[r + 1] - pr.indptr[r];
       std::vector<int32_t> table = {0};
-      if (n > 0) table.assign(pr.blocks.begin() + pr.indptr[r], pr.blocks.begin() + pr.indptr[r + 1]);
+      if (n > 0)
+        table.assign(pr.blocks.begin() + pr.indptr[r], pr.blocks.begin() + pr.indptr[r + 1]);
       const std::vector<int32_t> indptr = {0, n}, len = {pr.kv_len[r]};
       PagedAttentionParams p = HostParams(pr, t);
       p.rows = 1;
@@ -126,9 +126,9 @@ void Check(const Shape& shape, const std::vector<RequestSpec>& requests) {
 TEST(PagedAttentionEmuTest, MixedPrefillDecodeAndChunks) {
   // chunk 32 with contexts up to 100: several chunks and the combine kernel; block 5 and 16.
   const std::vector<RequestSpec> reqs = {{1, 1}, {33, 1}, {70, 5}, {0, 1}, {100, 1}, {9, 9}};
-  ASSERT_NO_FATAL_FAILURE(Check({6, 2, 64, 5, 32, false, 1.0f}, reqs));     // group 3
-  ASSERT_NO_FATAL_FAILURE(Check({4, 1, 128, 16, 64, false, 3.0f}, reqs));   // group 4, hd 128
-  ASSERT_NO_FATAL_FAILURE(Check({8, 8, 64, 7, 256, false, 1.0f}, reqs));    // group 1, one chunk
+  ASSERT_NO_FATAL_FAILURE(Check({6, 2, 64, 5, 32, false, 1.0f}, reqs));    // group 3
+  ASSERT_NO_FATAL_FAILURE(Check({4, 1, 128, 16, 64, false, 3.0f}, reqs));  // group 4, hd 128
+  ASSERT_NO_FATAL_FAILURE(Check({8, 8, 64, 7, 256, false, 1.0f}, reqs));   // group 1, one chunk
 }
 
 TEST(PagedAttentionEmuTest, LargestGroup) {  // kAttentionMaxGroup query heads per kv head

@@ -131,7 +131,6 @@ class DeviceProblem {
   DeviceBuffer<int32_t> indptr_, blocks_, kv_len_;
 };
 
-
 class PagedAttentionTest : public ::testing::Test {
  protected:
   void SetUp() override { MORSERVE_SKIP_WITHOUT_GPU(); }
@@ -148,8 +147,8 @@ class PagedAttentionTest : public ::testing::Test {
     for (DType t : {DType::kBF16, DType::kF32}) {
       SCOPED_TRACE(t == DType::kBF16 ? "out=bf16" : "out=f32");
       std::vector<uint8_t> raw;
-      ASSERT_NO_FATAL_FAILURE(DeviceProblem::Launch(dev.Params(t),
-                                                    static_cast<size_t>(p.rows) * p.q_dim(), &raw));
+      ASSERT_NO_FATAL_FAILURE(
+          DeviceProblem::Launch(dev.Params(t), static_cast<size_t>(p.rows) * p.q_dim(), &raw));
       ASSERT_NO_FATAL_FAILURE(ExpectMatches(p, Decode(raw, t), ref, t));
       const size_t row_bytes = raw.size() / p.rows;
       for (int r = 0; r < p.rows; ++r) {
@@ -166,8 +165,8 @@ class PagedAttentionTest : public ::testing::Test {
 
 // Decode rows, a long-ish decode, a prefill chunk in the middle of a prompt, a prompt's first
 // chunk (kv_len 1..40) and a row that sees nothing.
-const std::vector<RequestSpec> kMixed = {{1, 1}, {17, 1}, {700, 1}, {300, 24}, {40, 40}, {0, 1},
-                                         {129, 1}};
+const std::vector<RequestSpec> kMixed = {{1, 1},   {17, 1}, {700, 1}, {300, 24},
+                                         {40, 40}, {0, 1},  {129, 1}};
 
 TEST_F(PagedAttentionTest, MixedPrefillAndDecodeHeadDim64) {
   // SmolLM-360M (15/5: group 3), SmolLM-135M (9/3), group 1; block sizes 16 and 7.

@@ -3,8 +3,6 @@
 // cache at the write slots, the optional k/v outputs, slot -1 and faulty rows. Needs no device.
 #include "tests/gpu/cuda_emu.h"
 // cuda_emu.h first: it defines the CUDA keywords the kernel header uses.
-#include "kernels/qkv_rope_kernels.cuh"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +11,7 @@
 #include <vector>
 
 #include "engine/model/dtype.h"
+#include "kernels/qkv_rope_kernels.cuh"
 
 namespace morserve::kernels {
 namespace {
@@ -32,9 +31,11 @@ TEST(QkvRopeEmuTest, MatchesReference) {
     std::vector<float> in(static_cast<size_t>(rows) * width);
     for (float& v : in) v = dist(rng);
     const std::vector<int32_t> positions = {0, 5, 31000, 7, -2, 12};
-    const std::vector<int32_t> slots = {3, -1, 0, 8, 1, 20};  // row 4: bad position, row 5: bad slot
-    std::vector<uint16_t> q(static_cast<size_t>(rows) * q_dim, kPoison), kc(num_slots * kv_dim, kPoison),
-        vc(num_slots * kv_dim, kPoison), ko(static_cast<size_t>(rows) * kv_dim, kPoison),
+    const std::vector<int32_t> slots = {3, -1, 0,
+                                        8, 1,  20};  // row 4: bad position, row 5: bad slot
+    std::vector<uint16_t> q(static_cast<size_t>(rows) * q_dim, kPoison),
+        kc(num_slots * kv_dim, kPoison), vc(num_slots * kv_dim, kPoison),
+        ko(static_cast<size_t>(rows) * kv_dim, kPoison),
         vo(static_cast<size_t>(rows) * kv_dim, kPoison);
     QkvRopeParams p;
     p.qkv = in.data();
@@ -73,7 +74,8 @@ TEST(QkvRopeEmuTest, MatchesReference) {
         if (bad) {
           ASSERT_TRUE(std::isnan(Bf16ToF32(got))) << "row " << r;
         } else {
-          ASSERT_TRUE(close(got, rotate(x, nh, positions[r], e / hd, e % hd))) << "row " << r << " q " << e;
+          ASSERT_TRUE(close(got, rotate(x, nh, positions[r], e / hd, e % hd)))
+              << "row " << r << " q " << e;
         }
       }
       for (int e = 0; e < kv_dim; ++e) {
@@ -82,7 +84,8 @@ TEST(QkvRopeEmuTest, MatchesReference) {
           ASSERT_TRUE(std::isnan(Bf16ToF32(ko[o])) && std::isnan(Bf16ToF32(vo[o]))) << "row " << r;
           continue;
         }
-        ASSERT_TRUE(close(ko[o], rotate(x + q_dim, nkv, positions[r], e / hd, e % hd))) << "row " << r;
+        ASSERT_TRUE(close(ko[o], rotate(x + q_dim, nkv, positions[r], e / hd, e % hd)))
+            << "row " << r;
         ASSERT_EQ(vo[o], F32ToBf16(x[q_dim + kv_dim + e])) << "row " << r;
         if (slots[r] >= 0) {
           ASSERT_EQ(kc[static_cast<size_t>(slots[r]) * kv_dim + e], ko[o]) << "row " << r;

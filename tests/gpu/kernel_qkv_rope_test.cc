@@ -35,9 +35,9 @@ class QkvRopeTest : public ::testing::Test {
   void Run(const Shape& s, int rows) {
     const uint64_t seed = FreshSeed();
     SCOPED_TRACE("heads=" + std::to_string(s.n_heads) + "/" + std::to_string(s.n_kv_heads) +
-                 " head_dim=" + std::to_string(s.head_dim) + " in=" +
-                 (s.in == DType::kBF16 ? "bf16" : "f32") + " rows=" + std::to_string(rows) +
-                 " seed=" + std::to_string(seed));
+                 " head_dim=" + std::to_string(s.head_dim) +
+                 " in=" + (s.in == DType::kBF16 ? "bf16" : "f32") +
+                 " rows=" + std::to_string(rows) + " seed=" + std::to_string(seed));
     std::mt19937_64 rng(seed);
     const int hd = s.head_dim, q_dim = s.n_heads * hd, kv_dim = s.n_kv_heads * hd;
     const int width = q_dim + 2 * kv_dim;
@@ -89,8 +89,8 @@ class QkvRopeTest : public ::testing::Test {
     DeviceBuffer<uint16_t> dk_cache(num_slots * kv_dim), dv_cache(num_slots * kv_dim);
     DeviceBuffer<uint16_t> dk_out(s.side_outputs ? static_cast<size_t>(rows) * kv_dim : 0);
     DeviceBuffer<uint16_t> dv_out(s.side_outputs ? static_cast<size_t>(rows) * kv_dim : 0);
-    ASSERT_TRUE(dqkv.ok() && dpos.ok() && dslot.ok() && dq.ok() && dk_cache.ok() &&
-                dv_cache.ok() && dk_out.ok() && dv_out.ok());
+    ASSERT_TRUE(dqkv.ok() && dpos.ok() && dslot.ok() && dq.ok() && dk_cache.ok() && dv_cache.ok() &&
+                dk_out.ok() && dv_out.ok());
     const void* host_in = s.in == DType::kBF16 ? static_cast<const void*>(in_bf16.data())
                                                : static_cast<const void*>(in_f32.data());
     MORSERVE_CUDA_OK(cudaMemcpy(dqkv.get(), host_in, in_bytes, cudaMemcpyHostToDevice));
@@ -144,15 +144,16 @@ class QkvRopeTest : public ::testing::Test {
       rotate(x, s.n_heads, positions[r], &qr);
       rotate(x + q_dim, s.n_kv_heads, positions[r], &kr);
       for (int i = 0; i < q_dim; ++i) {
-        ASSERT_NO_FATAL_FAILURE(expect_close(q[static_cast<size_t>(r) * q_dim + i], qr[i],
-                                             "row " + std::to_string(r) + " q " + std::to_string(i)));
+        ASSERT_NO_FATAL_FAILURE(
+            expect_close(q[static_cast<size_t>(r) * q_dim + i], qr[i],
+                         "row " + std::to_string(r) + " q " + std::to_string(i)));
       }
       for (int i = 0; i < kv_dim; ++i) {
         const uint16_t want_v = F32ToBf16(x[q_dim + kv_dim + i]);
         const std::string where = "row " + std::to_string(r) + " kv element " + std::to_string(i);
         if (slots[r] >= 0) {
-          ASSERT_NO_FATAL_FAILURE(
-              expect_close(kc[static_cast<size_t>(slots[r]) * kv_dim + i], kr[i], "cache k " + where));
+          ASSERT_NO_FATAL_FAILURE(expect_close(kc[static_cast<size_t>(slots[r]) * kv_dim + i],
+                                               kr[i], "cache k " + where));
           ASSERT_EQ(vc[static_cast<size_t>(slots[r]) * kv_dim + i], want_v) << "cache v " << where;
         }
         if (s.side_outputs) {
@@ -180,10 +181,10 @@ class QkvRopeTest : public ::testing::Test {
 TEST_F(QkvRopeTest, MatchesReference) {
   for (DType in : {DType::kBF16, DType::kF32}) {
     for (bool side : {false, true}) {
-      ASSERT_NO_FATAL_FAILURE(Run({15, 5, 64, 10000.0f, in, side}, 37));    // SmolLM-360M
-      ASSERT_NO_FATAL_FAILURE(Run({32, 8, 64, 500000.0f, in, side}, 19));   // Llama-3.2-1B
-      ASSERT_NO_FATAL_FAILURE(Run({8, 2, 128, 1000000.0f, in, side}, 5));   // head_dim 128
-      ASSERT_NO_FATAL_FAILURE(Run({3, 1, 10, 10000.0f, in, side}, 64));     // odd shapes
+      ASSERT_NO_FATAL_FAILURE(Run({15, 5, 64, 10000.0f, in, side}, 37));   // SmolLM-360M
+      ASSERT_NO_FATAL_FAILURE(Run({32, 8, 64, 500000.0f, in, side}, 19));  // Llama-3.2-1B
+      ASSERT_NO_FATAL_FAILURE(Run({8, 2, 128, 1000000.0f, in, side}, 5));  // head_dim 128
+      ASSERT_NO_FATAL_FAILURE(Run({3, 1, 10, 10000.0f, in, side}, 64));    // odd shapes
     }
   }
 }

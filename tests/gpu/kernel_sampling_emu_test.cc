@@ -5,8 +5,6 @@
 // Needs no device.
 #include "tests/gpu/cuda_emu.h"
 // cuda_emu.h first: it defines the CUDA keywords the kernel header uses.
-#include "kernels/sampling_kernels.cuh"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,6 +15,7 @@
 
 #include "engine/runtime/sampler.h"
 #include "engine/runtime/sampling_params.h"
+#include "kernels/sampling_kernels.cuh"
 
 namespace morserve::kernels {
 namespace {
@@ -43,8 +42,8 @@ std::vector<int32_t> Emulate(const std::vector<float>& logits, const std::vector
     sd.push_back(r.seed);
     st.push_back(r.step);
   }
-  const Args a{logits.data(), vocab, vocab, t.data(), tk.data(), tp.data(), mp.data(),
-               sd.data(), st.data(), token.data()};
+  const Args a{logits.data(), vocab,     vocab,     t.data(),  tk.data(),
+               tp.data(),     mp.data(), sd.data(), st.data(), token.data()};
   cuda_emu::Run({static_cast<unsigned>(n), 1, 1}, kThreads, [&] { SampleKernel(a); });
   return token;
 }
@@ -67,8 +66,8 @@ int CpuToken(const float* logits, int vocab, const RowSpec& r, Sampler& sampler)
 void Check(int vocab, bool tied) {
   std::random_device rd;
   const uint64_t seed = (static_cast<uint64_t>(rd()) << 32) ^ rd();
-  SCOPED_TRACE("vocab=" + std::to_string(vocab) + (tied ? " tied" : "") + " seed=" +
-               std::to_string(seed));
+  SCOPED_TRACE("vocab=" + std::to_string(vocab) + (tied ? " tied" : "") +
+               " seed=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
   const float temps[] = {0.0f, 0.5f, 1.0f, 1.5f};
   const int ks[] = {0, 1, 3, 20, vocab, -1};
@@ -80,8 +79,8 @@ void Check(int vocab, bool tied) {
   std::vector<RowSpec> rows;
   std::vector<float> logits;
   for (int r = 0; r < n; ++r) {
-    rows.push_back({temps[pick(rng) % 4], ks[pick(rng) % 6], tps[pick(rng) % 4],
-                    mps[pick(rng) % 4], (static_cast<uint64_t>(pick(rng)) << 32) ^ pick(rng),
+    rows.push_back({temps[pick(rng) % 4], ks[pick(rng) % 6], tps[pick(rng) % 4], mps[pick(rng) % 4],
+                    (static_cast<uint64_t>(pick(rng)) << 32) ^ pick(rng),
                     static_cast<uint64_t>(pick(rng) % 100)});
     for (int i = 0; i < vocab; ++i) {
       float x = dist(rng);
@@ -120,9 +119,9 @@ TEST(SamplingEmuTest, PlantedCases) {
   for (int i = 0; i < vocab; ++i) logits[i] = (i == 10 || i == 500) ? 5.0f : -1.0f;
   for (int i = 0; i < vocab; ++i) logits[vocab + i] = -std::numeric_limits<float>::infinity();
   for (int i = 0; i < vocab; ++i) logits[2 * vocab + i] = static_cast<float>(i % 7);
-  const std::vector<RowSpec> rows = {{1.0f, 1, 1.0f, 0.0f, 1, 0},    // top_k 1: the lower tie, 10
-                                 {1.0f, 0, 1.0f, 0.0f, 2, 3},    // all -inf: -1
-                                 {0.8f, 2, 1.0f, 0.0f, 3, 5}};   // ties at 6: ids 6 and 13 only
+  const std::vector<RowSpec> rows = {{1.0f, 1, 1.0f, 0.0f, 1, 0},   // top_k 1: the lower tie, 10
+                                     {1.0f, 0, 1.0f, 0.0f, 2, 3},   // all -inf: -1
+                                     {0.8f, 2, 1.0f, 0.0f, 3, 5}};  // ties at 6: ids 6 and 13 only
   const std::vector<int32_t> got = Emulate(logits, rows, vocab);
   EXPECT_EQ(got[0], 10);
   EXPECT_EQ(got[1], -1);

@@ -47,7 +47,8 @@ struct Batch {
       sd.push_back(rows[r].seed);
       st.push_back(rows[r].step);
     }
-    DeviceBuffer<float> dlogits(static_cast<size_t>(count) * vocab), dt(count), dtp(count), dmp(count);
+    DeviceBuffer<float> dlogits(static_cast<size_t>(count) * vocab), dt(count), dtp(count),
+        dmp(count);
     DeviceBuffer<int32_t> dtk(count), dtok(count);
     DeviceBuffer<uint64_t> dsd(count), dst(count);
     ASSERT_TRUE(dlogits.ok() && dt.ok() && dtp.ok() && dmp.ok() && dtk.ok() && dtok.ok() &&
@@ -101,8 +102,8 @@ class SamplingTest : public ::testing::Test {
 
   void Check(int vocab, bool tied) {
     const uint64_t seed = FreshSeed();
-    SCOPED_TRACE("vocab=" + std::to_string(vocab) + (tied ? " tied" : "") + " seed=" +
-                 std::to_string(seed));
+    SCOPED_TRACE("vocab=" + std::to_string(vocab) + (tied ? " tied" : "") +
+                 " seed=" + std::to_string(seed));
     std::mt19937_64 rng(seed);
     const float temps[] = {0.0f, 0.5f, 1.0f, 1.5f};
     const int ks[] = {0, 1, 2, 20, 50, vocab, -1};
@@ -139,9 +140,8 @@ class SamplingTest : public ::testing::Test {
     for (int r = 0; r < rows; ++r) {
       const RowSpec& s = b.rows[r];
       ASSERT_EQ(got[r], CpuToken(b, r, sampler))
-          << "row " << r << ": temperature " << s.temperature << " top_k " << s.top_k
-          << " top_p " << s.top_p << " min_p " << s.min_p << " seed " << s.seed << " step "
-          << s.step;
+          << "row " << r << ": temperature " << s.temperature << " top_k " << s.top_k << " top_p "
+          << s.top_p << " min_p " << s.min_p << " seed " << s.seed << " step " << s.step;
     }
     for (int r = 0; r < rows; r += 7) {
       std::vector<int32_t> one;

@@ -21,10 +21,9 @@ class SwigluTest : public ::testing::Test {
 
   void Run(DType in_t, DType out_t, int rows, int inter) {
     const uint64_t seed = FreshSeed();
-    SCOPED_TRACE(std::string("in=") + (in_t == DType::kBF16 ? "bf16" : "f32") +
-                 " out=" + (out_t == DType::kBF16 ? "bf16" : "f32") + " rows=" +
-                 std::to_string(rows) + " inter=" + std::to_string(inter) +
-                 " seed=" + std::to_string(seed));
+    SCOPED_TRACE(std::string("in=") + (in_t == DType::kBF16 ? "bf16" : "f32") + " out=" +
+                 (out_t == DType::kBF16 ? "bf16" : "f32") + " rows=" + std::to_string(rows) +
+                 " inter=" + std::to_string(inter) + " seed=" + std::to_string(seed));
     std::mt19937_64 rng(seed);
     std::normal_distribution<float> dist(0.0f, 3.0f);
     const size_t n_in = static_cast<size_t>(rows) * 2 * inter, n_out = n_in / 2;

@@ -3,13 +3,13 @@
 // lowest index, bias, and the gate. Needs no device.
 #include "tests/gpu/cuda_emu.h"
 // cuda_emu.h first: it defines the CUDA keywords the kernel header uses.
-#include "kernels/token_choice_router_kernels.cuh"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 #include <vector>
+
+#include "kernels/token_choice_router_kernels.cuh"
 
 namespace morserve::kernels {
 namespace {
@@ -38,7 +38,8 @@ TEST(TokenChoiceRouterEmuTest, LinearScoresAndGivenTies) {
   for (int r = 0; r < rows; ++r) {
     for (int j = 0; j < nr; ++j) {
       double s = 0;
-      for (int i = 0; i < hidden; ++i) s += static_cast<double>(h[r * hidden + i]) * w[j * hidden + i];
+      for (int i = 0; i < hidden; ++i)
+        s += static_cast<double>(h[r * hidden + i]) * w[j * hidden + i];
       EXPECT_NEAR(scores[r * nr + j], s, 1e-4) << "row " << r << " score " << j;
     }
     const float* s = &scores[r * nr];

@@ -23,7 +23,8 @@ using ::morserve::testing::FreshSeed;
 std::vector<double> Probs(const float* s, int nr, float alpha, TokenChoiceActivation act) {
   std::vector<double> p(nr);
   if (act == TokenChoiceActivation::kSigmoid) {
-    for (int j = 0; j < nr; ++j) p[j] = alpha * (1.0 / (1.0 + std::exp(-static_cast<double>(s[j]))));
+    for (int j = 0; j < nr; ++j)
+      p[j] = alpha * (1.0 / (1.0 + std::exp(-static_cast<double>(s[j]))));
   } else {
     const double m = *std::max_element(s, s + nr);
     double sum = 0;
@@ -36,7 +37,8 @@ std::vector<double> Probs(const float* s, int nr, float alpha, TokenChoiceActiva
 int Best(const std::vector<double>& p, const std::vector<float>& bias) {
   int best = 0;
   for (int j = 1; j < static_cast<int>(p.size()); ++j) {
-    if (p[j] + (bias.empty() ? 0.0 : bias[j]) > p[best] + (bias.empty() ? 0.0 : bias[best])) best = j;
+    if (p[j] + (bias.empty() ? 0.0 : bias[j]) > p[best] + (bias.empty() ? 0.0 : bias[best]))
+      best = j;
   }
   return best;
 }
@@ -98,7 +100,8 @@ TEST_F(TokenChoiceRouterTest, GivenScoresDecideExactly) {
       Outputs out;
       ASSERT_NO_FATAL_FAILURE(Launch(p, &out));
       for (int r = 0; r < rows; ++r) {
-        const std::vector<double> prob = Probs(&scores[static_cast<size_t>(r) * nr], nr, alpha, act);
+        const std::vector<double> prob =
+            Probs(&scores[static_cast<size_t>(r) * nr], nr, alpha, act);
         const int best = Best(prob, bias);
         ASSERT_EQ(out.depth[r], best + 1) << "row " << r;
         ASSERT_NEAR(out.gate[r], prob[best], 1e-6 * prob[best]) << "row " << r;
@@ -114,8 +117,8 @@ TEST_F(TokenChoiceRouterTest, GivenScoresDecideExactly) {
 TEST_F(TokenChoiceRouterTest, LinearRouterMatchesReferenceAndIsBatchInvariant) {
   for (DType w_t : {DType::kF32, DType::kBF16}) {
     const uint64_t seed = FreshSeed();
-    SCOPED_TRACE(std::string(w_t == DType::kBF16 ? "w=bf16" : "w=f32") + " seed=" +
-                 std::to_string(seed));
+    SCOPED_TRACE(std::string(w_t == DType::kBF16 ? "w=bf16" : "w=f32") +
+                 " seed=" + std::to_string(seed));
     std::mt19937_64 rng(seed);
     const int rows = 48, hidden = 576, nr = 3;
     const float alpha = 1.0f;
@@ -138,7 +141,8 @@ TEST_F(TokenChoiceRouterTest, LinearRouterMatchesReferenceAndIsBatchInvariant) {
         std::vector<float> s(nr);
         ref_scores[r].assign(nr, 0.0);
         for (int j = 0; j < nr; ++j) {
-          for (int i = 0; i < hidden; ++i) ref_scores[r][j] += static_cast<double>(x[i]) * w[j * hidden + i];
+          for (int i = 0; i < hidden; ++i)
+            ref_scores[r][j] += static_cast<double>(x[i]) * w[j * hidden + i];
           s[j] = static_cast<float>(ref_scores[r][j]);
         }
         std::vector<double> prob = Probs(s.data(), nr, alpha, TokenChoiceActivation::kSoftmax);

@@ -58,7 +58,8 @@ inline uint16_t RandomBf16(std::mt19937_64& rng, float stddev) {
 
 // Rows of request i are the last query_rows tokens of its context: row j of n sees
 // context - n + j + 1 cache entries (its own included), or one fewer plus its extra pair.
-inline Problem Build(const Shape& s, const std::vector<RequestSpec>& requests, std::mt19937_64& rng) {
+inline Problem Build(const Shape& s, const std::vector<RequestSpec>& requests,
+                     std::mt19937_64& rng) {
   Problem p;
   p.shape = s;
   std::vector<int> need(requests.size());
@@ -84,8 +85,8 @@ inline Problem Build(const Shape& s, const std::vector<RequestSpec>& requests, s
     next += need[i];
     // Entries [0, context) get random values; everything else stays NaN.
     for (int e = 0; e < req.context; ++e) {
-      const size_t slot = static_cast<size_t>(table[e / s.block_size]) * s.block_size +
-                          e % s.block_size;
+      const size_t slot =
+          static_cast<size_t>(table[e / s.block_size]) * s.block_size + e % s.block_size;
       for (int d = 0; d < p.kv_dim(); ++d) {
         p.k_cache[slot * p.kv_dim() + d] = RandomBf16(rng, 1.0f);
         p.v_cache[slot * p.kv_dim() + d] = RandomBf16(rng, 1.0f);
@@ -138,7 +139,8 @@ inline std::vector<double> Reference(const Problem& p) {
       double m = -INFINITY;
       for (size_t j = 0; j < ks.size(); ++j) {
         double dot = 0;
-        for (int d = 0; d < hd; ++d) dot += static_cast<double>(Bf16ToF32(q[d])) * Bf16ToF32(ks[j][d]);
+        for (int d = 0; d < hd; ++d)
+          dot += static_cast<double>(Bf16ToF32(q[d])) * Bf16ToF32(ks[j][d]);
         score[j] = dot * scale;
         m = std::max(m, score[j]);
       }
@@ -171,8 +173,9 @@ inline std::vector<float> Decode(const std::vector<uint8_t>& raw, DType t) {
 }
 
 // Checks every (row, head) of `got` against `ref`; rows listed in `skip` are not checked.
-inline void ExpectMatches(const Problem& p, const std::vector<float>& got, const std::vector<double>& ref,
-                   DType t, const std::vector<int>& skip = {}) {
+inline void ExpectMatches(const Problem& p, const std::vector<float>& got,
+                          const std::vector<double>& ref, DType t,
+                          const std::vector<int>& skip = {}) {
   const double tol = t == DType::kBF16 ? 1e-2 : 1e-4;
   const int hd = p.shape.head_dim;
   int failures = 0;
