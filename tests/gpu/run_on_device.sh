@@ -12,11 +12,14 @@
 set -uo pipefail
 bin=${1:-$(cd "$(dirname "$0")" && pwd)}
 part=${2:-all}
+# The binaries were linked here against CUDA 13's libcudart / libcublasLt; find them there.
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 out=${OUT:-./gpu-test-out}
 mkdir -p "$out/xml"
 log="$out/gpu-tests.log"
 : >"$log"
 nvidia-smi -L 2>&1 | tee -a "$log"
+ldd "$bin/kernel_gemm_test" 2>&1 | grep -E 'not found|cuda|cublas' | tee -a "$log"
 summary=()
 run() {  # limit_s, name, command...   (rc 124: stopped at the limit)
   local limit=$1 name=$2
