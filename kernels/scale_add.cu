@@ -1,31 +1,11 @@
-// Gated residual add launcher and kernel; the contract is in scale_add.cuh.
+// Gated residual add launcher; the kernel is in scale_add_kernels.cuh, the contract in
+// scale_add.cuh.
 #include <algorithm>
 
-#include "kernels/common.cuh"
 #include "kernels/scale_add.cuh"
+#include "kernels/scale_add_kernels.cuh"
 
 namespace morserve::kernels {
-namespace {
-
-constexpr int kThreads = 256;
-
-constexpr int64_t kMaxBlocks = 1 << 20;
-
-// Grid-stride over the rows * dim elements.
-template <typename TB>
-__global__ void __launch_bounds__(kThreads)
-    ScaleAddKernel(float* __restrict__ h, const TB* __restrict__ b, const float* __restrict__ scale,
-                   int64_t n, int dim) {
-  for (int64_t e = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; e < n;
-       e += static_cast<int64_t>(gridDim.x) * kThreads) {
-    const double s = scale == nullptr ? 1.0 : static_cast<double>(scale[e / dim]);
-    const double sum =
-        __dadd_rn(static_cast<double>(h[e]), __dmul_rn(s, static_cast<double>(LoadF32(b, e))));
-    h[e] = __double2float_rn(sum);
-  }
-}
-
-}  // namespace
 
 cudaError_t scale_add_forward(const ScaleAddParams& p, cudaStream_t stream) {
   if (p.rows < 0 || p.dim <= 0 || (p.b_dtype != DType::kF32 && p.b_dtype != DType::kBF16)) {

@@ -1,31 +1,11 @@
-// SwiGLU launcher and kernel; the contract is in swiglu.cuh.
+// SwiGLU launcher; the kernel is in swiglu_kernels.cuh, the contract in swiglu.cuh.
 #include <algorithm>
 
-#include "kernels/common.cuh"
 #include "kernels/swiglu.cuh"
+#include "kernels/swiglu_kernels.cuh"
 
 namespace morserve::kernels {
 namespace {
-
-constexpr int kThreads = 256;
-
-constexpr int64_t kMaxBlocks = 1 << 20;
-
-// Grid-stride over the rows * inter outputs, one element per thread and step.
-template <typename TI, typename TO>
-__global__ void __launch_bounds__(kThreads)
-    SwigluKernel(const TI* __restrict__ gate_up, TO* __restrict__ out, int64_t n, int inter) {
-  for (int64_t e = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; e < n;
-       e += static_cast<int64_t>(gridDim.x) * kThreads) {
-    const int64_t row = e / inter;
-    const int64_t i = e % inter;
-    const TI* in = gate_up + row * 2 * inter;
-    const float g = LoadF32(in, i);
-    const float u = LoadF32(in, inter + i);
-    const float silu = __fdiv_rn(g, 1.0f + expf(-g));
-    StoreF32(out, e, __fmul_rn(silu, u));
-  }
-}
 
 template <typename TI, typename TO>
 cudaError_t Launch(const SwigluParams& p, cudaStream_t stream) {
