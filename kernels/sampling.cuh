@@ -10,13 +10,14 @@
 //              id order at u = UniformForStep(seed, step) (the sampler's counter-based RNG:
 //              splitmix64 finaliser, 53-bit uniform).
 //
-// Exactness: the selections are exact radix selects on the values' bits; top_p's masses are
-// fixed-point sums (p * 2^44 truncated to uint64, exact for p >= 2^-20) reduced with integer
-// atomics, and the final inverse CDF sums in double in a fixed order (each thread's ids in
-// order, then a fixed block scan), so a row's token is bit-for-bit deterministic and
-// independent of its batch. The CPU sums in double sequentially; a token can differ from
-// the CPU's only when the uniform or the top_p target lands within rounding (about 1e-15
-// relative for the draw, 1e-9 absolute for the top_p cut) of a cumulative-mass boundary.
+// Exactness: the selections are exact radix selects on the values' bits; top_p's per-bin
+// masses are fixed-point sums (p * 2^44 truncated to uint64, exact for p >= 2^-20) reduced
+// with integer atomics, its target and the final inverse CDF use double sums in a fixed order
+// (each thread's ids in order, then a fixed block scan), so a row's token is bit-for-bit
+// deterministic and independent of its batch. The CPU sums in double sequentially; a token
+// can differ from the CPU's only when the uniform or the top_p target lands within rounding
+// of a cumulative-mass boundary (about 1e-15 relative; 2^-44 per element for elements below
+// 2^-20 when the top_p cut falls among them).
 // exp is evaluated in double and rounded to fp32 (the correctly rounded expf in practice).
 //
 // Faults: a row with no finite logit after filtering (all -inf) or NaN parameters gets

@@ -61,16 +61,6 @@ struct Shared {
   int token;
 };
 
-__device__ uint64_t BlockSum(uint64_t v, Shared& s) {
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-  if (threadIdx.x % 32 == 0) s.scratch[threadIdx.x / 32] = v;
-  __syncthreads();
-  uint64_t total = 0;
-  for (int w = 0; w < kWarps; ++w) total += s.scratch[w];
-  __syncthreads();
-  return total;
-}
-
 __device__ uint64_t BlockExclusiveScan(uint64_t v, Shared& s) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   uint64_t incl = v;
@@ -326,11 +316,14 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const Args a) {
   }
 
   if (top_p < 1.0f) {
-    uint64_t mine = 0;
-    Walk(r, f, 1, [&](int, float x, float) { mine += Fixed(Prob(x, f.m)); });
-    const uint64_t total = BlockSum(mine, s);
+    // The total in double (fixed order), so the target carries no fixed-point truncation of
+    // the tail; the selection compares it with fixed-point masses, exact for p >= 2^-20.
+    double mine = 0.0;
+    Walk(r, f, 1, [&](int, float x, float) { mine += static_cast<double>(Prob(x, f.m)); });
+    BlockInclusiveScan(mine, s);
+    const double total = s.incl[kThreads - 1];
     f.use_p = true;
-    SelectTopP(r, f, static_cast<double>(top_p) * static_cast<double>(total), s);
+    SelectTopP(r, f, static_cast<double>(top_p) * total * kFixedScale, s);
   }
   f.use_min = min_p > 0.0f;
   f.min_threshold = static_cast<double>(min_p) * 1.0;  // max probability: p of the max is exp(0)
