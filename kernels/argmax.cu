@@ -1,0 +1,25 @@
+// Greedy argmax launcher; the kernel is in argmax_kernels.cuh, the contract in argmax.cuh.
+#include "kernels/argmax.cuh"
+#include "kernels/argmax_kernels.cuh"
+
+namespace morserve::kernels {
+
+cudaError_t argmax_forward(const ArgmaxParams& p, cudaStream_t stream) {
+  const int64_t stride = p.row_stride == 0 ? p.vocab : p.row_stride;
+  if (p.rows < 0 || p.vocab <= 0 || stride < p.vocab ||
+      (p.dtype != DType::kF32 && p.dtype != DType::kBF16)) {
+    return cudaErrorInvalidValue;
+  }
+  if (p.rows == 0) return cudaSuccess;
+  if (p.logits == nullptr || p.token == nullptr) return cudaErrorInvalidValue;
+  if (p.dtype == DType::kBF16) {
+    ArgmaxKernel<uint16_t><<<p.rows, kThreads, 0, stream>>>(static_cast<const uint16_t*>(p.logits),
+                                                            stride, p.vocab, p.token, p.max_logit);
+  } else {
+    ArgmaxKernel<float><<<p.rows, kThreads, 0, stream>>>(static_cast<const float*>(p.logits),
+                                                         stride, p.vocab, p.token, p.max_logit);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace morserve::kernels

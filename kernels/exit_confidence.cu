@@ -1,0 +1,28 @@
+// Early-exit confidence launcher; the kernel is in exit_confidence_kernels.cuh, the contract in
+// exit_confidence.cuh.
+#include "kernels/exit_confidence.cuh"
+#include "kernels/exit_confidence_kernels.cuh"
+
+namespace morserve::kernels {
+
+cudaError_t exit_confidence_forward(const ExitConfidenceParams& p, cudaStream_t stream) {
+  const int64_t stride = p.row_stride == 0 ? p.vocab : p.row_stride;
+  if (p.rows < 0 || p.vocab <= 0 || stride < p.vocab ||
+      (p.dtype != DType::kF32 && p.dtype != DType::kBF16)) {
+    return cudaErrorInvalidValue;
+  }
+  if (p.rows == 0) return cudaSuccess;
+  if (p.logits == nullptr || p.threshold == nullptr || p.exit == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  if (p.dtype == DType::kBF16) {
+    ExitConfidenceKernel<uint16_t><<<p.rows, kThreads, 0, stream>>>(
+        static_cast<const uint16_t*>(p.logits), stride, p.vocab, p.threshold, p.exit, p.max_prob);
+  } else {
+    ExitConfidenceKernel<float><<<p.rows, kThreads, 0, stream>>>(
+        static_cast<const float*>(p.logits), stride, p.vocab, p.threshold, p.exit, p.max_prob);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace morserve::kernels

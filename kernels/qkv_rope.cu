@@ -1,0 +1,27 @@
+// QKV epilogue launcher; the kernel is in qkv_rope_kernels.cuh, the contract in qkv_rope.cuh.
+#include "kernels/qkv_rope.cuh"
+#include "kernels/qkv_rope_kernels.cuh"
+
+namespace morserve::kernels {
+
+cudaError_t qkv_rope_forward(const QkvRopeParams& p, cudaStream_t stream) {
+  if (p.rows < 0 || p.n_heads <= 0 || p.n_kv_heads <= 0 || p.head_dim <= 0 || p.head_dim % 2 != 0 ||
+      p.head_dim / 2 > kMaxHalf || !(p.theta > 0.0f) || !std::isfinite(p.theta) ||
+      (p.qkv_dtype != DType::kBF16 && p.qkv_dtype != DType::kF32) ||
+      (p.k_out == nullptr) != (p.v_out == nullptr) || p.num_slots < 0) {
+    return cudaErrorInvalidValue;
+  }
+  if (p.rows == 0) return cudaSuccess;
+  if (p.qkv == nullptr || p.positions == nullptr || p.q_out == nullptr ||
+      (p.write_slot != nullptr && (p.k_cache == nullptr || p.v_cache == nullptr))) {
+    return cudaErrorInvalidValue;
+  }
+  if (p.qkv_dtype == DType::kBF16) {
+    QkvRopeKernel<uint16_t><<<p.rows, kThreads, 0, stream>>>(p);
+  } else {
+    QkvRopeKernel<float><<<p.rows, kThreads, 0, stream>>>(p);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace morserve::kernels

@@ -1,0 +1,166 @@
+// The paged-attention kernels (the same source as the GPU build: kernels/
+// paged_attention_kernels.cuh) run on the CPU emulator (tests/gpu/cuda_emu.h: one fiber per
+// CUDA thread, real barriers and warp shuffles) against the double reference, so their index
+// arithmetic, tiling, split-KV chunks, combine, extra pair, GQA packing and fault handling are
+// checked on machines without a GPU. Small shapes keep it fast; the GPU test covers the big
+// ones. Not skipped without a device: this test needs none.
+//
+// What it cannot check: the GPU's own rounding (host exp2f), memory-model races beyond the
+// barriers, and launch limits; those stay for tests/gpu/kernel_paged_attention_test.
+#include "tests/gpu/cuda_emu.h"
+// cuda_emu.h first: it defines the CUDA keywords the kernel header uses.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/paged_attention_kernels.cuh"
+#include "tests/gpu/paged_attention_problem.h"
+
+namespace morserve::kernels {
+namespace {
+
+using namespace ::morserve::kernels::attention_test;  // NOLINT: the shared problem helpers
+
+uint64_t Seed() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
+
+// Runs both kernels on the emulator with poisoned output and workspace; raw output bytes.
+template <int HD, typename TO>
+void Emulate(const PagedAttentionParams& p, std::vector<uint8_t>* raw) {
+  const int max_chunks = PagedAttentionMaxChunks(p.max_kv_len, p.extra_k != nullptr, p.chunk_len);
+  std::vector<float> ws(PagedAttentionWorkspaceFloats(p.rows, p.n_heads, p.head_dim, p.max_kv_len,
+                                                      p.extra_k != nullptr, p.chunk_len),
+                        std::nanf(""));
+  raw->assign(static_cast<size_t>(p.rows) * p.n_heads * p.head_dim * sizeof(TO), 0xFF);
+  PagedAttentionParams q = p;
+  q.out = raw->data();
+  q.workspace = ws.empty() ? nullptr : ws.data();
+  const Args a = MakeArgs(q, max_chunks);
+  cuda_emu::Run({static_cast<unsigned>(p.rows), static_cast<unsigned>(p.n_kv_heads),
+                 static_cast<unsigned>(max_chunks)},
+                kThreads, [&] { AttnChunkKernel<HD, TO>(a); });
+  if (max_chunks > 1) {
+    cuda_emu::Run({static_cast<unsigned>(p.rows), static_cast<unsigned>(p.n_heads), 1}, HD,
+                  [&] { AttnCombineKernel<HD, TO>(a); });
+  }
+}
+
+void EmulateAny(const PagedAttentionParams& p, std::vector<uint8_t>* raw) {
+  const bool bf16 = p.out_dtype == DType::kBF16;
+  if (p.head_dim == 64) {
+    bf16 ? Emulate<64, uint16_t>(p, raw) : Emulate<64, float>(p, raw);
+  } else {
+    bf16 ? Emulate<128, uint16_t>(p, raw) : Emulate<128, float>(p, raw);
+  }
+}
+
+PagedAttentionParams HostParams(const Problem& pr, DType out) {
+  PagedAttentionParams p;
+  p.q = pr.q.data();
+  p.k_cache = pr.k_cache.data();
+  p.v_cache = pr.v_cache.data();
+  p.table_indptr = pr.indptr.data();
+  p.table_blocks = pr.blocks.data();
+  p.kv_len = pr.kv_len.data();
+  p.extra_k = pr.shape.extra ? pr.extra_k.data() : nullptr;
+  p.extra_v = pr.shape.extra ? pr.extra_v.data() : nullptr;
+  p.out_dtype = out;
+  p.rows = pr.rows;
+  p.n_heads = pr.shape.n_heads;
+  p.n_kv_heads = pr.shape.n_kv_heads;
+  p.head_dim = pr.shape.head_dim;
+  p.block_size = pr.shape.block_size;
+  p.num_blocks = pr.num_blocks;
+  p.max_kv_len = pr.max_kv_len;
+  p.chunk_len = pr.shape.chunk_len;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(pr.shape.head_dim));
+  return p;
+}
+
+// Batched run vs reference (bf16 and fp32 out), then, for bf16 out, every row alone (own
+// table and max_kv_len) bit for bit.
+void Check(const Shape& shape, const std::vector<RequestSpec>& requests) {
+  const uint64_t seed = Seed();
+  SCOPED_TRACE(Describe(shape) + " seed=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const Problem pr = Build(shape, requests, rng);
+  const std::vector<double> ref = Reference(pr);
+  for (DType t : {DType::kBF16, DType::kF32}) {
+    SCOPED_TRACE(t == DType::kBF16 ? "out=bf16" : "out=f32");
+    std::vector<uint8_t> raw;
+    EmulateAny(HostParams(pr, t), &raw);
+    ASSERT_NO_FATAL_FAILURE(ExpectMatches(pr, Decode(raw, t), ref, t));
+    if (t != DType::kBF16) continue;  // the emulator is slow: invariance once per problem
+    const size_t row_bytes = raw.size() / pr.rows;
+    for (int r = 0; r < pr.rows; ++r) {
+      const int n = pr.indptr[r + 1] - pr.indptr[r];
+      std::vector<int32_t> table = {0};
+      if (n > 0)
+        table.assign(pr.blocks.begin() + pr.indptr[r], pr.blocks.begin() + pr.indptr[r + 1]);
+      const std::vector<int32_t> indptr = {0, n}, len = {pr.kv_len[r]};
+      PagedAttentionParams p = HostParams(pr, t);
+      p.rows = 1;
+      p.q = pr.q.data() + static_cast<size_t>(r) * pr.q_dim();
+      if (shape.extra) {
+        p.extra_k = pr.extra_k.data() + static_cast<size_t>(r) * pr.kv_dim();
+        p.extra_v = pr.extra_v.data() + static_cast<size_t>(r) * pr.kv_dim();
+      }
+      p.table_indptr = indptr.data();
+      p.table_blocks = table.data();
+      p.kv_len = len.data();
+      p.max_kv_len = pr.kv_len[r];
+      std::vector<uint8_t> alone;
+      EmulateAny(p, &alone);
+      ASSERT_EQ(alone.size(), row_bytes);
+      ASSERT_EQ(0, std::memcmp(alone.data(), raw.data() + r * row_bytes, row_bytes))
+          << "row " << r << " (kv_len " << pr.kv_len[r] << ") differs alone and in the batch";
+    }
+  }
+}
+
+TEST(PagedAttentionEmuTest, MixedPrefillDecodeAndChunks) {
+  // chunk 32 with contexts up to 100: several chunks and the combine kernel; block 5 and 16.
+  const std::vector<RequestSpec> reqs = {{1, 1}, {33, 1}, {70, 5}, {0, 1}, {100, 1}, {9, 9}};
+  ASSERT_NO_FATAL_FAILURE(Check({6, 2, 64, 5, 32, false, 1.0f}, reqs));    // group 3
+  ASSERT_NO_FATAL_FAILURE(Check({4, 1, 128, 16, 64, false, 3.0f}, reqs));  // group 4, hd 128
+  ASSERT_NO_FATAL_FAILURE(Check({8, 8, 64, 7, 256, false, 1.0f}, reqs));   // group 1, one chunk
+}
+
+TEST(PagedAttentionEmuTest, LargestGroup) {  // kAttentionMaxGroup query heads per kv head
+  ASSERT_NO_FATAL_FAILURE(Check({8, 1, 128, 16, 32, false, 1.0f}, {{40, 2}, {5, 1}}));
+}
+
+TEST(PagedAttentionEmuTest, ExtraPair) {
+  const std::vector<RequestSpec> reqs = {{1, 1}, {32, 1}, {64, 3}, {45, 2}};
+  ASSERT_NO_FATAL_FAILURE(Check({6, 2, 64, 16, 32, true, 1.0f}, reqs));
+  ASSERT_NO_FATAL_FAILURE(Check({3, 3, 128, 5, 32, true, 2.0f}, reqs));
+}
+
+TEST(PagedAttentionEmuTest, FaultyRowsBecomeNan) {
+  std::mt19937_64 rng(Seed());
+  Problem pr = Build({6, 2, 64, 16, 32, false, 1.0f}, {{40, 1}, {50, 1}, {90, 1}, {20, 1}}, rng);
+  const std::vector<double> ref = Reference(pr);
+  pr.kv_len[1] = (pr.indptr[2] - pr.indptr[1]) * 16 + 1;  // beyond the row's table
+  pr.max_kv_len = std::max(pr.max_kv_len, pr.kv_len[1]);
+  pr.blocks[pr.indptr[2] + 1] = -3;  // row 2 (three chunks) reads a block id outside the pool
+  for (DType t : {DType::kBF16, DType::kF32}) {
+    std::vector<uint8_t> raw;
+    EmulateAny(HostParams(pr, t), &raw);
+    const std::vector<float> got = Decode(raw, t);
+    for (int r : {1, 2}) {
+      for (int i = 0; i < pr.q_dim(); ++i) {
+        ASSERT_TRUE(std::isnan(got[static_cast<size_t>(r) * pr.q_dim() + i]))
+            << "row " << r << " element " << i;
+      }
+    }
+    ASSERT_NO_FATAL_FAILURE(ExpectMatches(pr, got, ref, t, {1, 2}));
+  }
+}
+
+}  // namespace
+}  // namespace morserve::kernels
