@@ -148,11 +148,13 @@ int RunCommand(const std::vector<std::string>& args) {
   for (size_t i = 0; i < o.cpu_pids.size(); ++i) {
     auto after = ProcessCpuSeconds(o.cpu_pids[i]);
     if (!after.ok() || std::isnan(cpu_before[i])) {
-      cpu.push_back({{"pid", o.cpu_pids[i]}, {"error", "process not readable"}});
+      cpu.push_back(
+          {{"name", o.cpu_names[i]}, {"pid", o.cpu_pids[i]}, {"error", "process not readable"}});
       continue;
     }
     const double s = *after - cpu_before[i];
-    cpu.push_back({{"pid", o.cpu_pids[i]},
+    cpu.push_back({{"name", o.cpu_names[i]},
+                   {"pid", o.cpu_pids[i]},
                    {"cpu_seconds", s},
                    {"cpu_us_per_output_token",
                     stats.output_tokens > 0 ? s * 1e6 / stats.output_tokens : 0.0}});

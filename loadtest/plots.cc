@@ -116,12 +116,14 @@ std::string ServerScript(const std::string& dir, const std::vector<LabelledRun>&
       out << "\n";
     }
     const std::string& label = runs[r].first;
-    fill.push_back(
-        absl::StrCat(Quote(file), " using 1:2 with linespoints lw 2 title ", Quote(label)));
-    kv.push_back(absl::StrCat(Quote(file), " using 1:3 with lines lw 2 title ", Quote(label)));
+    fill.push_back(absl::StrCat(Quote(file), " using 1:2 with linespoints lw 2 pt 7 ps 0.3 title ",
+                                Quote(label)));
+    kv.push_back(absl::StrCat(Quote(file), " using 1:3 with linespoints lw 2 pt 7 ps 0.3 title ",
+                              Quote(label)));
     int col = 4;
     for (const std::string& l : loops) {
-      rows.push_back(absl::StrCat(Quote(file), " using 1:", col++, " with lines lw 2 title ",
+      rows.push_back(absl::StrCat(Quote(file), " using 1:", col++,
+                                  " with linespoints lw 2 pt 7 ps 0.3 title ",
                                   Quote(absl::StrCat(label, " loop ", l))));
     }
   }

@@ -392,7 +392,7 @@ TEST_F(LoadTestE2E, HttpThroughTheGatewayMatchesUsage) {
                    "--metrics-url",
                    MetricsUrl(server),
                    "--cpu-pid",
-                   std::to_string(gateway.pid()),
+                   absl::StrCat("gateway=", gateway.pid()),
                    "--no-progress"},
                   dir_->File("http.json"));
   ASSERT_EQ(run.exit_code, 0) << run.output;
@@ -407,6 +407,7 @@ TEST_F(LoadTestE2E, HttpThroughTheGatewayMatchesUsage) {
   EXPECT_EQ(Int(res, {"token_counts", "requests_streamed_ne_usage"}), 0);
   EXPECT_EQ(Int(j["server_metrics"]["totals"], {"generation_tokens"}), 320);
   EXPECT_EQ(j["target"]["kind"], "http");
+  EXPECT_EQ(j["cpu"][0]["name"], "gateway");
   EXPECT_GE(j["cpu"][0]["cpu_seconds"].get<double>(), 0) << j["cpu"].dump();
   EXPECT_EQ(res["ttft_ms"]["count"], 20);
   EXPECT_EQ(res["tpot_ms"]["count"], 20);

@@ -248,6 +248,12 @@ TEST(Options, ErrorsNameTheFlag) {
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_TRUE(std::isinf(ok->run.request_rate));
   EXPECT_EQ(ok->slo.tpot_ms, 20);
+  auto cpu = ParseLoadTestOptions({"--grpc", "127.0.0.1:1", "--cpu-pid", "gateway=12,34"});
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_EQ(cpu->cpu_pids, (std::vector<int>{12, 34}));
+  EXPECT_EQ(cpu->cpu_names, (std::vector<std::string>{"gateway", "34"}));
+  EXPECT_FALSE(ParseLoadTestOptions({"--grpc", "127.0.0.1:1", "--cpu-pid", "=5"}).ok());
+  EXPECT_FALSE(ParseLoadTestOptions({"--grpc", "127.0.0.1:1", "--logprobs", "21"}).ok());
 }
 
 }  // namespace
