@@ -9,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "loadtest/json_path.h"
 
 namespace morserve::loadtest {
 namespace {
@@ -20,12 +21,7 @@ struct Row {
 };
 
 nlohmann::json At(const nlohmann::json& j, std::initializer_list<const char*> path) {
-  const nlohmann::json* p = &j;
-  for (const char* k : path) {
-    if (!p->is_object() || !p->contains(k)) return nullptr;
-    p = &(*p)[k];
-  }
-  return *p;
+  return JsonAt(j, path);
 }
 
 std::vector<Row> Rows() {
@@ -195,7 +191,7 @@ std::string CompareMarkdown(const std::string& title, const std::vector<Labelled
   }
   if (!failures.empty()) md += "\nFailures by reason: " + absl::StrJoin(failures, "; ") + "\n";
   if (!runs.empty()) {
-    const nlohmann::json w = runs.front().second["config"];
+    const nlohmann::json w = At(runs.front().second, {"config"});
     md += "\nWorkload (same for every run): `" + w.dump() + "`\n";
   }
   if (!svg_names.empty()) {
