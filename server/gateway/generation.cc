@@ -3,9 +3,9 @@
 
 #include <sys/socket.h>
 
-#include <cerrno>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <cerrno>
 #include <memory>
 #include <vector>
 
@@ -88,8 +88,8 @@ bool GenerationRun::StartChoice(int i, const Backend* exclude) {
 void GenerationRun::WatchClient() {
   auto& socket = c_.stream.socket();
   socket.async_wait(net::socket_base::wait_read,
-                    [gone = client_gone_, sink = sink_, fd = socket.native_handle()](
-                        const boost::system::error_code& ec) {
+                    [gone = client_gone_, sink = sink_,
+                     fd = socket.native_handle()](const boost::system::error_code& ec) {
                       if (ec) return;
                       char ch;
                       const ssize_t n = ::recv(fd, &ch, 1, MSG_PEEK | MSG_DONTWAIT);

@@ -56,8 +56,10 @@ std::optional<ApiError> CheckModel(const BackendPool& pool, const std::string& r
   *model = pool.model();
   if (model->context_length == 0) return NoServingBackend();
   if (!requested.empty() && requested != model->name) {
-    return NotFound(absl::StrCat("The model '", requested, "' does not exist (this gateway "
-                                 "serves '", model->name, "')"),
+    return NotFound(absl::StrCat("The model '", requested,
+                                 "' does not exist (this gateway "
+                                 "serves '",
+                                 model->name, "')"),
                     "model_not_found");
   }
   return std::nullopt;
@@ -118,10 +120,10 @@ net::awaitable<void> HttpServer::Serve(tcp::socket socket) {
       if (ec) {
         // The body was not read, so the connection cannot be reused.
         c.keep_alive = false;
-        const ApiError e = ec == http::error::body_limit
-                               ? BodyTooLarge(gateway_.options->max_body_bytes)
-                               : InvalidRequest(absl::StrCat("malformed HTTP request: ",
-                                                             ec.message()));
+        const ApiError e =
+            ec == http::error::body_limit
+                ? BodyTooLarge(gateway_.options->max_body_bytes)
+                : InvalidRequest(absl::StrCat("malformed HTTP request: ", ec.message()));
         co_await WriteError(c, e);
         metrics.OnRequest("other", e.http_status, 0);
         break;

@@ -44,14 +44,16 @@ std::optional<ApiError> GetInt(const json& obj, const char* name, int64_t lo, in
   const json* v = Field(obj, name);
   if (v == nullptr) return std::nullopt;
   // 2.0 is accepted as 2 (JSON has one number type); 2.5 is not.
-  if (!v->is_number() || (v->is_number_float() && std::floor(v->get<double>()) != v->get<double>())) {
+  if (!v->is_number() ||
+      (v->is_number_float() && std::floor(v->get<double>()) != v->get<double>())) {
     return TypeError(name, "an integer");
   }
   const double d = v->get<double>();
-  const int64_t i = v->is_number_unsigned() ? static_cast<int64_t>(std::min<uint64_t>(
-                                                  v->get<uint64_t>(), uint64_t{1} << 62))
-                    : v->is_number_integer() ? v->get<int64_t>()
-                                             : static_cast<int64_t>(d);
+  const int64_t i =
+      v->is_number_unsigned()
+          ? static_cast<int64_t>(std::min<uint64_t>(v->get<uint64_t>(), uint64_t{1} << 62))
+      : v->is_number_integer() ? v->get<int64_t>()
+                               : static_cast<int64_t>(d);
   if (i < lo || i > hi) {
     return InvalidRequest(absl::StrCat(name, ": must be in [", lo, ", ", hi, "], got ", v->dump()),
                           name);
@@ -78,8 +80,9 @@ bool AsIds(const json& v, std::vector<int32_t>* ids) {
 // prompt: a string, an array of strings, an array of ids, or an array of arrays of ids.
 std::optional<ApiError> ParsePrompts(const json& body, std::vector<v1::GenerateRequest>* prompts) {
   const json* p = Field(body, "prompt");
-  const char* kShape = "a string, an array of strings, an array of token ids or an array of "
-                       "arrays of token ids";
+  const char* kShape =
+      "a string, an array of strings, an array of token ids or an array of "
+      "arrays of token ids";
   if (p == nullptr) return InvalidRequest("prompt: required", "prompt");
   std::vector<int32_t> ids;
   if (p->is_string()) {
@@ -113,13 +116,14 @@ std::optional<ApiError> MessageContent(const json& m, size_t i, std::string* out
     *out = c->get<std::string>();
     return std::nullopt;
   }
-  if (!c->is_array()) return InvalidRequest(param + ": expected a string or an array of parts", param);
+  if (!c->is_array())
+    return InvalidRequest(param + ": expected a string or an array of parts", param);
   for (const json& part : *c) {
     const json* type = part.is_object() ? Field(part, "type") : nullptr;
     const json* text = part.is_object() ? Field(part, "text") : nullptr;
     if (type == nullptr || *type != "text" || text == nullptr || !text->is_string()) {
-      return InvalidRequest(param + ": only {\"type\": \"text\", \"text\": ...} parts are supported",
-                            param);
+      return InvalidRequest(
+          param + ": only {\"type\": \"text\", \"text\": ...} parts are supported", param);
     }
     if (!out->empty()) out->push_back('\n');
     out->append(text->get<std::string>());
@@ -213,8 +217,9 @@ std::optional<ApiError> ParseOutput(const json& body, OpenAiRequest* out, v1::Ge
   std::optional<int64_t> i;
   std::optional<bool> b;
   const bool chat = out->endpoint == Endpoint::kChat;
-  const char* max_name =
-      chat && Field(body, "max_completion_tokens") != nullptr ? "max_completion_tokens" : "max_tokens";
+  const char* max_name = chat && Field(body, "max_completion_tokens") != nullptr
+                             ? "max_completion_tokens"
+                             : "max_tokens";
   if (auto e = GetInt(body, max_name, 1, std::numeric_limits<int32_t>::max(), &i)) return e;
   if (i) r->set_max_tokens(static_cast<int32_t>(*i));
   i.reset();

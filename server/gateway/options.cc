@@ -103,8 +103,8 @@ absl::StatusOr<GatewayOptions> ParseGatewayOptions(int argc, char** argv) {
     std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") return absl::NotFoundError(GatewayUsage());
     if (!absl::StartsWith(arg, "--")) {
-      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", arg, "'\n",
-                                                     GatewayUsage()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("unexpected argument '", arg, "'\n", GatewayUsage()));
     }
     std::string value;
     if (const size_t eq = arg.find('='); eq != std::string::npos) {
@@ -118,8 +118,8 @@ absl::StatusOr<GatewayOptions> ParseGatewayOptions(int argc, char** argv) {
     if (auto s = Apply(arg, value, &o); !s.ok()) return s;
   }
   if (o.backends.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("--backend: at least one is required\n",
-                                                   GatewayUsage()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--backend: at least one is required\n", GatewayUsage()));
   }
   return o;
 }

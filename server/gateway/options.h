@@ -13,7 +13,7 @@ namespace morserve::gateway {
 struct GatewayOptions {
   std::vector<std::string> backends;  // HOST:PORT of morserve gRPC servers (at least one)
   std::string host = "127.0.0.1";
-  int port = 8000;  // 0: an ephemeral port (printed on start)
+  int port = 8000;      // 0: an ephemeral port (printed on start)
   std::string api_key;  // empty: no authentication
   int threads = 2;      // HTTP io threads
   int64_t max_body_bytes = 1 << 20;

@@ -1,6 +1,7 @@
 // Gateway subprocess and curl helpers (see gateway_process.h).
 #include "tests/gateway/gateway_process.h"
 
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -8,8 +9,6 @@
 #include <chrono>
 #include <fstream>
 #include <sstream>
-
-#include <gtest/gtest.h>
 
 #include "tests/testutil.h"
 

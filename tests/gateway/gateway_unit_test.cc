@@ -35,8 +35,8 @@ TEST(OpenAiRequestTest, PromptShapesBecomeOneCallPerChoice) {
   OpenAiRequest ids = Parse(Endpoint::kCompletions, {{"prompt", {5, 6, 7}}});
   ASSERT_EQ(ids.calls.size(), 1u);
   EXPECT_EQ(ids.calls[0].token_ids().ids_size(), 3);
-  OpenAiRequest many = Parse(Endpoint::kCompletions,
-                             {{"prompt", {json{1, 2}, json("x")}}, {"n", 2}, {"seed", 7}});
+  OpenAiRequest many =
+      Parse(Endpoint::kCompletions, {{"prompt", {json{1, 2}, json("x")}}, {"n", 2}, {"seed", 7}});
   ASSERT_EQ(many.calls.size(), 4u);
   EXPECT_EQ(many.num_prompts, 2);
   EXPECT_EQ(many.calls[0].token_ids().ids(1), 2);
@@ -49,13 +49,25 @@ TEST(OpenAiRequestTest, PromptShapesBecomeOneCallPerChoice) {
 }
 
 TEST(OpenAiRequestTest, SamplingAndVllmFieldsMapToTheProto) {
-  OpenAiRequest r = Parse(
-      Endpoint::kCompletions,
-      {{"prompt", "p"}, {"temperature", 0.5}, {"top_p", 0.9}, {"top_k", 40}, {"min_p", 0.1},
-       {"repetition_penalty", 1.2}, {"presence_penalty", 0.5}, {"frequency_penalty", -0.5},
-       {"max_tokens", 9}, {"stop", "END"}, {"stop_token_ids", {3, 4}}, {"ignore_eos", true},
-       {"skip_special_tokens", false}, {"logprobs", 2}, {"user", "u"}, {"unknown", {1}},
-       {"stream", true}, {"stream_options", {{"include_usage", true}}}, {"suffix", nullptr}});
+  OpenAiRequest r = Parse(Endpoint::kCompletions, {{"prompt", "p"},
+                                                   {"temperature", 0.5},
+                                                   {"top_p", 0.9},
+                                                   {"top_k", 40},
+                                                   {"min_p", 0.1},
+                                                   {"repetition_penalty", 1.2},
+                                                   {"presence_penalty", 0.5},
+                                                   {"frequency_penalty", -0.5},
+                                                   {"max_tokens", 9},
+                                                   {"stop", "END"},
+                                                   {"stop_token_ids", {3, 4}},
+                                                   {"ignore_eos", true},
+                                                   {"skip_special_tokens", false},
+                                                   {"logprobs", 2},
+                                                   {"user", "u"},
+                                                   {"unknown", {1}},
+                                                   {"stream", true},
+                                                   {"stream_options", {{"include_usage", true}}},
+                                                   {"suffix", nullptr}});
   const v1::GenerateRequest& c = r.calls[0];
   EXPECT_FLOAT_EQ(c.sampling().temperature(), 0.5f);
   EXPECT_FLOAT_EQ(c.sampling().top_p(), 0.9f);
@@ -78,10 +90,13 @@ TEST(OpenAiRequestTest, SamplingAndVllmFieldsMapToTheProto) {
 
   OpenAiRequest chat = Parse(
       Endpoint::kChat,
-      {{"messages", {{{"role", "user"}, {"content", {{{"type", "text"}, {"text", "a"}},
-                                                      {{"type", "text"}, {"text", "b"}}}}},
-                     {{"role", "assistant"}, {"content", nullptr}}}},
-       {"max_completion_tokens", 3}, {"max_tokens", 99}, {"logprobs", true},
+      {{"messages",
+        {{{"role", "user"},
+          {"content", {{{"type", "text"}, {"text", "a"}}, {{"type", "text"}, {"text", "b"}}}}},
+         {{"role", "assistant"}, {"content", nullptr}}}},
+       {"max_completion_tokens", 3},
+       {"max_tokens", 99},
+       {"logprobs", true},
        {"top_logprobs", 4}});
   ASSERT_EQ(chat.calls[0].chat().messages_size(), 2);
   EXPECT_EQ(chat.calls[0].chat().messages(0).content(), "a\nb");
@@ -98,13 +113,15 @@ TEST(OpenAiRequestTest, BadFieldsNameTheField) {
   EXPECT_EQ(ParseError(Endpoint::kCompletions, "{\"prompt\": \"x\", \"stop\": 3}").param, "stop");
   EXPECT_EQ(ParseError(Endpoint::kCompletions, "{\"prompt\": \"x\", \"logprobs\": 21}").param,
             "logprobs");
-  EXPECT_EQ(ParseError(Endpoint::kCompletions,
-                       "{\"prompt\": \"x\", \"echo\": true, \"logprobs\": 1}").param,
-            "echo");
+  EXPECT_EQ(
+      ParseError(Endpoint::kCompletions, "{\"prompt\": \"x\", \"echo\": true, \"logprobs\": 1}")
+          .param,
+      "echo");
   EXPECT_EQ(ParseError(Endpoint::kCompletions, "{\"prompt\": [[1], [\"a\"]]}").param, "prompt");
   EXPECT_EQ(ParseError(Endpoint::kCompletions, "{\"prompt\": [99999999999]}").param, "prompt");
-  EXPECT_EQ(ParseError(Endpoint::kChat, "{\"messages\": [{\"role\": \"user\", \"content\": "
-                                        "[{\"type\": \"image_url\"}]}]}")
+  EXPECT_EQ(ParseError(Endpoint::kChat,
+                       "{\"messages\": [{\"role\": \"user\", \"content\": "
+                       "[{\"type\": \"image_url\"}]}]}")
                 .param,
             "messages[0].content");
   EXPECT_EQ(ParseError(Endpoint::kChat, "{\"messages\": \"hi\"}").param, "messages");
@@ -120,7 +137,8 @@ TEST(OpenAiResponseTest, JsonEscapingRoundTrips) {
 
 TEST(OpenAiResponseTest, ChunksAreOpenAiShapes) {
   OpenAiRequest req = Parse(Endpoint::kChat, {{"messages", {{{"role", "user"}, {"content", "x"}}}},
-                                              {"logprobs", true}, {"top_logprobs", 1}});
+                                              {"logprobs", true},
+                                              {"top_logprobs", 1}});
   ResponseHeader h = NewResponseHeader(Endpoint::kChat, "m\"odel");
   ChunkWriter w(req, h);
   v1::GenerateResponse m;
@@ -167,8 +185,9 @@ TEST(OpenAiResponseTest, ChunksAreOpenAiShapes) {
 }
 
 TEST(GatewayOptionsTest, FlagsParseAndBadOnesAreNamed) {
-  const char* argv[] = {"gw", "--backend", "a:1,b:2", "--backend=c:3", "--port", "0",
-                        "--threads", "3", "--max-body-bytes", "100", "--api-key", "k"};
+  const char* argv[] = {"gw",        "--backend", "a:1,b:2", "--backend=c:3",    "--port",
+                        "0",         "--threads", "3",       "--max-body-bytes", "100",
+                        "--api-key", "k"};
   auto o = ParseGatewayOptions(12, const_cast<char**>(argv));
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(o->backends, (std::vector<std::string>{"a:1", "b:2", "c:3"}));
