@@ -423,6 +423,21 @@ TEST_F(LoadTestE2E, HttpThroughTheGatewayMatchesUsage) {
   EXPECT_EQ(res["ttft_ms"]["count"], 20);
   EXPECT_EQ(res["tpot_ms"]["count"], 20);
   EXPECT_GT(res["itl_ms"]["count"].get<int>(), 0);
+
+  // Chat: text prompts from JSONL as one user message each, rendered by the chat template.
+  WriteFile(dir_->File("chat.jsonl"),
+            "{\"prompt\": \"Tell me a story.\"}\n{\"prompt\": \"Hi\", \"max_tokens\": 5}\n");
+  LoadTestRun chat = RunLoadTest(
+      {"--url", absl::StrCat("http://127.0.0.1:", gateway.port(), "/v1/chat/completions"),
+       "--workload", "jsonl", "--dataset", dir_->File("chat.jsonl"), "--output-len", "8",
+       "--num-requests", "4", "--logprobs", "0", "--no-progress"},
+      dir_->File("chat.json"));
+  ASSERT_EQ(chat.exit_code, 0) << chat.output;
+  const Json& cres = chat.json["results"];
+  EXPECT_EQ(Int(cres, {"requests", "completed"}), 4) << cres.dump();
+  EXPECT_EQ(Int(cres, {"total_output_tokens"}), 26);  // 8 + 5 + 8 + 5
+  EXPECT_EQ(Int(cres, {"token_counts", "streamed"}), 26);
+  EXPECT_GT(Int(cres, {"total_input_tokens"}), 4 * 3);  // the template adds headers
 }
 #endif
 
