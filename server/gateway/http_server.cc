@@ -69,8 +69,15 @@ HttpServer::HttpServer(GatewayContext gateway) : gateway_(gateway) {}
 
 absl::StatusOr<int> HttpServer::Listen(const std::string& host, int port) {
   boost::system::error_code ec;
-  const net::ip::address addr = net::ip::make_address(host, ec);
-  if (ec) return absl::InvalidArgumentError(absl::StrCat("--host: not an IP address: ", host));
+  net::ip::address addr = net::ip::make_address(host, ec);
+  if (ec) {  // a name such as "localhost": its first address
+    tcp::resolver resolver(ioc_);
+    auto results = resolver.resolve(host, "", ec);
+    if (ec || results.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("--host: cannot resolve '", host, "'"));
+    }
+    addr = results.begin()->endpoint().address();
+  }
   acceptor_ = std::make_unique<tcp::acceptor>(net::make_strand(ioc_));
   const tcp::endpoint ep(addr, static_cast<unsigned short>(port));
   acceptor_->open(ep.protocol(), ec);

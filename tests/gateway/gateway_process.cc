@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -14,7 +15,11 @@
 
 namespace morserve::testing {
 
-std::string GatewayBinary() { return MORSERVE_GATEWAY_BINARY; }
+// $MORSERVE_GATEWAY overrides the built binary (e.g. a sanitizer build's).
+std::string GatewayBinary() {
+  const char* env = std::getenv("MORSERVE_GATEWAY");
+  return env != nullptr && *env != '\0' ? env : MORSERVE_GATEWAY_BINARY;
+}
 
 GatewayProcess::~GatewayProcess() {
   if (pid_ > 0) {
