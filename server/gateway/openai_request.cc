@@ -44,17 +44,28 @@ std::optional<ApiError> GetInt(const json& obj, const char* name, int64_t lo, in
   const json* v = Field(obj, name);
   if (v == nullptr) return std::nullopt;
   // 2.0 is accepted as 2 (JSON has one number type); 2.5 is not.
-  if (!v->is_number() ||
-      (v->is_number_float() && std::floor(v->get<double>()) != v->get<double>())) {
+  const bool whole_float = v->is_number_float() && std::isfinite(v->get<double>()) &&
+                           std::floor(v->get<double>()) == v->get<double>();
+  if (!v->is_number_integer() && !v->is_number_unsigned() && !whole_float) {
     return TypeError(name, "an integer");
   }
-  const double d = v->get<double>();
-  const int64_t i =
-      v->is_number_unsigned()
-          ? static_cast<int64_t>(std::min<uint64_t>(v->get<uint64_t>(), uint64_t{1} << 62))
-      : v->is_number_integer() ? v->get<int64_t>()
-                               : static_cast<int64_t>(d);
-  if (i < lo || i > hi) {
+  // Range-checked before any conversion (a huge double or uint64 does not fit int64_t).
+  bool in_range;
+  int64_t i = 0;
+  if (v->is_number_unsigned()) {
+    const uint64_t u = v->get<uint64_t>();
+    in_range = hi >= 0 && u <= static_cast<uint64_t>(hi);
+    if (in_range) i = static_cast<int64_t>(u);
+  } else if (v->is_number_integer()) {
+    i = v->get<int64_t>();
+    in_range = i >= lo && i <= hi;
+  } else {
+    const double d = v->get<double>();
+    in_range =
+        d >= static_cast<double>(lo) && d <= static_cast<double>(hi) && d < 9.2e18 && d > -9.2e18;
+    if (in_range) i = static_cast<int64_t>(d);
+  }
+  if (!in_range || i < lo || i > hi) {
     return InvalidRequest(absl::StrCat(name, ": must be in [", lo, ", ", hi, "], got ", v->dump()),
                           name);
   }

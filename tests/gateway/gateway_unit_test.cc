@@ -3,6 +3,8 @@
 // the JSON escaping of the streaming fast path, and SSE chunks that parse as OpenAI chunks.
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "nlohmann/json.hpp"
 #include "server/gateway/openai_request.h"
 #include "server/gateway/openai_response.h"
@@ -110,6 +112,11 @@ TEST(OpenAiRequestTest, BadFieldsNameTheField) {
   EXPECT_EQ(ParseError(Endpoint::kCompletions, "{").http_status, 400);
   EXPECT_EQ(ParseError(Endpoint::kCompletions, "{\"prompt\": \"x\", \"n\": 1.5}").param, "n");
   EXPECT_EQ(ParseError(Endpoint::kCompletions, "{\"prompt\": \"x\", \"n\": 200}").param, "n");
+  EXPECT_EQ(ParseError(Endpoint::kCompletions, "{\"prompt\": \"x\", \"n\": 1e300}").param, "n");
+  EXPECT_EQ(
+      ParseError(Endpoint::kCompletions, "{\"prompt\": \"x\", \"seed\": 18446744073709551615}")
+          .param,
+      "seed");
   EXPECT_EQ(ParseError(Endpoint::kCompletions, "{\"prompt\": \"x\", \"stop\": 3}").param, "stop");
   EXPECT_EQ(ParseError(Endpoint::kCompletions, "{\"prompt\": \"x\", \"logprobs\": 21}").param,
             "logprobs");
@@ -126,6 +133,65 @@ TEST(OpenAiRequestTest, BadFieldsNameTheField) {
             "messages[0].content");
   EXPECT_EQ(ParseError(Endpoint::kChat, "{\"messages\": \"hi\"}").param, "messages");
   EXPECT_EQ(ParseError(Endpoint::kCompletions, "{\"prompt\": \"x\", \"model\": 3}").param, "model");
+}
+
+// Malformed bodies never crash or throw: byte mutations of valid bodies (and JSON values of
+// every type in every field) parse to a request or to a 400.
+TEST(OpenAiRequestTest, MutatedBodiesGiveARequestOrA400) {
+  const std::vector<std::string> seeds = {
+      R"({"prompt": ["a", [1, 2]], "n": 2, "seed": 3, "stop": ["x"], "logprobs": 1,
+          "stream": true, "stream_options": {"include_usage": true}, "max_tokens": 4})",
+      R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+          "logprobs": true, "top_logprobs": 2, "max_completion_tokens": 3, "top_k": 5})"};
+  std::mt19937 rng(7);
+  int parsed = 0, rejected = 0;
+  for (int i = 0; i < 20000; ++i) {
+    std::string body = seeds[i % 2];
+    const int edits = 1 + static_cast<int>(rng() % 4);
+    for (int e = 0; e < edits; ++e) {
+      const size_t at = rng() % body.size();
+      switch (rng() % 3) {
+        case 0:
+          body[at] = static_cast<char>(rng() % 256);
+          break;
+        case 1:
+          body.erase(at, 1 + rng() % 8);
+          break;
+        default:
+          body.insert(at, std::string(1, "{}[]\",:0-9.eE\\ntfu"[rng() % 20]));
+      }
+      if (body.empty()) body = "{";
+    }
+    for (Endpoint ep : {Endpoint::kCompletions, Endpoint::kChat}) {
+      OpenAiRequest r;
+      std::optional<ApiError> err;
+      ASSERT_NO_THROW(err = ParseOpenAiRequest(ep, body, &r)) << body;
+      if (err) {
+        EXPECT_EQ(err->http_status, 400);
+        ++rejected;
+      } else {
+        EXPECT_GE(r.calls.size(), 1u);
+        ++parsed;
+      }
+    }
+  }
+  // Each field with a value of each JSON type.
+  const std::vector<json> values = {
+      nullptr, true, -1, 2.5, "s", json::array(), json::object(), json::array({1, "x"}), 1e300};
+  for (const char* field : {"prompt", "messages", "n", "seed", "stop", "logprobs", "top_logprobs",
+                            "max_tokens", "temperature", "stream_options", "stop_token_ids",
+                            "ignore_eos", "model", "echo", "top_k"}) {
+    for (const json& v : values) {
+      json body = {{"prompt", "p"}, {"messages", {{{"role", "user"}, {"content", "c"}}}}};
+      body[field] = v;
+      for (Endpoint ep : {Endpoint::kCompletions, Endpoint::kChat}) {
+        OpenAiRequest r;
+        ASSERT_NO_THROW(ParseOpenAiRequest(ep, body.dump(), &r)) << body.dump();
+      }
+    }
+  }
+  EXPECT_GT(parsed, 0);
+  EXPECT_GT(rejected, 0);
 }
 
 TEST(OpenAiResponseTest, JsonEscapingRoundTrips) {
