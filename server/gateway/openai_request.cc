@@ -233,6 +233,8 @@ std::optional<ApiError> ParseOutput(const json& body, OpenAiRequest* out, v1::Ge
                              : "max_tokens";
   if (auto e = GetInt(body, max_name, 1, std::numeric_limits<int32_t>::max(), &i)) return e;
   if (i) r->set_max_tokens(static_cast<int32_t>(*i));
+  // Chat without a limit runs to the context, as vLLM does; completions keep OpenAI's 16.
+  if (!i && chat) r->set_max_tokens_to_context(true);
   i.reset();
   if (auto e = GetInt(body, "n", 1, kMaxChoices, &i)) return e;
   out->n = i.value_or(1);

@@ -335,6 +335,17 @@ TEST_F(GatewayTest, CompletionsMatchTheGrpcServer) {
   EXPECT_EQ(jc["choices"][0]["message"]["role"], "assistant");
   EXPECT_EQ(jc["choices"][0]["message"]["content"], wc.text);
   EXPECT_EQ(jc["usage"]["prompt_tokens"], wc.finished->usage().prompt_tokens());
+
+  // Chat without max_tokens generates up to the context (vLLM's default), completions 16.
+  HttpResult open_chat =
+      Post("/v1/chat/completions",
+           {{"messages", {{{"role", "user"}, {"content", "Go on"}}}}, {"ignore_eos", true}});
+  ASSERT_EQ(open_chat.status, 200) << open_chat.body;
+  json ju = open_chat.Json()["usage"];
+  EXPECT_EQ(ju["total_tokens"], kContext) << ju.dump();
+  EXPECT_EQ(open_chat.Json()["choices"][0]["finish_reason"], "length");
+  HttpResult open_completion = Post("/v1/completions", {{"prompt", "Go on"}, {"ignore_eos", true}});
+  EXPECT_EQ(open_completion.Json()["usage"]["completion_tokens"], 16) << open_completion.body;
 }
 
 // Logprobs: completions' legacy object and chat's content list, each token's text and

@@ -104,6 +104,13 @@ TEST(OpenAiRequestTest, SamplingAndVllmFieldsMapToTheProto) {
   EXPECT_EQ(chat.calls[0].chat().messages(0).content(), "a\nb");
   EXPECT_EQ(chat.calls[0].chat().messages(1).content(), "");
   EXPECT_EQ(chat.calls[0].max_tokens(), 3);
+  EXPECT_FALSE(chat.calls[0].max_tokens_to_context());
+  // Without a limit chat runs to the context (vLLM); completions keep the default of 16.
+  OpenAiRequest open_chat =
+      Parse(Endpoint::kChat, {{"messages", {{{"role", "user"}, {"content", "x"}}}}});
+  EXPECT_FALSE(open_chat.calls[0].has_max_tokens());
+  EXPECT_TRUE(open_chat.calls[0].max_tokens_to_context());
+  EXPECT_FALSE(Parse(Endpoint::kCompletions, {{"prompt", "x"}}).calls[0].max_tokens_to_context());
   EXPECT_EQ(chat.logprobs, 4);
   EXPECT_EQ(chat.calls[0].logprobs(), 4);
 }
