@@ -72,6 +72,11 @@ prometheus::Gauge& GatewayMetrics::BackendUp(const std::string& backend) {
   return up_->Add({{"backend", backend}});
 }
 
+void GatewayMetrics::RemoveBackend(prometheus::Gauge* outstanding, prometheus::Gauge* up) {
+  outstanding_->Remove(outstanding);
+  up_->Remove(up);
+}
+
 std::string GatewayMetrics::Serialize() const {
   return prometheus::TextSerializer().Serialize(registry_->Collect());
 }

@@ -23,7 +23,6 @@ using net::ip::tcp;
 namespace {
 
 constexpr auto kIdleTimeout = std::chrono::seconds(300);
-constexpr auto kWriteTimeout = std::chrono::seconds(120);
 constexpr auto kDrainLimit = std::chrono::seconds(120);
 
 }  // namespace
@@ -38,7 +37,7 @@ net::awaitable<void> WriteBody(HttpConn& c, int status, std::string body,
   res.keep_alive(c.keep_alive);
   res.body() = std::move(body);
   res.prepare_payload();
-  c.stream.expires_after(kWriteTimeout);
+  c.stream.expires_after(std::chrono::seconds(c.gateway->options->write_timeout_s));
   co_await http::async_write(c.stream, res, net::use_awaitable);
   c.stream.expires_never();
 }

@@ -142,13 +142,12 @@ std::optional<ApiError> MessageContent(const json& m, size_t i, std::string* out
   return std::nullopt;
 }
 
-std::optional<ApiError> ParseMessages(const json& body, v1::GenerateRequest* r) {
+std::optional<ApiError> ParseMessages(const json& body, v1::ChatInput* chat) {
   const json* msgs = Field(body, "messages");
   if (msgs == nullptr) return InvalidRequest("messages: required", "messages");
   if (!msgs->is_array() || msgs->empty()) {
     return InvalidRequest("messages: expected a non-empty array", "messages");
   }
-  v1::ChatInput* chat = r->mutable_chat();
   for (size_t i = 0; i < msgs->size(); ++i) {
     const json& m = (*msgs)[i];
     const std::string param = absl::StrCat("messages[", i, "]");
@@ -309,7 +308,7 @@ std::optional<ApiError> ParseOpenAiRequest(Endpoint endpoint, std::string_view t
   if (auto e = ParseOutput(*body, out, &base)) return e;
   std::vector<v1::GenerateRequest> prompts;
   if (endpoint == Endpoint::kChat) {
-    if (auto e = ParseMessages(*body, &prompts.emplace_back())) return e;
+    if (auto e = ParseMessages(*body, prompts.emplace_back().mutable_chat())) return e;
   } else if (auto e = ParsePrompts(*body, &prompts)) {
     return e;
   }
@@ -337,13 +336,20 @@ std::optional<ApiError> ParseTokenizeRequest(std::string_view text, std::string*
   std::optional<json> body = ParseObject(text, &error);
   if (!body) return error;
   if (auto e = GetModel(*body, model)) return e;
-  if (Field(*body, "messages") != nullptr) {
-    return InvalidRequest("messages: /tokenize takes a prompt string only", "messages");
-  }
-  const json* p = Field(*body, "prompt");
-  if (p == nullptr || !p->is_string()) return TypeError("prompt", "a string");
-  out->set_text(p->get<std::string>());
   std::optional<bool> b;
+  if (Field(*body, "messages") != nullptr) {  // vLLM's TokenizeChatRequest
+    if (Field(*body, "prompt") != nullptr) {
+      return InvalidRequest("prompt: give either prompt or messages, not both", "prompt");
+    }
+    if (auto e = ParseMessages(*body, out->mutable_chat())) return e;
+    if (auto e = GetBool(*body, "add_generation_prompt", &b)) return e;
+    if (b) out->mutable_chat()->set_add_generation_prompt(*b);
+  } else {
+    const json* p = Field(*body, "prompt");
+    if (p == nullptr || !p->is_string()) return TypeError("prompt", "a string");
+    out->set_text(p->get<std::string>());
+  }
+  b.reset();
   if (auto e = GetBool(*body, "add_special_tokens", &b)) return e;
   if (b) out->set_add_special_tokens(*b);
   return std::nullopt;

@@ -65,7 +65,7 @@ net::awaitable<int> Tokenize(HttpConn& c, const HttpRequest& req) {
   std::optional<ApiError> error = ParseTokenizeRequest(req.body(), &requested, &request);
   ServedModel model;
   if (!error) error = CheckModel(*c.gateway->pool, requested, &model);
-  Backend* b = error ? nullptr : c.gateway->pool->Acquire();
+  BackendRef b = error ? nullptr : c.gateway->pool->Acquire();
   if (!error && b == nullptr) error = NoServingBackend();
   if (error) {
     co_await WriteError(c, *error);
@@ -74,7 +74,7 @@ net::awaitable<int> Tokenize(HttpConn& c, const HttpRequest& req) {
   auto sink = std::make_shared<EventSink>(c.stream.get_executor());
   BackendPool* pool = c.gateway->pool;
   b->stub->async()->Tokenize(&ctx, &request, &response, [state, sink, pool, b](grpc::Status s) {
-    pool->Release(b);
+    pool->Release(b.get());
     CallEvent e;
     e.done = true;
     e.status = std::move(s);

@@ -744,5 +744,271 @@ TEST_F(GatewayTest, TwoBackendsSpreadAndFailOver) {
   EXPECT_EQ(g.Terminate(), 0) << g.output();
 }
 
+// Polls the gateway's combined stdout/stderr for `text` (its backend-set log lines).
+bool WaitForOutput(GatewayProcess& g, const std::string& text, int timeout_s = 20) {
+  for (int i = 0; i < timeout_s * 20; ++i) {
+    if (g.output().find(text) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+void WriteText(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  std::ofstream(tmp) << text;
+  std::filesystem::rename(tmp, path);  // whole, as a ConfigMap update swaps the file
+}
+
+double FinishedLength(ServerProcess& s) {
+  return std::max(0.0, Scrape(*HttpGet(s.metrics_port(), "/metrics"),
+                              "morserve_requests_finished_total{reason=\"length\"}"));
+}
+
+std::string BackendSeries(const char* name, const std::string& address) {
+  return absl::StrCat("morserve_gateway_backend_", name, "{backend=\"", address, "\"}");
+}
+
+// --backend-file: the file lists a, then a and b (traffic spreads), then a only, so b
+// drains: the call b runs (b is stopped with SIGSTOP to hold it) finishes with all
+// its tokens after b continues, new requests go to a meanwhile, and b's metrics series leave
+// /metrics once its last call ended.
+TEST_F(GatewayTest, BackendFileAddsSpreadsAndDrains) {
+  ServerProcess a, b;
+  ASSERT_TRUE(a.Start(*model_dir_, {}) && a.WaitHealth(true)) << a.output();
+  ASSERT_TRUE(b.Start(*model_dir_, {}) && b.WaitHealth(true)) << b.output();
+  const std::string file = dir_->File("backends.txt");
+  WriteText(file, a.address() + "\n");
+  GatewayProcess g;
+  // Health rounds only when the set grows (no health check touches the stopped b).
+  ASSERT_TRUE(g.Start(
+      {"--backend-file", file, "--resolve-interval-ms", "100", "--health-interval-ms", "3600000"}))
+      << g.output();
+  const json body = {{"prompt", "pods"}, {"max_tokens", 2}, {"ignore_eos", true}};
+  auto post = [&] { return Curl("POST", g.url() + "/v1/completions", body.dump()); };
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(post().status, 200);
+  EXPECT_EQ(FinishedLength(a), 4);
+  EXPECT_EQ(FinishedLength(b), 0);
+  EXPECT_EQ(Scrape(MetricsOf(g), BackendSeries("up", b.address())), -1);  // no series yet
+
+  WriteText(file, absl::StrCat("# both pods\n", a.address(), "\n", b.address(), "\n"));
+  ASSERT_TRUE(WaitForOutput(g, "1 added, 0 draining (2 in the set)")) << g.output();
+  bool up = false;
+  for (int i = 0; i < 200 && !up; ++i) {
+    up = Scrape(MetricsOf(g), BackendSeries("up", b.address())) == 1;
+    if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  ASSERT_TRUE(up) << MetricsOf(g);
+  for (int i = 0; i < 8; ++i) ASSERT_EQ(post().status, 200);
+  EXPECT_EQ(FinishedLength(a), 8);
+  EXPECT_EQ(FinishedLength(b), 4);
+
+  // Hold a long call on b: b stopped, requests sent until one is outstanding there.
+  b.Signal(SIGSTOP);
+  const json long_body = {{"prompt", "drain"}, {"max_tokens", 100}, {"ignore_eos", true}};
+  std::vector<std::thread> calls;
+  std::vector<HttpResult> results(6);
+  bool held = false;
+  for (size_t k = 0; k < results.size() && !held; ++k) {
+    calls.emplace_back(
+        [&, k] { results[k] = Curl("POST", g.url() + "/v1/completions", long_body.dump()); });
+    for (int i = 0; i < 40 && !held; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+      held = Scrape(MetricsOf(g), BackendSeries("outstanding_requests", b.address())) == 1;
+    }
+  }
+  ASSERT_TRUE(held) << MetricsOf(g);
+  const size_t on_b = calls.size() - 1;
+  for (size_t k = 0; k < on_b; ++k) calls[k].join();  // those went to a
+
+  WriteText(file, a.address() + "\n");
+  ASSERT_TRUE(WaitForOutput(g, "0 added, 1 draining (1 in the set)")) << g.output();
+  const double a_before = FinishedLength(a);
+  for (int i = 0; i < 6; ++i) ASSERT_EQ(post().status, 200);
+  EXPECT_EQ(FinishedLength(a), a_before + 6);
+  std::string m = MetricsOf(g);
+  EXPECT_EQ(Scrape(m, BackendSeries("outstanding_requests", b.address())), 1) << m;
+  EXPECT_EQ(Scrape(m, BackendSeries("outstanding_requests", a.address())), 0) << m;
+
+  b.Signal(SIGCONT);
+  calls[on_b].join();
+  ASSERT_EQ(results[on_b].status, 200) << results[on_b].body;
+  EXPECT_EQ(results[on_b].Json()["usage"]["completion_tokens"], 100);
+  EXPECT_EQ(FinishedLength(b), 5);
+  bool gone = false;
+  for (int i = 0; i < 200 && !gone; ++i) {
+    gone = MetricsOf(g).find("backend=\"" + b.address() + "\"") == std::string::npos;
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  EXPECT_TRUE(gone) << MetricsOf(g);
+  EXPECT_EQ(Scrape(MetricsOf(g), BackendSeries("up", a.address())), 1);
+
+  // A malformed file keeps the last good set (and says why).
+  WriteText(file, "not-an-address\n");
+  ASSERT_TRUE(WaitForOutput(g, "backends.txt:1: expected HOST:PORT")) << g.output();
+  EXPECT_EQ(post().status, 200);
+  EXPECT_EQ(g.Terminate(), 0) << g.output();
+  EXPECT_EQ(a.Terminate(), 0);
+  EXPECT_EQ(b.Terminate(), 0);
+}
+
+// dns:localhost:PORT resolves to 127.0.0.1 (and ::1 where the resolver lists it, which the
+// server, on 127.0.0.1 only, does not serve): one entry per address, requests served.
+TEST_F(GatewayTest, DnsBackendResolvesEachAddress) {
+  const std::string port = server_->address().substr(server_->address().rfind(':') + 1);
+  GatewayProcess g;
+  ASSERT_TRUE(g.Start({"--backend", "dns:localhost:" + port, "--health-interval-ms", "100"}))
+      << g.output();
+  bool healthy = false;
+  for (int i = 0; i < 200 && !healthy; ++i) {
+    healthy = Curl("GET", g.url() + "/health", "", {}).status == 200;
+    if (!healthy) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  ASSERT_TRUE(healthy) << g.output();
+  HttpResult r = Curl("POST", g.url() + "/v1/completions",
+                      json({{"prompt", "dns"}, {"max_tokens", 3}, {"ignore_eos", true}}).dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.Json()["usage"]["completion_tokens"], 3);
+  const std::string m = MetricsOf(g);
+  EXPECT_EQ(Scrape(m, BackendSeries("up", "127.0.0.1:" + port)), 1) << m;
+  const double v6 = Scrape(m, BackendSeries("up", "[::1]:" + port));
+  EXPECT_TRUE(v6 == -1 || v6 == 0) << m;  // absent, or listed and not serving
+  const bool has_v6 = v6 == 0;
+  EXPECT_TRUE(WaitForOutput(g, absl::StrCat(has_v6 ? 2 : 1, " added, 0 draining"))) << g.output();
+  EXPECT_EQ(g.Terminate(), 0) << g.output();
+
+  // A name that does not resolve: the gateway runs, says why, and has nothing serving.
+  GatewayProcess bad;
+  ASSERT_TRUE(bad.Start({"--backend", "dns:no-such-host.invalid:" + port})) << bad.output();
+  EXPECT_TRUE(WaitForOutput(bad, "dns:no-such-host.invalid")) << bad.output();
+  ExpectError(Curl("GET", bad.url() + "/health", "", {}), 503);
+  EXPECT_EQ(bad.Terminate(), 0) << bad.output();
+}
+
+// A streaming client that stops reading (tiny receive buffer, never reads) while its request
+// runs: after --write-timeout-s the gateway closes the connection and cancels the call, the
+// backend frees its KV blocks, and the gateway serves on. The backend is a model with a long
+// context so the request is still generating when the write stalls.
+TEST_F(GatewayTest, StalledStreamingClientIsCutOffAndItsCallCancelled) {
+  const std::string long_dir = dir_->File("llama3-long");
+  if (!std::filesystem::exists(long_dir + "/config.json")) {
+    TinyModelSpec spec;
+    spec.family = "vanilla";
+    spec.layers = 2;
+    spec.max_pos = 16384;
+    ASSERT_TRUE(UseTokenizer(kLlama3Dir, &spec).ok());
+    ASSERT_TRUE(WriteTinyModel(spec, long_dir).ok());
+  }
+  ServerProcess s;
+  ASSERT_TRUE(s.Start(long_dir, {}) && s.WaitHealth(true)) << s.output();
+  GatewayProcess g;
+  ASSERT_TRUE(g.Start({"--backend", s.address(), "--write-timeout-s", "1"})) << g.output();
+  bool healthy = false;
+  for (int i = 0; i < 200 && !healthy; ++i) {
+    healthy = Curl("GET", g.url() + "/health", "", {}).status == 200;
+    if (!healthy) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  ASSERT_TRUE(healthy) << g.output();
+  auto cancelled = [&s] {
+    return std::max(0.0, Scrape(*HttpGet(s.metrics_port(), "/metrics"),
+                                "morserve_requests_finished_total{reason=\"cancelled\"}"));
+  };
+  const double cancelled0 = cancelled();
+
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  const int rcvbuf = 1024;
+  ASSERT_EQ(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf), 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(g.port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const std::string body = json({{"prompt", "Never read"},
+                                 {"max_tokens", 16000},
+                                 {"ignore_eos", true},
+                                 {"logprobs", 5},
+                                 {"stream", true}})
+                               .dump();
+  const std::string req = absl::StrCat(
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "Content-Length: ",
+      body.size(), "\r\n\r\n", body);
+  ASSERT_EQ(write(fd, req.data(), req.size()), static_cast<ssize_t>(req.size()));
+
+  // Never read: the call is cancelled (not finished by length) and every block comes back.
+  auto stub = s.Stub();
+  bool freed = false;
+  double c1 = cancelled0;
+  for (int i = 0; i < 600 && !(freed && c1 == cancelled0 + 1); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    grpc::ClientContext ctx;
+    v1::ModelInfo info;
+    ASSERT_TRUE(stub->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info).ok());
+    freed = info.kv_blocks_used() == 0 && info.requests_running() == 0;
+    c1 = cancelled();
+  }
+  EXPECT_TRUE(freed);
+  EXPECT_EQ(c1, cancelled0 + 1);
+  EXPECT_EQ(FinishedLength(s), 0);  // it did not run to max_tokens
+  EXPECT_TRUE(g.Running());
+  EXPECT_EQ(Scrape(MetricsOf(g),
+                   "morserve_gateway_requests_total{code=\"499\",endpoint=\"completions\"}"),
+            1);
+
+  // The connection was closed: reading now drains what was buffered, then EOF, no [DONE].
+  std::string got;
+  char buf[65536];
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    ASSERT_EQ(poll(&p, 1, 10000), 1) << "the gateway did not close the connection";
+    const ssize_t n = read(fd, buf, sizeof buf);
+    if (n <= 0) break;
+    got.append(buf, n);
+  }
+  close(fd);
+  EXPECT_NE(got.find("data: {"), std::string::npos);
+  EXPECT_EQ(got.find("[DONE]"), std::string::npos);
+  EXPECT_EQ(Curl("POST", g.url() + "/v1/completions",
+                 json({{"prompt", "still here"}, {"max_tokens", 2}}).dump())
+                .status,
+            200);
+  EXPECT_EQ(g.Terminate(), 0) << g.output();
+  EXPECT_EQ(s.Terminate(), 0) << s.output();
+}
+
+// POST /tokenize with messages (vLLM's chat shape): the backend's chat template rendered and
+// encoded without a second BOS; the same ids a chat completion's prompt has.
+TEST_F(GatewayTest, TokenizeMessagesIsTheChatPrompt) {
+  const json messages = json::array({{{"role", "system"}, {"content", "Be brief."}},
+                                     {{"role", "user"}, {"content", "Hi there"}}});
+  HttpResult t = Post("/tokenize", {{"messages", messages}});
+  ASSERT_EQ(t.status, 200) << t.body;
+  const json j = t.Json();
+  EXPECT_EQ(std::vector<std::string>({"count", "max_model_len", "tokens"}),
+            std::vector<std::string>(
+                {j.begin().key(), std::next(j.begin()).key(), std::next(j.begin(), 2).key()}));
+  EXPECT_EQ(j["max_model_len"], kContext);
+  const std::vector<int> ids = j["tokens"].get<std::vector<int>>();
+  EXPECT_EQ(j["count"], ids.size());
+  // The chat completion's usage counts the same prompt.
+  HttpResult c = Post("/v1/chat/completions", {{"messages", messages}, {"max_tokens", 1}});
+  ASSERT_EQ(c.status, 200) << c.body;
+  EXPECT_EQ(c.Json()["usage"]["prompt_tokens"], ids.size());
+  // And it is the rendered text's encoding: decoding it gives the template's header text.
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), tokenizer_->bos_token_id().value()), 1);
+  const std::string text = tokenizer_->Decode(ids, false);
+  EXPECT_NE(text.find("Be brief."), std::string::npos) << text;
+  EXPECT_EQ(tokenizer_->Encode(text, false), ids);
+
+  HttpResult special = Post("/tokenize", {{"messages", messages}, {"add_special_tokens", true}});
+  EXPECT_EQ(special.Json()["tokens"].get<std::vector<int>>(), tokenizer_->Encode(text, true));
+  ExpectError(Post("/tokenize", {{"messages", messages}, {"prompt", "x"}}), 400, "", "prompt");
+  ExpectError(Post("/tokenize", {{"messages", json::array()}}), 400, "", "messages");
+  ExpectError(Post("/tokenize", {{"messages", json::array({{{"content", "x"}}})}}), 400, "",
+              "messages[0].role");
+  ExpectError(Post("/tokenize", {{"messages", messages}, {"add_generation_prompt", 3}}), 400, "",
+              "add_generation_prompt");
+}
+
 }  // namespace
 }  // namespace morserve::testing

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "nlohmann/json.hpp"
+#include "server/gateway/backend_discovery.h"
 #include "server/gateway/openai_request.h"
 #include "server/gateway/openai_response.h"
 #include "server/gateway/options.h"
@@ -276,6 +277,61 @@ TEST(GatewayOptionsTest, FlagsParseAndBadOnesAreNamed) {
             std::string::npos);
   const char* bad3[] = {"gw"};
   EXPECT_FALSE(ParseGatewayOptions(1, const_cast<char**>(bad3)).ok());
+}
+
+TEST(GatewayOptionsTest, DiscoveryFlags) {
+  const char* argv[] = {"gw",
+                        "--backend",
+                        "dns:morserve-grpc:50051",
+                        "--backend-file",
+                        "/f",
+                        "--resolve-interval-ms",
+                        "250",
+                        "--write-timeout-s",
+                        "7"};
+  auto o = ParseGatewayOptions(9, const_cast<char**>(argv));
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->backends, (std::vector<std::string>{"dns:morserve-grpc:50051"}));
+  EXPECT_EQ(o->backend_files, (std::vector<std::string>{"/f"}));
+  EXPECT_EQ(o->resolve_interval_ms, 250);
+  EXPECT_EQ(o->write_timeout_s, 7);
+  const char* only_file[] = {"gw", "--backend-file", "/f"};
+  EXPECT_TRUE(ParseGatewayOptions(3, const_cast<char**>(only_file)).ok());
+  for (const char* bad : {"dns:name", "dns::1", "dns:a:b:1", "dns:name:0", "dns:name:x"}) {
+    const char* a[] = {"gw", "--backend", bad};
+    auto r = ParseGatewayOptions(3, const_cast<char**>(a));
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("dns:NAME:PORT"), std::string::npos) << r.status();
+  }
+  const char* bad_timeout[] = {"gw", "--backend", "a:1", "--write-timeout-s", "0"};
+  EXPECT_NE(ParseGatewayOptions(5, const_cast<char**>(bad_timeout))
+                .status()
+                .message()
+                .find("--write-timeout-s"),
+            std::string::npos);
+}
+
+TEST(BackendDiscoveryTest, SpecsAndFileLines) {
+  auto dns = ParseBackendSpec("dns:svc.ns.svc.cluster.local:50051");
+  ASSERT_TRUE(dns.ok());
+  EXPECT_EQ(dns->kind, BackendSource::Kind::kDns);
+  EXPECT_EQ(dns->value, "svc.ns.svc.cluster.local");
+  EXPECT_EQ(dns->port, 50051);
+  auto fixed = ParseBackendSpec("[::1]:7");
+  ASSERT_TRUE(fixed.ok());
+  EXPECT_EQ(fixed->kind, BackendSource::Kind::kFixed);
+  EXPECT_EQ(fixed->value, "[::1]:7");
+
+  auto lines = ParseBackendFile("f", "# pods\n10.0.0.1:50051\n\n  10.0.0.2:50051  # b\r\n");
+  ASSERT_TRUE(lines.ok()) << lines.status();
+  EXPECT_EQ(*lines, (std::vector<std::string>{"10.0.0.1:50051", "10.0.0.2:50051"}));
+  EXPECT_TRUE(ParseBackendFile("f", "")->empty());
+  auto bad = ParseBackendFile("list.txt", "10.0.0.1:50051\nnot-an-address\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("list.txt:2"), std::string::npos) << bad.status();
+
+  EXPECT_EQ(TargetOf("10.1.2.3", 5, false), "10.1.2.3:5");
+  EXPECT_EQ(TargetOf("::1", 5, true), "[::1]:5");
 }
 
 }  // namespace
