@@ -3,7 +3,9 @@
 // reference's greedy tokens with logits within 1e-4 (relative to max(|logit|, 1)), and the
 // two schedules give bit-identical logits. Prompt lengths that are and are not powers of two,
 // chunk budgets that cut prompts mid-tree, requests at different stages sharing batches, both
-// batching modes, batch invariance (bitwise) and forced preemption.
+// batching modes, batch invariance (bitwise) and forced preemption; on the plain recurrent
+// model and on recurrent MoR expert- and token-choice, Relaxed LoRA and early-exit (skip)
+// models.
 #include <gtest/gtest.h>
 
 #include "engine/reference/reference_model.h"
@@ -32,7 +34,17 @@ std::vector<ModelCase> Models() {
   mor.family = "mor-ec";
   mor.layer_kind = "recurrent";
   mor.dtype = DType::kF32;
-  return {{"recurrent", plain}, {"recurrent-mor-ec", mor}};
+  std::vector<ModelCase> v = {{"recurrent", plain}, {"recurrent-mor-ec", mor}};
+  for (const char* family : {"mor-tc", "relaxed-lora", "early-exit"}) {
+    TinyModelSpec s;
+    s.family = family;
+    s.layer_kind = "recurrent";
+    s.dtype = DType::kF32;
+    s.exit_kv = "skip";         // propagate is refused for recurrent layers
+    s.exit_threshold = 0.2f;    // exits after 1, 2 and 3 loops (as in engine_test)
+    v.push_back({std::string("recurrent-") + family, s});
+  }
+  return v;
 }
 
 std::vector<GenerateRequest> Requests(int vocab, int max_tokens) {
