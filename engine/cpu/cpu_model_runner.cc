@@ -5,11 +5,10 @@
 #include <cmath>
 
 #include "engine/core/check.h"
-#include "engine/cpu/chunk_attention.h"
 #include "engine/cpu/cpu_linear.h"
 #include "engine/cpu/cpu_ops.h"
 #include "engine/cpu/paged_attention.h"
-#include "engine/cpu/recurrent_prefill.h"
+#include "engine/cpu/recurrent_layer.h"
 #include "engine/cpu/thread_pool.h"
 
 namespace morserve {
@@ -125,12 +124,7 @@ class CpuModelRunner : public ModelRunner {
   void SplitQkv(const Vec& qkv, int n, Vec* q, Vec* k, Vec* v) const;
   void NormRows(const LoopNorm& w, const int* loops, int n, const float* x, float* out) const;
   void AddAttentionAndMlp(const CpuLayer& L, const int* loops, int n, const float* attn, float* h);
-  // Recurrent layers (spec/models.md section 5), from the rows' q and temporary pairs.
   void RunRecurrent(const LayerBatch& b, const CpuLayer& L, const Vec& q, const Vec& k, const Vec& v);
-  void RecurrentSingles(const LayerBatch& b, const CpuLayer& L, const std::vector<int>& rows,
-                        const Vec& q, const Vec& k, const Vec& v);
-  void RecurrentChunk(const LayerBatch& b, const CpuLayer& L, int begin, int end, const Vec& q,
-                      const Vec& k, const Vec& v);
   void FinishRecurrentRows(const CpuLayer& L, const int* loops, const int* positions,
                            const int32_t* write_slot, int n, const float* attn, float* h);
 
@@ -294,130 +288,27 @@ void CpuModelRunner::AddAttentionAndMlp(const CpuLayer& L, const int* loops, int
   L.down.Run(loops, n, act.data(), inter, h, /*accumulate=*/true);
 }
 
-// Rows of a recurrent layer come in chunks (LayerKvPlan::chunk_indptr). Chunks of one row
-// (decode rows, or one position of a prefill) run together as one batch; a longer chunk is a
-// request's prefill and runs by its schedule. Chunks are independent of each other.
+// Recurrent layers (spec/models.md section 5) from the rows' q and temporary pairs:
+// attention by recurrent_layer.h, the rest of the layer here.
 void CpuModelRunner::RunRecurrent(const LayerBatch& b, const CpuLayer& L, const Vec& q,
                                   const Vec& k, const Vec& v) {
-  const std::vector<int32_t>& chunks = b.kv->chunk_indptr;
-  std::vector<int> singles;
-  if (chunks.empty()) {  // no chunks given: every row is a chunk of one
-    for (int i = 0; i < b.n; ++i) singles.push_back(i);
-  } else {
-    MORSERVE_CHECK(chunks.front() == 0 && chunks.back() == b.n, "chunk_indptr must cover the rows");
-    for (size_t c = 0; c + 1 < chunks.size(); ++c) {
-      if (chunks[c + 1] - chunks[c] == 1) singles.push_back(chunks[c]);
-    }
-  }
-  if (!singles.empty()) RecurrentSingles(b, L, singles, q, k, v);
-  for (size_t c = 0; c + 1 < chunks.size(); ++c) {
-    if (chunks[c + 1] - chunks[c] > 1) RecurrentChunk(b, L, chunks[c], chunks[c + 1], q, k, v);
-  }
-}
-
-// Rows that each attend over their cache plus their temporary pair, gathered into one batch.
-void CpuModelRunner::RecurrentSingles(const LayerBatch& b, const CpuLayer& L,
-                                      const std::vector<int>& rows, const Vec& q, const Vec& k,
-                                      const Vec& v) {
-  const LayerKvPlan& kv = *b.kv;
-  const int m = static_cast<int>(rows.size()), hs = cfg_.hidden_size, qd = cfg_.q_dim(), kvd = cfg_.kv_dim();
-  Vec qs(static_cast<size_t>(m) * qd), ks(static_cast<size_t>(m) * kvd), vs(static_cast<size_t>(m) * kvd);
-  Vec h(static_cast<size_t>(m) * hs), attn(static_cast<size_t>(m) * qd);
-  std::vector<int> loops(m), positions(m);
-  std::vector<int32_t> write_slot(m), kv_len(m), indptr(1, 0), blocks;
-  for (int j = 0; j < m; ++j) {
-    const int i = rows[j];
-    std::copy_n(&q[static_cast<size_t>(i) * qd], qd, &qs[static_cast<size_t>(j) * qd]);
-    std::copy_n(&k[static_cast<size_t>(i) * kvd], kvd, &ks[static_cast<size_t>(j) * kvd]);
-    std::copy_n(&v[static_cast<size_t>(i) * kvd], kvd, &vs[static_cast<size_t>(j) * kvd]);
-    std::copy_n(b.h + static_cast<size_t>(i) * hs, hs, &h[static_cast<size_t>(j) * hs]);
-    loops[j] = b.loops[i];
-    positions[j] = b.positions[i];
-    write_slot[j] = kv.write_slot[i];
-    kv_len[j] = kv.kv_len[i];
-    blocks.insert(blocks.end(), kv.table_blocks.begin() + kv.table_indptr[i],
-                  kv.table_blocks.begin() + kv.table_indptr[i + 1]);
-    indptr.push_back(static_cast<int32_t>(blocks.size()));
-  }
-  PagedAttentionParams p;
-  p.num_rows = m;
-  p.q = qs.data();
-  p.out = attn.data();
-  p.pool = &kv_;
-  p.table_indptr = indptr.data();
-  p.table_blocks = blocks.data();
-  p.kv_len = kv_len.data();
-  p.extra_k = ks.data();
-  p.extra_v = vs.data();
+  RecurrentLayerParams p;
+  p.batch = &b;
+  p.q = q.data();
+  p.k = k.data();
+  p.v = v.data();
+  p.kv = &kv_;
+  p.threads = &pool_;
+  p.hidden = cfg_.hidden_size;
   p.n_heads = cfg_.num_heads;
   p.n_kv_heads = cfg_.num_kv_heads;
   p.head_dim = cfg_.head_dim;
-  p.scale = 1.0f / std::sqrt(static_cast<float>(cfg_.head_dim));
-  PagedAttention(p, &pool_);
-  FinishRecurrentRows(L, loops.data(), positions.data(), write_slot.data(), m, attn.data(), h.data());
-  for (int j = 0; j < m; ++j) {
-    std::copy_n(&h[static_cast<size_t>(j) * hs], hs, b.h + static_cast<size_t>(rows[j]) * hs);
-  }
-}
-
-// One request's prefill chunk, rows [begin, end): consecutive entries of one cache slot,
-// each seeing the cached entries and the chunk's earlier rows (recurrent_prefill.h).
-void CpuModelRunner::RecurrentChunk(const LayerBatch& b, const CpuLayer& L, int begin, int end,
-                                    const Vec& q, const Vec& k, const Vec& v) {
-  const LayerKvPlan& kv = *b.kv;
-  const int hs = cfg_.hidden_size, qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), bs = kv_.block_size;
-  const int32_t* table = kv.table_blocks.data() + kv.table_indptr[begin];
-  const int first = kv.kv_len[begin];
-  for (int r = begin; r < end; ++r) {  // the chunk's entries follow the cached ones, in order
-    const int index = first + (r - begin);
-    MORSERVE_CHECK(kv.kv_len[r] == index, "a recurrent chunk's rows must be consecutive entries");
-    MORSERVE_CHECK(index / bs < kv.table_indptr[begin + 1] - kv.table_indptr[begin] &&
-                       kv.write_slot[r] == table[index / bs] * bs + index % bs,
-                   "a recurrent chunk's rows must write their own entries in order");
-  }
-  auto finish = [&](int i, const float* attn) {
-    const int r = begin + i;
-    FinishRecurrentRows(L, b.loops + r, b.positions + r, &kv.write_slot[r], 1, attn,
-                        b.h + static_cast<size_t>(r) * hs);
+  p.schedule = recurrent_prefill_;
+  p.finish = [&](const int* loops, const int* positions, const int32_t* write_slot, int n,
+                 const float* attn, float* h) {
+    FinishRecurrentRows(L, loops, positions, write_slot, n, attn, h);
   };
-  const float scale = 1.0f / std::sqrt(static_cast<float>(cfg_.head_dim));
-  if (recurrent_prefill_ == RecurrentPrefill::kNaive) {  // each position over the whole cache
-    Vec attn(qd);
-    for (int r = begin; r < end; ++r) {
-      PagedAttentionParams p;
-      p.num_rows = 1;
-      p.q = &q[static_cast<size_t>(r) * qd];
-      p.out = attn.data();
-      p.pool = &kv_;
-      p.table_indptr = kv.table_indptr.data() + r;
-      p.table_blocks = kv.table_blocks.data();
-      p.kv_len = kv.kv_len.data() + r;
-      p.extra_k = &k[static_cast<size_t>(r) * kvd];
-      p.extra_v = &v[static_cast<size_t>(r) * kvd];
-      p.n_heads = cfg_.num_heads;
-      p.n_kv_heads = cfg_.num_kv_heads;
-      p.head_dim = cfg_.head_dim;
-      p.scale = scale;
-      PagedAttention(p, &pool_);
-      finish(r - begin, attn.data());
-    }
-    return;
-  }
-  ChunkAttentionParams p;
-  p.pool = &kv_;
-  p.blocks = table;
-  p.num_blocks = kv.table_indptr[begin + 1] - kv.table_indptr[begin];
-  p.first = first;
-  p.n = end - begin;
-  p.q = &q[static_cast<size_t>(begin) * qd];
-  p.extra_k = &k[static_cast<size_t>(begin) * kvd];
-  p.extra_v = &v[static_cast<size_t>(begin) * kvd];
-  p.n_heads = cfg_.num_heads;
-  p.n_kv_heads = cfg_.num_kv_heads;
-  p.head_dim = cfg_.head_dim;
-  p.scale = scale;
-  ChunkAttention attention(p);
-  RunTiledPrefill(attention, &pool_, finish);
+  RunRecurrentLayer(p);
 }
 
 // The rest of a recurrent layer after attention: Wo, MLP, then the persistent pair from
