@@ -63,10 +63,14 @@ __m256 DotLanes(const float* q, const float* key, int hd, float scale) {
 }
 
 // FoldChunk for every lane of one head over `count` entries from physical slot `base`; acc is
-// [head_dim][kLanes], scores scratch [count][kLanes].
+// [head_dim][kLanes], scratch [2][count][kLanes]. The value loop runs per element d over all
+// entries (acc[d] is loaded and stored once per group): each element still sees the
+// correction first and then the entries in order, as in FoldChunk.
 void FoldGroupLanes(const PagedKvPool& kv, int64_t base, int count, int kv_head, const float* q,
-                    float scale, float* acc, __m256* max, __m256* sum, float* scores) {
+                    float scale, float* acc, __m256* max, __m256* sum, float* scratch) {
   const int hd = kv.head_dim;
+  float* scores = scratch;
+  float* weights = scratch + count * kLanes;
   __m256 chunk_max = *max;
   for (int j = 0; j < count; ++j) {
     const __m256 s = DotLanes(q, kv.KeyAt(base + j, kv_head), hd, scale);
@@ -74,19 +78,22 @@ void FoldGroupLanes(const PagedKvPool& kv, int64_t base, int count, int kv_head,
     chunk_max = _mm256_max_ps(s, chunk_max);  // as std::max(chunk_max, s): chunk_max on ties
   }
   const __m256 correction = ExpLanes(_mm256_sub_ps(*max, chunk_max));
-  *sum = _mm256_mul_ps(*sum, correction);
-  for (int d = 0; d < hd; ++d) {
-    _mm256_storeu_ps(acc + d * kLanes, _mm256_mul_ps(_mm256_loadu_ps(acc + d * kLanes), correction));
-  }
+  __m256 total = _mm256_mul_ps(*sum, correction);
   for (int j = 0; j < count; ++j) {
     const __m256 w = ExpLanes(_mm256_sub_ps(_mm256_loadu_ps(scores + j * kLanes), chunk_max));
-    *sum = _mm256_add_ps(*sum, w);
-    const float* v = kv.ValueAt(base + j, kv_head);
-    for (int d = 0; d < hd; ++d) {
-      float* a = acc + d * kLanes;
-      _mm256_storeu_ps(a, _mm256_add_ps(_mm256_loadu_ps(a), _mm256_mul_ps(w, _mm256_set1_ps(v[d]))));
-    }
+    total = _mm256_add_ps(total, w);
+    _mm256_storeu_ps(weights + j * kLanes, w);
   }
+  const float* v0 = kv.ValueAt(base, kv_head);
+  const int64_t v_stride = kv.kv_dim();  // entries of one block are consecutive slots
+  for (int d = 0; d < hd; ++d) {
+    __m256 a = _mm256_mul_ps(_mm256_loadu_ps(acc + d * kLanes), correction);
+    for (int j = 0; j < count; ++j) {
+      a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_loadu_ps(weights + j * kLanes), _mm256_set1_ps(v0[j * v_stride + d])));
+    }
+    _mm256_storeu_ps(acc + d * kLanes, a);
+  }
+  *sum = total;
   *max = chunk_max;
 }
 
@@ -95,9 +102,9 @@ void FoldGroupLanes(const PagedKvPool& kv, int64_t base, int count, int kv_head,
 void FoldKeyGroupsAvx2(const KeyGroups& keys, const LaneBlock& block) {
   const PagedKvPool& kv = *keys.pool;
   const int hd = kv.head_dim, g = kv.block_size, group_heads = keys.n_heads / keys.n_kv_heads;
-  thread_local std::vector<float> acc, scores;
+  thread_local std::vector<float> acc, scratch;
   acc.resize(static_cast<size_t>(hd) * kLanes);
-  scores.resize(static_cast<size_t>(g) * kLanes);
+  scratch.resize(static_cast<size_t>(2) * g * kLanes);
   int32_t mask_bits[kLanes];
   for (int l = 0; l < kLanes; ++l) mask_bits[l] = l >= block.lane_begin && l < block.lane_end ? -1 : 0;
   const __m256 mask = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(mask_bits)));
@@ -110,7 +117,7 @@ void FoldKeyGroupsAvx2(const KeyGroups& keys, const LaneBlock& block) {
     for (int start = keys.key_begin; start < keys.key_end; start += g) {
       const int64_t base = static_cast<int64_t>(keys.blocks[start / g]) * g;
       MORSERVE_CHECK(base >= 0 && base + g <= kv.num_slots(), "block id outside the pool");
-      FoldGroupLanes(kv, base, g, kv_head, q, keys.scale, acc.data(), &max, &sum, scores.data());
+      FoldGroupLanes(kv, base, g, kv_head, q, keys.scale, acc.data(), &max, &sum, scratch.data());
     }
     for (int d = 0; d < hd; ++d) {
       float* out = acc_out + d * kLanes;
