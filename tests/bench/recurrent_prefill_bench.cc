@@ -83,7 +83,7 @@ int Main(int argc, char** argv) {
     cfg.max_batch_rows = max_len;
     cfg.max_step_tokens = max_len;
     cfg.threads = threads;
-    cfg.kv_cache_bytes = 1ll << 30;
+    cfg.num_kv_blocks = (max_len / cfg.block_size + 8) * (*weights)->plan.num_cache_slots;
     auto e = Engine::Create(*weights, cfg);
     if (!e.ok()) {
       std::fprintf(stderr, "engine: %s\n", std::string(e.status().message()).c_str());
