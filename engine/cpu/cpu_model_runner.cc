@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "engine/core/check.h"
 #include "engine/cpu/cpu_linear.h"
 #include "engine/cpu/cpu_ops.h"
 #include "engine/cpu/paged_attention.h"
