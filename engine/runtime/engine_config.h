@@ -13,6 +13,12 @@ enum class BatchingMode {
 
 enum class ComputeType { kF32, kBF16 };
 
+// How a recurrent layer (spec/models.md section 5) runs a prefill chunk of one request.
+enum class RecurrentPrefill {
+  kTiled,  // online-softmax accumulators, cached pass + divide-and-conquer key tiles
+  kNaive,  // one position at a time, each attending over the cache (the reference schedule)
+};
+
 struct EngineConfig {
   BatchingMode mode = BatchingMode::kDepthWise;
   int max_batch_rows = 256;     // rows in one pass of the shared block (the "batch size")
@@ -23,6 +29,7 @@ struct EngineConfig {
   int num_kv_blocks = 0;        // 0: derived from kv_cache_bytes
   int64_t kv_cache_bytes = 256ll << 20;
   ComputeType compute = ComputeType::kF32;
+  RecurrentPrefill recurrent_prefill = RecurrentPrefill::kTiled;
   int threads = 0;  // 0: the machine's cores
 };
 

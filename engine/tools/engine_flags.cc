@@ -8,7 +8,7 @@ namespace morserve {
 const std::set<std::string>& EngineFlagNames() {
   static const std::set<std::string> names = {"mode", "compute", "max-batch", "max-step-tokens",
                                               "max-running", "block-size", "kv-blocks",
-                                              "kv-cache-mb", "threads"};
+                                              "kv-cache-mb", "threads", "recurrent-prefill"};
   return names;
 }
 
@@ -32,6 +32,12 @@ absl::StatusOr<EngineConfig> EngineConfigFromFlags(const Flags& flags) {
     return absl::InvalidArgumentError("--compute: f32 or bf16");
   }
   c.compute = compute == "bf16" ? ComputeType::kBF16 : ComputeType::kF32;
+  const std::string prefill = flags.Get("recurrent-prefill", "tiled");
+  if (prefill != "tiled" && prefill != "naive") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--recurrent-prefill: tiled or naive, got '", prefill, "'"));
+  }
+  c.recurrent_prefill = prefill == "naive" ? RecurrentPrefill::kNaive : RecurrentPrefill::kTiled;
   struct IntFlag {
     const char* name;
     int* out;
