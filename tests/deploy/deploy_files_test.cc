@@ -257,7 +257,7 @@ TEST(DeployFilesTest, ComposeStackIsWiredTogether) {
             "server:" + FlagValue(s["server"]["command"], "--metrics-port"));
   EXPECT_EQ(targets["morserve-gateway"], "gateway:" + FlagValue(s["gateway"]["command"], "--port"));
   EXPECT_EQ(FlagValue(s["gateway"]["command"], "--backend"),
-            "server:" + FlagValue(s["server"]["command"], "--port"));
+            "dns:server:" + FlagValue(s["server"]["command"], "--port"));
   EXPECT_EQ(FlagValue(s["server"]["command"], "--host"), "0.0.0.0");
   EXPECT_EQ(FlagValue(s["gateway"]["command"], "--host"), "0.0.0.0");
   // Both images come from deploy/docker/Dockerfile, built from the repository root.

@@ -230,12 +230,22 @@ void CheckObjects(const Rendered& r) {
   const YAML::Node flags = r.Named("ConfigMap", S(sc["envFrom"][0]["configMapRef"]["name"]));
   EXPECT_GT(server["spec"]["template"]["spec"]["terminationGracePeriodSeconds"].as<int>(30),
             std::stoi(S(flags["data"]["MORSERVE_DRAIN_TIMEOUT"])));
-  // The gateway's backend is a Service of the server tier, on its gRPC port.
+  // The gateway's backend is dns:SERVICE:PORT of a headless Service (clusterIP: None) of the
+  // server tier, on its gRPC port: one backend per ready server pod, re-resolved.
   const YAML::Node gflags = r.Named("ConfigMap", S(gc["envFrom"][0]["configMapRef"]["name"]));
   const std::string backend = S(gflags["data"]["MORSERVE_BACKEND"]);
-  const YAML::Node backend_service = r.Named("Service", backend.substr(0, backend.find(':')));
+  ASSERT_EQ(backend.rfind("dns:", 0), 0u) << "MORSERVE_BACKEND " << backend << " is not dns:";
+  const std::string name_port = backend.substr(4);
+  const YAML::Node backend_service = r.Named("Service", name_port.substr(0, name_port.find(':')));
   ASSERT_TRUE(backend_service) << "MORSERVE_BACKEND " << backend << " names no Service";
-  EXPECT_EQ(S(backend_service["spec"]["ports"][0]["port"]), backend.substr(backend.find(':') + 1));
+  EXPECT_EQ(S(backend_service["spec"]["clusterIP"]), "None") << "not a headless Service";
+  EXPECT_EQ(S(backend_service["spec"]["selector"]["app.kubernetes.io/component"]),
+            S(server["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"]));
+  EXPECT_EQ(S(backend_service["spec"]["ports"][0]["port"]),
+            name_port.substr(name_port.find(':') + 1));
+  EXPECT_EQ(S(backend_service["spec"]["ports"][0]["targetPort"]),
+            S(sc["ports"][0]["name"]));  // the server's gRPC port
+  EXPECT_GE(std::stoi(S(gflags["data"]["MORSERVE_RESOLVE_INTERVAL_MS"])), 1000);
   // HPA: scales the server Deployment on the per-pod queue metric.
   const YAML::Node hpa = r.OfKind("HorizontalPodAutoscaler")[0];
   EXPECT_EQ(S(hpa["apiVersion"]), "autoscaling/v2");
