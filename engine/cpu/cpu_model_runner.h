@@ -4,6 +4,9 @@
 // its batch neighbours. Rows arrive grouped by loop: tied projections run once over every
 // row; untied copies run per group of rows at the same loop; Relaxed models' LoRA deltas
 // (scale * (x A^T) B^T) run per loop group on top of the shared base GEMM.
+// K/V-only rows (early exit, exit_kv propagate) run RMSNorm_in, a K/V-only projection (the
+// K and V rows of the fused QKV weight, their own primitives) and RoPE, and write their entry
+// before the call's full rows, which then run as a compacted batch of their own.
 #pragma once
 
 #include <memory>

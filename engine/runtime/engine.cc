@@ -248,6 +248,7 @@ void Engine::UpdateGauges() {
   stats_.max_kv_blocks_used = std::max(stats_.max_kv_blocks_used, pool_->num_used());
   stats_.running = scheduler_->num_running();
   stats_.waiting = scheduler_->num_waiting();
+  stats_.layer_rows = runner_->counters();
 }
 
 // Rows that finished the model: count their loops, sample where logits were produced.

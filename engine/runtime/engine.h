@@ -32,6 +32,7 @@ struct EngineStats {
   int64_t preemptions = 0;
   std::vector<int64_t> rows_per_loop;   // rows that ran loop r, by r
   std::vector<int64_t> exits_per_loop;  // tokens that left the loop after r loops, by r
+  RunnerCounters layer_rows;            // layer rows the runner computed: full and K/V-only
   int kv_blocks_used = 0, kv_blocks_total = 0, max_kv_blocks_used = 0;
   int running = 0, waiting = 0;
   double fill_ratio() const {
@@ -72,6 +73,7 @@ class Engine {
   const KvBlockPool& kv_pool() const { return *pool_; }
   // Tests inspect bookkeeping between steps (never while the engine thread runs).
   const DepthScheduler& scheduler() const { return *scheduler_; }
+  const ModelRunner& runner() const { return *runner_; }
 
  private:
   Engine(std::shared_ptr<const ModelWeights> weights, const EngineConfig& config,
