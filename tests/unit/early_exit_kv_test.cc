@@ -191,5 +191,44 @@ TEST(EarlyExitKvTest, RunnerRowsMatchExitsTimesLaterLayers) {
   }
 }
 
+// Depth-wise, an exit frees its row of max_batch_rows at once: whenever fewer full rows than
+// the limit are in the loop and the request has a token ready, the next step enters one,
+// however many K/V-only rows ride the loop.
+TEST(EarlyExitKvTest, KvOnlyRowsTakeNoRowOfTheBatchLimit) {
+  testing::TempDir dir;
+  auto weights = testing::MakeModel(PropagateSpec(), &dir);
+  ASSERT_NE(weights, nullptr);
+  EngineConfig cfg = Config(BatchingMode::kDepthWise);
+  cfg.max_batch_rows = 2;
+  cfg.max_step_tokens = 2;
+  auto engine = Engine::Create(weights, cfg);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const auto prompt = testing::MakePrompts(1, 12, 12, weights->config.vocab_size, 5)[0];
+  auto channel = (*engine)->Submit(Greedy(prompt, 24));
+  ASSERT_TRUE(channel.ok());
+  const DepthScheduler& scheduler = (*engine)->scheduler();
+  int crowded = 0;  // steps where full + K/V-only rows filled the limit and a token entered
+  (*engine)->Step();  // admits the request
+  for (int step = 1; step < 400 && !scheduler.running().empty(); ++step) {
+    const Sequence& seq = *scheduler.running().front();
+    int full = 0, kv_only = 0;
+    for (const Row& r : scheduler.loop_rows()) ++(r.kv_only ? kv_only : full);
+    const bool ready = static_cast<int>(seq.tokens.size()) > seq.num_entered;
+    const int entered = seq.num_entered;
+    (*engine)->Step();
+    if (scheduler.running().empty()) break;
+    if (!ready || full >= cfg.max_batch_rows) continue;
+    EXPECT_GT(scheduler.running().front()->num_entered, entered)
+        << "step " << step << ": " << full << " full and " << kv_only << " K/V-only rows";
+    crowded += full + kv_only >= cfg.max_batch_rows;
+  }
+  EXPECT_GT(crowded, 0) << "K/V-only rows never filled the limit: nothing was tested";
+  (*engine)->RunUntilIdle();
+  EXPECT_EQ(testing::Collect(channel->get()).tokens,
+            ReferenceModel(weights).GenerateGreedy(prompt, 24));
+  const EngineStats stats = (*engine)->stats();
+  EXPECT_LE(stats.pass_rows, stats.pass_row_capacity);
+}
+
 }  // namespace
 }  // namespace morserve
