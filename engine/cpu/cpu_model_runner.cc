@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/core/check.h"
 #include "engine/cpu/cpu_linear.h"
 #include "engine/cpu/cpu_ops.h"
 #include "engine/cpu/paged_attention.h"
@@ -83,7 +84,44 @@ struct LoopNorm {
 struct CpuLayer {
   LoopLinear qkv, o, gate_up, down;  // q|k|v and gate|up fused along the output dimension
   LoopNorm in_norm, post_norm;
+  // k|v alone (the K and V rows of qkv, with their per-loop copies and LoRA): the K/V-only
+  // projection. Built for the looped layers of early-exit models with exit_kv propagate.
+  LoopLinear kv;
 };
+
+// Some rows of a LayerBatch copied into a batch of their own (the full rows of a call that
+// also has K/V-only rows). `batch` points into the other members: filled in place.
+struct RowSubset {
+  std::vector<int> loops, positions;
+  std::vector<float> h;
+  LayerKvPlan kv;
+  LayerBatch batch;
+};
+
+void SelectRows(const LayerBatch& b, const std::vector<int>& rows, int hs, RowSubset* out) {
+  const LayerKvPlan& kv = *b.kv;
+  out->kv.recurrent = kv.recurrent;
+  out->kv.table_indptr.assign(1, 0);
+  for (int i : rows) {
+    out->loops.push_back(b.loops[i]);
+    out->positions.push_back(b.positions[i]);
+    out->h.insert(out->h.end(), b.h + static_cast<size_t>(i) * hs,
+                  b.h + static_cast<size_t>(i + 1) * hs);
+    out->kv.write_slot.push_back(kv.write_slot[i]);
+    out->kv.kv_len.push_back(kv.kv_len[i]);
+    out->kv.table_blocks.insert(out->kv.table_blocks.end(),
+                                kv.table_blocks.begin() + kv.table_indptr[i],
+                                kv.table_blocks.begin() + kv.table_indptr[i + 1]);
+    out->kv.table_indptr.push_back(static_cast<int32_t>(out->kv.table_blocks.size()));
+  }
+  out->batch.segment = b.segment;
+  out->batch.k = b.k;
+  out->batch.n = static_cast<int>(rows.size());
+  out->batch.loops = out->loops.data();
+  out->batch.positions = out->positions.data();
+  out->batch.h = out->h.data();
+  out->batch.kv = &out->kv;
+}
 
 class CpuModelRunner : public ModelRunner {
  public:
@@ -97,6 +135,13 @@ class CpuModelRunner : public ModelRunner {
   }
 
   int block_size() const override { return kv_.block_size; }
+  RunnerCounters counters() const override { return counters_; }
+  void ReadKv(int32_t slot, float* k, float* v) const override {
+    MORSERVE_CHECK(slot >= 0 && slot < kv_.num_slots(), "ReadKv: slot outside the KV pool");
+    const size_t d = static_cast<size_t>(kv_.kv_dim());
+    std::copy_n(kv_.k.data() + slot * d, d, k);
+    std::copy_n(kv_.v.data() + slot * d, d, v);
+  }
 
   void Embed(const int* tokens, int n, float* h) override {
     std::vector<int32_t> ids(tokens, tokens + n);
@@ -126,6 +171,9 @@ class CpuModelRunner : public ModelRunner {
   void RunRecurrent(const LayerBatch& b, const CpuLayer& L, const Vec& q, const Vec& k, const Vec& v);
   void FinishRecurrentRows(const CpuLayer& L, const int* loops, const int* positions,
                            const int32_t* write_slot, int n, const float* attn, float* h);
+  void RunMixedLayer(const LayerBatch& b);
+  void ProjectKv(const CpuLayer& L, const int* loops, const int* positions, const float* h, int n,
+                 float* k, float* v);
 
   std::shared_ptr<const ModelWeights> w_;
   const ModelConfig& cfg_;
@@ -139,6 +187,7 @@ class CpuModelRunner : public ModelRunner {
   // Expert-choice routers per loop (w1, and w2 for mlp), aux routers, token-choice router.
   std::vector<std::unique_ptr<CpuLinear>> ec_w1_, ec_w2_, aux_w1_, aux_w2_;
   std::unique_ptr<CpuLinear> tc_w1_, tc_w2_;
+  RunnerCounters counters_;
 };
 
 LoopLinear CpuModelRunner::Fused(const LayerWeights& lw, std::initializer_list<Proj> parts, int loops) {
@@ -187,8 +236,11 @@ LoopLinear CpuModelRunner::Fused(const LayerWeights& lw, std::initializer_list<P
 
 void CpuModelRunner::LoadLayers() {
   const LayerPlan& plan = w_->plan;
+  const bool kv_only_rows = cfg_.recursion.routing == Routing::kEarlyExit &&
+                            cfg_.recursion.early_exit.exit_kv == ExitKv::kPropagate;
   layers_.resize(plan.num_layer_slots);
-  for (const Segment& seg : plan.segments) {
+  for (int s = 0; s < static_cast<int>(plan.segments.size()); ++s) {
+    const Segment& seg = plan.segments[s];
     for (int k = 0; k < seg.num_layers; ++k) {
       const LayerWeights& lw = w_->layers[seg.first_layer_slot + k];
       CpuLayer& L = layers_[seg.first_layer_slot + k];
@@ -196,6 +248,8 @@ void CpuModelRunner::LoadLayers() {
       L.o = Fused(lw, {Proj::kO}, seg.loops);
       L.gate_up = Fused(lw, {Proj::kGate, Proj::kUp}, seg.loops);
       L.down = Fused(lw, {Proj::kDown}, seg.loops);
+      if (kv_only_rows && s == plan.looped_segment)
+        L.kv = Fused(lw, {Proj::kK, Proj::kV}, seg.loops);
       for (auto [norm, t] : {std::pair{&L.in_norm, &lw.input_norm}, std::pair{&L.post_norm, &lw.post_norm}}) {
         for (int r = 0; r < (t->untied() ? seg.loops : 1); ++r) norm->variants.push_back(t->At(r).ToF32Vector());
       }
@@ -227,6 +281,12 @@ void CpuModelRunner::LoadHeadAndRouters() {
 // Rows of one batch are grouped by loop: norms and per-loop weights run per group; tied
 // projections run once over every row.
 void CpuModelRunner::RunLayer(const LayerBatch& b) {
+  if (b.kv_only != nullptr &&
+      std::any_of(b.kv_only, b.kv_only + b.n, [](uint8_t f) { return f != 0; })) {
+    RunMixedLayer(b);
+    return;
+  }
+  counters_.full_rows += b.n;
   const int n = b.n, hs = cfg_.hidden_size, qd = cfg_.q_dim(), kvd = cfg_.kv_dim();
   const int qkv_dim = qd + 2 * kvd;
   const CpuLayer& L = layers_[w_->plan.segments[b.segment].first_layer_slot + b.k];
@@ -325,6 +385,61 @@ void CpuModelRunner::FinishRecurrentRows(const CpuLayer& L, const int* loops, co
   std::vector<int32_t> pos(positions, positions + n);
   RopeRows(k.data(), pos.data(), n, cfg_.num_kv_heads, cfg_.head_dim, cfg_.rope_theta);
   KvWrite(kv_, k.data(), v.data(), write_slot, n);
+}
+
+// K/V-only rows write their entries first (full rows of the same call may attend to them),
+// then the full rows run as a batch of their own. Both subsets keep the rows' order, so
+// they stay grouped by loop.
+void CpuModelRunner::RunMixedLayer(const LayerBatch& b) {
+  MORSERVE_CHECK(!b.kv->recurrent, "K/V-only rows on a recurrent layer");
+  const CpuLayer& L = layers_[w_->plan.segments[b.segment].first_layer_slot + b.k];
+  MORSERVE_CHECK(L.kv.n > 0, "K/V-only rows on a layer without the K/V-only projection");
+  const int hs = cfg_.hidden_size, kvd = cfg_.kv_dim();
+  std::vector<int> full, kv_rows;
+  for (int i = 0; i < b.n; ++i) (b.kv_only[i] ? kv_rows : full).push_back(i);
+  const int nk = static_cast<int>(kv_rows.size());
+  counters_.kv_only_rows += nk;
+  std::vector<int> loops(nk), positions(nk);
+  std::vector<int32_t> slots(nk);
+  Vec h(static_cast<size_t>(nk) * hs), k(static_cast<size_t>(nk) * kvd),
+      v(static_cast<size_t>(nk) * kvd);
+  for (int j = 0; j < nk; ++j) {
+    const int i = kv_rows[j];
+    loops[j] = b.loops[i];
+    positions[j] = b.positions[i];
+    slots[j] = b.kv->write_slot[i];
+    std::copy_n(b.h + static_cast<size_t>(i) * hs, hs, &h[static_cast<size_t>(j) * hs]);
+  }
+  ProjectKv(L, loops.data(), positions.data(), h.data(), nk, k.data(), v.data());
+  KvWrite(kv_, k.data(), v.data(), slots.data(), nk);
+  if (full.empty()) return;
+  RowSubset sub;
+  SelectRows(b, full, hs, &sub);
+  RunLayer(sub.batch);
+  for (size_t j = 0; j < full.size(); ++j) {
+    std::copy_n(&sub.h[j * hs], hs, b.h + static_cast<size_t>(full[j]) * hs);
+  }
+}
+
+// K and V ([n, kv_dim] each, K after RoPE) of n rows grouped by loop, from their layer input
+// h: RMSNorm_in, the K/V-only projection (per-loop weights and LoRA deltas exactly as the
+// fused projection applies them to its K and V columns), RoPE. No Q is computed.
+void CpuModelRunner::ProjectKv(const CpuLayer& L, const int* loops, const int* positions,
+                               const float* h, int n, float* k, float* v) {
+  const int hs = cfg_.hidden_size, kvd = cfg_.kv_dim();
+  Vec a(static_cast<size_t>(n) * hs), kv(static_cast<size_t>(n) * 2 * kvd);
+  ForEachLoopGroup(loops, n, [&](int loop, int begin, int count) {
+    RmsNormRows(h + static_cast<size_t>(begin) * hs, L.in_norm.At(loop).data(), count, hs,
+                cfg_.rms_norm_eps, &a[static_cast<size_t>(begin) * hs]);
+  });
+  L.kv.Run(loops, n, a.data(), hs, kv.data(), /*accumulate=*/false);
+  for (int i = 0; i < n; ++i) {
+    const float* row = &kv[static_cast<size_t>(i) * 2 * kvd];
+    std::copy_n(row, kvd, k + static_cast<size_t>(i) * kvd);
+    std::copy_n(row + kvd, kvd, v + static_cast<size_t>(i) * kvd);
+  }
+  std::vector<int32_t> pos(positions, positions + n);
+  RopeRows(k, pos.data(), n, cfg_.num_kv_heads, cfg_.head_dim, cfg_.rope_theta);
 }
 
 void CpuModelRunner::SplitQkv(const Vec& qkv, int n, Vec* q, Vec* k, Vec* v) const {

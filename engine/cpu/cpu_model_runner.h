@@ -6,6 +6,9 @@
 // (scale * (x A^T) B^T) run per loop group on top of the shared base GEMM. Recurrent layers
 // run decode rows as one batch and each request's prefill chunk by the tiled schedule
 // (recurrent_prefill.h) or, with RecurrentPrefill::kNaive, one position at a time.
+// K/V-only rows (early exit, exit_kv propagate) run RMSNorm_in, a K/V-only projection (the
+// K and V rows of the fused QKV weight, their own primitives) and RoPE, and write their entry
+// before the call's full rows, which then run as a compacted batch of their own.
 #pragma once
 
 #include <memory>

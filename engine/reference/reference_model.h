@@ -35,6 +35,11 @@ struct ReferenceOptions {
 
 class ReferenceModel {
  public:
+  struct KvEntry {
+    int position;
+    std::vector<float> k, v;  // [kv_dim], keys after RoPE
+  };
+
   explicit ReferenceModel(std::shared_ptr<const ModelWeights> weights, ReferenceOptions options = {});
   ~ReferenceModel();
 
@@ -51,13 +56,11 @@ class ReferenceModel {
   int position() const { return position_; }
   // Number of entries currently held by a KV cache slot (tests of recursion-wise caching).
   int SlotEntries(int cache_slot) const;
+  // The entries of a KV cache slot in the order they were written (tests compare contents).
+  const std::vector<KvEntry>& SlotContents(int cache_slot) const { return slots_[cache_slot]; }
   const ModelWeights& weights() const { return *weights_; }
 
  private:
-  struct KvEntry {
-    int position;
-    std::vector<float> k, v;  // [kv_dim], keys after RoPE
-  };
   using Vec = std::vector<float>;
 
   const Vec& Weight(int layer_slot, int loop, Proj p);

@@ -182,7 +182,8 @@ std::vector<EnteringToken> DepthScheduler::ScheduleEntering() {
   std::vector<EnteringToken> out;
   const bool loop_busy = !loop_rows_.empty();
   if (config_.mode == BatchingMode::kSequenceWise && loop_busy) return out;
-  int row_budget = config_.max_batch_rows - static_cast<int>(loop_rows_.size());
+  int row_budget = config_.max_batch_rows;
+  for (const Row& r : loop_rows_) row_budget -= r.kv_only ? 0 : 1;
   int token_budget = config_.max_step_tokens;
   // New tokens of running requests, oldest first; make room by preempting newer requests.
   for (size_t i = 0; i < running_.size() && row_budget > 0 && token_budget > 0; ++i) {

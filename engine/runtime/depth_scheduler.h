@@ -6,7 +6,9 @@
 //   1. ScheduleEntering(): drop cancelled requests; pick tokens to enter the model
 //      (continuing rows are never skipped, so the row limit counts them first; then new
 //      tokens of running requests; then admission from the queue while KV blocks fit),
-//      and reserve the KV entries their unique layers will write.
+//      and reserve the KV entries their unique layers will write. K/V-only rows (early
+//      exit, exit_kv propagate) take no row of the limit: an exit frees its row at once,
+//      and the rows that write its later K/V cost a projection each, not a layer.
 //   2. ReservePass() before every pass of the shared block: one entry per (row, layer) at
 //      the row's loop; when blocks run out the newest running request is preempted (its
 //      blocks freed, its tokens recomputed later) until the older ones fit.

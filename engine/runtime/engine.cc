@@ -153,14 +153,16 @@ int Engine::ReportDropped() {
 }
 
 // `ran` rows ran the pass: the K/V-only rows a pass creates for exits are appended after
-// them and ride from the next pass on.
+// them and ride from the next pass on. Pass rows are the full rows (the ones the row limit
+// counts); K/V-only rows show in stats_.layer_rows.
 void Engine::RecordPass(const std::vector<Row>& rows, size_t ran) {
   std::lock_guard<std::mutex> lock(stats_mu_);
   ++stats_.passes;
-  stats_.pass_rows += static_cast<int64_t>(ran);
   stats_.pass_row_capacity += config_.max_batch_rows;
   for (size_t i = 0; i < ran; ++i) {
     const Row& r = rows[i];
+    if (r.kv_only) continue;
+    ++stats_.pass_rows;
     if (r.loop - 1 >= 0 && r.loop - 1 < static_cast<int>(stats_.rows_per_loop.size())) {
       ++stats_.rows_per_loop[r.loop - 1];  // loop already advanced by the pass
     }
@@ -247,6 +249,7 @@ void Engine::UpdateGauges() {
   stats_.max_kv_blocks_used = std::max(stats_.max_kv_blocks_used, pool_->num_used());
   stats_.running = scheduler_->num_running();
   stats_.waiting = scheduler_->num_waiting();
+  stats_.layer_rows = runner_->counters();
 }
 
 // Rows that finished the model: count their loops, sample where logits were produced.

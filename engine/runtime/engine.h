@@ -25,13 +25,14 @@ namespace morserve {
 struct EngineStats {
   int64_t steps = 0;
   int64_t passes = 0;           // passes of the shared block
-  int64_t pass_rows = 0;        // rows over all passes
+  int64_t pass_rows = 0;        // full rows over all passes (K/V-only rows: layer_rows)
   int64_t pass_row_capacity = 0;  // max_batch_rows per pass (fill ratio denominator)
   int64_t tokens_generated = 0;
   int64_t prompt_tokens = 0;
   int64_t preemptions = 0;
-  std::vector<int64_t> rows_per_loop;   // rows that ran loop r, by r
+  std::vector<int64_t> rows_per_loop;   // full rows that ran loop r, by r
   std::vector<int64_t> exits_per_loop;  // tokens that left the loop after r loops, by r
+  RunnerCounters layer_rows;            // layer rows the runner computed: full and K/V-only
   int kv_blocks_used = 0, kv_blocks_total = 0, max_kv_blocks_used = 0;
   int running = 0, waiting = 0;
   double fill_ratio() const {
@@ -72,6 +73,7 @@ class Engine {
   const KvBlockPool& kv_pool() const { return *pool_; }
   // Tests inspect bookkeeping between steps (never while the engine thread runs).
   const DepthScheduler& scheduler() const { return *scheduler_; }
+  const ModelRunner& runner() const { return *runner_; }
 
  private:
   Engine(std::shared_ptr<const ModelWeights> weights, const EngineConfig& config,

@@ -94,9 +94,13 @@ std::vector<int32_t> ModelExecutor::RecurrentChunks(const std::vector<KvBlockTab
 void ModelExecutor::RunLayer(int segment, int k, std::vector<Row*>& rows, std::vector<float>* h) {
   const LayerKvPlan kv = PlanLayer(segment, k, rows);
   std::vector<int> loops(rows.size()), positions(rows.size());
+  std::vector<uint8_t> kv_only(rows.size());
+  bool any_kv_only = false;
   for (size_t i = 0; i < rows.size(); ++i) {
     loops[i] = rows[i]->loop;
     positions[i] = rows[i]->position;
+    kv_only[i] = rows[i]->kv_only ? 1 : 0;
+    any_kv_only |= rows[i]->kv_only;
   }
   LayerBatch b;
   b.segment = segment;
@@ -106,6 +110,7 @@ void ModelExecutor::RunLayer(int segment, int k, std::vector<Row*>& rows, std::v
   b.positions = positions.data();
   b.h = h->data();
   b.kv = &kv;
+  b.kv_only = any_kv_only ? kv_only.data() : nullptr;
   runner_->RunLayer(b);
 }
 
@@ -234,13 +239,9 @@ void ModelExecutor::BlockPass(std::vector<Row>* rows) {
   std::vector<float> h = h_in;
   const Segment& seg = plan_.segments[looped];
   const int hs = cfg_.hidden_size;
-  for (int k = 0; k < seg.num_layers; ++k) {
-    RunLayer(looped, k, ptrs, &h);
-    // K/V-only rows: the exit state is the input of every skipped layer (spec section 3).
-    for (size_t i = 0; i < ptrs.size(); ++i) {
-      if (ptrs[i]->kv_only) std::copy(&h_in[i * hs], &h_in[(i + 1) * hs], &h[i * hs]);
-    }
-  }
+  // K/V-only rows keep their exit state through every layer (the runner leaves their h
+  // alone): it is the input of each skipped layer (spec section 3).
+  for (int k = 0; k < seg.num_layers; ++k) RunLayer(looped, k, ptrs, &h);
 
   const RecursionConfig& rc = cfg_.recursion;
   const int nr = rc.num_recursions;
@@ -275,7 +276,8 @@ void ModelExecutor::BlockPass(std::vector<Row>* rows) {
     if (rc.early_exit.exit_kv == ExitKv::kPropagate) {
       std::vector<Row> ghosts;  // appended after: `undecided` points into *rows
       for (Row* r : undecided) {
-        if (!r->exited) continue;
+        // Loops after loop 0 write no KV with kv sharing: nothing for a K/V-only row to do.
+        if (!r->exited || !plan_.WritesKv(looped, r->loop)) continue;
         Row ghost;
         ghost.seq = r->seq;
         ghost.position = r->position;

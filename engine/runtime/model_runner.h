@@ -3,6 +3,8 @@
 // ModelExecutor drives it with the same rows, plans and routing decisions for both.
 // Rows of one call may be at different loops: `loops[i]` picks row i's weights (untied
 // copies, LoRA) and its KV cache slot, so depth is a field on a row, not a code path.
+// Rows may also be K/V-only (early exit with exit_kv propagate, spec/models.md section 3):
+// such a row only writes its K/V entry from its h, which is the exit state.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +35,18 @@ struct LayerBatch {
   const int* positions = nullptr;  // [n]
   float* h = nullptr;              // [n, hidden], updated in place
   const LayerKvPlan* kv = nullptr;
+  // [n], or nullptr when every row is full. A nonzero entry marks a K/V-only row: the
+  // runner computes RMSNorm_in, the layer's K/V projection (no Q) and RoPE from its h and
+  // writes the entry at write_slot; no attention, no MLP, and its h is left unchanged. Its
+  // entry is written before any full row of the call attends. Never on recurrent layers.
+  const uint8_t* kv_only = nullptr;
+};
+
+// Layer rows the runner computed since it was made, by kind (tests and benchmarks read
+// them to see which path rows took).
+struct RunnerCounters {
+  int64_t full_rows = 0;
+  int64_t kv_only_rows = 0;
 };
 
 class ModelRunner {
@@ -49,6 +63,10 @@ class ModelRunner {
   // lm_head(RMSNorm_final(h)): [n, vocab].
   virtual void Logits(const float* h, int n, float* logits) = 0;
   virtual int block_size() const = 0;
+  virtual RunnerCounters counters() const = 0;
+  // Copies the K and V ([kv_dim] each, keys after RoPE) stored at a flat KV slot (block *
+  // block_size + offset): for tests that compare cache contents with the reference.
+  virtual void ReadKv(int32_t slot, float* k, float* v) const = 0;
 };
 
 }  // namespace morserve

@@ -3,9 +3,9 @@
 // warm up, then submit N requests at once to the FIFO queue (a fixed short prompt, output
 // lengths ~ N(mean, std) drawn from a fixed seed, greedy, EOS ignored) and step the engine
 // until all finish. Reports tokens/s, shared-block rows/s, batch fill ratio, rows and
-// exits per loop, KV blocks, preemptions; prints a table with side-by-side ratios and
-// writes everything as JSON. With --repeats N the modes alternate N times and each keeps
-// its fastest run (the machine this runs on is often shared).
+// exits per loop, layer rows by kind (full, K/V-only), KV blocks, preemptions; prints a table with
+// side-by-side ratios and writes everything as JSON. With --repeats N the modes alternate N times
+// and each keeps its fastest run (the machine this runs on is often shared).
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -82,9 +82,12 @@ json StatsDelta(const EngineStats& a, const EngineStats& b, double seconds, int 
           {"shared_block_rows", rows},
           {"shared_block_rows_per_s", rows / seconds},
           {"batch_fill_ratio", capacity ? static_cast<double>(rows) / capacity : 0.0},
-          {"mean_rows_per_pass", (b.passes - a.passes) ? static_cast<double>(rows) / (b.passes - a.passes) : 0.0},
+          {"mean_rows_per_pass",
+           (b.passes - a.passes) ? static_cast<double>(rows) / (b.passes - a.passes) : 0.0},
           {"rows_per_loop", diff(a.rows_per_loop, b.rows_per_loop)},
           {"exits_per_loop", diff(a.exits_per_loop, b.exits_per_loop)},
+          {"layer_rows_full", b.layer_rows.full_rows - a.layer_rows.full_rows},
+          {"layer_rows_kv_only", b.layer_rows.kv_only_rows - a.layer_rows.kv_only_rows},
           {"max_kv_blocks_used", b.max_kv_blocks_used},
           {"kv_blocks_total", b.kv_blocks_total},
           {"preemptions", b.preemptions - a.preemptions},
@@ -99,7 +102,9 @@ json ModelInfo(const ModelWeights& w, const std::string& dir) {
           {"sharing", SharingName(r.sharing)},
           {"routing", RoutingName(r.routing)},
           {"num_recursions", r.num_recursions},
-          {"capacity", r.router.capacity}};
+          {"capacity", r.router.capacity},
+          {"exit_threshold", r.early_exit.threshold},
+          {"exit_kv", r.early_exit.exit_kv == ExitKv::kPropagate ? "propagate" : "skip"}};
 }
 
 void PrintRow(const json& run) {

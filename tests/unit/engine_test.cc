@@ -62,6 +62,11 @@ std::vector<FamilyCase> Families() {
   v.push_back({"early-exit-skip", early});
   early.exit_kv = "propagate";
   v.push_back({"early-exit-propagate", early});
+  // K/V-only rows through per-loop attention copies and LoRA on k and v.
+  early.untied_attention = true;
+  early.lora_rank = 4;
+  early.lora_targets = {"q_proj", "k_proj", "v_proj"};
+  v.push_back({"early-exit-propagate-untied-lora", early});
   v.push_back({"recurrent", Spec("recurrent")});
   TinyModelSpec recurrent_mor = Spec("mor-ec");
   recurrent_mor.layer_kind = "recurrent";
@@ -175,10 +180,20 @@ EngineConfig SmallConfig() {
   return cfg;
 }
 
-// A request's tokens and logits are bit-identical alone and inside mixed-depth batches.
-TEST(EngineTest, BatchInvariance) {
+// A request's tokens and logits are bit-identical alone and inside mixed-depth batches (MoR
+// exits; early exits whose K/V-only rows share the passes with full rows).
+class BatchInvarianceTest : public ::testing::TestWithParam<FamilyCase> {};
+
+std::vector<FamilyCase> BatchInvarianceFamilies() {
+  TinyModelSpec early = Spec("early-exit");
+  early.exit_kv = "propagate";
+  early.exit_threshold = 0.2f;
+  return {{"mor-ec", Spec("mor-ec")}, {"early-exit-propagate", early}};
+}
+
+TEST_P(BatchInvarianceTest, AloneEqualsMixed) {
   testing::TempDir dir;
-  auto weights = testing::MakeModel(Spec("mor-ec"), &dir);
+  auto weights = testing::MakeModel(GetParam().spec, &dir);
   ASSERT_NE(weights, nullptr);
   const int vocab = weights->config.vocab_size;
   GenerateRequest probe = Greedy(testing::MakePrompts(1, 9, 9, vocab, 99)[0], 12);
@@ -194,6 +209,9 @@ TEST(EngineTest, BatchInvariance) {
     return testing::RunStaggered(engine->get(), reqs, arrivals);
   };
   const RunResult alone = run({probe}, {0})[0];
+  const int nr = weights->config.recursion.num_recursions;
+  EXPECT_TRUE(std::any_of(alone.loops.begin(), alone.loops.end(), [&](int l) { return l < nr; }))
+      << "the probe has no early exit: mixed depths untested";
   const RunResult sampled_alone = run({sampled}, {0})[0];
   for (int variant = 0; variant < 3; ++variant) {
     Workload w = MakeWorkload(vocab, 8 + 4 * variant);
@@ -210,6 +228,13 @@ TEST(EngineTest, BatchInvariance) {
     EXPECT_EQ(got.back().tokens, sampled_alone.tokens) << "seeded sampling, variant " << variant;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Families, BatchInvarianceTest, ::testing::ValuesIn(BatchInvarianceFamilies()),
+                         [](const auto& info) {
+                           std::string n = info.param.name;
+                           for (char& c : n) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+                           return n;
+                         });
 
 // Recursion-wise caching: each (loop, layer) slot holds exactly the tokens that reached it.
 TEST(EngineTest, RecursionWiseSlotsHoldOnlyTokensThatReachedThem) {
