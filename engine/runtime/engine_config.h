@@ -1,4 +1,4 @@
-// Engine settings: batching mode, batch limits, KV cache size, CPU compute type.
+// Engine settings: batching mode, batch limits, KV cache size, CPU compute type, device.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +13,10 @@ enum class BatchingMode {
 
 enum class ComputeType { kF32, kBF16 };
 
+// Where the model runs: the CPU backend (engine/cpu) or the CUDA backend (engine/cuda, only in
+// builds with MORSERVE_CUDA; Engine::Create errors otherwise or without a device).
+enum class Device { kCpu, kCuda };
+
 struct EngineConfig {
   BatchingMode mode = BatchingMode::kDepthWise;
   int max_batch_rows = 256;     // rows in one pass of the shared block (the "batch size")
@@ -24,6 +28,7 @@ struct EngineConfig {
   int64_t kv_cache_bytes = 256ll << 20;
   ComputeType compute = ComputeType::kF32;
   int threads = 0;  // 0: the machine's cores
+  Device device = Device::kCpu;
 };
 
 }  // namespace morserve

@@ -8,7 +8,7 @@ namespace morserve {
 const std::set<std::string>& EngineFlagNames() {
   static const std::set<std::string> names = {"mode", "compute", "max-batch", "max-step-tokens",
                                               "max-running", "block-size", "kv-blocks",
-                                              "kv-cache-mb", "threads"};
+                                              "kv-cache-mb", "threads", "device"};
   return names;
 }
 
@@ -32,6 +32,9 @@ absl::StatusOr<EngineConfig> EngineConfigFromFlags(const Flags& flags) {
     return absl::InvalidArgumentError("--compute: f32 or bf16");
   }
   c.compute = compute == "bf16" ? ComputeType::kBF16 : ComputeType::kF32;
+  const std::string device = flags.Get("device", "cpu");
+  if (device != "cpu" && device != "cuda") return absl::InvalidArgumentError("--device: cpu or cuda");
+  c.device = device == "cuda" ? Device::kCuda : Device::kCpu;
   struct IntFlag {
     const char* name;
     int* out;
