@@ -191,6 +191,9 @@ absl::Status CudaModelRunner::Init() {
   v_cache_.Reserve(pool_bytes);
   CudaCheck(cudaMemset(k_cache_.as<void>(), 0, pool_bytes), "cudaMemset");
   CudaCheck(cudaMemset(v_cache_.as<void>(), 0, pool_bytes), "cudaMemset");
+  // The uploads and memsets ran on the legacy stream, which a non-blocking stream does not
+  // wait for: finish them before the first step.
+  CudaCheck(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   return absl::OkStatus();
 }
 
