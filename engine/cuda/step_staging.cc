@@ -74,4 +74,54 @@ absl::StatusOr<StagedRows> StageLayerBatch(const LayerBatch& b, int num_loops, i
   return s;
 }
 
+std::vector<std::vector<int>> RecurrentWaves(const std::vector<int32_t>& chunk_indptr, int n) {
+  std::vector<std::vector<int>> waves;
+  if (chunk_indptr.empty()) {
+    if (n > 0) waves.emplace_back();
+    for (int i = 0; i < n; ++i) waves[0].push_back(i);
+    return waves;
+  }
+  for (size_t c = 0; c + 1 < chunk_indptr.size(); ++c) {
+    for (int32_t r = chunk_indptr[c]; r < chunk_indptr[c + 1]; ++r) {
+      const size_t j = static_cast<size_t>(r - chunk_indptr[c]);
+      if (waves.size() <= j) waves.resize(j + 1);
+      waves[j].push_back(r);
+    }
+  }
+  return waves;
+}
+
+void MakeSubBatch(const LayerBatch& b, const std::vector<int>& rows, int hidden, SubBatch* out) {
+  const LayerKvPlan& kv = *b.kv;
+  SubBatch& s = *out;
+  s.kv = LayerKvPlan();
+  s.kv.recurrent = kv.recurrent;
+  s.kv.table_indptr.push_back(0);
+  s.loops.clear();
+  s.positions.clear();
+  s.h.clear();
+  for (int r : rows) {
+    s.loops.push_back(b.loops[r]);
+    s.positions.push_back(b.positions[r]);
+    s.h.insert(s.h.end(), b.h + static_cast<size_t>(r) * hidden, b.h + static_cast<size_t>(r + 1) * hidden);
+    s.kv.write_slot.push_back(kv.write_slot[r]);
+    s.kv.kv_len.push_back(kv.kv_len[r]);
+    s.kv.table_blocks.insert(s.kv.table_blocks.end(), kv.table_blocks.begin() + kv.table_indptr[r],
+                             kv.table_blocks.begin() + kv.table_indptr[r + 1]);
+    s.kv.table_indptr.push_back(static_cast<int32_t>(s.kv.table_blocks.size()));
+  }
+  s.b = b;
+  s.b.n = static_cast<int>(rows.size());
+  s.b.loops = s.loops.data();
+  s.b.positions = s.positions.data();
+  s.b.h = s.h.data();
+  s.b.kv = &s.kv;
+}
+
+void ScatterSubBatch(const SubBatch& sub, const std::vector<int>& rows, int hidden, float* h) {
+  for (size_t i = 0; i < rows.size(); ++i) {
+    std::copy(sub.h.begin() + i * hidden, sub.h.begin() + (i + 1) * hidden, h + static_cast<size_t>(rows[i]) * hidden);
+  }
+}
+
 }  // namespace morserve

@@ -40,4 +40,21 @@ absl::StatusOr<StagedRows> StageLayerBatch(const LayerBatch& b, int num_loops, i
 // Stages only loops (router calls) or nothing but groups; `loops` may be null (all loop 0).
 StagedRows StageLoops(const int* loops, int n);
 
+// Recurrent prefill chunks run one position at a time (correct first; a tiled schedule is a
+// later step): wave j holds the j-th row of every chunk, so a row's earlier chunk rows have
+// written their persistent pairs before it attends. chunk_indptr as LayerKvPlan's
+// (rows [indptr[c], indptr[c + 1]) form chunk c); empty: every row is its own chunk.
+std::vector<std::vector<int>> RecurrentWaves(const std::vector<int32_t>& chunk_indptr, int n);
+
+// Some rows of a layer batch as a batch of their own (copies of their loops, positions, h
+// and KV plan, tables re-based), and the copy of their h back into the full batch.
+struct SubBatch {
+  LayerKvPlan kv;
+  std::vector<int> loops, positions;
+  std::vector<float> h;
+  LayerBatch b;
+};
+void MakeSubBatch(const LayerBatch& b, const std::vector<int>& rows, int hidden, SubBatch* out);
+void ScatterSubBatch(const SubBatch& sub, const std::vector<int>& rows, int hidden, float* h);
+
 }  // namespace morserve

@@ -160,15 +160,21 @@ Batch ThreeRows() {
   t.kv.table_blocks = {7, 1, 2, 4, 4};
   t.kv.kv_len = {10, 1, 2};
   t.b.n = 3;
+  return t;
+}
+
+// Points t.b at t's own arrays (after any copy of t).
+const LayerBatch& Bind(Batch& t) {
   t.b.loops = t.loops.data();
   t.b.positions = t.positions.data();
+  t.b.h = t.h.empty() ? nullptr : t.h.data();
   t.b.kv = &t.kv;
-  return t;
+  return t.b;
 }
 
 TEST(CudaStagingTest, LayerBatchIsOneAlignedArray) {
   Batch t = ThreeRows();
-  auto s = StageLayerBatch(t.b, /*num_loops=*/2, /*block_size=*/4);
+  auto s = StageLayerBatch(Bind(t), /*num_loops=*/2, /*block_size=*/4);
   ASSERT_TRUE(s.ok()) << s.status();
   auto at = [&](size_t off, size_t n) { return std::vector<int32_t>(s->data.begin() + off, s->data.begin() + off + n); };
   for (size_t off : {s->loops, s->positions, s->write_slot, s->table_indptr, s->table_blocks, s->kv_len}) {
@@ -190,32 +196,67 @@ TEST(CudaStagingTest, BadPlansAreErrors) {
   {
     Batch t = ThreeRows();
     t.kv.kv_len[0] = 13;  // 3 blocks of 4 hold 12
-    auto s = StageLayerBatch(t.b, 2, 4);
+    auto s = StageLayerBatch(Bind(t), 2, 4);
     ASSERT_FALSE(s.ok());
     EXPECT_THAT(std::string(s.status().message()), HasSubstr("kv_len 13 beyond its 3 blocks"));
   }
   {
     Batch t = ThreeRows();
     t.loops[2] = 2;
-    auto s = StageLayerBatch(t.b, 2, 4);
+    auto s = StageLayerBatch(Bind(t), 2, 4);
     ASSERT_FALSE(s.ok());
     EXPECT_THAT(std::string(s.status().message()), HasSubstr("outside [0, 2)"));
   }
   {
     Batch t = ThreeRows();
     t.kv.write_slot.pop_back();
-    EXPECT_FALSE(StageLayerBatch(t.b, 2, 4).ok());
+    EXPECT_FALSE(StageLayerBatch(Bind(t), 2, 4).ok());
   }
   {
     Batch t = ThreeRows();
     t.kv.table_indptr = {0, 3, 2, 5};
-    EXPECT_FALSE(StageLayerBatch(t.b, 2, 4).ok());
+    EXPECT_FALSE(StageLayerBatch(Bind(t), 2, 4).ok());
   }
   {
     Batch t = ThreeRows();
     t.kv.table_indptr.back() = 4;
-    EXPECT_FALSE(StageLayerBatch(t.b, 2, 4).ok());
+    EXPECT_FALSE(StageLayerBatch(Bind(t), 2, 4).ok());
   }
+}
+
+TEST(CudaStagingTest, RecurrentChunksRunOnePositionPerWave) {
+  // Chunks: rows 0-2 (one request's prefill), row 3 (decode), rows 4-5.
+  const std::vector<std::vector<int>> w = RecurrentWaves({0, 3, 4, 6}, 6);
+  ASSERT_EQ(w.size(), 3u);
+  EXPECT_EQ(w[0], (std::vector<int>{0, 3, 4}));
+  EXPECT_EQ(w[1], (std::vector<int>{1, 5}));
+  EXPECT_EQ(w[2], (std::vector<int>{2}));
+  const std::vector<std::vector<int>> one = RecurrentWaves({}, 3);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0], (std::vector<int>{0, 1, 2}));
+  EXPECT_TRUE(RecurrentWaves({}, 0).empty());
+}
+
+TEST(CudaStagingTest, SubBatchCopiesRowsAndRebasesTables) {
+  Batch t = ThreeRows();
+  t.kv.recurrent = true;
+  t.h = {0, 1, 10, 11, 20, 21};  // hidden 2
+  SubBatch sub;
+  MakeSubBatch(Bind(t), {2, 0}, 2, &sub);
+  EXPECT_EQ(sub.b.n, 2);
+  EXPECT_TRUE(sub.kv.recurrent);
+  EXPECT_EQ(sub.loops, (std::vector<int>{1, 0}));
+  EXPECT_EQ(sub.positions, (std::vector<int>{1, 5}));
+  EXPECT_EQ(sub.h, (std::vector<float>{20, 21, 0, 1}));
+  EXPECT_EQ(sub.kv.write_slot, (std::vector<int32_t>{17, 9}));
+  EXPECT_EQ(sub.kv.kv_len, (std::vector<int32_t>{2, 10}));
+  EXPECT_EQ(sub.kv.table_indptr, (std::vector<int32_t>{0, 1, 4}));
+  EXPECT_EQ(sub.kv.table_blocks, (std::vector<int32_t>{4, 7, 1, 2}));
+  auto staged = StageLayerBatch(sub.b, 2, 4);
+  EXPECT_TRUE(staged.ok()) << staged.status();
+  sub.h = {-20, -21, -1, -2};
+  ScatterSubBatch(sub, {2, 0}, 2, t.h.data());
+  EXPECT_EQ(t.h, (std::vector<float>{-1, -2, 10, 11, -20, -21}));
 }
 
 }  // namespace
