@@ -118,8 +118,15 @@ class CudaModelRunner : public ModelRunner {
   void ExpertRouter(const int* loops, const float* h, int n, float* score, float* decide) override;
   void TokenChoiceRouter(const float* h, int n, float* scores) override;
   void Logits(const float* h, int n, float* logits) override;
+  // One cache entry read back as fp32 (tests).
+  void ReadKv(int32_t slot, float* k, float* v) const;
 
  private:
+  // Full rows: attention and MLP, h updated.
+  void RunFullRows(const LayerBatch& b);
+  // K/V-only rows (early exit with exit_kv propagate): RMSNorm_in, the QKV projection and
+  // RoPE from h, the entry written at write_slot; h unchanged.
+  void RunKvOnlyRows(const LayerBatch& b);
   void LoadLayers();
   void LoadHeadAndRouters();
   // Copies host h [n, hidden] and the staged metadata to the device (async on stream_).
@@ -153,6 +160,9 @@ class CudaModelRunner : public ModelRunner {
   bool ec_linear_ = true, tc_linear_ = true;
   Scratch scratch_;
   PinnedBuffer pinned_in_, pinned_meta_, pinned_out_;
+  struct {
+    int64_t full_rows = 0, kv_only_rows = 0;
+  } counters_;  // rows computed since construction, by kind
 };
 
 absl::Status CudaModelRunner::Init() {
@@ -377,9 +387,45 @@ void CudaModelRunner::Embed(const int* tokens, int n, float* h) {
   Download(scratch_.h.as<void>(), h_bytes, h);
 }
 
-void CudaModelRunner::RunLayer(const LayerBatch& b) {
+void CudaModelRunner::RunLayer(const LayerBatch& b) { RunFullRows(b); }
+
+void CudaModelRunner::RunKvOnlyRows(const LayerBatch& b) {
   const int n = b.n;
   if (n == 0) return;
+  counters_.kv_only_rows += n;
+  const Segment& seg = w_->plan.segments[b.segment];
+  auto staged = StageLayerBatch(b, seg.loops, block_size_);
+  MORSERVE_CHECK(staged.ok(), std::string(staged.status().message()).c_str());
+  const DeviceLayer& L = layers_[seg.first_layer_slot + b.k];
+  const size_t rows = static_cast<size_t>(n);
+  Ensure(scratch_.a, rows * std::max(cfg_.hidden_size, cfg_.intermediate_size) * sizeof(uint16_t));
+  Ensure(scratch_.qkv, rows * (cfg_.q_dim() + 2 * cfg_.kv_dim()) * sizeof(float));
+  Ensure(scratch_.q, rows * cfg_.q_dim() * sizeof(uint16_t));
+  UploadRows(b.h, n, &*staged);
+  Norm(L.in_norm, *staged, scratch_.h.as<float>(), scratch_.a.as<uint16_t>());
+  Linear(L.qkv, *staged, scratch_.a.as<uint16_t>(), scratch_.qkv.as<float>());
+  QkvEpilogue(*staged, n, /*write_cache=*/true, /*emit_kv=*/false);
+  CudaCheck(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+}
+
+void CudaModelRunner::ReadKv(int32_t slot, float* k, float* v) const {
+  MORSERVE_CHECK(slot >= 0 && static_cast<int64_t>(slot) < static_cast<int64_t>(num_blocks_) * block_size_,
+                 "ReadKv: slot outside the KV pool");
+  const size_t d = static_cast<size_t>(cfg_.kv_dim());
+  std::vector<uint16_t> kb(d), vb(d);
+  CudaCheck(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  CudaCheck(cudaMemcpy(kb.data(), k_cache_.as<uint16_t>() + slot * d, d * sizeof(uint16_t), cudaMemcpyDeviceToHost), "ReadKv");
+  CudaCheck(cudaMemcpy(vb.data(), v_cache_.as<uint16_t>() + slot * d, d * sizeof(uint16_t), cudaMemcpyDeviceToHost), "ReadKv");
+  for (size_t i = 0; i < d; ++i) {
+    k[i] = Bf16ToF32(kb[i]);
+    v[i] = Bf16ToF32(vb[i]);
+  }
+}
+
+void CudaModelRunner::RunFullRows(const LayerBatch& b) {
+  const int n = b.n;
+  if (n == 0) return;
+  counters_.full_rows += n;
   const Segment& seg = w_->plan.segments[b.segment];
   auto staged = StageLayerBatch(b, seg.loops, block_size_);
   MORSERVE_CHECK(staged.ok(), std::string(staged.status().message()).c_str());
