@@ -87,6 +87,10 @@ elif [ -x "$san" ]; then
     [ "$name" = kernel_gemm_test ] && filter='GemmTest.AlgorithmsAreCachedPerShape'
     run 60 "memcheck $name" "$san" --tool memcheck --error-exitcode 1 "$t" --gtest_filter="$filter"
   done
+  if [ -x "$bin/engine_gpu_test" ]; then  # the runner's index arithmetic: LoRA, untied, recurrent
+    run 150 "memcheck engine_gpu_test" "$san" --tool memcheck --error-exitcode 1 "$bin/engine_gpu_test" \
+      --gtest_filter='Families/EngineGpuTest.*/relaxed_lora:Families/EngineGpuTest.*/recursive_untied_attn:Families/EngineGpuTest.*/recurrent'
+  fi
   run 60 "racecheck attention" "$san" --tool racecheck --error-exitcode 1 \
     "$bin/kernel_paged_attention_test" --gtest_filter="$attn"
   run 60 "racecheck sampling" "$san" --tool racecheck --error-exitcode 1 \
