@@ -75,13 +75,15 @@ struct HostMlp {
     std::vector<double> m(mid);
     for (int j = 0; j < mid; ++j) {
       double s = 0;
-      for (int c = 0; c < in; ++c) s += static_cast<double>(w1[static_cast<size_t>(j) * in + c]) * x[c];
+      for (int c = 0; c < in; ++c)
+        s += static_cast<double>(w1[static_cast<size_t>(j) * in + c]) * x[c];
       const double v = static_cast<float>(s);
       m[j] = static_cast<float>(0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0))));
     }
     for (int o = 0; o < out; ++o) {
       double s = 0;
-      for (int j = 0; j < mid; ++j) s += static_cast<double>(w2[static_cast<size_t>(o) * mid + j]) * m[j];
+      for (int j = 0; j < mid; ++j)
+        s += static_cast<double>(w2[static_cast<size_t>(o) * mid + j]) * m[j];
       y[o] = static_cast<float>(s);
     }
   }
@@ -149,7 +151,7 @@ class CudaModelRunner : public ModelRunner {
   int block_size_ = 0;
   cudaStream_t stream_ = nullptr;
   k::LtGemm gemm_;
-  DeviceBuffer k_cache_, v_cache_;  // bf16 [num_blocks, block_size, kv_heads, head_dim]
+  DeviceBuffer k_cache_, v_cache_;   // bf16 [num_blocks, block_size, kv_heads, head_dim]
   std::vector<DeviceLayer> layers_;  // by layer slot
   DeviceBuffer embed_, lm_head_, final_norm_;
   const uint16_t* lm_head_ptr_ = nullptr;  // lm_head_, or embed_ when tied
@@ -167,35 +169,46 @@ class CudaModelRunner : public ModelRunner {
 
 absl::Status CudaModelRunner::Init() {
   const int hs = cfg_.hidden_size, hd = cfg_.head_dim;
-  if (hd != 64 && hd != 128) return absl::UnimplementedError(absl::StrCat("--device cuda: head_dim ", hd, " (the attention kernel takes 64 or 128)"));
-  if (cfg_.num_heads % cfg_.num_kv_heads != 0 || cfg_.num_heads / cfg_.num_kv_heads > k::kAttentionMaxGroup) {
+  if (hd != 64 && hd != 128)
+    return absl::UnimplementedError(
+        absl::StrCat("--device cuda: head_dim ", hd, " (the attention kernel takes 64 or 128)"));
+  if (cfg_.num_heads % cfg_.num_kv_heads != 0 ||
+      cfg_.num_heads / cfg_.num_kv_heads > k::kAttentionMaxGroup) {
     return absl::UnimplementedError("--device cuda: GQA group over 8 query heads per kv head");
   }
   if (hs % 8 != 0 || cfg_.intermediate_size % 8 != 0 || cfg_.vocab_size % 8 != 0) {
-    return absl::UnimplementedError(absl::StrCat("--device cuda: hidden (", hs, "), intermediate (", cfg_.intermediate_size,
-                                                 ") and vocab (", cfg_.vocab_size, ") must be multiples of 8 (cuBLASLt rows)"));
+    return absl::UnimplementedError(
+        absl::StrCat("--device cuda: hidden (", hs, "), intermediate (", cfg_.intermediate_size,
+                     ") and vocab (", cfg_.vocab_size, ") must be multiples of 8 (cuBLASLt rows)"));
   }
   if (w_->config.recursion.routing == Routing::kTokenChoice && !w_->router.token_choice.empty() &&
-      w_->router.token_choice_w2.empty() && cfg_.recursion.num_recursions > k::kTokenChoiceMaxRecursions) {
-    return absl::UnimplementedError("--device cuda: more than 16 recursions for a token-choice router");
+      w_->router.token_choice_w2.empty() &&
+      cfg_.recursion.num_recursions > k::kTokenChoiceMaxRecursions) {
+    return absl::UnimplementedError(
+        "--device cuda: more than 16 recursions for a token-choice router");
   }
-  if (cudaError_t e = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking); e != cudaSuccess) {
-    return absl::InternalError(absl::StrCat("--device cuda: cudaStreamCreate: ", cudaGetErrorString(e)));
+  if (cudaError_t e = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
+      e != cudaSuccess) {
+    return absl::InternalError(
+        absl::StrCat("--device cuda: cudaStreamCreate: ", cudaGetErrorString(e)));
   }
   if (cublasStatus_t st = gemm_.Init(); st != CUBLAS_STATUS_SUCCESS) {
-    return absl::InternalError(absl::StrCat("--device cuda: cuBLASLt init: ", k::GemmStatusString(st)));
+    return absl::InternalError(
+        absl::StrCat("--device cuda: cuBLASLt init: ", k::GemmStatusString(st)));
   }
   // Weights first, then the pool, each checked against free memory with a clear error.
   size_t free_bytes = 0, total = 0;
   CudaCheck(cudaMemGetInfo(&free_bytes, &total), "cudaMemGetInfo");
-  const size_t pool_bytes = static_cast<size_t>(num_blocks_) * block_size_ * cfg_.kv_dim() * sizeof(uint16_t);
+  const size_t pool_bytes =
+      static_cast<size_t>(num_blocks_) * block_size_ * cfg_.kv_dim() * sizeof(uint16_t);
   LoadLayers();
   LoadHeadAndRouters();
   CudaCheck(cudaMemGetInfo(&free_bytes, &total), "cudaMemGetInfo");
   if (2 * pool_bytes + (size_t{256} << 20) > free_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat("--device cuda: the KV pool (", num_blocks_, " blocks, ",
-                                                     (2 * pool_bytes) >> 20, " MiB) does not fit in ", free_bytes >> 20,
-                                                     " MiB of free GPU memory; lower --kv-cache-mb or --kv-blocks"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("--device cuda: the KV pool (", num_blocks_, " blocks, ",
+                     (2 * pool_bytes) >> 20, " MiB) does not fit in ", free_bytes >> 20,
+                     " MiB of free GPU memory; lower --kv-cache-mb or --kv-blocks"));
   }
   k_cache_.Reserve(pool_bytes);
   v_cache_.Reserve(pool_bytes);
@@ -218,8 +231,10 @@ void CudaModelRunner::LoadLayers() {
       L.o = Upload(PackFusedLinear(lw, {Proj::kO}, seg.loops));
       L.gate_up = Upload(PackFusedLinear(lw, {Proj::kGate, Proj::kUp}, seg.loops));
       L.down = Upload(PackFusedLinear(lw, {Proj::kDown}, seg.loops));
-      for (auto [norm, t] : {std::pair{&L.in_norm, &lw.input_norm}, std::pair{&L.post_norm, &lw.post_norm}}) {
-        for (int r = 0; r < (t->untied() ? seg.loops : 1); ++r) norm->variants.push_back(UploadVector(t->At(r).ToF32Vector()));
+      for (auto [norm, t] :
+           {std::pair{&L.in_norm, &lw.input_norm}, std::pair{&L.post_norm, &lw.post_norm}}) {
+        for (int r = 0; r < (t->untied() ? seg.loops : 1); ++r)
+          norm->variants.push_back(UploadVector(t->At(r).ToF32Vector()));
       }
     }
   }
@@ -261,24 +276,30 @@ void CudaModelRunner::UploadRows(const float* h, int n, const StagedRows* staged
   if (h != nullptr) {
     std::memcpy(pinned_in_.Reserve(h_bytes), h, h_bytes);
     Ensure(scratch_.h, h_bytes);
-    CudaCheck(cudaMemcpyAsync(scratch_.h.as<void>(), pinned_in_.as<void>(), h_bytes, cudaMemcpyHostToDevice, stream_), "h upload");
+    CudaCheck(cudaMemcpyAsync(scratch_.h.as<void>(), pinned_in_.as<void>(), h_bytes,
+                              cudaMemcpyHostToDevice, stream_),
+              "h upload");
   }
   if (staged != nullptr) {
     const size_t m_bytes = staged->data.size() * sizeof(int32_t);
     std::memcpy(pinned_meta_.Reserve(m_bytes), staged->data.data(), m_bytes);
     Ensure(scratch_.meta, m_bytes);
-    CudaCheck(cudaMemcpyAsync(scratch_.meta.as<void>(), pinned_meta_.as<void>(), m_bytes, cudaMemcpyHostToDevice, stream_),
+    CudaCheck(cudaMemcpyAsync(scratch_.meta.as<void>(), pinned_meta_.as<void>(), m_bytes,
+                              cudaMemcpyHostToDevice, stream_),
               "metadata upload");
   }
 }
 
 void CudaModelRunner::Download(const void* src, size_t bytes, void* dst) {
-  CudaCheck(cudaMemcpyAsync(pinned_out_.Reserve(bytes), src, bytes, cudaMemcpyDeviceToHost, stream_), "download");
+  CudaCheck(
+      cudaMemcpyAsync(pinned_out_.Reserve(bytes), src, bytes, cudaMemcpyDeviceToHost, stream_),
+      "download");
   CudaCheck(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   std::memcpy(dst, pinned_out_.as<void>(), bytes);
 }
 
-void CudaModelRunner::Gemm(const uint16_t* x, const uint16_t* w, void* y, DType y_dtype, int m, int n, int kdim) {
+void CudaModelRunner::Gemm(const uint16_t* x, const uint16_t* w, void* y, DType y_dtype, int m,
+                           int n, int kdim) {
   k::GemmParams p;
   p.x = x;
   p.w = w;
@@ -291,15 +312,16 @@ void CudaModelRunner::Gemm(const uint16_t* x, const uint16_t* w, void* y, DType 
   MORSERVE_CHECK(st == CUBLAS_STATUS_SUCCESS, k::GemmStatusString(st));
 }
 
-void CudaModelRunner::Linear(const DeviceLinear& L, const StagedRows& s, const uint16_t* x, float* y) {
+void CudaModelRunner::Linear(const DeviceLinear& L, const StagedRows& s, const uint16_t* x,
+                             float* y) {
   const int n = s.groups.empty() ? 0 : s.groups.back().begin + s.groups.back().count;
   if (n == 0) return;
   if (L.variants.size() == 1) {
     Gemm(x, L.At(0), y, DType::kF32, n, L.out, L.in);
   } else {
     for (const LoopGroup& g : s.groups) {
-      Gemm(x + static_cast<size_t>(g.begin) * L.in, L.At(g.loop), y + static_cast<size_t>(g.begin) * L.out, DType::kF32,
-           g.count, L.out, L.in);
+      Gemm(x + static_cast<size_t>(g.begin) * L.in, L.At(g.loop),
+           y + static_cast<size_t>(g.begin) * L.out, DType::kF32, g.count, L.out, L.in);
     }
   }
   if (L.lora_rank == 0) return;
@@ -307,15 +329,17 @@ void CudaModelRunner::Linear(const DeviceLinear& L, const StagedRows& s, const u
   Ensure(scratch_.lora_d, static_cast<size_t>(n) * L.out * sizeof(float));
   for (const LoopGroup& g : s.groups) {
     // t = x A^T (bf16), d = t B^T (fp32, scale folded into B), y += d.
-    Gemm(x + static_cast<size_t>(g.begin) * L.in, L.lora_a[g.loop].as<uint16_t>(), scratch_.lora_t.as<void>(), DType::kBF16,
-         g.count, L.lora_rank, L.in);
-    Gemm(scratch_.lora_t.as<uint16_t>(), L.lora_b[g.loop].as<uint16_t>(), scratch_.lora_d.as<void>(), DType::kF32, g.count,
-         L.out, L.lora_rank);
-    AddResidual(y + static_cast<size_t>(g.begin) * L.out, scratch_.lora_d.as<float>(), g.count, L.out);
+    Gemm(x + static_cast<size_t>(g.begin) * L.in, L.lora_a[g.loop].as<uint16_t>(),
+         scratch_.lora_t.as<void>(), DType::kBF16, g.count, L.lora_rank, L.in);
+    Gemm(scratch_.lora_t.as<uint16_t>(), L.lora_b[g.loop].as<uint16_t>(),
+         scratch_.lora_d.as<void>(), DType::kF32, g.count, L.out, L.lora_rank);
+    AddResidual(y + static_cast<size_t>(g.begin) * L.out, scratch_.lora_d.as<float>(), g.count,
+                L.out);
   }
 }
 
-void CudaModelRunner::Norm(const DeviceNorm& w, const StagedRows& s, const float* h, uint16_t* out) {
+void CudaModelRunner::Norm(const DeviceNorm& w, const StagedRows& s, const float* h,
+                           uint16_t* out) {
   auto run = [&](const float* weight, int begin, int count) {
     k::RmsNormParams p;
     p.x = h + static_cast<size_t>(begin) * cfg_.hidden_size;
@@ -409,13 +433,18 @@ void CudaModelRunner::RunKvOnlyRows(const LayerBatch& b) {
 }
 
 void CudaModelRunner::ReadKv(int32_t slot, float* k, float* v) const {
-  MORSERVE_CHECK(slot >= 0 && static_cast<int64_t>(slot) < static_cast<int64_t>(num_blocks_) * block_size_,
-                 "ReadKv: slot outside the KV pool");
+  MORSERVE_CHECK(
+      slot >= 0 && static_cast<int64_t>(slot) < static_cast<int64_t>(num_blocks_) * block_size_,
+      "ReadKv: slot outside the KV pool");
   const size_t d = static_cast<size_t>(cfg_.kv_dim());
   std::vector<uint16_t> kb(d), vb(d);
   CudaCheck(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-  CudaCheck(cudaMemcpy(kb.data(), k_cache_.as<uint16_t>() + slot * d, d * sizeof(uint16_t), cudaMemcpyDeviceToHost), "ReadKv");
-  CudaCheck(cudaMemcpy(vb.data(), v_cache_.as<uint16_t>() + slot * d, d * sizeof(uint16_t), cudaMemcpyDeviceToHost), "ReadKv");
+  CudaCheck(cudaMemcpy(kb.data(), k_cache_.as<uint16_t>() + slot * d, d * sizeof(uint16_t),
+                       cudaMemcpyDeviceToHost),
+            "ReadKv");
+  CudaCheck(cudaMemcpy(vb.data(), v_cache_.as<uint16_t>() + slot * d, d * sizeof(uint16_t),
+                       cudaMemcpyDeviceToHost),
+            "ReadKv");
   for (size_t i = 0; i < d; ++i) {
     k[i] = Bf16ToF32(kb[i]);
     v[i] = Bf16ToF32(vb[i]);
@@ -432,7 +461,8 @@ void CudaModelRunner::RunFullRows(const LayerBatch& b) {
   const StagedRows& s = *staged;
   const DeviceLayer& L = layers_[seg.first_layer_slot + b.k];
   const LayerKvPlan& kv = *b.kv;
-  const int hs = cfg_.hidden_size, qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), inter = cfg_.intermediate_size;
+  const int hs = cfg_.hidden_size, qd = cfg_.q_dim(), kvd = cfg_.kv_dim(),
+            inter = cfg_.intermediate_size;
   const size_t rows = static_cast<size_t>(n);
   Ensure(scratch_.a, rows * std::max(hs, inter) * sizeof(uint16_t));
   Ensure(scratch_.qkv, rows * (qd + 2 * kvd) * sizeof(float));
@@ -471,9 +501,10 @@ void CudaModelRunner::RunFullRows(const LayerBatch& b) {
   p.max_kv_len = s.max_kv_len;
   p.chunk_len = kAttentionChunk;
   p.scale = 1.0f / std::sqrt(static_cast<float>(cfg_.head_dim));
-  const size_t ws = k::PagedAttentionWorkspaceFloats(n, cfg_.num_heads, cfg_.head_dim, s.max_kv_len, kv.recurrent,
-                                                     kAttentionChunk);
-  p.workspace = ws == 0 ? nullptr : static_cast<float*>(scratch_.attn_ws.Reserve(ws * sizeof(float)));
+  const size_t ws = k::PagedAttentionWorkspaceFloats(n, cfg_.num_heads, cfg_.head_dim, s.max_kv_len,
+                                                     kv.recurrent, kAttentionChunk);
+  p.workspace =
+      ws == 0 ? nullptr : static_cast<float*>(scratch_.attn_ws.Reserve(ws * sizeof(float)));
   CudaCheck(k::paged_attention_forward(p, stream_), "paged_attention");
   Linear(L.o, s, scratch_.attn.as<uint16_t>(), scratch_.proj.as<float>());
   AddResidual(h, scratch_.proj.as<float>(), n, hs);
@@ -500,7 +531,8 @@ void CudaModelRunner::RunFullRows(const LayerBatch& b) {
   Download(h, rows * hs * sizeof(float), b.h);
 }
 
-void CudaModelRunner::ExpertRouter(const int* loops, const float* h, int n, float* score, float* decide) {
+void CudaModelRunner::ExpertRouter(const int* loops, const float* h, int n, float* score,
+                                   float* decide) {
   if (n == 0) return;
   const int hs = cfg_.hidden_size;
   const float temperature = cfg_.recursion.router.temperature;
@@ -544,14 +576,16 @@ void CudaModelRunner::ExpertRouter(const int* loops, const float* h, int n, floa
   std::vector<float> host(2 * static_cast<size_t>(n));
   Download(out, host.size() * sizeof(float), host.data());
   std::copy(host.begin(), host.begin() + n, score);
-  std::copy(host.begin() + (aux_w_.bytes() > 0 ? n : 0), host.begin() + (aux_w_.bytes() > 0 ? 2 * n : n), decide);
+  std::copy(host.begin() + (aux_w_.bytes() > 0 ? n : 0),
+            host.begin() + (aux_w_.bytes() > 0 ? 2 * n : n), decide);
 }
 
 void CudaModelRunner::TokenChoiceRouter(const float* h, int n, float* scores) {
   if (n == 0) return;
   const int hs = cfg_.hidden_size, nr = cfg_.recursion.num_recursions;
   if (!tc_linear_) {
-    for (int i = 0; i < n; ++i) tc_mlp_.Forward(h + static_cast<size_t>(i) * hs, scores + static_cast<size_t>(i) * nr);
+    for (int i = 0; i < n; ++i)
+      tc_mlp_.Forward(h + static_cast<size_t>(i) * hs, scores + static_cast<size_t>(i) * nr);
     return;
   }
   UploadRows(h, n, nullptr);
@@ -588,7 +622,8 @@ void CudaModelRunner::Logits(const float* h, int n, float* logits) {
   p.weight_dtype = DType::kF32;
   p.out_dtype = DType::kBF16;
   CudaCheck(k::rmsnorm_forward(p, stream_), "final rmsnorm");
-  Gemm(scratch_.a.as<uint16_t>(), lm_head_ptr_, scratch_.logits.as<void>(), DType::kF32, n, vocab, hs);
+  Gemm(scratch_.a.as<uint16_t>(), lm_head_ptr_, scratch_.logits.as<void>(), DType::kF32, n, vocab,
+       hs);
   Download(scratch_.logits.as<void>(), static_cast<size_t>(n) * vocab * sizeof(float), logits);
 }
 
@@ -598,16 +633,19 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> CreateCudaModelRunner(
     std::shared_ptr<const ModelWeights> weights, const EngineConfig& config, int num_kv_blocks) {
   int count = 0;
   if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess || count == 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--device cuda: no CUDA device (", e == cudaSuccess ? "none found" : cudaGetErrorString(e), ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("--device cuda: no CUDA device (",
+                     e == cudaSuccess ? "none found" : cudaGetErrorString(e), ")"));
   }
   cudaDeviceProp prop{};
   CudaCheck(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   if (prop.major != 9) {
-    return absl::FailedPreconditionError(absl::StrCat("--device cuda: ", prop.name, " is compute capability ", prop.major,
-                                                      ".", prop.minor, "; the kernels are built for Hopper (sm_90a)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("--device cuda: ", prop.name, " is compute capability ", prop.major, ".",
+                     prop.minor, "; the kernels are built for Hopper (sm_90a)"));
   }
-  auto runner = std::make_unique<CudaModelRunner>(std::move(weights), num_kv_blocks, config.block_size);
+  auto runner =
+      std::make_unique<CudaModelRunner>(std::move(weights), num_kv_blocks, config.block_size);
   if (absl::Status st = runner->Init(); !st.ok()) return st;
   return std::unique_ptr<ModelRunner>(std::move(runner));
 }

@@ -43,7 +43,8 @@ class CudaBuffer {
     if (bytes <= bytes_ && p_ != nullptr) return p_;
     Free();
     const size_t n = bytes == 0 ? 16 : bytes;
-    CudaCheck(kPinned ? cudaMallocHost(&p_, n) : cudaMalloc(&p_, n), kPinned ? "cudaMallocHost" : "cudaMalloc");
+    CudaCheck(kPinned ? cudaMallocHost(&p_, n) : cudaMalloc(&p_, n),
+              kPinned ? "cudaMallocHost" : "cudaMalloc");
     bytes_ = n;
     return p_;
   }
@@ -71,7 +72,9 @@ template <typename T>
 DeviceBuffer UploadVector(const std::vector<T>& v) {
   DeviceBuffer b;
   b.Reserve(v.size() * sizeof(T));
-  if (!v.empty()) CudaCheck(cudaMemcpy(b.as<void>(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), "weight upload");
+  if (!v.empty())
+    CudaCheck(cudaMemcpy(b.as<void>(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice),
+              "weight upload");
   return b;
 }
 

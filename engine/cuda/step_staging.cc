@@ -47,22 +47,25 @@ absl::StatusOr<StagedRows> StageLayerBatch(const LayerBatch& b, int num_loops, i
   const LayerKvPlan& kv = *b.kv;
   if (static_cast<int>(kv.write_slot.size()) != n || static_cast<int>(kv.kv_len.size()) != n ||
       static_cast<int>(kv.table_indptr.size()) != n + 1) {
-    return absl::InvalidArgumentError(absl::StrCat("layer batch: KV plan arrays do not match ", n, " rows"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("layer batch: KV plan arrays do not match ", n, " rows"));
   }
-  if (kv.table_indptr[0] != 0 || kv.table_indptr[n] != static_cast<int32_t>(kv.table_blocks.size())) {
+  if (kv.table_indptr[0] != 0 ||
+      kv.table_indptr[n] != static_cast<int32_t>(kv.table_blocks.size())) {
     return absl::InvalidArgumentError("layer batch: table_indptr does not span table_blocks");
   }
   StagedRows s = StageLoops(b.loops, n);
   for (int i = 0; i < n; ++i) {
     if (b.loops[i] < 0 || b.loops[i] >= num_loops) {
-      return absl::InvalidArgumentError(absl::StrCat("layer batch: row ", i, " at loop ", b.loops[i],
-                                                     " outside [0, ", num_loops, ")"));
+      return absl::InvalidArgumentError(absl::StrCat("layer batch: row ", i, " at loop ",
+                                                     b.loops[i], " outside [0, ", num_loops, ")"));
     }
     const int32_t blocks = kv.table_indptr[i + 1] - kv.table_indptr[i];
     if (blocks < 0) return absl::InvalidArgumentError("layer batch: table_indptr decreases");
-    if (kv.kv_len[i] < 0 || static_cast<int64_t>(kv.kv_len[i]) > static_cast<int64_t>(blocks) * block_size) {
-      return absl::InvalidArgumentError(absl::StrCat("layer batch: row ", i, " kv_len ", kv.kv_len[i],
-                                                     " beyond its ", blocks, " blocks"));
+    if (kv.kv_len[i] < 0 ||
+        static_cast<int64_t>(kv.kv_len[i]) > static_cast<int64_t>(blocks) * block_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "layer batch: row ", i, " kv_len ", kv.kv_len[i], " beyond its ", blocks, " blocks"));
     }
     s.max_kv_len = std::max(s.max_kv_len, static_cast<int>(kv.kv_len[i]));
   }
@@ -103,7 +106,8 @@ void MakeSubBatch(const LayerBatch& b, const std::vector<int>& rows, int hidden,
   for (int r : rows) {
     s.loops.push_back(b.loops[r]);
     s.positions.push_back(b.positions[r]);
-    s.h.insert(s.h.end(), b.h + static_cast<size_t>(r) * hidden, b.h + static_cast<size_t>(r + 1) * hidden);
+    s.h.insert(s.h.end(), b.h + static_cast<size_t>(r) * hidden,
+               b.h + static_cast<size_t>(r + 1) * hidden);
     s.kv.write_slot.push_back(kv.write_slot[r]);
     s.kv.kv_len.push_back(kv.kv_len[r]);
     s.kv.table_blocks.insert(s.kv.table_blocks.end(), kv.table_blocks.begin() + kv.table_indptr[r],
@@ -120,7 +124,8 @@ void MakeSubBatch(const LayerBatch& b, const std::vector<int>& rows, int hidden,
 
 void ScatterSubBatch(const SubBatch& sub, const std::vector<int>& rows, int hidden, float* h) {
   for (size_t i = 0; i < rows.size(); ++i) {
-    std::copy(sub.h.begin() + i * hidden, sub.h.begin() + (i + 1) * hidden, h + static_cast<size_t>(rows[i]) * hidden);
+    std::copy(sub.h.begin() + i * hidden, sub.h.begin() + (i + 1) * hidden,
+              h + static_cast<size_t>(rows[i]) * hidden);
   }
 }
 

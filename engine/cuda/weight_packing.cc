@@ -110,10 +110,12 @@ std::vector<double> PackedLinearForwardHost(const PackedLinear& p, int loop,
     const size_t rank = static_cast<size_t>(p.lora_rank);
     std::vector<double> t(rank, 0.0);
     for (size_t i = 0; i < rank; ++i) {
-      for (size_t c = 0; c < in; ++c) t[i] += static_cast<double>(xr[c]) * Bf16ToF32(p.lora_a[loop][i * in + c]);
+      for (size_t c = 0; c < in; ++c)
+        t[i] += static_cast<double>(xr[c]) * Bf16ToF32(p.lora_a[loop][i * in + c]);
     }
     for (size_t j = 0; j < out; ++j) {
-      for (size_t i = 0; i < rank; ++i) y[r * out + j] += t[i] * Bf16ToF32(p.lora_b[loop][j * rank + i]);
+      for (size_t i = 0; i < rank; ++i)
+        y[r * out + j] += t[i] * Bf16ToF32(p.lora_b[loop][j * rank + i]);
     }
   }
   return y;

@@ -33,8 +33,8 @@ namespace morserve {
 namespace {
 
 using testing::Greedy;
-using testing::RunResult;
 using ::testing::HasSubstr;
+using testing::RunResult;
 
 constexpr double kMargin = 1e-2;
 constexpr double kLogitTolerance = 5e-2;
@@ -60,8 +60,9 @@ TinyModelSpec Spec(const std::string& family) {
 // The families of engine_test.cc.
 std::vector<FamilyCase> Families() {
   std::vector<FamilyCase> v;
-  for (const char* f : {"vanilla", "recursive-cycle", "recursive-sequence", "recursive-middle-cycle",
-                        "recursive-middle-sequence", "recursive-untied-attn", "mor-ec", "mor-tc"}) {
+  for (const char* f :
+       {"vanilla", "recursive-cycle", "recursive-sequence", "recursive-middle-cycle",
+        "recursive-middle-sequence", "recursive-untied-attn", "mor-ec", "mor-tc"}) {
     v.push_back({f, Spec(f)});
   }
   TinyModelSpec ec_mlp = Spec("mor-ec");
@@ -160,13 +161,15 @@ std::vector<RefRun> ReferenceRuns(std::shared_ptr<const ModelWeights> weights, c
   ReferenceModel ref(std::move(weights));
   std::vector<RefRun> runs(w.requests.size());
   for (size_t i = 0; i < w.requests.size(); ++i) {
-    runs[i].tokens = ref.GenerateGreedy(w.requests[i].prompt, w.requests[i].params.max_tokens, &runs[i].outs);
+    runs[i].tokens =
+        ref.GenerateGreedy(w.requests[i].prompt, w.requests[i].params.max_tokens, &runs[i].outs);
   }
   return runs;
 }
 
-void CompareWithReference(const std::vector<RefRun>& refs, const Workload& w, const std::vector<RunResult>& got,
-                          const std::string& label, Tally* tally) {
+void CompareWithReference(const std::vector<RefRun>& refs, const Workload& w,
+                          const std::vector<RunResult>& got, const std::string& label,
+                          Tally* tally) {
   for (size_t i = 0; i < w.requests.size(); ++i) {
     const GenerateRequest& r = w.requests[i];
     const std::vector<int>& want = refs[i].tokens;
@@ -205,22 +208,27 @@ TEST_P(EngineGpuTest, DepthAndSequenceWiseMatchReference) {
     auto engine = Engine::Create(weights, cfg);
     ASSERT_TRUE(engine.ok()) << engine.status();
     auto got = testing::RunStaggered(engine->get(), w.requests, w.arrivals);
-    const std::string label = GetParam().name + (mode == BatchingMode::kDepthWise ? " depth" : " sequence");
+    const std::string label =
+        GetParam().name + (mode == BatchingMode::kDepthWise ? " depth" : " sequence");
     Tally tally;
     CompareWithReference(refs, w, got, label, &tally);
-    std::printf("%s: %d of %d steps compared, %d loop flips\n", label.c_str(), tally.compared, tally.generated,
-                tally.loop_flips);
-    EXPECT_GE(tally.compared, kMinCompared * tally.generated) << label << ": too few clear steps compared";
-    EXPECT_LE(tally.loop_flips, kMaxLoopFlips * std::max(tally.compared, 1)) << label << ": router decisions differ";
+    std::printf("%s: %d of %d steps compared, %d loop flips\n", label.c_str(), tally.compared,
+                tally.generated, tally.loop_flips);
+    EXPECT_GE(tally.compared, kMinCompared * tally.generated)
+        << label << ": too few clear steps compared";
+    EXPECT_LE(tally.loop_flips, kMaxLoopFlips * std::max(tally.compared, 1))
+        << label << ": router decisions differ";
     EXPECT_EQ((*engine)->kv_pool().num_free(), cfg.num_kv_blocks) << label << ": blocks leaked";
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, EngineGpuTest, ::testing::ValuesIn(Families()), [](const auto& info) {
-  std::string n = info.param.name;
-  for (char& c : n) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-  return n;
-});
+INSTANTIATE_TEST_SUITE_P(Families, EngineGpuTest, ::testing::ValuesIn(Families()),
+                         [](const auto& info) {
+                           std::string n = info.param.name;
+                           for (char& c : n)
+                             c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+                           return n;
+                         });
 
 // A request's tokens and logits are bit-identical alone and inside mixed-depth batches.
 TEST(EngineGpuInvarianceTest, AloneAndInMixedBatchesAreBitwiseEqual) {

@@ -22,13 +22,14 @@ std::shared_ptr<const ModelWeights> Model(const std::string& family, testing::Te
 }
 
 // y = x W^T (+ scale B A x) for one loop, straight from the checkpoint's tensors, in double.
-std::vector<double> DirectForward(const LayerWeights& lw, std::initializer_list<Proj> parts, int loop,
-                                  const std::vector<float>& x) {
+std::vector<double> DirectForward(const LayerWeights& lw, std::initializer_list<Proj> parts,
+                                  int loop, const std::vector<float>& x) {
   std::vector<double> y;
   for (Proj p : parts) {
     const LoopTensor& t = lw.P(p);
     const std::vector<float> w = t.At(loop).ToF32Vector();
-    const int out = static_cast<int>(t.At(loop).shape[0]), in = static_cast<int>(t.At(loop).shape[1]);
+    const int out = static_cast<int>(t.At(loop).shape[0]),
+              in = static_cast<int>(t.At(loop).shape[1]);
     for (int j = 0; j < out; ++j) {
       double s = 0;
       for (int c = 0; c < in; ++c) s += static_cast<double>(w[j * in + c]) * x[c];
@@ -48,7 +49,8 @@ std::vector<double> DirectForward(const LayerWeights& lw, std::initializer_list<
   return y;
 }
 
-void ExpectPackedMatchesDirect(const ModelWeights& w, std::initializer_list<Proj> parts, bool want_lora) {
+void ExpectPackedMatchesDirect(const ModelWeights& w, std::initializer_list<Proj> parts,
+                               bool want_lora) {
   bool saw_lora = false;
   for (const Segment& seg : w.plan.segments) {
     for (int k = 0; k < seg.num_layers; ++k) {
@@ -63,7 +65,8 @@ void ExpectPackedMatchesDirect(const ModelWeights& w, std::initializer_list<Proj
         const std::vector<double> want = DirectForward(lw, parts, loop, x);
         ASSERT_EQ(got.size(), want.size());
         for (size_t j = 0; j < got.size(); ++j) {
-          ASSERT_NEAR(got[j], want[j], 1e-9 + 1e-6 * std::abs(want[j])) << "layer " << k << " loop " << loop << " out " << j;
+          ASSERT_NEAR(got[j], want[j], 1e-9 + 1e-6 * std::abs(want[j]))
+              << "layer " << k << " loop " << loop << " out " << j;
         }
       }
     }
@@ -75,7 +78,8 @@ TEST(CudaPackingTest, RelaxedLoraFoldsIntoOneGemmPairPerLoop) {
   testing::TempDir dir;
   auto w = Model("relaxed-lora", &dir);
   ASSERT_NE(w, nullptr);
-  ExpectPackedMatchesDirect(*w, {Proj::kQ, Proj::kK, Proj::kV}, /*want_lora=*/true);  // q, v targets
+  ExpectPackedMatchesDirect(*w, {Proj::kQ, Proj::kK, Proj::kV},
+                            /*want_lora=*/true);  // q, v targets
   ExpectPackedMatchesDirect(*w, {Proj::kGate, Proj::kUp}, /*want_lora=*/false);
 }
 
@@ -110,7 +114,8 @@ TEST(CudaPackingTest, UntiedCopiesGetOneVariantPerLoop) {
 }
 
 TEST(CudaPackingTest, ToBf16BitsRoundsFp32ToNearestEven) {
-  std::vector<float> v = {1.0f, 1.00390625f /* halfway: rounds to even 1.0 */, 1.01171875f /* halfway: up */, -2.5f};
+  std::vector<float> v = {1.0f, 1.00390625f /* halfway: rounds to even 1.0 */,
+                          1.01171875f /* halfway: up */, -2.5f};
   TensorView t;
   t.dtype = DType::kF32;
   t.shape = {4};
@@ -176,8 +181,11 @@ TEST(CudaStagingTest, LayerBatchIsOneAlignedArray) {
   Batch t = ThreeRows();
   auto s = StageLayerBatch(Bind(t), /*num_loops=*/2, /*block_size=*/4);
   ASSERT_TRUE(s.ok()) << s.status();
-  auto at = [&](size_t off, size_t n) { return std::vector<int32_t>(s->data.begin() + off, s->data.begin() + off + n); };
-  for (size_t off : {s->loops, s->positions, s->write_slot, s->table_indptr, s->table_blocks, s->kv_len}) {
+  auto at = [&](size_t off, size_t n) {
+    return std::vector<int32_t>(s->data.begin() + off, s->data.begin() + off + n);
+  };
+  for (size_t off :
+       {s->loops, s->positions, s->write_slot, s->table_indptr, s->table_blocks, s->kv_len}) {
     EXPECT_EQ(off % 4, 0u);  // 16-byte aligned on the device
   }
   EXPECT_EQ(at(s->loops, 3), (std::vector<int32_t>{0, 1, 1}));
