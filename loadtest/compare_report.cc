@@ -1,12 +1,15 @@
 // Side-by-side report (see compare_report.h).
 #include "loadtest/compare_report.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <tuple>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "loadtest/json_path.h"
 
 namespace morserve::loadtest {
 namespace {
@@ -18,18 +21,13 @@ struct Row {
 };
 
 nlohmann::json At(const nlohmann::json& j, std::initializer_list<const char*> path) {
-  const nlohmann::json* p = &j;
-  for (const char* k : path) {
-    if (!p->is_object() || !p->contains(k)) return nullptr;
-    p = &(*p)[k];
-  }
-  return *p;
+  return JsonAt(j, path);
 }
 
 std::vector<Row> Rows() {
-  std::vector<Row> rows = {{"server",
+  std::vector<Row> rows = {{"target",
                             [](const nlohmann::json& j) {
-                              return At(j, {"target", "describe"});
+                              return At(j, {"target", "kind"});
                             },
                             "%s"},
                            {"model",
@@ -136,6 +134,34 @@ std::string Cell(const nlohmann::json& v, const char* format) {
   return v.dump();
 }
 
+// "cpu <name>" rows from the runs' --cpu-pid measurements, in first-seen order.
+std::string CpuRows(const std::vector<LabelledRun>& runs) {
+  std::vector<std::string> names;
+  for (const LabelledRun& r : runs) {
+    for (const nlohmann::json& c : r.second.value("cpu", nlohmann::json::array())) {
+      const std::string n = c.value("name", "");
+      if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+    }
+  }
+  std::string md;
+  for (const std::string& n : names) {
+    for (const auto& [key, label, format] :
+         {std::tuple<const char*, const char*, const char*>{"cpu_seconds", "CPU seconds", "%.2f"},
+          {"cpu_us_per_output_token", "CPU us per output token", "%.1f"}}) {
+      std::vector<std::string> cells = {absl::StrCat(n, ": ", label)};
+      for (const LabelledRun& r : runs) {
+        nlohmann::json v;
+        for (const nlohmann::json& c : r.second.value("cpu", nlohmann::json::array())) {
+          if (c.value("name", "") == n && c.contains(key)) v = c[key];
+        }
+        cells.push_back(Cell(v, format));
+      }
+      md += "| " + absl::StrJoin(cells, " | ") + " |\n";
+    }
+  }
+  return md;
+}
+
 }  // namespace
 
 std::string CompareMarkdown(const std::string& title, const std::vector<LabelledRun>& runs,
@@ -157,6 +183,7 @@ std::string CompareMarkdown(const std::string& title, const std::vector<Labelled
     }
     if (any) md += "| " + absl::StrJoin(cells, " | ") + " |\n";
   }
+  md += CpuRows(runs);
   std::vector<std::string> failures;
   for (const LabelledRun& r : runs) {
     const nlohmann::json f = At(r.second, {"results", "failures"});
@@ -164,7 +191,7 @@ std::string CompareMarkdown(const std::string& title, const std::vector<Labelled
   }
   if (!failures.empty()) md += "\nFailures by reason: " + absl::StrJoin(failures, "; ") + "\n";
   if (!runs.empty()) {
-    const nlohmann::json w = runs.front().second["config"];
+    const nlohmann::json w = At(runs.front().second, {"config"});
     md += "\nWorkload (same for every run): `" + w.dump() + "`\n";
   }
   if (!svg_names.empty()) {

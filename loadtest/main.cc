@@ -2,10 +2,13 @@
 // OpenAI-compatible HTTP server. `run` (the default) sends a workload, prints the table and
 // the metric definitions, and writes --out JSON and --plots SVGs; `report` puts several
 // runs' JSON side by side (markdown + JSON + SVG). See options.cc for the flags.
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
 
@@ -78,6 +81,18 @@ absl::StatusOr<std::unique_ptr<Target>> MakeTarget(LoadTestOptions& o, nlohmann:
   return std::unique_ptr<Target>(std::move(t));
 }
 
+// --out and --plots must be writable before any request goes out, not after the run.
+absl::Status CheckOutputs(const LoadTestOptions& o) {
+  if (!o.out_json.empty() && !std::ofstream(o.out_json, std::ios::app)) {
+    return absl::InvalidArgumentError(absl::StrCat("--out ", o.out_json, ": cannot write"));
+  }
+  if (!o.plots_dir.empty() && mkdir(o.plots_dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--plots ", o.plots_dir, ": cannot create (", std::strerror(errno), ")"));
+  }
+  return absl::OkStatus();
+}
+
 nlohmann::json CdfJson(const std::vector<RequestRecord>& records) {
   nlohmann::json out = nlohmann::json::object();
   for (auto& [metric, values] : LatencySamples(records)) out[metric] = Quantiles(values, 201);
@@ -108,6 +123,7 @@ int RunCommand(const std::vector<std::string>& args) {
     return 2;
   }
   LoadTestOptions& o = *parsed;
+  if (absl::Status s = CheckOutputs(o); !s.ok()) return Fail(s);
   nlohmann::json server;
   auto target = MakeTarget(o, &server);
   if (!target.ok()) return Fail(target.status());
@@ -148,11 +164,13 @@ int RunCommand(const std::vector<std::string>& args) {
   for (size_t i = 0; i < o.cpu_pids.size(); ++i) {
     auto after = ProcessCpuSeconds(o.cpu_pids[i]);
     if (!after.ok() || std::isnan(cpu_before[i])) {
-      cpu.push_back({{"pid", o.cpu_pids[i]}, {"error", "process not readable"}});
+      cpu.push_back(
+          {{"name", o.cpu_names[i]}, {"pid", o.cpu_pids[i]}, {"error", "process not readable"}});
       continue;
     }
     const double s = *after - cpu_before[i];
-    cpu.push_back({{"pid", o.cpu_pids[i]},
+    cpu.push_back({{"name", o.cpu_names[i]},
+                   {"pid", o.cpu_pids[i]},
                    {"cpu_seconds", s},
                    {"cpu_us_per_output_token",
                     stats.output_tokens > 0 ? s * 1e6 / stats.output_tokens : 0.0}});

@@ -98,7 +98,10 @@ nlohmann::json MetricsScraper::ToJson() const {
       {"prompt_tokens", CounterDelta("morserve_prompt_tokens_total")},
       {"engine_steps", CounterDelta("morserve_engine_steps_total")},
       {"preemptions", CounterDelta("morserve_preemptions_total")},
-      {"mean_fill_ratio", steps > 0 ? CounterDelta("morserve_batch_fill_ratio_sum") / steps : 0.0}};
+      // null for a model without a shared block (no pass of it, no ratio).
+      {"mean_fill_ratio",
+       steps > 0 ? nlohmann::json(CounterDelta("morserve_batch_fill_ratio_sum") / steps)
+                 : nlohmann::json()}};
   return {{"url", "http://" + url_.host + ":" + url_.port + url_.target},
           {"interval_ms", interval_ms_},
           {"scrape_failures", failures_},

@@ -41,7 +41,8 @@ Report:
   --slo ttft:MS,tpot:MS,itl:MS,e2e:MS   goodput counts requests meeting all given limits
   --metrics-url URL           server's Prometheus /metrics to scrape during the run
   --scrape-interval-ms N      (default 500)
-  --cpu-pid PID[,PID]         report CPU seconds of these processes over the run
+  --cpu-pid [NAME=]PID[,...]  CPU seconds of these processes over the measured phase, and
+                              per output token (/proc/PID/stat utime + stime)
   --out FILE.json  --plots DIR  --label NAME  --no-progress
 )";
 }
@@ -152,11 +153,18 @@ absl::Status ParseReport(const Flags& f, LoadTestOptions* o) {
   if (!slo.ok()) return slo.status();
   o->slo = *slo;
   if (auto s = IntFlag(f, "scrape-interval-ms", 10, &o->scrape_interval_ms); !s.ok()) return s;
-  for (const std::string& p : f.GetList("cpu-pid")) {
+  for (const std::string& item : f.GetList("cpu-pid")) {
+    // NAME=PID or PID (named by its number).
+    const size_t eq = item.find('=');
+    const std::string name = eq == std::string::npos ? item : item.substr(0, eq);
+    const std::string p = eq == std::string::npos ? item : item.substr(eq + 1);
     int pid;
-    if (!absl::SimpleAtoi(p, &pid) || pid <= 0)
-      return absl::InvalidArgumentError(absl::StrCat("--cpu-pid '", p, "': not a process id"));
+    if (name.empty() || !absl::SimpleAtoi(p, &pid) || pid <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--cpu-pid '", item, "': expected PID or NAME=PID"));
+    }
     o->cpu_pids.push_back(pid);
+    o->cpu_names.push_back(name);
   }
   o->out_json = f.Get("out");
   o->plots_dir = f.Get("plots");

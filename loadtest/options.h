@@ -34,6 +34,7 @@ struct LoadTestOptions {
   Url metrics;
   int scrape_interval_ms = 500;
   std::vector<int> cpu_pids;
+  std::vector<std::string> cpu_names;  // one per pid
 
   std::string out_json;
   std::string plots_dir;

@@ -3,13 +3,16 @@
 
 #include <sys/stat.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "loadtest/json_path.h"
 
 namespace morserve::loadtest {
 namespace {
@@ -55,7 +58,7 @@ std::string LatencyScript(const std::string& dir, const std::vector<LabelledRun>
   for (int m = 0; m < 4; ++m) {
     std::vector<std::string> parts;
     for (size_t r = 0; r < runs.size(); ++r) {
-      const nlohmann::json& q = runs[r].second["cdf_ms"][kMetrics[m]];
+      const nlohmann::json q = JsonAt(runs[r].second, {"cdf_ms", kMetrics[m]});
       if (!q.is_array() || q.empty()) continue;
       const std::string file = absl::StrCat(dir, "/data/cdf_", kMetrics[m], "_", r, ".dat");
       std::ofstream out(file);
@@ -78,7 +81,7 @@ std::string ThroughputScript(const std::string& dir, const std::vector<LabelledR
       "start (s)'\n";
   std::vector<std::string> tok, req;
   for (size_t r = 0; r < runs.size(); ++r) {
-    const nlohmann::json& t = runs[r].second["throughput_over_time"];
+    const nlohmann::json t = JsonAt(runs[r].second, {"throughput_over_time"});
     if (!t.is_array() || t.empty()) continue;
     const std::string file = absl::StrCat(dir, "/data/throughput_", r, ".dat");
     std::ofstream out(file);
@@ -100,7 +103,7 @@ std::string ThroughputScript(const std::string& dir, const std::vector<LabelledR
 std::string ServerScript(const std::string& dir, const std::vector<LabelledRun>& runs) {
   std::vector<std::string> fill, rows, kv;
   for (size_t r = 0; r < runs.size(); ++r) {
-    const nlohmann::json& series = runs[r].second["server_metrics"]["series"];
+    const nlohmann::json series = JsonAt(runs[r].second, {"server_metrics", "series"});
     if (!series.is_array() || series.empty()) continue;
     std::set<std::string> loops;
     for (const nlohmann::json& p : series) {
@@ -116,12 +119,14 @@ std::string ServerScript(const std::string& dir, const std::vector<LabelledRun>&
       out << "\n";
     }
     const std::string& label = runs[r].first;
-    fill.push_back(
-        absl::StrCat(Quote(file), " using 1:2 with linespoints lw 2 title ", Quote(label)));
-    kv.push_back(absl::StrCat(Quote(file), " using 1:3 with lines lw 2 title ", Quote(label)));
+    fill.push_back(absl::StrCat(Quote(file), " using 1:2 with linespoints lw 2 pt 7 ps 0.3 title ",
+                                Quote(label)));
+    kv.push_back(absl::StrCat(Quote(file), " using 1:3 with linespoints lw 2 pt 7 ps 0.3 title ",
+                              Quote(label)));
     int col = 4;
     for (const std::string& l : loops) {
-      rows.push_back(absl::StrCat(Quote(file), " using 1:", col++, " with lines lw 2 title ",
+      rows.push_back(absl::StrCat(Quote(file), " using 1:", col++,
+                                  " with linespoints lw 2 pt 7 ps 0.3 title ",
                                   Quote(absl::StrCat(label, " loop ", l))));
     }
   }
@@ -147,8 +152,12 @@ std::string ServerScript(const std::string& dir, const std::vector<LabelledRun>&
 
 absl::StatusOr<std::vector<std::string>> WritePlots(const std::string& dir,
                                                     const std::vector<LabelledRun>& runs) {
-  mkdir(dir.c_str(), 0755);
-  mkdir((dir + "/data").c_str(), 0755);
+  for (const std::string& d : {dir, dir + "/data"}) {
+    if (mkdir(d.c_str(), 0755) != 0 && errno != EEXIST) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot create directory ", d, ": ", std::strerror(errno)));
+    }
+  }
   std::vector<std::string> written;
   const std::pair<std::string, std::string> scripts[] = {
       {"latency_cdf", LatencyScript(dir, runs)},

@@ -31,7 +31,6 @@ absl::StatusOr<Url> ParseHostPort(const std::string& address) {
     return absl::InvalidArgumentError(
         absl::StrCat("address '", address, "': expected HOST:PORT with a port in 1..65535"));
   }
-  u.target = "/";
   return u;
 }
 
@@ -52,7 +51,7 @@ absl::StatusOr<Url> ParseHttpUrl(const std::string& url) {
   auto u = ParseHostPort(authority);
   if (!u.ok())
     return absl::InvalidArgumentError(absl::StrCat("'", url, "': ", u.status().message()));
-  u->target = slash == std::string::npos ? "/" : rest.substr(slash);
+  if (slash != std::string::npos) u->target = rest.substr(slash);
   return u;
 }
 

@@ -12,7 +12,7 @@ namespace morserve::loadtest {
 struct Url {
   std::string host;
   std::string port;
-  std::string target;  // path and query, "/" at least
+  std::string target = "/";  // path and query
 };
 
 // http only (https is refused with a clear error); the port defaults to 80.

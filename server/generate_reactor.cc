@@ -1,6 +1,8 @@
 // The Generate reactor (see generate_reactor.h).
 #include "server/generate_reactor.h"
 
+#include <algorithm>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
@@ -72,6 +74,12 @@ void GenerateReactor::Begin(const v1::GenerateRequest& request) {
     return FinishWith(ToGrpc(parsed.status()));
   }
   parsed_ = std::move(*parsed);
+  if (request.max_tokens_to_context() && !request.has_max_tokens()) {
+    // At least 1: a prompt that fills the context still gets the engine's context error.
+    const int context = engine_->weights().config.max_position_embeddings;
+    parsed_.request.params.max_tokens =
+        std::max(1, context - static_cast<int>(parsed_.request.prompt.size()));
+  }
   if (state_->text.tokenizer != nullptr) {
     absl::StatusOr<TextStream> text = TextStream::Create(
         *state_->text.tokenizer, parsed_.skip_special_tokens, parsed_.stop);

@@ -47,8 +47,27 @@ grpc::ServerUnaryReactor* MorserveService::Tokenize(grpc::CallbackServerContext*
   }
   const Tokenizer* tok = state_->text.tokenizer;
   if (tok == nullptr) return FinishNow(context, NoTokenizer());
-  const bool add_special = !request->has_add_special_tokens() || request->add_special_tokens();
-  const std::vector<int> ids = tok->Encode(request->text(), add_special);
+  const bool chat = request->has_chat();
+  const bool add_special =
+      request->has_add_special_tokens() ? request->add_special_tokens() : !chat;
+  std::string text = request->text();
+  if (chat) {
+    if (!text.empty()) {
+      return FinishNow(context, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                             "text: must be empty when chat is set"));
+    }
+    if (state_->text.chat_template == nullptr) {
+      return FinishNow(context, grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                             "chat: model has no chat template"));
+    }
+    absl::StatusOr<std::string> rendered = RenderChat(request->chat(), *state_->text.chat_template);
+    if (!rendered.ok()) {
+      return FinishNow(context, grpc::Status(static_cast<grpc::StatusCode>(rendered.status().code()),
+                                             std::string(rendered.status().message())));
+    }
+    text = *std::move(rendered);
+  }
+  const std::vector<int> ids = tok->Encode(text, add_special);
   response->mutable_ids()->Assign(ids.begin(), ids.end());
   return FinishNow(context, grpc::Status::OK);
 }

@@ -24,7 +24,8 @@ void ApplySampling(const v1::SamplingParams& s, SamplingParams* p) {
   if (s.has_seed()) p->seed = s.seed();
 }
 
-// The rendered chat prompt.
+}  // namespace
+
 absl::StatusOr<std::string> RenderChat(const v1::ChatInput& chat, const ChatTemplate& tmpl) {
   if (chat.messages().empty()) {
     return absl::InvalidArgumentError("chat.messages: must not be empty");
@@ -45,6 +46,8 @@ absl::StatusOr<std::string> RenderChat(const v1::ChatInput& chat, const ChatTemp
   }
   return text;
 }
+
+namespace {
 
 // The prompt ids (and text) of the request's input.
 absl::Status ParseInput(const v1::GenerateRequest& in, const TextModel& text, ParsedGenerate* out) {

@@ -37,6 +37,9 @@ struct ParsedGenerate {
   bool token_text = false;        // fill each Token's (and TopLogprob's) own text
 };
 
+// The chat messages rendered with the template (errors name chat.messages[i]).
+absl::StatusOr<std::string> RenderChat(const v1::ChatInput& chat, const ChatTemplate& tmpl);
+
 absl::StatusOr<ParsedGenerate> ParseGenerateRequest(const v1::GenerateRequest& in,
                                                     const TextModel& text = {});
 

@@ -7,6 +7,7 @@
 #include "engine/cpu/cpu_linear.h"
 #include "engine/cpu/cpu_ops.h"
 #include "engine/cpu/paged_attention.h"
+#include "engine/cpu/recurrent_layer.h"
 #include "engine/cpu/thread_pool.h"
 
 namespace morserve {
@@ -87,7 +88,7 @@ struct CpuLayer {
 class CpuModelRunner : public ModelRunner {
  public:
   CpuModelRunner(std::shared_ptr<const ModelWeights> w, const EngineConfig& config, int num_blocks)
-      : w_(std::move(w)), cfg_(w_->config), pool_(config.threads) {
+      : w_(std::move(w)), cfg_(w_->config), pool_(config.threads), recurrent_prefill_(config.recurrent_prefill) {
     compute_ = config.compute == ComputeType::kBF16 && CpuSupportsBf16() ? CpuCompute::kBF16
                                                                           : CpuCompute::kF32;
     kv_ = MakePagedKvPool(num_blocks, config.block_size, cfg_.num_kv_heads, cfg_.head_dim);
@@ -120,11 +121,17 @@ class CpuModelRunner : public ModelRunner {
   void LoadHeadAndRouters();
   void RouterForward(const CpuLinear& w1, const CpuLinear* w2, const float* x, int n, float* out);
   void SplitQkv(const Vec& qkv, int n, Vec* q, Vec* k, Vec* v) const;
+  void NormRows(const LoopNorm& w, const int* loops, int n, const float* x, float* out) const;
+  void AddAttentionAndMlp(const CpuLayer& L, const int* loops, int n, const float* attn, float* h);
+  void RunRecurrent(const LayerBatch& b, const CpuLayer& L, const Vec& q, const Vec& k, const Vec& v);
+  void FinishRecurrentRows(const CpuLayer& L, const int* loops, const int* positions,
+                           const int32_t* write_slot, int n, const float* attn, float* h);
 
   std::shared_ptr<const ModelWeights> w_;
   const ModelConfig& cfg_;
   ThreadPool pool_;
   CpuCompute compute_;
+  RecurrentPrefill recurrent_prefill_;
   PagedKvPool kv_;
   std::vector<CpuLayer> layers_;  // by layer slot
   Vec embed_, final_norm_;
@@ -221,24 +228,22 @@ void CpuModelRunner::LoadHeadAndRouters() {
 // projections run once over every row.
 void CpuModelRunner::RunLayer(const LayerBatch& b) {
   const int n = b.n, hs = cfg_.hidden_size, qd = cfg_.q_dim(), kvd = cfg_.kv_dim();
-  const int inter = cfg_.intermediate_size, qkv_dim = qd + 2 * kvd;
+  const int qkv_dim = qd + 2 * kvd;
   const CpuLayer& L = layers_[w_->plan.segments[b.segment].first_layer_slot + b.k];
   const LayerKvPlan& kv = *b.kv;
-  auto norm = [&](const LoopNorm& w, const float* x, float* out) {
-    ForEachLoopGroup(b.loops, n, [&](int loop, int begin, int count) {
-      RmsNormRows(x + static_cast<size_t>(begin) * hs, w.At(loop).data(), count, hs,
-                  cfg_.rms_norm_eps, out + static_cast<size_t>(begin) * hs);
-    });
-  };
   Vec a(static_cast<size_t>(n) * hs), qkv(static_cast<size_t>(n) * qkv_dim);
-  norm(L.in_norm, b.h, a.data());
+  NormRows(L.in_norm, b.loops, n, b.h, a.data());
   L.qkv.Run(b.loops, n, a.data(), hs, qkv.data(), /*accumulate=*/false);
   Vec q(static_cast<size_t>(n) * qd), k(static_cast<size_t>(n) * kvd), v(static_cast<size_t>(n) * kvd);
   SplitQkv(qkv, n, &q, &k, &v);
   std::vector<int32_t> positions(b.positions, b.positions + n);
   RopeRows(q.data(), positions.data(), n, cfg_.num_heads, cfg_.head_dim, cfg_.rope_theta);
   RopeRows(k.data(), positions.data(), n, cfg_.num_kv_heads, cfg_.head_dim, cfg_.rope_theta);
-  if (!kv.recurrent) KvWrite(kv_, k.data(), v.data(), kv.write_slot.data(), n);
+  if (kv.recurrent) {  // the pair just computed is temporary; the persistent one comes later
+    RunRecurrent(b, L, q, k, v);
+    return;
+  }
+  KvWrite(kv_, k.data(), v.data(), kv.write_slot.data(), n);
 
   Vec attn(static_cast<size_t>(n) * qd);
   PagedAttentionParams p;
@@ -249,30 +254,77 @@ void CpuModelRunner::RunLayer(const LayerBatch& b) {
   p.table_indptr = kv.table_indptr.data();
   p.table_blocks = kv.table_blocks.data();
   p.kv_len = kv.kv_len.data();
-  p.extra_k = kv.recurrent ? k.data() : nullptr;
-  p.extra_v = kv.recurrent ? v.data() : nullptr;
   p.n_heads = cfg_.num_heads;
   p.n_kv_heads = cfg_.num_kv_heads;
   p.head_dim = cfg_.head_dim;
   p.scale = 1.0f / std::sqrt(static_cast<float>(cfg_.head_dim));
   PagedAttention(p, &pool_);
 
-  L.o.Run(b.loops, n, attn.data(), qd, b.h, /*accumulate=*/true);  // h += attn Wo^T
+  AddAttentionAndMlp(L, b.loops, n, attn.data(), b.h);
+}
+
+void CpuModelRunner::NormRows(const LoopNorm& w, const int* loops, int n, const float* x,
+                              float* out) const {
+  const int hs = cfg_.hidden_size;
+  ForEachLoopGroup(loops, n, [&](int loop, int begin, int count) {
+    RmsNormRows(x + static_cast<size_t>(begin) * hs, w.At(loop).data(), count, hs,
+                cfg_.rms_norm_eps, out + static_cast<size_t>(begin) * hs);
+  });
+}
+
+// h += attn Wo^T, then h += MLP(RMSNorm_post(h)).
+void CpuModelRunner::AddAttentionAndMlp(const CpuLayer& L, const int* loops, int n,
+                                        const float* attn, float* h) {
+  const int hs = cfg_.hidden_size, qd = cfg_.q_dim(), inter = cfg_.intermediate_size;
+  L.o.Run(loops, n, attn, qd, h, /*accumulate=*/true);
   Vec m(static_cast<size_t>(n) * hs), gu(static_cast<size_t>(n) * 2 * inter), act(static_cast<size_t>(n) * inter);
-  norm(L.post_norm, b.h, m.data());
-  L.gate_up.Run(b.loops, n, m.data(), hs, gu.data(), /*accumulate=*/false);
+  NormRows(L.post_norm, loops, n, h, m.data());
+  L.gate_up.Run(loops, n, m.data(), hs, gu.data(), /*accumulate=*/false);
   for (int i = 0; i < n; ++i) {
     const float* g = &gu[static_cast<size_t>(i) * 2 * inter];
     SiluMulRows(g, g + inter, 1, inter, &act[static_cast<size_t>(i) * inter]);
   }
-  L.down.Run(b.loops, n, act.data(), inter, b.h, /*accumulate=*/true);  // h += MLP
-  if (kv.recurrent) {  // persistent pair from the layer output (spec section 5)
-    norm(L.in_norm, b.h, a.data());
-    L.qkv.Run(b.loops, n, a.data(), hs, qkv.data(), /*accumulate=*/false);
-    SplitQkv(qkv, n, &q, &k, &v);
-    RopeRows(k.data(), positions.data(), n, cfg_.num_kv_heads, cfg_.head_dim, cfg_.rope_theta);
-    KvWrite(kv_, k.data(), v.data(), kv.write_slot.data(), n);
-  }
+  L.down.Run(loops, n, act.data(), inter, h, /*accumulate=*/true);
+}
+
+// Recurrent layers (spec/models.md section 5) from the rows' q and temporary pairs:
+// attention by recurrent_layer.h, the rest of the layer here.
+void CpuModelRunner::RunRecurrent(const LayerBatch& b, const CpuLayer& L, const Vec& q,
+                                  const Vec& k, const Vec& v) {
+  RecurrentLayerParams p;
+  p.batch = &b;
+  p.q = q.data();
+  p.k = k.data();
+  p.v = v.data();
+  p.kv = &kv_;
+  p.threads = &pool_;
+  p.hidden = cfg_.hidden_size;
+  p.n_heads = cfg_.num_heads;
+  p.n_kv_heads = cfg_.num_kv_heads;
+  p.head_dim = cfg_.head_dim;
+  p.schedule = recurrent_prefill_;
+  p.finish = [&](const int* loops, const int* positions, const int32_t* write_slot, int n,
+                 const float* attn, float* h) {
+    FinishRecurrentRows(L, loops, positions, write_slot, n, attn, h);
+  };
+  RunRecurrentLayer(p);
+}
+
+// The rest of a recurrent layer after attention: Wo, MLP, then the persistent pair from
+// RMSNorm_in(out) (K/V projections, RoPE at the row's position) written to the cache.
+void CpuModelRunner::FinishRecurrentRows(const CpuLayer& L, const int* loops, const int* positions,
+                                         const int32_t* write_slot, int n, const float* attn,
+                                         float* h) {
+  const int hs = cfg_.hidden_size, qd = cfg_.q_dim(), kvd = cfg_.kv_dim();
+  AddAttentionAndMlp(L, loops, n, attn, h);
+  Vec a(static_cast<size_t>(n) * hs), qkv(static_cast<size_t>(n) * (qd + 2 * kvd));
+  NormRows(L.in_norm, loops, n, h, a.data());
+  L.qkv.Run(loops, n, a.data(), hs, qkv.data(), /*accumulate=*/false);
+  Vec q(static_cast<size_t>(n) * qd), k(static_cast<size_t>(n) * kvd), v(static_cast<size_t>(n) * kvd);
+  SplitQkv(qkv, n, &q, &k, &v);
+  std::vector<int32_t> pos(positions, positions + n);
+  RopeRows(k.data(), pos.data(), n, cfg_.num_kv_heads, cfg_.head_dim, cfg_.rope_theta);
+  KvWrite(kv_, k.data(), v.data(), write_slot, n);
 }
 
 void CpuModelRunner::SplitQkv(const Vec& qkv, int n, Vec* q, Vec* k, Vec* v) const {

@@ -3,7 +3,9 @@
 // row from that row's data alone in a fixed order, so a request's numbers do not depend on
 // its batch neighbours. Rows arrive grouped by loop: tied projections run once over every
 // row; untied copies run per group of rows at the same loop; Relaxed models' LoRA deltas
-// (scale * (x A^T) B^T) run per loop group on top of the shared base GEMM.
+// (scale * (x A^T) B^T) run per loop group on top of the shared base GEMM. Recurrent layers
+// run decode rows as one batch and each request's prefill chunk by the tiled schedule
+// (recurrent_prefill.h) or, with RecurrentPrefill::kNaive, one position at a time.
 #pragma once
 
 #include <memory>

@@ -7,45 +7,10 @@
 #include <limits>
 
 #include "engine/core/check.h"
+#include "engine/cpu/online_softmax.h"
 
 namespace morserve {
 namespace {
-
-// Dot product with 8 interleaved partial sums combined in a fixed order (vectorisable, and the
-// order depends only on head_dim).
-float Dot(const float* a, const float* b, int n) {
-  float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int j = 0; j < 8; ++j) part[j] += a[i + j] * b[i + j];
-  }
-  for (int j = 0; i < n; ++i, ++j) part[j] += a[i] * b[i];
-  return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
-}
-
-// Online-softmax state of one query head.
-struct SoftmaxState {
-  float max = -std::numeric_limits<float>::infinity();
-  float sum = 0;
-  float* acc = nullptr;  // [head_dim]
-};
-
-// Folds one chunk of entries (scores already scaled) into the state: one rescale per chunk.
-void FoldChunk(SoftmaxState& st, const float* scores, const float* const* values, int count,
-               int head_dim) {
-  float chunk_max = st.max;
-  for (int j = 0; j < count; ++j) chunk_max = std::max(chunk_max, scores[j]);
-  const float correction = std::exp(st.max - chunk_max);  // exp(-inf) = 0 on the first chunk
-  st.sum *= correction;
-  for (int d = 0; d < head_dim; ++d) st.acc[d] *= correction;
-  for (int j = 0; j < count; ++j) {
-    const float w = std::exp(scores[j] - chunk_max);
-    st.sum += w;
-    const float* v = values[j];
-    for (int d = 0; d < head_dim; ++d) st.acc[d] += w * v[d];
-  }
-  st.max = chunk_max;
-}
 
 // Scratch for one (row, kv head) unit, reused across units on a thread.
 struct UnitScratch {
@@ -83,7 +48,7 @@ void AttendUnit(const PagedAttentionParams& p, int row, int kv_head, UnitScratch
     }
     for (int g = 0; g < group; ++g) {
       const float* q = q_row + static_cast<size_t>(kv_head * group + g) * hd;
-      for (int j = 0; j < count; ++j) s.scores[j] = Dot(q, s.keys[j], hd) * p.scale;
+      for (int j = 0; j < count; ++j) s.scores[j] = AttentionDot(q, s.keys[j], hd) * p.scale;
       FoldChunk(states[g], s.scores.data(), s.values.data(), count, hd);
     }
   }
@@ -93,14 +58,13 @@ void AttendUnit(const PagedAttentionParams& p, int row, int kv_head, UnitScratch
     const float* v = p.extra_v + row * kv_stride + static_cast<size_t>(kv_head) * hd;
     for (int g = 0; g < group; ++g) {
       const float* q = q_row + static_cast<size_t>(kv_head * group + g) * hd;
-      const float score = Dot(q, k, hd) * p.scale;
+      const float score = AttentionDot(q, k, hd) * p.scale;
       FoldChunk(states[g], &score, &v, 1, hd);
     }
   }
   for (int g = 0; g < group; ++g) {
     float* out = p.out + row * q_stride + static_cast<size_t>(kv_head * group + g) * hd;
-    const float inv = states[g].sum > 0 ? 1.0f / states[g].sum : 0.0f;
-    for (int d = 0; d < hd; ++d) out[d] = states[g].acc[d] * inv;
+    NormaliseState(states[g], hd, out);
   }
 }
 

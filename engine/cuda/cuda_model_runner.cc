@@ -411,7 +411,25 @@ void CudaModelRunner::Embed(const int* tokens, int n, float* h) {
   Download(scratch_.h.as<void>(), h_bytes, h);
 }
 
-void CudaModelRunner::RunLayer(const LayerBatch& b) { RunFullRows(b); }
+// Recurrent prefill chunks (rows that see earlier rows' persistent pairs of the same call)
+// run one position per wave, each wave a sub-batch; everything else in one batch. The tiled
+// schedule the CPU backend uses for long chunks is a later step here.
+void CudaModelRunner::RunLayer(const LayerBatch& b) {
+  const LayerKvPlan& kv = *b.kv;
+  if (!kv.recurrent || kv.chunk_indptr.empty()) return RunFullRows(b);
+  MORSERVE_CHECK(static_cast<int>(kv.chunk_indptr.size()) >= 1 && kv.chunk_indptr.front() == 0 &&
+                     kv.chunk_indptr.back() == b.n,
+                 "chunk_indptr does not span the batch");
+  const std::vector<std::vector<int>> waves = RecurrentWaves(kv.chunk_indptr, b.n);
+  if (waves.size() <= 1) return RunFullRows(b);
+  const int hs = cfg_.hidden_size;
+  SubBatch sub;
+  for (const std::vector<int>& rows : waves) {
+    MakeSubBatch(b, rows, hs, &sub);
+    RunFullRows(sub.b);
+    ScatterSubBatch(sub, rows, hs, b.h);
+  }
+}
 
 void CudaModelRunner::RunKvOnlyRows(const LayerBatch& b) {
   const int n = b.n;

@@ -19,8 +19,8 @@ void InsertById(C* c, std::unique_ptr<Sequence> s) {
 }  // namespace
 
 DepthScheduler::DepthScheduler(const EngineConfig& config, const LayerPlan& plan,
-                               KvBlockPool* pool, bool one_token_per_step)
-    : config_(config), plan_(plan), pool_(pool), one_token_per_step_(one_token_per_step) {
+                               KvBlockPool* pool)
+    : config_(config), plan_(plan), pool_(pool) {
   for (int s = 0; s < static_cast<int>(plan_.segments.size()); ++s) {
     if (s == plan_.looped_segment) continue;
     const Segment& seg = plan_.segments[s];
@@ -60,8 +60,7 @@ bool DepthScheduler::Cancel(const std::string& request_id, FinishReason reason) 
 }
 
 int DepthScheduler::Ready(const Sequence& s) const {
-  const int ready = static_cast<int>(s.tokens.size()) - s.num_entered;
-  return one_token_per_step_ ? std::min(ready, 1) : ready;
+  return static_cast<int>(s.tokens.size()) - s.num_entered;
 }
 
 bool DepthScheduler::ReserveRows(Sequence* seq, const std::vector<int>& per_slot) {
@@ -266,7 +265,6 @@ std::vector<Row> DepthScheduler::TakeTailRows() {
       out.push_back(std::move(pending.begin()->second));
       pending.erase(pending.begin());
       ++s->num_done;
-      if (one_token_per_step_) break;
     }
   }
   return out;

@@ -37,10 +37,7 @@ struct EnteringToken {
 
 class DepthScheduler {
  public:
-  // one_token_per_step: recurrent layers need each position's output before the next
-  // position's layer runs, so a request enters and leaves one token per step.
-  DepthScheduler(const EngineConfig& config, const LayerPlan& plan, KvBlockPool* pool,
-                 bool one_token_per_step);
+  DepthScheduler(const EngineConfig& config, const LayerPlan& plan, KvBlockPool* pool);
 
   // Queues a request (the engine bounds the queue before it gets here).
   void Add(std::unique_ptr<Sequence> seq);
@@ -91,7 +88,6 @@ class DepthScheduler {
   EngineConfig config_;
   LayerPlan plan_;
   KvBlockPool* pool_;
-  bool one_token_per_step_;
   std::vector<int> entry_slots_;
   std::deque<std::unique_ptr<Sequence>> waiting_;  // sorted by id (preempted go back in order)
   std::vector<std::unique_ptr<Sequence>> running_;  // sorted by id

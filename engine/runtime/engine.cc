@@ -61,8 +61,7 @@ Engine::Engine(std::shared_ptr<const ModelWeights> weights, const EngineConfig& 
     : weights_(std::move(weights)), config_(config), runner_(std::move(runner)) {
   pool_ = std::make_unique<KvBlockPool>(num_blocks, config_.block_size);
   executor_ = std::make_unique<ModelExecutor>(weights_, runner_.get(), pool_.get());
-  const bool recurrent = weights_->config.recursion.layer_kind == LayerKind::kRecurrent;
-  scheduler_ = std::make_unique<DepthScheduler>(config_, weights_->plan, pool_.get(), recurrent);
+  scheduler_ = std::make_unique<DepthScheduler>(config_, weights_->plan, pool_.get());
   eos_ = weights_->config.eos_token_ids;
   const int loops = std::max(1, weights_->config.recursion.num_recursions);
   stats_.rows_per_loop.assign(loops, 0);

@@ -13,6 +13,12 @@ enum class BatchingMode {
 
 enum class ComputeType { kF32, kBF16 };
 
+// How a recurrent layer (spec/models.md section 5) runs a prefill chunk of one request.
+enum class RecurrentPrefill {
+  kTiled,  // online-softmax accumulators, cached pass + divide-and-conquer key tiles
+  kNaive,  // one position at a time, each attending over the cache (the reference schedule)
+};
+
 // Where the model runs: the CPU backend (engine/cpu) or the CUDA backend (engine/cuda, only in
 // builds with MORSERVE_CUDA; Engine::Create errors otherwise or without a device).
 enum class Device { kCpu, kCuda };
@@ -27,6 +33,7 @@ struct EngineConfig {
   int num_kv_blocks = 0;        // 0: derived from kv_cache_bytes
   int64_t kv_cache_bytes = 256ll << 20;
   ComputeType compute = ComputeType::kF32;
+  RecurrentPrefill recurrent_prefill = RecurrentPrefill::kTiled;
   int threads = 0;  // 0: the machine's cores
   Device device = Device::kCpu;
 };

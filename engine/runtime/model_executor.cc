@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #include "engine/core/check.h"
 
@@ -66,7 +67,28 @@ LayerKvPlan ModelExecutor::PlanLayer(int segment, int k, const std::vector<Row*>
     for (int b : tables[i]->blocks()) kv.table_blocks.push_back(b);
     kv.table_indptr.push_back(static_cast<int32_t>(kv.table_blocks.size()));
   }
+  if (kv.recurrent) kv.chunk_indptr = RecurrentChunks(tables, kv.write_slot);
   return kv;
+}
+
+// Runs of rows that append to the same cache slot of one request (rows arrive grouped by
+// request and loop, in position order). Every slot must form one run: a chunk's rows see
+// only the cached entries and the chunk's own earlier rows.
+std::vector<int32_t> ModelExecutor::RecurrentChunks(const std::vector<KvBlockTable*>& tables,
+                                                    const std::vector<int32_t>& write_slot) {
+  std::vector<int32_t> indptr(1, 0);
+  std::set<const KvBlockTable*> seen;
+  const size_t n = tables.size();
+  for (size_t i = 0; i < n; ++i) {
+    const bool joins = i > 0 && tables[i] == tables[i - 1] && write_slot[i] >= 0 && write_slot[i - 1] >= 0;
+    if (!joins) {
+      if (i > 0) indptr.push_back(static_cast<int32_t>(i));
+      MORSERVE_CHECK(write_slot[i] < 0 || seen.insert(tables[i]).second,
+                     "a request's rows at one cache slot are split across a batch");
+    }
+  }
+  if (n > 0) indptr.push_back(static_cast<int32_t>(n));
+  return indptr;
 }
 
 void ModelExecutor::RunLayer(int segment, int k, std::vector<Row*>& rows, std::vector<float>* h) {

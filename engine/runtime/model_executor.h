@@ -35,6 +35,8 @@ class ModelExecutor {
   void RunSegment(int segment, std::vector<Row*>& rows);
   void RunLayer(int segment, int k, std::vector<Row*>& rows, std::vector<float>* h);
   LayerKvPlan PlanLayer(int segment, int k, const std::vector<Row*>& rows);
+  static std::vector<int32_t> RecurrentChunks(const std::vector<KvBlockTable*>& tables,
+                                              const std::vector<int32_t>& write_slot);
   void EntryRouting(std::vector<Row*>& rows);
   void DecideExpert(std::vector<Row*>& rows);
   void ExitByConfidence(std::vector<Row*>& rows);

@@ -18,6 +18,11 @@ struct LayerKvPlan {
   std::vector<int32_t> kv_len;        // [n] entries each row attends to, from index 0
   bool recurrent = false;  // attend to kv_len entries plus the row's own temporary pair, and
                            // write the persistent pair from the layer output afterwards
+  // Recurrent layers: rows [chunk_indptr[c], chunk_indptr[c + 1]) are consecutive entries of
+  // one request's cache slot in position order (a prefill chunk; a decode row is a chunk of
+  // one). kv_len of a chunk's row counts the chunk's earlier rows, whose persistent pairs the
+  // runner must produce first. Different chunks are independent. Empty: chunks of one row.
+  std::vector<int32_t> chunk_indptr;
 };
 
 struct LayerBatch {

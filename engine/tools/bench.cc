@@ -30,7 +30,7 @@ constexpr char kUsage[] =
     "         [--std-tokens 64] [--prompt-len 1] [--batches 32,256] [--modes depth,sequence]\n"
     "         [--warmup 32] [--seed 1] [--repeats 1] [--out bench.json]\n"
     "         [engine flags: --device cpu|cuda --compute f32|bf16\n"
-    "          --kv-cache-mb N --block-size N --threads N]\n";
+    "          --kv-cache-mb N --block-size N --threads N --recurrent-prefill tiled|naive]\n";
 
 struct Workload {
   std::vector<int> prompt;

@@ -8,7 +8,8 @@ namespace morserve {
 const std::set<std::string>& EngineFlagNames() {
   static const std::set<std::string> names = {"mode", "compute", "max-batch", "max-step-tokens",
                                               "max-running", "block-size", "kv-blocks",
-                                              "kv-cache-mb", "threads", "device"};
+                                              "kv-cache-mb", "threads", "recurrent-prefill",
+                                              "device"};
   return names;
 }
 
@@ -35,6 +36,12 @@ absl::StatusOr<EngineConfig> EngineConfigFromFlags(const Flags& flags) {
   const std::string device = flags.Get("device", "cpu");
   if (device != "cpu" && device != "cuda") return absl::InvalidArgumentError("--device: cpu or cuda");
   c.device = device == "cuda" ? Device::kCuda : Device::kCpu;
+  const std::string prefill = flags.Get("recurrent-prefill", "tiled");
+  if (prefill != "tiled" && prefill != "naive") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--recurrent-prefill: tiled or naive, got '", prefill, "'"));
+  }
+  c.recurrent_prefill = prefill == "naive" ? RecurrentPrefill::kNaive : RecurrentPrefill::kTiled;
   struct IntFlag {
     const char* name;
     int* out;

@@ -40,8 +40,7 @@ ApiError InvalidRequest(std::string message, std::string param) {
 
 ApiError Unauthorized() {
   return {401, "authentication_error",
-          "invalid or missing API key: send 'Authorization: Bearer <key>'", "",
-          "invalid_api_key"};
+          "invalid or missing API key: send 'Authorization: Bearer <key>'", "", "invalid_api_key"};
 }
 
 ApiError NotFound(std::string message, std::string code) {
@@ -55,8 +54,8 @@ ApiError BodyTooLarge(long long limit) {
 }
 
 ApiError NoServingBackend() {
-  return {503, "service_unavailable_error", "no backend is serving (all are down or loading)",
-          "", "service_unavailable"};
+  return {503, "service_unavailable_error", "no backend is serving (all are down or loading)", "",
+          "service_unavailable"};
 }
 
 // One table: the backend's gRPC code decides the HTTP status. The backend's message names the
@@ -82,8 +81,7 @@ ApiError FromGrpc(const grpc::Status& status) {
       return {504, "timeout_error", absl::StrCat("backend deadline exceeded: ", msg), "",
               "timeout"};
     case grpc::StatusCode::CANCELLED:
-      return {499, "cancelled", absl::StrCat("the request was cancelled: ", msg), "",
-              "cancelled"};
+      return {499, "cancelled", absl::StrCat("the request was cancelled: ", msg), "", "cancelled"};
     default:
       return {500, "internal_error", absl::StrCat("backend error: ", msg), "", "internal_error"};
   }

@@ -12,10 +12,10 @@ namespace morserve::gateway {
 
 struct ApiError {
   int http_status = 500;
-  std::string type;     // "invalid_request_error", ...
+  std::string type;  // "invalid_request_error", ...
   std::string message;
-  std::string param;    // the request field at fault; empty: null
-  std::string code;     // machine-readable code; empty: null
+  std::string param;  // the request field at fault; empty: null
+  std::string code;   // machine-readable code; empty: null
 
   std::string ToJson() const;
 };

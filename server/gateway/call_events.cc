@@ -31,9 +31,9 @@ bool EventSink::Register(const std::shared_ptr<grpc::ClientContext>& ctx) {
 
 void EventSink::Unregister(const grpc::ClientContext* ctx) {
   std::lock_guard<std::mutex> lock(mu_);
-  live_.erase(std::remove_if(live_.begin(), live_.end(),
-                             [ctx](const auto& p) { return p.get() == ctx; }),
-              live_.end());
+  live_.erase(
+      std::remove_if(live_.begin(), live_.end(), [ctx](const auto& p) { return p.get() == ctx; }),
+      live_.end());
 }
 
 void EventSink::CancelAll() {

@@ -12,8 +12,9 @@
 //     coroutine that returns early (client gone) only cancels; the calls clean up.
 #pragma once
 
-#include <optional>
-#include <utility>  // before Boost.Asio's awaitable.hpp, which uses std::exchange
+// clang-format off
+#include <utility>  // first: Boost 1.74's asio/awaitable.hpp uses std::exchange unincluded
+// clang-format on
 
 #include <grpcpp/grpcpp.h>
 
@@ -24,6 +25,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "morserve/v1/morserve.pb.h"

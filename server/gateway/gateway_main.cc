@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "server/gateway/backend_discovery.h"
 #include "server/gateway/backend_pool.h"
 #include "server/gateway/gateway_metrics.h"
 #include "server/gateway/http_server.h"
@@ -29,18 +30,28 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   GatewayMetrics metrics;
-  BackendPool pool(options->backends, options->served_model_name, &metrics);
+  BackendPool pool(options->served_model_name, &metrics);
+  std::vector<BackendSource> sources;
+  for (const std::string& b : options->backends) sources.push_back(*ParseBackendSpec(b));
+  for (const std::string& f : options->backend_files) {
+    sources.push_back({BackendSource::Kind::kFile, f, 0});
+  }
+  BackendDiscovery discovery(std::move(sources), &pool);
+  discovery.Refresh();
   pool.Start(options->health_interval_ms);
+  discovery.Start(options->resolve_interval_ms);
   HttpServer server(GatewayContext{&*options, &pool, &metrics});
   absl::StatusOr<int> port = server.Listen(options->host, options->port);
   if (!port.ok()) {
     std::cerr << "morserve-gateway: " << port.status().message() << "\n";
+    discovery.Stop();
     pool.Stop();
     return 1;
   }
   std::cout << "gateway listening on " << options->host << ":" << *port << std::endl;
   pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
   server.Run(options->threads);
+  discovery.Stop();
   pool.Stop();
   return 0;
 }

@@ -8,8 +8,8 @@ namespace {
 
 // 1 ms to ~80 s, as the server's latency histograms.
 prometheus::Histogram::BucketBoundaries LatencyBuckets() {
-  return {0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
-          0.75,  1.0,    2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0};
+  return {0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,
+          0.5,   0.75,   1.0,   2.5,  5.0,  7.5,  10.0, 20.0, 40.0, 80.0};
 }
 
 }  // namespace
@@ -70,6 +70,11 @@ prometheus::Gauge& GatewayMetrics::BackendOutstanding(const std::string& backend
 
 prometheus::Gauge& GatewayMetrics::BackendUp(const std::string& backend) {
   return up_->Add({{"backend", backend}});
+}
+
+void GatewayMetrics::RemoveBackend(prometheus::Gauge* outstanding, prometheus::Gauge* up) {
+  outstanding_->Remove(outstanding);
+  up_->Remove(up);
 }
 
 std::string GatewayMetrics::Serialize() const {

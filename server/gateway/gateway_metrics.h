@@ -29,6 +29,8 @@ class GatewayMetrics {
   prometheus::Gauge& in_flight() { return *in_flight_; }
   prometheus::Gauge& BackendOutstanding(const std::string& backend);
   prometheus::Gauge& BackendUp(const std::string& backend);
+  // A backend left the pool: its two series disappear from /metrics.
+  void RemoveBackend(prometheus::Gauge* outstanding, prometheus::Gauge* up);
 
   // The text exposition format of everything registered.
   std::string Serialize() const;

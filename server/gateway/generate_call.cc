@@ -3,11 +3,11 @@
 
 namespace morserve::gateway {
 
-void GenerateCall::Start(BackendPool* pool, Backend* backend, const v1::GenerateRequest& request,
+void GenerateCall::Start(BackendPool* pool, BackendRef backend, const v1::GenerateRequest& request,
                          int choice, std::shared_ptr<EventSink> sink) {
   auto* call = new GenerateCall(pool, backend, choice, sink);
   if (!sink->Register(call->ctx_)) {
-    pool->Release(backend);
+    pool->Release(backend.get());
     delete call;
     CallEvent e;
     e.choice = choice;
@@ -32,7 +32,7 @@ void GenerateCall::OnReadDone(bool ok) {
 }
 
 void GenerateCall::OnDone(const grpc::Status& status) {
-  pool_->Release(backend_);
+  pool_->Release(backend_.get());
   CallEvent e;
   e.choice = choice_;
   e.done = true;

@@ -17,18 +17,18 @@ class GenerateCall : public grpc::ClientReadReactor<v1::GenerateResponse> {
  public:
   // Starts the call on `backend` (already Acquired; released when the call ends). When the
   // sink was cancelled first, a CANCELLED done event is pushed instead.
-  static void Start(BackendPool* pool, Backend* backend, const v1::GenerateRequest& request,
+  static void Start(BackendPool* pool, BackendRef backend, const v1::GenerateRequest& request,
                     int choice, std::shared_ptr<EventSink> sink);
 
   void OnReadDone(bool ok) override;
   void OnDone(const grpc::Status& status) override;
 
  private:
-  GenerateCall(BackendPool* pool, Backend* backend, int choice, std::shared_ptr<EventSink> sink)
-      : pool_(pool), backend_(backend), choice_(choice), sink_(std::move(sink)) {}
+  GenerateCall(BackendPool* pool, BackendRef backend, int choice, std::shared_ptr<EventSink> sink)
+      : pool_(pool), backend_(std::move(backend)), choice_(choice), sink_(std::move(sink)) {}
 
   BackendPool* pool_;
-  Backend* backend_;
+  BackendRef backend_;
   int choice_;
   std::shared_ptr<EventSink> sink_;
   std::shared_ptr<grpc::ClientContext> ctx_ = std::make_shared<grpc::ClientContext>();

@@ -3,21 +3,22 @@
 
 #include <sys/socket.h>
 
-#include <cerrno>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <cerrno>
 #include <memory>
 #include <vector>
 
 #include "server/gateway/call_events.h"
 #include "server/gateway/generate_call.h"
 #include "server/gateway/openai_response.h"
+#include "server/gateway/write_watchdog.h"
 
 namespace morserve::gateway {
 namespace {
 
 struct ChoiceState {
-  Backend* backend = nullptr;
+  BackendRef backend;
   int attempts = 0;
   bool received = false;  // a message of this choice arrived
   bool done = false;
@@ -35,7 +36,8 @@ class GenerationRun {
         header_(NewResponseHeader(req_.endpoint, std::move(model))),
         chunks_(req_, header_),
         sink_(std::make_shared<EventSink>(c.stream.get_executor())),
-        choices_(req_.calls.size()) {}
+        choices_(req_.calls.size()),
+        watchdog_(c.stream.socket(), std::chrono::seconds(g_.options->write_timeout_s)) {}
 
   net::awaitable<int> Run();
 
@@ -48,6 +50,7 @@ class GenerationRun {
   bool OnDone(int i, const grpc::Status& s);
   bool Ready() const;  // every choice has had a first event
   net::awaitable<bool> Flush(bool last);
+  net::awaitable<bool> FlushNow(bool last);
   net::awaitable<int> Fail(const ApiError& e);
   std::vector<ChoiceResult> MoveResults() {
     std::vector<ChoiceResult> out;
@@ -72,14 +75,15 @@ class GenerationRun {
   UsageTotals usage_;
   http::response<http::empty_body> sse_head_;
   std::optional<http::response_serializer<http::empty_body>> sse_serializer_;
+  WriteWatchdog watchdog_;
 };
 
 bool GenerationRun::StartChoice(int i, const Backend* exclude) {
-  Backend* b = g_.pool->Acquire(exclude);
+  BackendRef b = g_.pool->Acquire(exclude);
   if (b == nullptr) return false;
   choices_[i].backend = b;
   ++choices_[i].attempts;
-  GenerateCall::Start(g_.pool, b, req_.calls[i], i, sink_);
+  GenerateCall::Start(g_.pool, std::move(b), req_.calls[i], i, sink_);
   return true;
 }
 
@@ -88,8 +92,8 @@ bool GenerationRun::StartChoice(int i, const Backend* exclude) {
 void GenerationRun::WatchClient() {
   auto& socket = c_.stream.socket();
   socket.async_wait(net::socket_base::wait_read,
-                    [gone = client_gone_, sink = sink_, fd = socket.native_handle()](
-                        const boost::system::error_code& ec) {
+                    [gone = client_gone_, sink = sink_,
+                     fd = socket.native_handle()](const boost::system::error_code& ec) {
                       if (ec) return;
                       char ch;
                       const ssize_t n = ::recv(fd, &ch, 1, MSG_PEEK | MSG_DONTWAIT);
@@ -158,10 +162,10 @@ bool GenerationRun::OnDone(int i, const grpc::Status& s) {
                      (!st.received || !req_.stream) && !*client_gone_ &&
                      st.attempts < static_cast<int>(g_.pool->size()) + 1;
   if (retry) {
-    g_.pool->MarkDown(st.backend);
+    g_.pool->MarkDown(st.backend.get());
     st.received = false;
     st.result = ChoiceResult();
-    if (StartChoice(i, st.backend)) return true;
+    if (StartChoice(i, st.backend.get())) return true;
   }
   st.done = true;
   --remaining_;
@@ -182,8 +186,16 @@ bool GenerationRun::Apply(CallEvent& e) {
 
 // Writes the SSE headers (once) and the pending chunks; false when the client is gone.
 // Straight to the socket: tcp_stream's per-operation timeout would arm and cancel a timer
-// for every chunk; a client that stops reading is noticed when it disconnects instead.
+// for every chunk; the watchdog closes the socket when a write stalls (a client that stops
+// reading) with one timer wait per timeout period instead.
 net::awaitable<bool> GenerationRun::Flush(bool last) {
+  watchdog_.Begin();
+  const bool ok = co_await FlushNow(last);
+  watchdog_.End();
+  co_return ok;
+}
+
+net::awaitable<bool> GenerationRun::FlushNow(bool last) {
   boost::system::error_code ec;
   auto& socket = c_.stream.socket();
   if (!headers_sent_) {

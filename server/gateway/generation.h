@@ -12,10 +12,12 @@
 //     backends free the requests' KV blocks. The calls outlive the handler safely.
 #pragma once
 
-#include <optional>
-#include <utility>  // before Boost.Asio's awaitable.hpp, which uses std::exchange
+// clang-format off
+#include <utility>  // first: Boost 1.74's asio/awaitable.hpp uses std::exchange unincluded
+// clang-format on
 
 #include <boost/asio/awaitable.hpp>
+#include <optional>
 
 #include "server/gateway/http_conn.h"
 #include "server/gateway/openai_request.h"

@@ -4,14 +4,16 @@
 // connection's state needs no lock; only gRPC callbacks cross threads (see call_events.h).
 #pragma once
 
-#include <optional>
-#include <utility>  // before Boost.Asio's awaitable.hpp, which uses std::exchange
+// clang-format off
+#include <utility>  // first: Boost 1.74's asio/awaitable.hpp uses std::exchange unincluded
+// clang-format on
 
 #include <atomic>
 #include <boost/asio/awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <chrono>
+#include <optional>
 #include <string>
 
 #include "server/gateway/api_error.h"
@@ -43,8 +45,7 @@ struct HttpConn {
 };
 
 // Writes a complete response (throws boost::system::system_error when the client is gone).
-net::awaitable<void> WriteBody(HttpConn& c, int status, std::string body,
-                               const char* content_type);
+net::awaitable<void> WriteBody(HttpConn& c, int status, std::string body, const char* content_type);
 net::awaitable<void> WriteJson(HttpConn& c, int status, std::string body);
 net::awaitable<void> WriteError(HttpConn& c, const ApiError& e);
 

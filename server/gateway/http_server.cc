@@ -23,7 +23,6 @@ using net::ip::tcp;
 namespace {
 
 constexpr auto kIdleTimeout = std::chrono::seconds(300);
-constexpr auto kWriteTimeout = std::chrono::seconds(120);
 constexpr auto kDrainLimit = std::chrono::seconds(120);
 
 }  // namespace
@@ -38,7 +37,7 @@ net::awaitable<void> WriteBody(HttpConn& c, int status, std::string body,
   res.keep_alive(c.keep_alive);
   res.body() = std::move(body);
   res.prepare_payload();
-  c.stream.expires_after(kWriteTimeout);
+  c.stream.expires_after(std::chrono::seconds(c.gateway->options->write_timeout_s));
   co_await http::async_write(c.stream, res, net::use_awaitable);
   c.stream.expires_never();
 }
@@ -56,8 +55,10 @@ std::optional<ApiError> CheckModel(const BackendPool& pool, const std::string& r
   *model = pool.model();
   if (model->context_length == 0) return NoServingBackend();
   if (!requested.empty() && requested != model->name) {
-    return NotFound(absl::StrCat("The model '", requested, "' does not exist (this gateway "
-                                 "serves '", model->name, "')"),
+    return NotFound(absl::StrCat("The model '", requested,
+                                 "' does not exist (this gateway "
+                                 "serves '",
+                                 model->name, "')"),
                     "model_not_found");
   }
   return std::nullopt;
@@ -67,8 +68,15 @@ HttpServer::HttpServer(GatewayContext gateway) : gateway_(gateway) {}
 
 absl::StatusOr<int> HttpServer::Listen(const std::string& host, int port) {
   boost::system::error_code ec;
-  const net::ip::address addr = net::ip::make_address(host, ec);
-  if (ec) return absl::InvalidArgumentError(absl::StrCat("--host: not an IP address: ", host));
+  net::ip::address addr = net::ip::make_address(host, ec);
+  if (ec) {  // a name such as "localhost": its first address
+    tcp::resolver resolver(ioc_);
+    auto results = resolver.resolve(host, "", ec);
+    if (ec || results.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("--host: cannot resolve '", host, "'"));
+    }
+    addr = results.begin()->endpoint().address();
+  }
   acceptor_ = std::make_unique<tcp::acceptor>(net::make_strand(ioc_));
   const tcp::endpoint ep(addr, static_cast<unsigned short>(port));
   acceptor_->open(ep.protocol(), ec);
@@ -118,10 +126,10 @@ net::awaitable<void> HttpServer::Serve(tcp::socket socket) {
       if (ec) {
         // The body was not read, so the connection cannot be reused.
         c.keep_alive = false;
-        const ApiError e = ec == http::error::body_limit
-                               ? BodyTooLarge(gateway_.options->max_body_bytes)
-                               : InvalidRequest(absl::StrCat("malformed HTTP request: ",
-                                                             ec.message()));
+        const ApiError e =
+            ec == http::error::body_limit
+                ? BodyTooLarge(gateway_.options->max_body_bytes)
+                : InvalidRequest(absl::StrCat("malformed HTTP request: ", ec.message()));
         co_await WriteError(c, e);
         metrics.OnRequest("other", e.http_status, 0);
         break;

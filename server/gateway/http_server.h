@@ -3,13 +3,15 @@
 // SIGTERM/SIGINT close the acceptor, requests in flight finish, then the io threads end.
 #pragma once
 
-#include <optional>
-#include <utility>  // before Boost.Asio's awaitable.hpp, which uses std::exchange
+// clang-format off
+#include <utility>  // first: Boost 1.74's asio/awaitable.hpp uses std::exchange unincluded
+// clang-format on
 
 #include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"

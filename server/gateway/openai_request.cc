@@ -44,15 +44,28 @@ std::optional<ApiError> GetInt(const json& obj, const char* name, int64_t lo, in
   const json* v = Field(obj, name);
   if (v == nullptr) return std::nullopt;
   // 2.0 is accepted as 2 (JSON has one number type); 2.5 is not.
-  if (!v->is_number() || (v->is_number_float() && std::floor(v->get<double>()) != v->get<double>())) {
+  const bool whole_float = v->is_number_float() && std::isfinite(v->get<double>()) &&
+                           std::floor(v->get<double>()) == v->get<double>();
+  if (!v->is_number_integer() && !v->is_number_unsigned() && !whole_float) {
     return TypeError(name, "an integer");
   }
-  const double d = v->get<double>();
-  const int64_t i = v->is_number_unsigned() ? static_cast<int64_t>(std::min<uint64_t>(
-                                                  v->get<uint64_t>(), uint64_t{1} << 62))
-                    : v->is_number_integer() ? v->get<int64_t>()
-                                             : static_cast<int64_t>(d);
-  if (i < lo || i > hi) {
+  // Range-checked before any conversion (a huge double or uint64 does not fit int64_t).
+  bool in_range;
+  int64_t i = 0;
+  if (v->is_number_unsigned()) {
+    const uint64_t u = v->get<uint64_t>();
+    in_range = hi >= 0 && u <= static_cast<uint64_t>(hi);
+    if (in_range) i = static_cast<int64_t>(u);
+  } else if (v->is_number_integer()) {
+    i = v->get<int64_t>();
+    in_range = i >= lo && i <= hi;
+  } else {
+    const double d = v->get<double>();
+    in_range =
+        d >= static_cast<double>(lo) && d <= static_cast<double>(hi) && d < 9.2e18 && d > -9.2e18;
+    if (in_range) i = static_cast<int64_t>(d);
+  }
+  if (!in_range || i < lo || i > hi) {
     return InvalidRequest(absl::StrCat(name, ": must be in [", lo, ", ", hi, "], got ", v->dump()),
                           name);
   }
@@ -78,8 +91,9 @@ bool AsIds(const json& v, std::vector<int32_t>* ids) {
 // prompt: a string, an array of strings, an array of ids, or an array of arrays of ids.
 std::optional<ApiError> ParsePrompts(const json& body, std::vector<v1::GenerateRequest>* prompts) {
   const json* p = Field(body, "prompt");
-  const char* kShape = "a string, an array of strings, an array of token ids or an array of "
-                       "arrays of token ids";
+  const char* kShape =
+      "a string, an array of strings, an array of token ids or an array of "
+      "arrays of token ids";
   if (p == nullptr) return InvalidRequest("prompt: required", "prompt");
   std::vector<int32_t> ids;
   if (p->is_string()) {
@@ -113,13 +127,14 @@ std::optional<ApiError> MessageContent(const json& m, size_t i, std::string* out
     *out = c->get<std::string>();
     return std::nullopt;
   }
-  if (!c->is_array()) return InvalidRequest(param + ": expected a string or an array of parts", param);
+  if (!c->is_array())
+    return InvalidRequest(param + ": expected a string or an array of parts", param);
   for (const json& part : *c) {
     const json* type = part.is_object() ? Field(part, "type") : nullptr;
     const json* text = part.is_object() ? Field(part, "text") : nullptr;
     if (type == nullptr || *type != "text" || text == nullptr || !text->is_string()) {
-      return InvalidRequest(param + ": only {\"type\": \"text\", \"text\": ...} parts are supported",
-                            param);
+      return InvalidRequest(
+          param + ": only {\"type\": \"text\", \"text\": ...} parts are supported", param);
     }
     if (!out->empty()) out->push_back('\n');
     out->append(text->get<std::string>());
@@ -127,13 +142,12 @@ std::optional<ApiError> MessageContent(const json& m, size_t i, std::string* out
   return std::nullopt;
 }
 
-std::optional<ApiError> ParseMessages(const json& body, v1::GenerateRequest* r) {
+std::optional<ApiError> ParseMessages(const json& body, v1::ChatInput* chat) {
   const json* msgs = Field(body, "messages");
   if (msgs == nullptr) return InvalidRequest("messages: required", "messages");
   if (!msgs->is_array() || msgs->empty()) {
     return InvalidRequest("messages: expected a non-empty array", "messages");
   }
-  v1::ChatInput* chat = r->mutable_chat();
   for (size_t i = 0; i < msgs->size(); ++i) {
     const json& m = (*msgs)[i];
     const std::string param = absl::StrCat("messages[", i, "]");
@@ -213,10 +227,13 @@ std::optional<ApiError> ParseOutput(const json& body, OpenAiRequest* out, v1::Ge
   std::optional<int64_t> i;
   std::optional<bool> b;
   const bool chat = out->endpoint == Endpoint::kChat;
-  const char* max_name =
-      chat && Field(body, "max_completion_tokens") != nullptr ? "max_completion_tokens" : "max_tokens";
+  const char* max_name = chat && Field(body, "max_completion_tokens") != nullptr
+                             ? "max_completion_tokens"
+                             : "max_tokens";
   if (auto e = GetInt(body, max_name, 1, std::numeric_limits<int32_t>::max(), &i)) return e;
   if (i) r->set_max_tokens(static_cast<int32_t>(*i));
+  // Chat without a limit runs to the context, as vLLM does; completions keep OpenAI's 16.
+  if (!i && chat) r->set_max_tokens_to_context(true);
   i.reset();
   if (auto e = GetInt(body, "n", 1, kMaxChoices, &i)) return e;
   out->n = i.value_or(1);
@@ -291,7 +308,7 @@ std::optional<ApiError> ParseOpenAiRequest(Endpoint endpoint, std::string_view t
   if (auto e = ParseOutput(*body, out, &base)) return e;
   std::vector<v1::GenerateRequest> prompts;
   if (endpoint == Endpoint::kChat) {
-    if (auto e = ParseMessages(*body, &prompts.emplace_back())) return e;
+    if (auto e = ParseMessages(*body, prompts.emplace_back().mutable_chat())) return e;
   } else if (auto e = ParsePrompts(*body, &prompts)) {
     return e;
   }
@@ -319,13 +336,20 @@ std::optional<ApiError> ParseTokenizeRequest(std::string_view text, std::string*
   std::optional<json> body = ParseObject(text, &error);
   if (!body) return error;
   if (auto e = GetModel(*body, model)) return e;
-  if (Field(*body, "messages") != nullptr) {
-    return InvalidRequest("messages: /tokenize takes a prompt string only", "messages");
-  }
-  const json* p = Field(*body, "prompt");
-  if (p == nullptr || !p->is_string()) return TypeError("prompt", "a string");
-  out->set_text(p->get<std::string>());
   std::optional<bool> b;
+  if (Field(*body, "messages") != nullptr) {  // vLLM's TokenizeChatRequest
+    if (Field(*body, "prompt") != nullptr) {
+      return InvalidRequest("prompt: give either prompt or messages, not both", "prompt");
+    }
+    if (auto e = ParseMessages(*body, out->mutable_chat())) return e;
+    if (auto e = GetBool(*body, "add_generation_prompt", &b)) return e;
+    if (b) out->mutable_chat()->set_add_generation_prompt(*b);
+  } else {
+    const json* p = Field(*body, "prompt");
+    if (p == nullptr || !p->is_string()) return TypeError("prompt", "a string");
+    out->set_text(p->get<std::string>());
+  }
+  b.reset();
   if (auto e = GetBool(*body, "add_special_tokens", &b)) return e;
   if (b) out->set_add_special_tokens(*b);
   return std::nullopt;

@@ -37,7 +37,10 @@ constexpr int kMaxLogprobs = 20;
 std::optional<ApiError> ParseOpenAiRequest(Endpoint endpoint, std::string_view body,
                                            OpenAiRequest* out);
 
-// POST /tokenize: {"prompt": "...", "add_special_tokens": bool, "model": ...}.
+// POST /tokenize (vLLM's two shapes): {"prompt": "...", "add_special_tokens": bool (default
+// true), "model"} or {"messages": [...], "add_generation_prompt": bool (default true),
+// "add_special_tokens": bool (default false), "model"}; messages go to the backend as
+// TokenizeRequest.chat and are rendered with its chat template.
 std::optional<ApiError> ParseTokenizeRequest(std::string_view body, std::string* model,
                                              v1::TokenizeRequest* out);
 

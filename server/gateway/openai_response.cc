@@ -26,10 +26,8 @@ ojson Bytes(const std::string& s) {
 }
 
 // Completions' legacy logprobs object for `tokens`; text offsets continue from *offset.
-ojson CompletionLogprobs(const google::protobuf::RepeatedPtrField<v1::Token>& tokens,
-                         int* offset) {
-  ojson toks = ojson::array(), lps = ojson::array(), tops = ojson::array(),
-        offs = ojson::array();
+ojson CompletionLogprobs(const google::protobuf::RepeatedPtrField<v1::Token>& tokens, int* offset) {
+  ojson toks = ojson::array(), lps = ojson::array(), tops = ojson::array(), offs = ojson::array();
   for (const v1::Token& t : tokens) {
     toks.push_back(t.text());
     lps.push_back(t.logprob());
@@ -105,11 +103,16 @@ ResponseHeader NewResponseHeader(Endpoint endpoint, std::string model) {
 
 const char* FinishReasonName(v1::FinishReason r) {
   switch (r) {
-    case v1::FINISH_REASON_LENGTH: return "length";
-    case v1::FINISH_REASON_STOP: return "stop";
-    case v1::FINISH_REASON_CANCELLED: return "abort";
-    case v1::FINISH_REASON_ERROR: return "error";
-    default: return "stop";
+    case v1::FINISH_REASON_LENGTH:
+      return "length";
+    case v1::FINISH_REASON_STOP:
+      return "stop";
+    case v1::FINISH_REASON_CANCELLED:
+      return "abort";
+    case v1::FINISH_REASON_ERROR:
+      return "error";
+    default:
+      return "stop";
   }
 }
 
@@ -148,11 +151,21 @@ void AppendJsonString(std::string_view s, std::string* out) {
   for (char ch : s) {
     const unsigned char c = static_cast<unsigned char>(ch);
     switch (c) {
-      case '"': out->append("\\\""); break;
-      case '\\': out->append("\\\\"); break;
-      case '\n': out->append("\\n"); break;
-      case '\r': out->append("\\r"); break;
-      case '\t': out->append("\\t"); break;
+      case '"':
+        out->append("\\\"");
+        break;
+      case '\\':
+        out->append("\\\\");
+        break;
+      case '\n':
+        out->append("\\n");
+        break;
+      case '\r':
+        out->append("\\r");
+        break;
+      case '\t':
+        out->append("\\t");
+        break;
       default:
         if (c < 0x20) {
           out->append("\\u00");
@@ -200,10 +213,9 @@ void ChunkWriter::Delta(int index, std::string_view text, const v1::GenerateResp
 
 void ChunkWriter::Finish(int index, const v1::Finished& f, std::string* out) const {
   const bool chat = req_.endpoint == Endpoint::kChat;
-  absl::StrAppend(out, prefix_, "{\"index\":", index,
-                  chat ? ",\"delta\":{}" : ",\"text\":\"\"", ",\"logprobs\":null,\"finish_reason\":\"",
-                  FinishReasonName(f.reason()), "\",\"stop_reason\":", Dump(StopReason(f)),
-                  "}]}\n\n");
+  absl::StrAppend(out, prefix_, "{\"index\":", index, chat ? ",\"delta\":{}" : ",\"text\":\"\"",
+                  ",\"logprobs\":null,\"finish_reason\":\"", FinishReasonName(f.reason()),
+                  "\",\"stop_reason\":", Dump(StopReason(f)), "}]}\n\n");
 }
 
 void ChunkWriter::Usage(const UsageTotals& u, std::string* out) const {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "server/gateway/backend_discovery.h"
 
 namespace morserve::gateway {
 namespace {
@@ -23,17 +24,8 @@ absl::Status ParseInt(const std::string& flag, const std::string& value, int64_t
   return absl::OkStatus();
 }
 
-// "host:port" with a non-empty host and a port in [1, 65535].
-absl::Status CheckBackend(const std::string& b) {
-  const size_t colon = b.rfind(':');
-  int port = 0;
-  if (colon == std::string::npos || colon == 0 || !absl::SimpleAtoi(b.substr(colon + 1), &port) ||
-      port < 1 || port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--backend: expected HOST:PORT (port 1..65535), got '", b, "'"));
-  }
-  return absl::OkStatus();
-}
+// "host:port" or "dns:name:port" with a non-empty host and a port in [1, 65535].
+absl::Status CheckBackend(const std::string& b) { return ParseBackendSpec(b).status(); }
 
 absl::Status Apply(const std::string& flag, const std::string& value, GatewayOptions* o) {
   int64_t n = 0;
@@ -43,6 +35,21 @@ absl::Status Apply(const std::string& flag, const std::string& value, GatewayOpt
       if (auto s = CheckBackend(b); !s.ok()) return s;
       o->backends.push_back(std::move(b));
     }
+    return absl::OkStatus();
+  }
+  if (flag == "--backend-file") {
+    if (value.empty()) return absl::InvalidArgumentError("--backend-file: must not be empty");
+    o->backend_files.push_back(value);
+    return absl::OkStatus();
+  }
+  if (flag == "--resolve-interval-ms") {
+    if (auto s = ParseInt(flag, value, 10, 3600000, &n); !s.ok()) return s;
+    o->resolve_interval_ms = static_cast<int>(n);
+    return absl::OkStatus();
+  }
+  if (flag == "--write-timeout-s") {
+    if (auto s = ParseInt(flag, value, 1, 86400, &n); !s.ok()) return s;
+    o->write_timeout_s = static_cast<int>(n);
     return absl::OkStatus();
   }
   if (flag == "--host") {
@@ -86,8 +93,14 @@ absl::Status Apply(const std::string& flag, const std::string& value, GatewayOpt
 }  // namespace
 
 const char* GatewayUsage() {
-  return "usage: morserve-gateway --backend HOST:PORT [--backend HOST:PORT ...]\n"
+  return "usage: morserve-gateway --backend HOST:PORT|dns:NAME:PORT [...] | --backend-file PATH\n"
          "  --backend HOST:PORT      morserve gRPC server (repeatable, or comma-separated)\n"
+         "  --backend dns:NAME:PORT  one backend per address NAME resolves to, re-resolved\n"
+         "                           (a Kubernetes headless Service: one per ready pod)\n"
+         "  --backend-file PATH      HOST:PORT per line ('#' comments), re-read (repeatable)\n"
+         "  --resolve-interval-ms N  re-resolve dns: names / re-read files (default 5000)\n"
+         "  --write-timeout-s N      close a connection whose response write stalls N s and\n"
+         "                           cancel its backend calls (default 60)\n"
          "  --host HOST              listen address (default 127.0.0.1)\n"
          "  --port N                 listen port (default 8000; 0 = ephemeral)\n"
          "  --api-key KEY            require 'Authorization: Bearer KEY' on /v1 and /tokenize\n"
@@ -103,8 +116,8 @@ absl::StatusOr<GatewayOptions> ParseGatewayOptions(int argc, char** argv) {
     std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") return absl::NotFoundError(GatewayUsage());
     if (!absl::StartsWith(arg, "--")) {
-      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", arg, "'\n",
-                                                     GatewayUsage()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("unexpected argument '", arg, "'\n", GatewayUsage()));
     }
     std::string value;
     if (const size_t eq = arg.find('='); eq != std::string::npos) {
@@ -117,9 +130,9 @@ absl::StatusOr<GatewayOptions> ParseGatewayOptions(int argc, char** argv) {
     }
     if (auto s = Apply(arg, value, &o); !s.ok()) return s;
   }
-  if (o.backends.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("--backend: at least one is required\n",
-                                                   GatewayUsage()));
+  if (o.backends.empty() && o.backend_files.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--backend or --backend-file: at least one is required\n", GatewayUsage()));
   }
   return o;
 }

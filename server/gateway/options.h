@@ -11,9 +11,14 @@
 namespace morserve::gateway {
 
 struct GatewayOptions {
-  std::vector<std::string> backends;  // HOST:PORT of morserve gRPC servers (at least one)
+  // HOST:PORT or dns:NAME:PORT of morserve gRPC servers, and files listing HOST:PORT lines
+  // (backend_discovery.h); at least one of the two.
+  std::vector<std::string> backends;
+  std::vector<std::string> backend_files;
+  int resolve_interval_ms = 5000;  // how often dns: names and backend files are re-read
+  int write_timeout_s = 60;        // a response write stalled this long closes the connection
   std::string host = "127.0.0.1";
-  int port = 8000;  // 0: an ephemeral port (printed on start)
+  int port = 8000;      // 0: an ephemeral port (printed on start)
   std::string api_key;  // empty: no authentication
   int threads = 2;      // HTTP io threads
   int64_t max_body_bytes = 1 << 20;

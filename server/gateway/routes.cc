@@ -59,13 +59,13 @@ net::awaitable<int> Metrics(HttpConn& c) {
 // POST /tokenize (vLLM's shape): {"count", "max_model_len", "tokens"}.
 net::awaitable<int> Tokenize(HttpConn& c, const HttpRequest& req) {
   std::string requested;
-  auto state = std::make_shared<std::tuple<grpc::ClientContext, v1::TokenizeRequest,
-                                           v1::TokenizeResponse>>();
+  auto state = std::make_shared<
+      std::tuple<grpc::ClientContext, v1::TokenizeRequest, v1::TokenizeResponse>>();
   auto& [ctx, request, response] = *state;
   std::optional<ApiError> error = ParseTokenizeRequest(req.body(), &requested, &request);
   ServedModel model;
   if (!error) error = CheckModel(*c.gateway->pool, requested, &model);
-  Backend* b = error ? nullptr : c.gateway->pool->Acquire();
+  BackendRef b = error ? nullptr : c.gateway->pool->Acquire();
   if (!error && b == nullptr) error = NoServingBackend();
   if (error) {
     co_await WriteError(c, *error);
@@ -73,14 +73,13 @@ net::awaitable<int> Tokenize(HttpConn& c, const HttpRequest& req) {
   }
   auto sink = std::make_shared<EventSink>(c.stream.get_executor());
   BackendPool* pool = c.gateway->pool;
-  b->stub->async()->Tokenize(&ctx, &request, &response,
-                             [state, sink, pool, b](grpc::Status s) {
-                               pool->Release(b);
-                               CallEvent e;
-                               e.done = true;
-                               e.status = std::move(s);
-                               sink->Push(std::move(e));
-                             });
+  b->stub->async()->Tokenize(&ctx, &request, &response, [state, sink, pool, b](grpc::Status s) {
+    pool->Release(b.get());
+    CallEvent e;
+    e.done = true;
+    e.status = std::move(s);
+    sink->Push(std::move(e));
+  });
   std::vector<CallEvent> events;
   while (events.empty()) {
     co_await sink->Wait();
@@ -122,8 +121,7 @@ net::awaitable<int> Route(HttpConn& c, const HttpRequest& req, std::string* endp
   *endpoint = route ? route->label : "other";
   std::optional<ApiError> error;
   if (route == nullptr) {
-    error = NotFound(absl::StrCat("no route for ", method, " ", target),
-                     "unknown_url");
+    error = NotFound(absl::StrCat("no route for ", method, " ", target), "unknown_url");
   } else if (route->post ? !post : !get) {
     error = ApiError{405, "invalid_request_error",
                      absl::StrCat(target, " takes ", route->post ? "POST" : "GET"), "",
@@ -136,8 +134,10 @@ net::awaitable<int> Route(HttpConn& c, const HttpRequest& req, std::string* endp
     co_await WriteError(c, *error);
     co_return error->http_status;
   }
-  if (target == "/v1/completions") co_return co_await HandleGeneration(c, Endpoint::kCompletions, req);
-  if (target == "/v1/chat/completions") co_return co_await HandleGeneration(c, Endpoint::kChat, req);
+  if (target == "/v1/completions")
+    co_return co_await HandleGeneration(c, Endpoint::kCompletions, req);
+  if (target == "/v1/chat/completions")
+    co_return co_await HandleGeneration(c, Endpoint::kChat, req);
   if (target == "/v1/models") co_return co_await Models(c);
   if (target == "/health") co_return co_await Health(c);
   if (target == "/metrics") co_return co_await Metrics(c);

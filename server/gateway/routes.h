@@ -3,10 +3,12 @@
 // endpoints (/v1/models, /health, /metrics, /tokenize). Generation is in generation.h.
 #pragma once
 
-#include <optional>
-#include <utility>  // before Boost.Asio's awaitable.hpp, which uses std::exchange
+// clang-format off
+#include <utility>  // first: Boost 1.74's asio/awaitable.hpp uses std::exchange unincluded
+// clang-format on
 
 #include <boost/asio/awaitable.hpp>
+#include <optional>
 #include <string>
 
 #include "server/gateway/http_conn.h"

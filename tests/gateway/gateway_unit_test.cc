@@ -3,7 +3,10 @@
 // the JSON escaping of the streaming fast path, and SSE chunks that parse as OpenAI chunks.
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "nlohmann/json.hpp"
+#include "server/gateway/backend_discovery.h"
 #include "server/gateway/openai_request.h"
 #include "server/gateway/openai_response.h"
 #include "server/gateway/options.h"
@@ -35,8 +38,8 @@ TEST(OpenAiRequestTest, PromptShapesBecomeOneCallPerChoice) {
   OpenAiRequest ids = Parse(Endpoint::kCompletions, {{"prompt", {5, 6, 7}}});
   ASSERT_EQ(ids.calls.size(), 1u);
   EXPECT_EQ(ids.calls[0].token_ids().ids_size(), 3);
-  OpenAiRequest many = Parse(Endpoint::kCompletions,
-                             {{"prompt", {json{1, 2}, json("x")}}, {"n", 2}, {"seed", 7}});
+  OpenAiRequest many =
+      Parse(Endpoint::kCompletions, {{"prompt", {json{1, 2}, json("x")}}, {"n", 2}, {"seed", 7}});
   ASSERT_EQ(many.calls.size(), 4u);
   EXPECT_EQ(many.num_prompts, 2);
   EXPECT_EQ(many.calls[0].token_ids().ids(1), 2);
@@ -49,13 +52,25 @@ TEST(OpenAiRequestTest, PromptShapesBecomeOneCallPerChoice) {
 }
 
 TEST(OpenAiRequestTest, SamplingAndVllmFieldsMapToTheProto) {
-  OpenAiRequest r = Parse(
-      Endpoint::kCompletions,
-      {{"prompt", "p"}, {"temperature", 0.5}, {"top_p", 0.9}, {"top_k", 40}, {"min_p", 0.1},
-       {"repetition_penalty", 1.2}, {"presence_penalty", 0.5}, {"frequency_penalty", -0.5},
-       {"max_tokens", 9}, {"stop", "END"}, {"stop_token_ids", {3, 4}}, {"ignore_eos", true},
-       {"skip_special_tokens", false}, {"logprobs", 2}, {"user", "u"}, {"unknown", {1}},
-       {"stream", true}, {"stream_options", {{"include_usage", true}}}, {"suffix", nullptr}});
+  OpenAiRequest r = Parse(Endpoint::kCompletions, {{"prompt", "p"},
+                                                   {"temperature", 0.5},
+                                                   {"top_p", 0.9},
+                                                   {"top_k", 40},
+                                                   {"min_p", 0.1},
+                                                   {"repetition_penalty", 1.2},
+                                                   {"presence_penalty", 0.5},
+                                                   {"frequency_penalty", -0.5},
+                                                   {"max_tokens", 9},
+                                                   {"stop", "END"},
+                                                   {"stop_token_ids", {3, 4}},
+                                                   {"ignore_eos", true},
+                                                   {"skip_special_tokens", false},
+                                                   {"logprobs", 2},
+                                                   {"user", "u"},
+                                                   {"unknown", {1}},
+                                                   {"stream", true},
+                                                   {"stream_options", {{"include_usage", true}}},
+                                                   {"suffix", nullptr}});
   const v1::GenerateRequest& c = r.calls[0];
   EXPECT_FLOAT_EQ(c.sampling().temperature(), 0.5f);
   EXPECT_FLOAT_EQ(c.sampling().top_p(), 0.9f);
@@ -78,15 +93,25 @@ TEST(OpenAiRequestTest, SamplingAndVllmFieldsMapToTheProto) {
 
   OpenAiRequest chat = Parse(
       Endpoint::kChat,
-      {{"messages", {{{"role", "user"}, {"content", {{{"type", "text"}, {"text", "a"}},
-                                                      {{"type", "text"}, {"text", "b"}}}}},
-                     {{"role", "assistant"}, {"content", nullptr}}}},
-       {"max_completion_tokens", 3}, {"max_tokens", 99}, {"logprobs", true},
+      {{"messages",
+        {{{"role", "user"},
+          {"content", {{{"type", "text"}, {"text", "a"}}, {{"type", "text"}, {"text", "b"}}}}},
+         {{"role", "assistant"}, {"content", nullptr}}}},
+       {"max_completion_tokens", 3},
+       {"max_tokens", 99},
+       {"logprobs", true},
        {"top_logprobs", 4}});
   ASSERT_EQ(chat.calls[0].chat().messages_size(), 2);
   EXPECT_EQ(chat.calls[0].chat().messages(0).content(), "a\nb");
   EXPECT_EQ(chat.calls[0].chat().messages(1).content(), "");
   EXPECT_EQ(chat.calls[0].max_tokens(), 3);
+  EXPECT_FALSE(chat.calls[0].max_tokens_to_context());
+  // Without a limit chat runs to the context (vLLM); completions keep the default of 16.
+  OpenAiRequest open_chat =
+      Parse(Endpoint::kChat, {{"messages", {{{"role", "user"}, {"content", "x"}}}}});
+  EXPECT_FALSE(open_chat.calls[0].has_max_tokens());
+  EXPECT_TRUE(open_chat.calls[0].max_tokens_to_context());
+  EXPECT_FALSE(Parse(Endpoint::kCompletions, {{"prompt", "x"}}).calls[0].max_tokens_to_context());
   EXPECT_EQ(chat.logprobs, 4);
   EXPECT_EQ(chat.calls[0].logprobs(), 4);
 }
@@ -95,20 +120,86 @@ TEST(OpenAiRequestTest, BadFieldsNameTheField) {
   EXPECT_EQ(ParseError(Endpoint::kCompletions, "{").http_status, 400);
   EXPECT_EQ(ParseError(Endpoint::kCompletions, "{\"prompt\": \"x\", \"n\": 1.5}").param, "n");
   EXPECT_EQ(ParseError(Endpoint::kCompletions, "{\"prompt\": \"x\", \"n\": 200}").param, "n");
+  EXPECT_EQ(ParseError(Endpoint::kCompletions, "{\"prompt\": \"x\", \"n\": 1e300}").param, "n");
+  EXPECT_EQ(
+      ParseError(Endpoint::kCompletions, "{\"prompt\": \"x\", \"seed\": 18446744073709551615}")
+          .param,
+      "seed");
   EXPECT_EQ(ParseError(Endpoint::kCompletions, "{\"prompt\": \"x\", \"stop\": 3}").param, "stop");
   EXPECT_EQ(ParseError(Endpoint::kCompletions, "{\"prompt\": \"x\", \"logprobs\": 21}").param,
             "logprobs");
-  EXPECT_EQ(ParseError(Endpoint::kCompletions,
-                       "{\"prompt\": \"x\", \"echo\": true, \"logprobs\": 1}").param,
-            "echo");
+  EXPECT_EQ(
+      ParseError(Endpoint::kCompletions, "{\"prompt\": \"x\", \"echo\": true, \"logprobs\": 1}")
+          .param,
+      "echo");
   EXPECT_EQ(ParseError(Endpoint::kCompletions, "{\"prompt\": [[1], [\"a\"]]}").param, "prompt");
   EXPECT_EQ(ParseError(Endpoint::kCompletions, "{\"prompt\": [99999999999]}").param, "prompt");
-  EXPECT_EQ(ParseError(Endpoint::kChat, "{\"messages\": [{\"role\": \"user\", \"content\": "
-                                        "[{\"type\": \"image_url\"}]}]}")
+  EXPECT_EQ(ParseError(Endpoint::kChat,
+                       "{\"messages\": [{\"role\": \"user\", \"content\": "
+                       "[{\"type\": \"image_url\"}]}]}")
                 .param,
             "messages[0].content");
   EXPECT_EQ(ParseError(Endpoint::kChat, "{\"messages\": \"hi\"}").param, "messages");
   EXPECT_EQ(ParseError(Endpoint::kCompletions, "{\"prompt\": \"x\", \"model\": 3}").param, "model");
+}
+
+// Malformed bodies never crash or throw: byte mutations of valid bodies (and JSON values of
+// every type in every field) parse to a request or to a 400.
+TEST(OpenAiRequestTest, MutatedBodiesGiveARequestOrA400) {
+  const std::vector<std::string> seeds = {
+      R"({"prompt": ["a", [1, 2]], "n": 2, "seed": 3, "stop": ["x"], "logprobs": 1,
+          "stream": true, "stream_options": {"include_usage": true}, "max_tokens": 4})",
+      R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+          "logprobs": true, "top_logprobs": 2, "max_completion_tokens": 3, "top_k": 5})"};
+  std::mt19937 rng(7);
+  int parsed = 0, rejected = 0;
+  for (int i = 0; i < 20000; ++i) {
+    std::string body = seeds[i % 2];
+    const int edits = 1 + static_cast<int>(rng() % 4);
+    for (int e = 0; e < edits; ++e) {
+      const size_t at = rng() % body.size();
+      switch (rng() % 3) {
+        case 0:
+          body[at] = static_cast<char>(rng() % 256);
+          break;
+        case 1:
+          body.erase(at, 1 + rng() % 8);
+          break;
+        default:
+          body.insert(at, std::string(1, "{}[]\",:0-9.eE\\ntfu"[rng() % 20]));
+      }
+      if (body.empty()) body = "{";
+    }
+    for (Endpoint ep : {Endpoint::kCompletions, Endpoint::kChat}) {
+      OpenAiRequest r;
+      std::optional<ApiError> err;
+      ASSERT_NO_THROW(err = ParseOpenAiRequest(ep, body, &r)) << body;
+      if (err) {
+        EXPECT_EQ(err->http_status, 400);
+        ++rejected;
+      } else {
+        EXPECT_GE(r.calls.size(), 1u);
+        ++parsed;
+      }
+    }
+  }
+  // Each field with a value of each JSON type.
+  const std::vector<json> values = {
+      nullptr, true, -1, 2.5, "s", json::array(), json::object(), json::array({1, "x"}), 1e300};
+  for (const char* field : {"prompt", "messages", "n", "seed", "stop", "logprobs", "top_logprobs",
+                            "max_tokens", "temperature", "stream_options", "stop_token_ids",
+                            "ignore_eos", "model", "echo", "top_k"}) {
+    for (const json& v : values) {
+      json body = {{"prompt", "p"}, {"messages", {{{"role", "user"}, {"content", "c"}}}}};
+      body[field] = v;
+      for (Endpoint ep : {Endpoint::kCompletions, Endpoint::kChat}) {
+        OpenAiRequest r;
+        ASSERT_NO_THROW(ParseOpenAiRequest(ep, body.dump(), &r)) << body.dump();
+      }
+    }
+  }
+  EXPECT_GT(parsed, 0);
+  EXPECT_GT(rejected, 0);
 }
 
 TEST(OpenAiResponseTest, JsonEscapingRoundTrips) {
@@ -120,7 +211,8 @@ TEST(OpenAiResponseTest, JsonEscapingRoundTrips) {
 
 TEST(OpenAiResponseTest, ChunksAreOpenAiShapes) {
   OpenAiRequest req = Parse(Endpoint::kChat, {{"messages", {{{"role", "user"}, {"content", "x"}}}},
-                                              {"logprobs", true}, {"top_logprobs", 1}});
+                                              {"logprobs", true},
+                                              {"top_logprobs", 1}});
   ResponseHeader h = NewResponseHeader(Endpoint::kChat, "m\"odel");
   ChunkWriter w(req, h);
   v1::GenerateResponse m;
@@ -167,8 +259,9 @@ TEST(OpenAiResponseTest, ChunksAreOpenAiShapes) {
 }
 
 TEST(GatewayOptionsTest, FlagsParseAndBadOnesAreNamed) {
-  const char* argv[] = {"gw", "--backend", "a:1,b:2", "--backend=c:3", "--port", "0",
-                        "--threads", "3", "--max-body-bytes", "100", "--api-key", "k"};
+  const char* argv[] = {"gw",        "--backend", "a:1,b:2", "--backend=c:3",    "--port",
+                        "0",         "--threads", "3",       "--max-body-bytes", "100",
+                        "--api-key", "k"};
   auto o = ParseGatewayOptions(12, const_cast<char**>(argv));
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(o->backends, (std::vector<std::string>{"a:1", "b:2", "c:3"}));
@@ -184,6 +277,61 @@ TEST(GatewayOptionsTest, FlagsParseAndBadOnesAreNamed) {
             std::string::npos);
   const char* bad3[] = {"gw"};
   EXPECT_FALSE(ParseGatewayOptions(1, const_cast<char**>(bad3)).ok());
+}
+
+TEST(GatewayOptionsTest, DiscoveryFlags) {
+  const char* argv[] = {"gw",
+                        "--backend",
+                        "dns:morserve-grpc:50051",
+                        "--backend-file",
+                        "/f",
+                        "--resolve-interval-ms",
+                        "250",
+                        "--write-timeout-s",
+                        "7"};
+  auto o = ParseGatewayOptions(9, const_cast<char**>(argv));
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->backends, (std::vector<std::string>{"dns:morserve-grpc:50051"}));
+  EXPECT_EQ(o->backend_files, (std::vector<std::string>{"/f"}));
+  EXPECT_EQ(o->resolve_interval_ms, 250);
+  EXPECT_EQ(o->write_timeout_s, 7);
+  const char* only_file[] = {"gw", "--backend-file", "/f"};
+  EXPECT_TRUE(ParseGatewayOptions(3, const_cast<char**>(only_file)).ok());
+  for (const char* bad : {"dns:name", "dns::1", "dns:a:b:1", "dns:name:0", "dns:name:x"}) {
+    const char* a[] = {"gw", "--backend", bad};
+    auto r = ParseGatewayOptions(3, const_cast<char**>(a));
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("dns:NAME:PORT"), std::string::npos) << r.status();
+  }
+  const char* bad_timeout[] = {"gw", "--backend", "a:1", "--write-timeout-s", "0"};
+  EXPECT_NE(ParseGatewayOptions(5, const_cast<char**>(bad_timeout))
+                .status()
+                .message()
+                .find("--write-timeout-s"),
+            std::string::npos);
+}
+
+TEST(BackendDiscoveryTest, SpecsAndFileLines) {
+  auto dns = ParseBackendSpec("dns:svc.ns.svc.cluster.local:50051");
+  ASSERT_TRUE(dns.ok());
+  EXPECT_EQ(dns->kind, BackendSource::Kind::kDns);
+  EXPECT_EQ(dns->value, "svc.ns.svc.cluster.local");
+  EXPECT_EQ(dns->port, 50051);
+  auto fixed = ParseBackendSpec("[::1]:7");
+  ASSERT_TRUE(fixed.ok());
+  EXPECT_EQ(fixed->kind, BackendSource::Kind::kFixed);
+  EXPECT_EQ(fixed->value, "[::1]:7");
+
+  auto lines = ParseBackendFile("f", "# pods\n10.0.0.1:50051\n\n  10.0.0.2:50051  # b\r\n");
+  ASSERT_TRUE(lines.ok()) << lines.status();
+  EXPECT_EQ(*lines, (std::vector<std::string>{"10.0.0.1:50051", "10.0.0.2:50051"}));
+  EXPECT_TRUE(ParseBackendFile("f", "")->empty());
+  auto bad = ParseBackendFile("list.txt", "10.0.0.1:50051\nnot-an-address\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("list.txt:2"), std::string::npos) << bad.status();
+
+  EXPECT_EQ(TargetOf("10.1.2.3", 5, false), "10.1.2.3:5");
+  EXPECT_EQ(TargetOf("::1", 5, true), "[::1]:5");
 }
 
 }  // namespace

@@ -250,10 +250,11 @@ TEST_F(LoadTestE2E, DurationEndsTheRunAndCutsOpenRequests) {
 TEST_F(LoadTestE2E, NumRequestsBoundsTheRun) {
   ServerProcess server;
   StartOrDie(&server, dir_->File("mor"), {"--threads", "1"});
-  LoadTestRun run = RunLoadTest(
-      {"--grpc", server.address(), "--input-len", "uniform:1:6", "--output-len", "uniform:1:5",
-       "--num-requests", "25", "--request-rate", "50", "--burstiness", "0.5", "--no-progress"},
-      dir_->File("n.json"));
+  LoadTestRun run =
+      RunLoadTest({"--grpc", server.address(), "--input-len", "uniform:1:6", "--output-len",
+                   "uniform:1:5", "--num-requests", "25", "--request-rate", "50", "--burstiness",
+                   "0.5", "--no-progress", "--plots", dir_->File("plots-no-metrics")},
+                  dir_->File("n.json"));
   ASSERT_EQ(run.exit_code, 0) << run.output;
   const Json& res = run.json["results"];
   EXPECT_EQ(Int(res, {"requests", "sent"}), 25);
@@ -261,6 +262,10 @@ TEST_F(LoadTestE2E, NumRequestsBoundsTheRun) {
   EXPECT_FALSE(run.json["stopped_by_duration"].get<bool>());
   EXPECT_EQ(res["token_counts"]["streamed"], res["token_counts"]["usage"]);
   EXPECT_EQ(ServerCounter(server, "morserve_requests_finished_total{reason=\"length\"}"), 25);
+  // Without --metrics-url: latency and throughput plots, no server-metrics plot.
+  EXPECT_NE(ReadFile(dir_->File("plots-no-metrics/latency_cdf.svg")).find("<svg"),
+            std::string::npos);
+  EXPECT_FALSE(std::ifstream(dir_->File("plots-no-metrics/server_metrics.svg")).good());
 }
 
 TEST_F(LoadTestE2E, CompareScriptRunsThreeServersSideBySide) {
@@ -300,6 +305,12 @@ TEST_F(LoadTestE2E, RefusesRemoteHostsAndReportsUnreachableServers) {
                   "");
   EXPECT_EQ(down.exit_code, 1);
   EXPECT_NE(down.output.find("/v1/models"), std::string::npos) << down.output;
+  // Unwritable outputs are refused before anything is sent.
+  LoadTestRun unwritable = RunLoadTest({"--grpc", "127.0.0.1:1"}, "/nonexistent-dir/x.json");
+  EXPECT_EQ(unwritable.exit_code, 2);
+  EXPECT_NE(unwritable.output.find("--out /nonexistent-dir/x.json: cannot write"),
+            std::string::npos)
+      << unwritable.output;
 }
 
 #ifdef MORSERVE_GATEWAY_BINARY
@@ -392,7 +403,7 @@ TEST_F(LoadTestE2E, HttpThroughTheGatewayMatchesUsage) {
                    "--metrics-url",
                    MetricsUrl(server),
                    "--cpu-pid",
-                   std::to_string(gateway.pid()),
+                   absl::StrCat("gateway=", gateway.pid()),
                    "--no-progress"},
                   dir_->File("http.json"));
   ASSERT_EQ(run.exit_code, 0) << run.output;
@@ -407,10 +418,26 @@ TEST_F(LoadTestE2E, HttpThroughTheGatewayMatchesUsage) {
   EXPECT_EQ(Int(res, {"token_counts", "requests_streamed_ne_usage"}), 0);
   EXPECT_EQ(Int(j["server_metrics"]["totals"], {"generation_tokens"}), 320);
   EXPECT_EQ(j["target"]["kind"], "http");
+  EXPECT_EQ(j["cpu"][0]["name"], "gateway");
   EXPECT_GE(j["cpu"][0]["cpu_seconds"].get<double>(), 0) << j["cpu"].dump();
   EXPECT_EQ(res["ttft_ms"]["count"], 20);
   EXPECT_EQ(res["tpot_ms"]["count"], 20);
   EXPECT_GT(res["itl_ms"]["count"].get<int>(), 0);
+
+  // Chat: text prompts from JSONL as one user message each, rendered by the chat template.
+  WriteFile(dir_->File("chat.jsonl"),
+            "{\"prompt\": \"Tell me a story.\"}\n{\"prompt\": \"Hi\", \"max_tokens\": 5}\n");
+  LoadTestRun chat = RunLoadTest(
+      {"--url", absl::StrCat("http://127.0.0.1:", gateway.port(), "/v1/chat/completions"),
+       "--workload", "jsonl", "--dataset", dir_->File("chat.jsonl"), "--output-len", "8",
+       "--num-requests", "4", "--logprobs", "0", "--no-progress"},
+      dir_->File("chat.json"));
+  ASSERT_EQ(chat.exit_code, 0) << chat.output;
+  const Json& cres = chat.json["results"];
+  EXPECT_EQ(Int(cres, {"requests", "completed"}), 4) << cres.dump();
+  EXPECT_EQ(Int(cres, {"total_output_tokens"}), 26);  // 8 + 5 + 8 + 5
+  EXPECT_EQ(Int(cres, {"token_counts", "streamed"}), 26);
+  EXPECT_GT(Int(cres, {"total_input_tokens"}), 4 * 3);  // the template adds headers
 }
 #endif
 

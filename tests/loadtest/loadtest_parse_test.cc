@@ -6,6 +6,7 @@
 #include <fstream>
 #include <random>
 
+#include "loadtest/compare_report.h"
 #include "loadtest/distribution.h"
 #include "loadtest/http_target.h"
 #include "loadtest/options.h"
@@ -248,6 +249,44 @@ TEST(Options, ErrorsNameTheFlag) {
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_TRUE(std::isinf(ok->run.request_rate));
   EXPECT_EQ(ok->slo.tpot_ms, 20);
+  auto cpu = ParseLoadTestOptions({"--grpc", "127.0.0.1:1", "--cpu-pid", "gateway=12,34"});
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_EQ(cpu->cpu_pids, (std::vector<int>{12, 34}));
+  EXPECT_EQ(cpu->cpu_names, (std::vector<std::string>{"gateway", "34"}));
+  EXPECT_FALSE(ParseLoadTestOptions({"--grpc", "127.0.0.1:1", "--cpu-pid", "=5"}).ok());
+  EXPECT_FALSE(ParseLoadTestOptions({"--grpc", "127.0.0.1:1", "--logprobs", "21"}).ok());
+}
+
+TEST(CompareReport, ColumnsPerRunAndCpuRows) {
+  const nlohmann::json a = {
+      {"target", {{"kind", "grpc"}}},
+      {"server", {{"batching_mode", "depth"}}},
+      {"results",
+       {{"requests", {{"sent", 10}, {"completed", 9}, {"failed", 1}}},
+        {"failures", {{"UNAVAILABLE", 1}}},
+        {"output_throughput", 123.456},
+        {"ttft_ms", {{"p99", 12.345}}}}},
+      {"cpu", {{{"name", "server"}, {"cpu_seconds", 2.5}, {"cpu_us_per_output_token", 900.0}}}}};
+  const nlohmann::json b = {
+      {"target", {{"kind", "http"}}},
+      {"results",
+       {{"requests", {{"sent", 10}, {"completed", 10}, {"failed", 0}}},
+        {"output_throughput", 100.0}}},
+      {"cpu",
+       {{{"name", "server"}, {"cpu_seconds", 2.0}, {"cpu_us_per_output_token", 800.0}},
+        {{"name", "gateway"}, {"cpu_seconds", 0.25}, {"cpu_us_per_output_token", 125.04}}}}};
+  const std::string md = CompareMarkdown("T", {{"direct", a}, {"gw", b}}, {"x.svg"});
+  for (const char* row :
+       {"| metric | direct | gw |", "| target | grpc | http |", "| batching mode | depth | - |",
+        "| completed | 9 | 10 |", "| output throughput (tok/s) | 123.5 | 100.0 |",
+        "| TTFT p99 (ms) | 12.35 | - |", "| server: CPU seconds | 2.50 | 2.00 |",
+        "| gateway: CPU us per output token | - | 125.0 |", "direct: {\"UNAVAILABLE\":1}",
+        "[x.svg](x.svg)"}) {
+    EXPECT_NE(md.find(row), std::string::npos) << row << "\n" << md;
+  }
+  EXPECT_EQ(md.find("TPOT mean"), std::string::npos);  // rows no run has are left out
+  const nlohmann::json j = CompareJson("T", {{"direct", a}, {"gw", b}});
+  EXPECT_EQ(j["runs"]["gw"]["target"]["kind"], "http");
 }
 
 }  // namespace

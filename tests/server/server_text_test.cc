@@ -403,6 +403,57 @@ TEST_F(ServerTextTest, TokenizeDetokenizeRoundTrip) {
 
 // token_text (for an HTTP front end's logprobs): every token and top alternative carries its
 // own text, the token decoded alone with special tokens kept; without the flag none do.
+// Tokenize with chat input: the rendered template encoded without special tokens (as chat
+// Generate input), add_generation_prompt and add_special_tokens honoured, bad input named.
+TEST_F(ServerTextTest, TokenizeChatIsTheRenderedTemplate) {
+  v1::TokenizeRequest req;
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  for (const auto& [role, content] :
+       std::vector<std::pair<std::string, std::string>>{{"system", "Be brief."},
+                                                        {"user", "Count: un, deux, trois?"}}) {
+    v1::ChatMessage* m = req.mutable_chat()->add_messages();
+    m->set_role(role);
+    m->set_content(content);
+    messages.push_back({{"role", role}, {"content", content}});
+  }
+  auto tokenize = [this](const v1::TokenizeRequest& r, std::vector<int>* ids) {
+    grpc::ClientContext ctx;
+    v1::TokenizeResponse resp;
+    grpc::Status s = stub_->Tokenize(&ctx, r, &resp);
+    ids->assign(resp.ids().begin(), resp.ids().end());
+    return s;
+  };
+  auto rendered = chat_template_->Render(messages, /*add_generation_prompt=*/true);
+  ASSERT_TRUE(rendered.ok()) << rendered.status();
+  std::vector<int> ids;
+  ASSERT_TRUE(tokenize(req, &ids).ok());
+  EXPECT_EQ(ids, tokenizer_->Encode(*rendered, /*add_special_tokens=*/false));
+  const int bos = tokenizer_->bos_token_id().value();
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), bos), 1) << "BOS added twice";
+
+  req.set_add_special_tokens(true);
+  ASSERT_TRUE(tokenize(req, &ids).ok());
+  EXPECT_EQ(ids, tokenizer_->Encode(*rendered, true));
+  req.clear_add_special_tokens();
+  req.mutable_chat()->set_add_generation_prompt(false);
+  auto plain = chat_template_->Render(messages, false);
+  ASSERT_TRUE(plain.ok());
+  ASSERT_TRUE(tokenize(req, &ids).ok());
+  EXPECT_EQ(ids, tokenizer_->Encode(*plain, false));
+
+  v1::TokenizeRequest both = req;
+  both.set_text("hello");
+  grpc::Status s = tokenize(both, &ids);
+  EXPECT_EQ(s.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("text"), std::string::npos) << s.error_message();
+  v1::TokenizeRequest no_role;
+  no_role.mutable_chat()->add_messages()->set_content("x");
+  s = tokenize(no_role, &ids);
+  EXPECT_EQ(s.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("chat.messages[0].role"), std::string::npos)
+      << s.error_message();
+}
+
 TEST_F(ServerTextTest, TokenTextIsEachTokenDecodedAlone) {
   for (bool want : {true, false}) {
     SCOPED_TRACE(want);

@@ -129,14 +129,12 @@ struct Finished {
 
 class SchedulerSim {
  public:
-  SchedulerSim(const EngineConfig& config, LayerPlan plan, int num_blocks, DepthFn depth,
-               bool one_token_per_step = false)
+  SchedulerSim(const EngineConfig& config, LayerPlan plan, int num_blocks, DepthFn depth)
       : config_(config),
         plan_(std::move(plan)),
         pool_(num_blocks, config.block_size),
         depth_(std::move(depth)),
-        one_token_per_step_(one_token_per_step),
-        sched_(config_, plan_, &pool_, one_token_per_step) {}
+        sched_(config_, plan_, &pool_) {}
 
   uint64_t Add(int prompt_len, int max_tokens) {
     auto seq = std::make_unique<Sequence>();
@@ -318,7 +316,6 @@ class SchedulerSim {
       for (size_t i = 1; i < positions.size(); ++i) EXPECT_EQ(positions[i], positions[i - 1] + 1);
       EXPECT_EQ(positions.back() + 1, s->num_entered);
       EXPECT_LE(s->num_entered, static_cast<int>(s->tokens.size()));
-      if (one_token_per_step_) EXPECT_EQ(positions.size(), 1u);
     }
     // FIFO without skipping: nothing admitted while an older request still waits.
     for (uint64_t id : running) {
@@ -412,12 +409,11 @@ class SchedulerSim {
       EXPECT_EQ(positions.front(), before.at(id).num_done) << "request " << id;
       for (size_t i = 1; i < positions.size(); ++i) EXPECT_EQ(positions[i], positions[i - 1] + 1);
       EXPECT_EQ(positions.back() + 1, live_.at(id)->num_done);
-      if (one_token_per_step_) EXPECT_EQ(positions.size(), 1u);
     }
     for (const auto& s : sched_.running()) {
       EXPECT_GE(s->num_done, before.at(s->id).num_done) << "num_done went back";
       EXPECT_LE(s->num_done, s->num_entered);
-      if (!one_token_per_step_ && !s->pending_tail.empty()) {
+      if (!s->pending_tail.empty()) {
         EXPECT_GT(s->pending_tail.begin()->first, s->num_done) << "a ready row was left behind";
       }
       for (const Row& r : sched_.loop_rows()) {
@@ -489,7 +485,6 @@ class SchedulerSim {
   LayerPlan plan_;
   KvBlockPool pool_;
   DepthFn depth_;
-  bool one_token_per_step_;
   DepthScheduler sched_;
   uint64_t next_id_ = 0;
   int steps_ = 0;
@@ -628,7 +623,7 @@ std::unique_ptr<Sequence> NewSequence(uint64_t id, int prompt_len) {
 TEST(DepthSchedulerTest, NothingEntersSequenceWiseWhileRowsAreInTheLoop) {
   for (BatchingMode mode : {BatchingMode::kSequenceWise, BatchingMode::kDepthWise}) {
     KvBlockPool pool(100, 4);
-    DepthScheduler sched(Config(mode, 8, 64, 8, 4), MorPlan(), &pool, false);
+    DepthScheduler sched(Config(mode, 8, 64, 8, 4), MorPlan(), &pool);
     sched.Add(NewSequence(0, 3));
     std::vector<EnteringToken> first = sched.ScheduleEntering();
     ASSERT_EQ(first.size(), 3u);
@@ -973,18 +968,6 @@ TEST(DepthSchedulerTest, EarlyExitsWaitForEveryEarlierPosition) {
                                    std::make_pair(a, 3), std::make_pair(a, 4)));
   EXPECT_THAT(s3.finished, ElementsAre(a));
   EXPECT_EQ(sim.finished().at(a).tokens, ExpectedTokens(a, 5, 1));
-}
-
-TEST(DepthSchedulerTest, OneTokenPerStepEntersAndLeavesOneAtATime) {
-  // Recurrent layers: one token of a request enters, and one leaves, per step.
-  SchedulerSim sim(Config(BatchingMode::kDepthWise, 8, 64, 8, 4), MorPlan(), 1000, RandomDepths(5),
-                   /*one_token_per_step=*/true);
-  const uint64_t a = sim.Add(5, 3), b = sim.Add(2, 2);
-  std::vector<StepRecord> steps;
-  ASSERT_TRUE(sim.Run(200, &steps));
-  for (int i = 0; i < 5; ++i) EXPECT_THAT(steps[i].Entering(a), ElementsAre(i));
-  EXPECT_EQ(sim.finished().at(a).tokens, ExpectedTokens(a, 5, 3));
-  EXPECT_EQ(sim.finished().at(b).tokens, ExpectedTokens(b, 2, 2));
 }
 
 // ---------------------------------------------------------------------------------------
