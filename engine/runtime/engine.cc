@@ -6,12 +6,26 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/cpu/cpu_model_runner.h"
+#ifdef MORSERVE_HAVE_CUDA
+#include "engine/cuda/cuda_model_runner.h"
+#endif
 
 namespace morserve {
 namespace {
 
 double NowSeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+absl::StatusOr<std::unique_ptr<ModelRunner>> CreateRunner(std::shared_ptr<const ModelWeights> weights,
+                                                          const EngineConfig& config, int blocks) {
+  if (config.device == Device::kCpu) return CreateCpuModelRunner(weights, config, blocks);
+#ifdef MORSERVE_HAVE_CUDA
+  return CreateCudaModelRunner(weights, config, blocks);
+#else
+  return absl::FailedPreconditionError(
+      "--device cuda: this build has no CUDA backend (configure with -DMORSERVE_CUDA=ON)");
+#endif
 }
 
 }  // namespace
@@ -25,7 +39,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Mod
   if (config.max_batch_rows < 1) return absl::InvalidArgumentError("max_batch_rows: must be >= 1");
   if (config.block_size < 1) return absl::InvalidArgumentError("block_size: must be >= 1");
   int blocks = config.num_kv_blocks;
-  if (blocks <= 0) blocks = static_cast<int>(config.kv_cache_bytes / KvBlockBytes(weights->config, config.block_size));
+  // The CUDA pool holds bf16 entries: half the bytes of the CPU pool's fp32 per block.
+  const int64_t block_bytes = KvBlockBytes(weights->config, config.block_size) / (config.device == Device::kCuda ? 2 : 1);
+  if (blocks <= 0) blocks = static_cast<int>(config.kv_cache_bytes / block_bytes);
   if (blocks < 1) return absl::InvalidArgumentError("kv cache: room for no block");
   const RecursionConfig& rec = weights->config.recursion;
   if (rec.routing == Routing::kEarlyExit && rec.early_exit.exit_kv == ExitKv::kPropagate &&
@@ -35,7 +51,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Mod
     return absl::UnimplementedError(
         "recursion.early_exit.exit_kv: propagate is not served for layer_kind recurrent");
   }
-  auto runner = CreateCpuModelRunner(weights, config, blocks);
+  auto runner = CreateRunner(weights, config, blocks);
   if (!runner.ok()) return runner.status();
   return std::unique_ptr<Engine>(new Engine(std::move(weights), config, std::move(*runner), blocks));
 }

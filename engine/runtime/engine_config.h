@@ -1,4 +1,4 @@
-// Engine settings: batching mode, batch limits, KV cache size, CPU compute type.
+// Engine settings: batching mode, batch limits, KV cache size, CPU compute type, device.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +19,10 @@ enum class RecurrentPrefill {
   kNaive,  // one position at a time, each attending over the cache (the reference schedule)
 };
 
+// Where the model runs: the CPU backend (engine/cpu) or the CUDA backend (engine/cuda, only in
+// builds with MORSERVE_CUDA; Engine::Create errors otherwise or without a device).
+enum class Device { kCpu, kCuda };
+
 struct EngineConfig {
   BatchingMode mode = BatchingMode::kDepthWise;
   int max_batch_rows = 256;     // rows in one pass of the shared block (the "batch size")
@@ -31,6 +35,7 @@ struct EngineConfig {
   ComputeType compute = ComputeType::kF32;
   RecurrentPrefill recurrent_prefill = RecurrentPrefill::kTiled;
   int threads = 0;  // 0: the machine's cores
+  Device device = Device::kCpu;
 };
 
 }  // namespace morserve

@@ -29,7 +29,7 @@ constexpr char kUsage[] =
     "usage: morserve bench --models DIR[,DIR...] [--requests 1000] [--mean-tokens 256]\n"
     "         [--std-tokens 64] [--prompt-len 1] [--batches 32,256] [--modes depth,sequence]\n"
     "         [--warmup 32] [--seed 1] [--repeats 1] [--out bench.json]\n"
-    "         [engine flags: --compute f32|bf16\n"
+    "         [engine flags: --device cpu|cuda --compute f32|bf16\n"
     "          --kv-cache-mb N --block-size N --threads N --recurrent-prefill tiled|naive]\n";
 
 struct Workload {
@@ -260,7 +260,8 @@ int BenchCommand(const Args& args) {
   const json report = {{"protocol", {{"requests", *requests}, {"mean_tokens", *mean}, {"std_tokens", *stddev},
                                      {"prompt_len", *prompt_len}, {"warmup", *warmup}, {"seed", *seed},
                                      {"repeats", *repeats},
-                                     {"compute", base->compute == ComputeType::kBF16 ? "bf16" : "f32"}}},
+                                     {"compute", base->compute == ComputeType::kBF16 ? "bf16" : "f32"},
+                                     {"device", base->device == Device::kCuda ? "cuda" : "cpu"}}},
                        {"runs", runs},
                        {"ratios", ratios}};
   const std::string out = flags->Get("out", "bench.json");

@@ -8,7 +8,8 @@ namespace morserve {
 const std::set<std::string>& EngineFlagNames() {
   static const std::set<std::string> names = {"mode", "compute", "max-batch", "max-step-tokens",
                                               "max-running", "block-size", "kv-blocks",
-                                              "kv-cache-mb", "threads", "recurrent-prefill"};
+                                              "kv-cache-mb", "threads", "recurrent-prefill",
+                                              "device"};
   return names;
 }
 
@@ -32,6 +33,9 @@ absl::StatusOr<EngineConfig> EngineConfigFromFlags(const Flags& flags) {
     return absl::InvalidArgumentError("--compute: f32 or bf16");
   }
   c.compute = compute == "bf16" ? ComputeType::kBF16 : ComputeType::kF32;
+  const std::string device = flags.Get("device", "cpu");
+  if (device != "cpu" && device != "cuda") return absl::InvalidArgumentError("--device: cpu or cuda");
+  c.device = device == "cuda" ? Device::kCuda : Device::kCpu;
   const std::string prefill = flags.Get("recurrent-prefill", "tiled");
   if (prefill != "tiled" && prefill != "naive") {
     return absl::InvalidArgumentError(

@@ -1,6 +1,7 @@
 // Engine settings from command-line flags, shared by `generate` and `bench`:
 //   --mode depth|sequence  --compute f32|bf16  --max-batch N  --max-step-tokens N
 //   --max-running N  --block-size N  --kv-blocks N  --kv-cache-mb N  --threads N
+//   --device cpu|cuda (cuda: builds with MORSERVE_CUDA on a machine with a Hopper GPU)
 //   --recurrent-prefill tiled|naive
 #pragma once
 

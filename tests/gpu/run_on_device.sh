@@ -1,19 +1,32 @@
 #!/usr/bin/env bash
-# Runs the carried kernel test binaries on a GPU machine, the kernel micro-benchmark
-# (kernel_bench, JSON to $OUT), then compute-sanitizer (memcheck on every test, racecheck and
-# synccheck on the shared-memory kernels) on subsets, each run under a time limit so the
-# whole script stays inside one 10-minute device call. Logs go
-# to $OUT (or ./gpu-test-out): one combined log, the gtest XML files in one archive, the
-# benchmark JSON, and the benchmark table and a summary printed last.
-#   usage: bash .gpu-bin/run_on_device.sh [BIN_DIR] [tests|sanitize|all]
-#   BIN_DIR defaults to the script's folder; "tests" runs the tests and the benchmark,
-#   "sanitize" the compute-sanitizer runs, "all" (the default) both; split them over two
-#   device calls when one 10-minute call is too short.
+# Runs the carried GPU binaries on a GPU machine, inside one 10-minute device call (a shared
+# deadline caps every step's time limit): the kernel tests, engine_gpu_test (the whole engine
+# on the GPU against the reference), the engine benchmark at the SmolLM-360M shape of issue 4
+# (`morserve bench --device cuda`, models made there by `morserve mkmodel`; JSON to $OUT), and
+# the kernel micro-benchmark (kernel_bench, JSON to $OUT); then, as a separate part,
+# compute-sanitizer (memcheck on every kernel test, racecheck and synccheck on the
+# shared-memory kernels) on subsets. Logs go to $OUT (or ./gpu-test-out): one combined log,
+# the gtest XML files in one archive, the benchmark JSON files, and the benchmark tables and
+# a summary printed last.
+#   usage: bash .gpu-bin/run_on_device.sh [BIN_DIR] [tests|engine|sanitize|all]
+#   BIN_DIR defaults to the script's folder; "tests" runs the tests and the benchmarks,
+#   "engine" only engine_gpu_test and the engine benchmark, "sanitize" the compute-sanitizer
+#   runs, "all" (the default) everything; split them over two device calls when one
+#   10-minute call is too short.
+# Engine benchmark size (the DESIGN.md protocol is 1000 requests, N(256, 64) tokens; the
+# default here is cut to fit the call): BENCH_REQUESTS (256), BENCH_MEAN (128), BENCH_STD (32),
+# BENCH_MAX_BATCH (256).
 set -uo pipefail
 bin=${1:-$(cd "$(dirname "$0")" && pwd)}
 part=${2:-all}
 # The binaries were linked here against CUDA 13's libcudart / libcublasLt; find them there.
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# The engine's Debian libraries, packed by build_for_device.sh (engine_gpu_test, morserve).
+if [ -f "$bin/libs.tgz" ]; then
+  mkdir -p /tmp/morserve-libs && tar xzf "$bin/libs.tgz" -C /tmp/morserve-libs
+  export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:/tmp/morserve-libs/lib
+fi
+deadline=$((SECONDS + ${DEADLINE_S:-570}))  # one device call is 600 s
 out=${OUT:-./gpu-test-out}
 mkdir -p "$out/xml"
 log="$out/gpu-tests.log"
@@ -21,9 +34,15 @@ log="$out/gpu-tests.log"
 nvidia-smi -L 2>&1 | tee -a "$log"
 ldd "$bin/kernel_gemm_test" 2>&1 | grep -E 'not found|cuda|cublas' | tee -a "$log"
 summary=()
-run() {  # limit_s, name, command...   (rc 124: stopped at the limit)
+run() {  # limit_s, name, command...   (rc 124: stopped at the limit; capped by the deadline)
   local limit=$1 name=$2
   shift 2
+  local left=$((deadline - SECONDS))
+  [ "$left" -lt "$limit" ] && limit=$left
+  if [ "$limit" -lt 10 ]; then
+    summary+=("$(printf '%-60s not run: the call'"'"'s time budget is spent' "$name")")
+    return
+  fi
   echo "=== $name: $*" >>"$log"
   local start=$SECONDS
   timeout "$limit" "$@" >>"$log" 2>&1
@@ -31,14 +50,33 @@ run() {  # limit_s, name, command...   (rc 124: stopped at the limit)
   summary+=("$(printf '%-60s rc=%-3s %4ss' "$name" "$rc" $((SECONDS - start)))")
 }
 for t in "$bin"/kernel_*_test; do
-  [ "$part" = sanitize ] && break
+  [ "$part" = sanitize ] || [ "$part" = engine ] && break
   name=$(basename "$t")
-  run 240 "$name" "$t" --gtest_output="xml:$out/xml/$name.xml"
+  run 120 "$name" "$t" --gtest_output="xml:$out/xml/$name.xml"
 done
-[ "$part" != sanitize ] && run 120 "kernel_bench" "$bin/kernel_bench" "$out/kernel-bench.json"
+if [ "$part" != sanitize ] && [ -x "$bin/engine_gpu_test" ]; then
+  run 200 "engine_gpu_test" "$bin/engine_gpu_test" --gtest_output="xml:$out/xml/engine_gpu_test.xml"
+fi
+if [ "$part" != sanitize ] && [ -x "$bin/morserve" ]; then
+  # SmolLM-360M-shaped random bf16 models (issue 4): vanilla, Recursive-3 middle_cycle,
+  # MoR-3 (middle_cycle) and MoR-4 (cycle: 4 divides 32), all 32 unrolled layers.
+  models=/tmp/morserve-models
+  shape="--hidden 960 --heads 15 --kv-heads 5 --intermediate 2560 --vocab 49152 --layers 32 --max-pos 1024"
+  run 60 "mkmodel vanilla32" "$bin/morserve" mkmodel --family vanilla $shape --out $models/vanilla32
+  run 60 "mkmodel rec3" "$bin/morserve" mkmodel --family recursive-middle-cycle --recursions 3 $shape --out $models/rec3
+  run 60 "mkmodel mor3" "$bin/morserve" mkmodel --family mor-ec --recursions 3 --capacity 1,0.67,0.33 $shape --out $models/mor3
+  run 60 "mkmodel mor4" "$bin/morserve" mkmodel --family mor-ec --sharing cycle --recursions 4 \
+    --capacity 1,0.75,0.5,0.25 $shape --out $models/mor4
+  bench=("$bin/morserve" bench --device cuda --models $models/mor3,$models/mor4,$models/rec3,$models/vanilla32
+    --requests "${BENCH_REQUESTS:-256}" --mean-tokens "${BENCH_MEAN:-128}" --std-tokens "${BENCH_STD:-32}"
+    --kv-cache-mb 16384)
+  run 150 "engine bench batch 32" "${bench[@]}" --batches 32 --out "$out/engine-bench-b32.json"
+  run 150 "engine bench max batch" "${bench[@]}" --batches "${BENCH_MAX_BATCH:-256}" --out "$out/engine-bench-bmax.json"
+fi
+[ "$part" != sanitize ] && [ "$part" != engine ] && run 120 "kernel_bench" "$bin/kernel_bench" "$out/kernel-bench.json"
 san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-if [ "$part" = tests ]; then
-  summary+=("sanitizer runs not requested (part=tests)")
+if [ "$part" = tests ] || [ "$part" = engine ]; then
+  summary+=("sanitizer runs not requested (part=$part)")
 elif [ -x "$san" ]; then
   # The quick attention cases (all code paths: chunks, combine, extra pair, faults, zeros).
   attn='PagedAttentionTest.KvLenZeroRowsGetZeros:PagedAttentionTest.ExtraPairOfRecurrentLayers:PagedAttentionTest.FaultyRowsBecomeNan'
@@ -49,6 +87,10 @@ elif [ -x "$san" ]; then
     [ "$name" = kernel_gemm_test ] && filter='GemmTest.AlgorithmsAreCachedPerShape'
     run 60 "memcheck $name" "$san" --tool memcheck --error-exitcode 1 "$t" --gtest_filter="$filter"
   done
+  if [ -x "$bin/engine_gpu_test" ]; then  # the runner's index arithmetic: LoRA, untied, recurrent
+    run 150 "memcheck engine_gpu_test" "$san" --tool memcheck --error-exitcode 1 "$bin/engine_gpu_test" \
+      --gtest_filter='Families/EngineGpuTest.*/relaxed_lora:Families/EngineGpuTest.*/recursive_untied_attn:Families/EngineGpuTest.*/recurrent'
+  fi
   run 60 "racecheck attention" "$san" --tool racecheck --error-exitcode 1 \
     "$bin/kernel_paged_attention_test" --gtest_filter="$attn"
   run 60 "racecheck sampling" "$san" --tool racecheck --error-exitcode 1 \
@@ -61,5 +103,7 @@ fi
 (cd "$out" && tar czf gtest-xml.tar.gz xml && rm -rf xml)
 summary+=("gtest lines: $(grep -c '^\[       OK \]' "$log") OK, $(grep -c '^\[  SKIPPED \] .*(' "$log") skipped, $(grep -c '^\[  FAILED  \] .*(' "$log") failed (sanitizer reruns counted again)")
 sed -n '/^=== kernel_bench/,/^===/p' "$log" | grep -v '^==='
+sed -n '/^=== engine bench/,/^===/p' "$log" | grep -v '^===' | grep -v '^\[' | head -60
+grep -E '^[a-z0-9_-]+ (depth|sequence): [0-9]+ of [0-9]+ steps compared' "$log" | head -60
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
 grep -h -E '^\[  FAILED  \]|ERROR SUMMARY: [1-9]' "$log" | sort -u | head -40

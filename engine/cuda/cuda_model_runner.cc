@@ -1,0 +1,671 @@
+// CUDA implementation of ModelRunner (see cuda_model_runner.h).
+//
+// Dtypes through a layer: the residual stream h is fp32 on the device; RMSNorm writes bf16
+// (the GEMMs' input); every GEMM accumulates in fp32 and writes fp32 (so LoRA deltas and
+// residual adds are fp32 adds); the QKV epilogue emits bf16 q and the bf16 cache entries;
+// attention writes bf16 (the o projection's input); SwiGLU writes bf16 (down's input).
+#include "engine/cuda/cuda_model_runner.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "engine/core/check.h"
+#include "engine/cuda/device_buffer.h"
+#include "engine/cuda/step_staging.h"
+#include "engine/cuda/weight_packing.h"
+#include "kernels/embedding.cuh"
+#include "kernels/expert_router.cuh"
+#include "kernels/gemm.cuh"
+#include "kernels/paged_attention.cuh"
+#include "kernels/qkv_rope.cuh"
+#include "kernels/rmsnorm.cuh"
+#include "kernels/scale_add.cuh"
+#include "kernels/swiglu.cuh"
+#include "kernels/token_choice_router.cuh"
+
+namespace morserve {
+namespace {
+
+namespace k = morserve::kernels;
+
+// Split-KV chunk of the attention kernel, in tokens (fixed: batch invariance).
+constexpr int kAttentionChunk = 256;
+
+struct DeviceLinear {
+  int out = 0;
+  int in = 0;
+  std::vector<DeviceBuffer> variants;  // bf16 [out, in]
+  int lora_rank = 0;
+  std::vector<DeviceBuffer> lora_a, lora_b;  // per loop
+  const uint16_t* At(int loop) const {
+    return variants[variants.size() == 1 ? 0 : loop].as<uint16_t>();
+  }
+};
+
+struct DeviceNorm {
+  std::vector<DeviceBuffer> variants;  // fp32 [hidden]
+  const float* At(int loop) const { return variants[variants.size() == 1 ? 0 : loop].as<float>(); }
+};
+
+struct DeviceLayer {
+  DeviceLinear qkv, o, gate_up, down;
+  DeviceNorm in_norm, post_norm;
+};
+
+DeviceLinear Upload(const PackedLinear& p) {
+  DeviceLinear d;
+  d.out = p.out;
+  d.in = p.in;
+  d.lora_rank = p.lora_rank;
+  for (const auto& v : p.variants) d.variants.push_back(UploadVector(v));
+  for (const auto& v : p.lora_a) d.lora_a.push_back(UploadVector(v));
+  for (const auto& v : p.lora_b) d.lora_b.push_back(UploadVector(v));
+  return d;
+}
+
+// A router kept on the host in fp32 (mlp routers: w2 · gelu(w1 · x)), evaluated in double.
+struct HostMlp {
+  int mid = 0, out = 0, in = 0;
+  std::vector<float> w1, w2;
+  void Forward(const float* x, float* y) const {
+    std::vector<double> m(mid);
+    for (int j = 0; j < mid; ++j) {
+      double s = 0;
+      for (int c = 0; c < in; ++c)
+        s += static_cast<double>(w1[static_cast<size_t>(j) * in + c]) * x[c];
+      const double v = static_cast<float>(s);
+      m[j] = static_cast<float>(0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0))));
+    }
+    for (int o = 0; o < out; ++o) {
+      double s = 0;
+      for (int j = 0; j < mid; ++j)
+        s += static_cast<double>(w2[static_cast<size_t>(o) * mid + j]) * m[j];
+      y[o] = static_cast<float>(s);
+    }
+  }
+};
+
+HostMlp LoadHostMlp(const TensorView& w1, const TensorView& w2) {
+  HostMlp r;
+  r.mid = static_cast<int>(w1.shape[0]);
+  r.in = static_cast<int>(w1.shape[1]);
+  r.out = static_cast<int>(w2.shape[0]);
+  r.w1 = w1.ToF32Vector();
+  r.w2 = w2.ToF32Vector();
+  return r;
+}
+
+// Per-call device scratch, grown to the largest row count seen.
+struct Scratch {
+  DeviceBuffer h, a, qkv, q, k_tmp, v_tmp, attn, proj, gu, act, lora_t, lora_d, logits, meta,
+      attn_ws, router_f, router_i;
+};
+
+class CudaModelRunner : public ModelRunner {
+ public:
+  CudaModelRunner(std::shared_ptr<const ModelWeights> w, int num_blocks, int block_size)
+      : w_(std::move(w)), cfg_(w_->config), num_blocks_(num_blocks), block_size_(block_size) {}
+  ~CudaModelRunner() override {
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+  absl::Status Init();
+  int block_size() const override { return block_size_; }
+  void Embed(const int* tokens, int n, float* h) override;
+  void RunLayer(const LayerBatch& b) override;
+  void ExpertRouter(const int* loops, const float* h, int n, float* score, float* decide) override;
+  void TokenChoiceRouter(const float* h, int n, float* scores) override;
+  void Logits(const float* h, int n, float* logits) override;
+  // One cache entry read back as fp32 (tests).
+  void ReadKv(int32_t slot, float* k, float* v) const;
+
+ private:
+  // Full rows: attention and MLP, h updated.
+  void RunFullRows(const LayerBatch& b);
+  // K/V-only rows (early exit with exit_kv propagate): RMSNorm_in, the QKV projection and
+  // RoPE from h, the entry written at write_slot; h unchanged.
+  void RunKvOnlyRows(const LayerBatch& b);
+  void LoadLayers();
+  void LoadHeadAndRouters();
+  // Copies host h [n, hidden] and the staged metadata to the device (async on stream_).
+  void UploadRows(const float* h, int n, const StagedRows* staged);
+  // Copies `bytes` of device `src` to host `dst` through the pinned buffer, then waits.
+  void Download(const void* src, size_t bytes, void* dst);
+  void Gemm(const uint16_t* x, const uint16_t* w, void* y, DType y_dtype, int m, int n, int kdim);
+  // y[rows, L.out] fp32 = x[rows, L.in] bf16 · W_loop^T (+ LoRA delta), rows grouped by loop.
+  void Linear(const DeviceLinear& L, const StagedRows& s, const uint16_t* x, float* y);
+  // out[rows, hidden] bf16 = RMSNorm(h) with the row's loop's weights.
+  void Norm(const DeviceNorm& w, const StagedRows& s, const float* h, uint16_t* out);
+  void AddResidual(float* h, const float* b, int n, int dim);
+  void QkvEpilogue(const StagedRows& s, int n, bool write_cache, bool emit_kv);
+  const int32_t* Meta(size_t offset) const { return scratch_.meta.as<int32_t>() + offset; }
+  void Ensure(DeviceBuffer& b, size_t bytes) { b.Reserve(bytes); }
+
+  std::shared_ptr<const ModelWeights> w_;
+  const ModelConfig& cfg_;
+  int num_blocks_ = 0;
+  int block_size_ = 0;
+  cudaStream_t stream_ = nullptr;
+  k::LtGemm gemm_;
+  DeviceBuffer k_cache_, v_cache_;   // bf16 [num_blocks, block_size, kv_heads, head_dim]
+  std::vector<DeviceLayer> layers_;  // by layer slot
+  DeviceBuffer embed_, lm_head_, final_norm_;
+  const uint16_t* lm_head_ptr_ = nullptr;  // lm_head_, or embed_ when tied
+  // Linear routers, stacked per loop (fp32), or mlp routers on the host.
+  DeviceBuffer ec_w_, aux_w_, tc_w_, capacity_zero_;
+  std::vector<HostMlp> ec_mlp_, aux_mlp_;
+  HostMlp tc_mlp_;
+  bool ec_linear_ = true, tc_linear_ = true;
+  Scratch scratch_;
+  PinnedBuffer pinned_in_, pinned_meta_, pinned_out_;
+  struct {
+    int64_t full_rows = 0, kv_only_rows = 0;
+  } counters_;  // rows computed since construction, by kind
+};
+
+absl::Status CudaModelRunner::Init() {
+  const int hs = cfg_.hidden_size, hd = cfg_.head_dim;
+  if (hd != 64 && hd != 128)
+    return absl::UnimplementedError(
+        absl::StrCat("--device cuda: head_dim ", hd, " (the attention kernel takes 64 or 128)"));
+  if (cfg_.num_heads % cfg_.num_kv_heads != 0 ||
+      cfg_.num_heads / cfg_.num_kv_heads > k::kAttentionMaxGroup) {
+    return absl::UnimplementedError("--device cuda: GQA group over 8 query heads per kv head");
+  }
+  if (hs % 8 != 0 || cfg_.intermediate_size % 8 != 0 || cfg_.vocab_size % 8 != 0) {
+    return absl::UnimplementedError(
+        absl::StrCat("--device cuda: hidden (", hs, "), intermediate (", cfg_.intermediate_size,
+                     ") and vocab (", cfg_.vocab_size, ") must be multiples of 8 (cuBLASLt rows)"));
+  }
+  if (w_->config.recursion.routing == Routing::kTokenChoice && !w_->router.token_choice.empty() &&
+      w_->router.token_choice_w2.empty() &&
+      cfg_.recursion.num_recursions > k::kTokenChoiceMaxRecursions) {
+    return absl::UnimplementedError(
+        "--device cuda: more than 16 recursions for a token-choice router");
+  }
+  if (cudaError_t e = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
+      e != cudaSuccess) {
+    return absl::InternalError(
+        absl::StrCat("--device cuda: cudaStreamCreate: ", cudaGetErrorString(e)));
+  }
+  if (cublasStatus_t st = gemm_.Init(); st != CUBLAS_STATUS_SUCCESS) {
+    return absl::InternalError(
+        absl::StrCat("--device cuda: cuBLASLt init: ", k::GemmStatusString(st)));
+  }
+  // Weights first, then the pool, each checked against free memory with a clear error.
+  size_t free_bytes = 0, total = 0;
+  CudaCheck(cudaMemGetInfo(&free_bytes, &total), "cudaMemGetInfo");
+  const size_t pool_bytes =
+      static_cast<size_t>(num_blocks_) * block_size_ * cfg_.kv_dim() * sizeof(uint16_t);
+  LoadLayers();
+  LoadHeadAndRouters();
+  CudaCheck(cudaMemGetInfo(&free_bytes, &total), "cudaMemGetInfo");
+  if (2 * pool_bytes + (size_t{256} << 20) > free_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("--device cuda: the KV pool (", num_blocks_, " blocks, ",
+                     (2 * pool_bytes) >> 20, " MiB) does not fit in ", free_bytes >> 20,
+                     " MiB of free GPU memory; lower --kv-cache-mb or --kv-blocks"));
+  }
+  k_cache_.Reserve(pool_bytes);
+  v_cache_.Reserve(pool_bytes);
+  CudaCheck(cudaMemset(k_cache_.as<void>(), 0, pool_bytes), "cudaMemset");
+  CudaCheck(cudaMemset(v_cache_.as<void>(), 0, pool_bytes), "cudaMemset");
+  // The uploads and memsets ran on the legacy stream, which a non-blocking stream does not
+  // wait for: finish them before the first step.
+  CudaCheck(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  return absl::OkStatus();
+}
+
+void CudaModelRunner::LoadLayers() {
+  const LayerPlan& plan = w_->plan;
+  layers_.resize(plan.num_layer_slots);
+  for (const Segment& seg : plan.segments) {
+    for (int j = 0; j < seg.num_layers; ++j) {
+      const LayerWeights& lw = w_->layers[seg.first_layer_slot + j];
+      DeviceLayer& L = layers_[seg.first_layer_slot + j];
+      L.qkv = Upload(PackFusedLinear(lw, {Proj::kQ, Proj::kK, Proj::kV}, seg.loops));
+      L.o = Upload(PackFusedLinear(lw, {Proj::kO}, seg.loops));
+      L.gate_up = Upload(PackFusedLinear(lw, {Proj::kGate, Proj::kUp}, seg.loops));
+      L.down = Upload(PackFusedLinear(lw, {Proj::kDown}, seg.loops));
+      for (auto [norm, t] :
+           {std::pair{&L.in_norm, &lw.input_norm}, std::pair{&L.post_norm, &lw.post_norm}}) {
+        for (int r = 0; r < (t->untied() ? seg.loops : 1); ++r)
+          norm->variants.push_back(UploadVector(t->At(r).ToF32Vector()));
+      }
+    }
+  }
+}
+
+void CudaModelRunner::LoadHeadAndRouters() {
+  embed_ = UploadVector(ToBf16Bits(w_->embed));
+  final_norm_ = UploadVector(w_->final_norm.ToF32Vector());
+  if (w_->lm_head.data == w_->embed.data && w_->lm_head.dtype == w_->embed.dtype) {
+    lm_head_ptr_ = embed_.as<uint16_t>();  // tied: one table serves both
+  } else {
+    lm_head_ = UploadVector(ToBf16Bits(w_->lm_head));
+    lm_head_ptr_ = lm_head_.as<uint16_t>();
+  }
+  const RouterWeights& r = w_->router;
+  if (!r.expert.empty()) {
+    ec_linear_ = r.expert[0].w2.empty();
+    if (ec_linear_) {
+      ec_w_ = UploadVector(StackLinearRouters(r.expert, cfg_.hidden_size));
+      if (!r.aux.empty()) aux_w_ = UploadVector(StackLinearRouters(r.aux, cfg_.hidden_size));
+      capacity_zero_ = UploadVector(std::vector<float>(r.expert.size(), 0.0f));
+    } else {
+      for (const LoopRouter& l : r.expert) ec_mlp_.push_back(LoadHostMlp(l.w1, l.w2));
+      for (const LoopRouter& l : r.aux) aux_mlp_.push_back(LoadHostMlp(l.w1, l.w2));
+    }
+  }
+  if (!r.token_choice.empty()) {
+    tc_linear_ = r.token_choice_w2.empty();
+    if (tc_linear_) {
+      tc_w_ = UploadVector(r.token_choice.ToF32Vector());
+    } else {
+      tc_mlp_ = LoadHostMlp(r.token_choice, r.token_choice_w2);
+    }
+  }
+}
+
+void CudaModelRunner::UploadRows(const float* h, int n, const StagedRows* staged) {
+  const size_t h_bytes = static_cast<size_t>(n) * cfg_.hidden_size * sizeof(float);
+  if (h != nullptr) {
+    std::memcpy(pinned_in_.Reserve(h_bytes), h, h_bytes);
+    Ensure(scratch_.h, h_bytes);
+    CudaCheck(cudaMemcpyAsync(scratch_.h.as<void>(), pinned_in_.as<void>(), h_bytes,
+                              cudaMemcpyHostToDevice, stream_),
+              "h upload");
+  }
+  if (staged != nullptr) {
+    const size_t m_bytes = staged->data.size() * sizeof(int32_t);
+    std::memcpy(pinned_meta_.Reserve(m_bytes), staged->data.data(), m_bytes);
+    Ensure(scratch_.meta, m_bytes);
+    CudaCheck(cudaMemcpyAsync(scratch_.meta.as<void>(), pinned_meta_.as<void>(), m_bytes,
+                              cudaMemcpyHostToDevice, stream_),
+              "metadata upload");
+  }
+}
+
+void CudaModelRunner::Download(const void* src, size_t bytes, void* dst) {
+  CudaCheck(
+      cudaMemcpyAsync(pinned_out_.Reserve(bytes), src, bytes, cudaMemcpyDeviceToHost, stream_),
+      "download");
+  CudaCheck(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  std::memcpy(dst, pinned_out_.as<void>(), bytes);
+}
+
+void CudaModelRunner::Gemm(const uint16_t* x, const uint16_t* w, void* y, DType y_dtype, int m,
+                           int n, int kdim) {
+  k::GemmParams p;
+  p.x = x;
+  p.w = w;
+  p.y = y;
+  p.y_dtype = y_dtype;
+  p.m = m;
+  p.n = n;
+  p.k = kdim;
+  const cublasStatus_t st = gemm_.Run(p, stream_);
+  MORSERVE_CHECK(st == CUBLAS_STATUS_SUCCESS, k::GemmStatusString(st));
+}
+
+void CudaModelRunner::Linear(const DeviceLinear& L, const StagedRows& s, const uint16_t* x,
+                             float* y) {
+  const int n = s.groups.empty() ? 0 : s.groups.back().begin + s.groups.back().count;
+  if (n == 0) return;
+  if (L.variants.size() == 1) {
+    Gemm(x, L.At(0), y, DType::kF32, n, L.out, L.in);
+  } else {
+    for (const LoopGroup& g : s.groups) {
+      Gemm(x + static_cast<size_t>(g.begin) * L.in, L.At(g.loop),
+           y + static_cast<size_t>(g.begin) * L.out, DType::kF32, g.count, L.out, L.in);
+    }
+  }
+  if (L.lora_rank == 0) return;
+  Ensure(scratch_.lora_t, static_cast<size_t>(n) * L.lora_rank * sizeof(uint16_t));
+  Ensure(scratch_.lora_d, static_cast<size_t>(n) * L.out * sizeof(float));
+  for (const LoopGroup& g : s.groups) {
+    // t = x A^T (bf16), d = t B^T (fp32, scale folded into B), y += d.
+    Gemm(x + static_cast<size_t>(g.begin) * L.in, L.lora_a[g.loop].as<uint16_t>(),
+         scratch_.lora_t.as<void>(), DType::kBF16, g.count, L.lora_rank, L.in);
+    Gemm(scratch_.lora_t.as<uint16_t>(), L.lora_b[g.loop].as<uint16_t>(),
+         scratch_.lora_d.as<void>(), DType::kF32, g.count, L.out, L.lora_rank);
+    AddResidual(y + static_cast<size_t>(g.begin) * L.out, scratch_.lora_d.as<float>(), g.count,
+                L.out);
+  }
+}
+
+void CudaModelRunner::Norm(const DeviceNorm& w, const StagedRows& s, const float* h,
+                           uint16_t* out) {
+  auto run = [&](const float* weight, int begin, int count) {
+    k::RmsNormParams p;
+    p.x = h + static_cast<size_t>(begin) * cfg_.hidden_size;
+    p.weight = weight;
+    p.out = out + static_cast<size_t>(begin) * cfg_.hidden_size;
+    p.rows = count;
+    p.dim = cfg_.hidden_size;
+    p.eps = cfg_.rms_norm_eps;
+    p.x_dtype = DType::kF32;
+    p.weight_dtype = DType::kF32;
+    p.out_dtype = DType::kBF16;
+    CudaCheck(k::rmsnorm_forward(p, stream_), "rmsnorm");
+  };
+  if (w.variants.size() == 1) {
+    const int n = s.groups.empty() ? 0 : s.groups.back().begin + s.groups.back().count;
+    run(w.At(0), 0, n);
+    return;
+  }
+  for (const LoopGroup& g : s.groups) run(w.At(g.loop), g.begin, g.count);
+}
+
+void CudaModelRunner::AddResidual(float* h, const float* b, int n, int dim) {
+  k::ScaleAddParams p;
+  p.h = h;
+  p.b = b;
+  p.rows = n;
+  p.dim = dim;
+  p.b_dtype = DType::kF32;
+  CudaCheck(k::scale_add_forward(p, stream_), "scale_add");
+}
+
+// q -> scratch q (bf16, RoPE'd); k, v -> the cache at write_slot when write_cache; k, v ->
+// k_tmp / v_tmp when emit_kv (the recurrent layers' temporary pair).
+void CudaModelRunner::QkvEpilogue(const StagedRows& s, int n, bool write_cache, bool emit_kv) {
+  k::QkvRopeParams p;
+  p.qkv = scratch_.qkv.as<void>();
+  p.qkv_dtype = DType::kF32;
+  p.positions = Meta(s.positions);
+  p.write_slot = write_cache ? Meta(s.write_slot) : nullptr;
+  p.q_out = scratch_.q.as<uint16_t>();
+  p.k_cache = k_cache_.as<uint16_t>();
+  p.v_cache = v_cache_.as<uint16_t>();
+  p.num_slots = static_cast<int64_t>(num_blocks_) * block_size_;
+  p.k_out = emit_kv ? scratch_.k_tmp.as<uint16_t>() : nullptr;
+  p.v_out = emit_kv ? scratch_.v_tmp.as<uint16_t>() : nullptr;
+  p.rows = n;
+  p.n_heads = cfg_.num_heads;
+  p.n_kv_heads = cfg_.num_kv_heads;
+  p.head_dim = cfg_.head_dim;
+  p.theta = cfg_.rope_theta;
+  CudaCheck(k::qkv_rope_forward(p, stream_), "qkv_rope");
+}
+
+void CudaModelRunner::Embed(const int* tokens, int n, float* h) {
+  if (n == 0) return;
+  const StagedRows s = StageLoops(tokens, n);  // the ids ride in the loops slot
+  UploadRows(nullptr, n, &s);
+  const size_t h_bytes = static_cast<size_t>(n) * cfg_.hidden_size * sizeof(float);
+  Ensure(scratch_.h, h_bytes);
+  k::EmbeddingParams p;
+  p.table = embed_.as<uint16_t>();
+  p.ids = Meta(s.loops);
+  p.out = scratch_.h.as<void>();
+  p.rows = n;
+  p.dim = cfg_.hidden_size;
+  p.vocab = cfg_.vocab_size;
+  p.out_dtype = DType::kF32;
+  CudaCheck(k::embedding_forward(p, stream_), "embedding");
+  Download(scratch_.h.as<void>(), h_bytes, h);
+}
+
+// Recurrent prefill chunks (rows that see earlier rows' persistent pairs of the same call)
+// run one position per wave, each wave a sub-batch; everything else in one batch. The tiled
+// schedule the CPU backend uses for long chunks is a later step here.
+void CudaModelRunner::RunLayer(const LayerBatch& b) {
+  const LayerKvPlan& kv = *b.kv;
+  if (!kv.recurrent || kv.chunk_indptr.empty()) return RunFullRows(b);
+  MORSERVE_CHECK(static_cast<int>(kv.chunk_indptr.size()) >= 1 && kv.chunk_indptr.front() == 0 &&
+                     kv.chunk_indptr.back() == b.n,
+                 "chunk_indptr does not span the batch");
+  const std::vector<std::vector<int>> waves = RecurrentWaves(kv.chunk_indptr, b.n);
+  if (waves.size() <= 1) return RunFullRows(b);
+  const int hs = cfg_.hidden_size;
+  SubBatch sub;
+  for (const std::vector<int>& rows : waves) {
+    MakeSubBatch(b, rows, hs, &sub);
+    RunFullRows(sub.b);
+    ScatterSubBatch(sub, rows, hs, b.h);
+  }
+}
+
+void CudaModelRunner::RunKvOnlyRows(const LayerBatch& b) {
+  const int n = b.n;
+  if (n == 0) return;
+  counters_.kv_only_rows += n;
+  const Segment& seg = w_->plan.segments[b.segment];
+  auto staged = StageLayerBatch(b, seg.loops, block_size_);
+  MORSERVE_CHECK(staged.ok(), std::string(staged.status().message()).c_str());
+  const DeviceLayer& L = layers_[seg.first_layer_slot + b.k];
+  const size_t rows = static_cast<size_t>(n);
+  Ensure(scratch_.a, rows * std::max(cfg_.hidden_size, cfg_.intermediate_size) * sizeof(uint16_t));
+  Ensure(scratch_.qkv, rows * (cfg_.q_dim() + 2 * cfg_.kv_dim()) * sizeof(float));
+  Ensure(scratch_.q, rows * cfg_.q_dim() * sizeof(uint16_t));
+  UploadRows(b.h, n, &*staged);
+  Norm(L.in_norm, *staged, scratch_.h.as<float>(), scratch_.a.as<uint16_t>());
+  Linear(L.qkv, *staged, scratch_.a.as<uint16_t>(), scratch_.qkv.as<float>());
+  QkvEpilogue(*staged, n, /*write_cache=*/true, /*emit_kv=*/false);
+  CudaCheck(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+}
+
+void CudaModelRunner::ReadKv(int32_t slot, float* k, float* v) const {
+  MORSERVE_CHECK(
+      slot >= 0 && static_cast<int64_t>(slot) < static_cast<int64_t>(num_blocks_) * block_size_,
+      "ReadKv: slot outside the KV pool");
+  const size_t d = static_cast<size_t>(cfg_.kv_dim());
+  std::vector<uint16_t> kb(d), vb(d);
+  CudaCheck(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  CudaCheck(cudaMemcpy(kb.data(), k_cache_.as<uint16_t>() + slot * d, d * sizeof(uint16_t),
+                       cudaMemcpyDeviceToHost),
+            "ReadKv");
+  CudaCheck(cudaMemcpy(vb.data(), v_cache_.as<uint16_t>() + slot * d, d * sizeof(uint16_t),
+                       cudaMemcpyDeviceToHost),
+            "ReadKv");
+  for (size_t i = 0; i < d; ++i) {
+    k[i] = Bf16ToF32(kb[i]);
+    v[i] = Bf16ToF32(vb[i]);
+  }
+}
+
+void CudaModelRunner::RunFullRows(const LayerBatch& b) {
+  const int n = b.n;
+  if (n == 0) return;
+  counters_.full_rows += n;
+  const Segment& seg = w_->plan.segments[b.segment];
+  auto staged = StageLayerBatch(b, seg.loops, block_size_);
+  MORSERVE_CHECK(staged.ok(), std::string(staged.status().message()).c_str());
+  const StagedRows& s = *staged;
+  const DeviceLayer& L = layers_[seg.first_layer_slot + b.k];
+  const LayerKvPlan& kv = *b.kv;
+  const int hs = cfg_.hidden_size, qd = cfg_.q_dim(), kvd = cfg_.kv_dim(),
+            inter = cfg_.intermediate_size;
+  const size_t rows = static_cast<size_t>(n);
+  Ensure(scratch_.a, rows * std::max(hs, inter) * sizeof(uint16_t));
+  Ensure(scratch_.qkv, rows * (qd + 2 * kvd) * sizeof(float));
+  Ensure(scratch_.q, rows * qd * sizeof(uint16_t));
+  Ensure(scratch_.k_tmp, rows * kvd * sizeof(uint16_t));
+  Ensure(scratch_.v_tmp, rows * kvd * sizeof(uint16_t));
+  Ensure(scratch_.attn, rows * qd * sizeof(uint16_t));
+  Ensure(scratch_.proj, rows * hs * sizeof(float));
+  Ensure(scratch_.gu, rows * 2 * inter * sizeof(float));
+  Ensure(scratch_.act, rows * inter * sizeof(uint16_t));
+  UploadRows(b.h, n, &s);
+  float* h = scratch_.h.as<float>();
+  uint16_t* a = scratch_.a.as<uint16_t>();
+
+  // Attention: h += o(Attn(RoPE(qkv(RMSNorm_in(h))))).
+  Norm(L.in_norm, s, h, a);
+  Linear(L.qkv, s, a, scratch_.qkv.as<float>());
+  QkvEpilogue(s, n, /*write_cache=*/!kv.recurrent, /*emit_kv=*/kv.recurrent);
+  k::PagedAttentionParams p;
+  p.q = scratch_.q.as<uint16_t>();
+  p.k_cache = k_cache_.as<uint16_t>();
+  p.v_cache = v_cache_.as<uint16_t>();
+  p.table_indptr = Meta(s.table_indptr);
+  p.table_blocks = Meta(s.table_blocks);
+  p.kv_len = Meta(s.kv_len);
+  p.extra_k = kv.recurrent ? scratch_.k_tmp.as<uint16_t>() : nullptr;
+  p.extra_v = kv.recurrent ? scratch_.v_tmp.as<uint16_t>() : nullptr;
+  p.out = scratch_.attn.as<void>();
+  p.out_dtype = DType::kBF16;
+  p.rows = n;
+  p.n_heads = cfg_.num_heads;
+  p.n_kv_heads = cfg_.num_kv_heads;
+  p.head_dim = cfg_.head_dim;
+  p.block_size = block_size_;
+  p.num_blocks = num_blocks_;
+  p.max_kv_len = s.max_kv_len;
+  p.chunk_len = kAttentionChunk;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(cfg_.head_dim));
+  const size_t ws = k::PagedAttentionWorkspaceFloats(n, cfg_.num_heads, cfg_.head_dim, s.max_kv_len,
+                                                     kv.recurrent, kAttentionChunk);
+  p.workspace =
+      ws == 0 ? nullptr : static_cast<float*>(scratch_.attn_ws.Reserve(ws * sizeof(float)));
+  CudaCheck(k::paged_attention_forward(p, stream_), "paged_attention");
+  Linear(L.o, s, scratch_.attn.as<uint16_t>(), scratch_.proj.as<float>());
+  AddResidual(h, scratch_.proj.as<float>(), n, hs);
+
+  // MLP: h += down(SwiGLU(gate_up(RMSNorm_post(h)))).
+  Norm(L.post_norm, s, h, a);
+  Linear(L.gate_up, s, a, scratch_.gu.as<float>());
+  k::SwigluParams sw;
+  sw.gate_up = scratch_.gu.as<void>();
+  sw.out = scratch_.act.as<void>();
+  sw.rows = n;
+  sw.inter = inter;
+  sw.in_dtype = DType::kF32;
+  sw.out_dtype = DType::kBF16;
+  CudaCheck(k::swiglu_forward(sw, stream_), "swiglu");
+  Linear(L.down, s, scratch_.act.as<uint16_t>(), scratch_.proj.as<float>());
+  AddResidual(h, scratch_.proj.as<float>(), n, hs);
+
+  if (kv.recurrent) {  // persistent pair from the layer output (spec section 5)
+    Norm(L.in_norm, s, h, a);
+    Linear(L.qkv, s, a, scratch_.qkv.as<float>());
+    QkvEpilogue(s, n, /*write_cache=*/true, /*emit_kv=*/false);
+  }
+  Download(h, rows * hs * sizeof(float), b.h);
+}
+
+void CudaModelRunner::ExpertRouter(const int* loops, const float* h, int n, float* score,
+                                   float* decide) {
+  if (n == 0) return;
+  const int hs = cfg_.hidden_size;
+  const float temperature = cfg_.recursion.router.temperature;
+  if (!ec_linear_) {  // mlp routers: on the host (see the class comment)
+    std::vector<float> x(hs);
+    for (int i = 0; i < n; ++i) {
+      for (int c = 0; c < hs; ++c) x[c] = h[static_cast<size_t>(i) * hs + c] / temperature;
+      ec_mlp_[loops[i]].Forward(x.data(), &score[i]);
+      if (aux_mlp_.empty()) {
+        decide[i] = score[i];
+      } else {
+        aux_mlp_[loops[i]].Forward(x.data(), &decide[i]);
+      }
+    }
+    return;
+  }
+  const StagedRows s = StageLoops(loops, n);
+  UploadRows(h, n, &s);
+  const int num_loops = static_cast<int>(w_->router.expert.size());
+  Ensure(scratch_.router_f, static_cast<size_t>(n) * 3 * sizeof(float));
+  Ensure(scratch_.router_i, static_cast<size_t>(n) * sizeof(int32_t));
+  float* out = scratch_.router_f.as<float>();  // [score | decide | gate]
+  auto run = [&](const DeviceBuffer& w, float* score_out) {
+    k::ExpertRouterParams p;
+    p.h = scratch_.h.as<float>();
+    p.router_w = w.as<void>();
+    p.w_dtype = DType::kF32;
+    p.loops = Meta(s.loops);
+    p.capacity = capacity_zero_.as<float>();
+    p.score_out = score_out;
+    p.active = scratch_.router_i.as<int32_t>();
+    p.gate = out + 2 * n;
+    p.rows = n;
+    p.hidden = hs;
+    p.num_loops = num_loops;
+    p.temperature = temperature;
+    CudaCheck(k::expert_router_forward(p, stream_), "expert_router");
+  };
+  run(ec_w_, out);
+  if (aux_w_.bytes() > 0) run(aux_w_, out + n);
+  std::vector<float> host(2 * static_cast<size_t>(n));
+  Download(out, host.size() * sizeof(float), host.data());
+  std::copy(host.begin(), host.begin() + n, score);
+  std::copy(host.begin() + (aux_w_.bytes() > 0 ? n : 0),
+            host.begin() + (aux_w_.bytes() > 0 ? 2 * n : n), decide);
+}
+
+void CudaModelRunner::TokenChoiceRouter(const float* h, int n, float* scores) {
+  if (n == 0) return;
+  const int hs = cfg_.hidden_size, nr = cfg_.recursion.num_recursions;
+  if (!tc_linear_) {
+    for (int i = 0; i < n; ++i)
+      tc_mlp_.Forward(h + static_cast<size_t>(i) * hs, scores + static_cast<size_t>(i) * nr);
+    return;
+  }
+  UploadRows(h, n, nullptr);
+  Ensure(scratch_.router_f, static_cast<size_t>(n) * (nr + 1) * sizeof(float));
+  Ensure(scratch_.router_i, static_cast<size_t>(n) * sizeof(int32_t));
+  k::TokenChoiceRouterParams p;
+  p.h = scratch_.h.as<float>();
+  p.router_w = tc_w_.as<void>();
+  p.w_dtype = DType::kF32;
+  p.scores_out = scratch_.router_f.as<float>();
+  p.gate = scratch_.router_f.as<float>() + static_cast<size_t>(n) * nr;
+  p.depth = scratch_.router_i.as<int32_t>();
+  p.rows = n;
+  p.hidden = hs;
+  p.num_recursions = nr;
+  CudaCheck(k::token_choice_router_forward(p, stream_), "token_choice_router");
+  Download(p.scores_out, static_cast<size_t>(n) * nr * sizeof(float), scores);
+}
+
+void CudaModelRunner::Logits(const float* h, int n, float* logits) {
+  if (n == 0) return;
+  UploadRows(h, n, nullptr);
+  const int hs = cfg_.hidden_size, vocab = cfg_.vocab_size;
+  Ensure(scratch_.a, static_cast<size_t>(n) * hs * sizeof(uint16_t));
+  Ensure(scratch_.logits, static_cast<size_t>(n) * vocab * sizeof(float));
+  k::RmsNormParams p;
+  p.x = scratch_.h.as<float>();
+  p.weight = final_norm_.as<float>();
+  p.out = scratch_.a.as<void>();
+  p.rows = n;
+  p.dim = hs;
+  p.eps = cfg_.rms_norm_eps;
+  p.x_dtype = DType::kF32;
+  p.weight_dtype = DType::kF32;
+  p.out_dtype = DType::kBF16;
+  CudaCheck(k::rmsnorm_forward(p, stream_), "final rmsnorm");
+  Gemm(scratch_.a.as<uint16_t>(), lm_head_ptr_, scratch_.logits.as<void>(), DType::kF32, n, vocab,
+       hs);
+  Download(scratch_.logits.as<void>(), static_cast<size_t>(n) * vocab * sizeof(float), logits);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ModelRunner>> CreateCudaModelRunner(
+    std::shared_ptr<const ModelWeights> weights, const EngineConfig& config, int num_kv_blocks) {
+  int count = 0;
+  if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess || count == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--device cuda: no CUDA device (",
+                     e == cudaSuccess ? "none found" : cudaGetErrorString(e), ")"));
+  }
+  cudaDeviceProp prop{};
+  CudaCheck(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  if (prop.major != 9) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--device cuda: ", prop.name, " is compute capability ", prop.major, ".",
+                     prop.minor, "; the kernels are built for Hopper (sm_90a)"));
+  }
+  auto runner =
+      std::make_unique<CudaModelRunner>(std::move(weights), num_kv_blocks, config.block_size);
+  if (absl::Status st = runner->Init(); !st.ok()) return st;
+  return std::unique_ptr<ModelRunner>(std::move(runner));
+}
+
+}  // namespace morserve

@@ -1,0 +1,60 @@
+// Host-side translation of one ModelRunner call's row metadata into the flat int32 array the
+// CUDA backend copies to the device in one transfer (plain C++, unit-tested without a GPU):
+// loops, positions and the LayerKvPlan arrays (write_slot, table_indptr, table_blocks,
+// kv_len), each starting on a 16-byte boundary, plus what the launches need on the host:
+// the largest kv_len (sizes the attention grid) and the runs of rows at the same loop
+// (per-loop weights run once per run).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/runtime/model_runner.h"
+
+namespace morserve {
+
+struct LoopGroup {
+  int loop = 0;
+  int begin = 0;
+  int count = 0;
+};
+
+// Contiguous runs of rows at the same loop, in row order.
+std::vector<LoopGroup> LoopGroups(const int* loops, int n);
+
+struct StagedRows {
+  std::vector<int32_t> data;  // everything below, one H2D copy
+  size_t loops = 0, positions = 0, write_slot = 0, table_indptr = 0, table_blocks = 0, kv_len = 0;
+  int max_kv_len = 0;
+  std::vector<LoopGroup> groups;
+};
+
+// Stages a layer batch. Errors (never a crash) when the plan's arrays do not match n rows,
+// indptr is not non-decreasing from 0 to table_blocks.size(), a loop is outside
+// [0, num_loops), or a kv_len is negative or beyond the row's table capacity
+// (blocks * block_size).
+absl::StatusOr<StagedRows> StageLayerBatch(const LayerBatch& b, int num_loops, int block_size);
+
+// Stages only loops (router calls) or nothing but groups; `loops` may be null (all loop 0).
+StagedRows StageLoops(const int* loops, int n);
+
+// Recurrent prefill chunks run one position at a time (correct first; a tiled schedule is a
+// later step): wave j holds the j-th row of every chunk, so a row's earlier chunk rows have
+// written their persistent pairs before it attends. chunk_indptr as LayerKvPlan's
+// (rows [indptr[c], indptr[c + 1]) form chunk c); empty: every row is its own chunk.
+std::vector<std::vector<int>> RecurrentWaves(const std::vector<int32_t>& chunk_indptr, int n);
+
+// Some rows of a layer batch as a batch of their own (copies of their loops, positions, h
+// and KV plan, tables re-based), and the copy of their h back into the full batch.
+struct SubBatch {
+  LayerKvPlan kv;
+  std::vector<int> loops, positions;
+  std::vector<float> h;
+  LayerBatch b;
+};
+void MakeSubBatch(const LayerBatch& b, const std::vector<int>& rows, int hidden, SubBatch* out);
+void ScatterSubBatch(const SubBatch& sub, const std::vector<int>& rows, int hidden, float* h);
+
+}  // namespace morserve

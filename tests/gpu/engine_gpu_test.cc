@@ -1,0 +1,278 @@
+// The whole engine on the GPU (--device cuda) against the reference implementation, for the
+// Foundation test model families of tests/unit/engine_test.cc at a GPU-sized shape (hidden
+// 256, 4 heads of 64, 2 kv heads: the attention kernel takes head_dim 64/128) with bf16
+// weights, so the device holds exactly the reference's weights and the differences are the
+// bf16 rounding of activations (GEMM inputs, q/K/V, attention output) and fp32 sum orders.
+//
+// Comparison rule, per request (depth-wise and sequence-wise batching, 16 requests with
+// staggered arrivals and chunked prefill):
+//   - walk the generated tokens in order; a step is "clear" when the reference's top-1
+//     margin (top1 - top2) / max(|top1|, 1) exceeds kMargin (1e-2);
+//   - up to the first unclear step (after which greedy paths may legitimately part), the
+//     GPU's token equals the reference's, its loop count equals the reference's, and its
+//     logits are within kLogitTolerance (5e-2) of the reference's relative to
+//     max(|logit|, 1);
+//   - a loop count that differs ends that request's comparison (a router score that sat at
+//     its threshold, flipped by rounding); at most kMaxLoopFlips (5%) of compared steps may
+//     end so, and at least kMinCompared (50%) of all generated steps must be compared, so
+//     the test cannot pass by comparing nothing.
+// Also: batch invariance (a request alone vs inside three mixed batches: identical tokens
+// and bitwise identical logits), every KV block back in the pool at the end, and the clear
+// error for a shape the kernels do not take.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/reference/reference_model.h"
+#include "tests/engine_harness.h"
+#include "tests/gpu/gpu_testutil.h"
+
+namespace morserve {
+namespace {
+
+using testing::Greedy;
+using ::testing::HasSubstr;
+using testing::RunResult;
+
+constexpr double kMargin = 1e-2;
+constexpr double kLogitTolerance = 5e-2;
+constexpr double kMaxLoopFlips = 0.05;
+constexpr double kMinCompared = 0.5;
+
+struct FamilyCase {
+  std::string name;
+  TinyModelSpec spec;
+};
+
+TinyModelSpec Spec(const std::string& family) {
+  TinyModelSpec s;
+  s.family = family;
+  s.dtype = DType::kBF16;
+  s.hidden = 256;
+  s.heads = 4;
+  s.kv_heads = 2;
+  s.intermediate = 256;
+  return s;
+}
+
+// The families of engine_test.cc.
+std::vector<FamilyCase> Families() {
+  std::vector<FamilyCase> v;
+  for (const char* f :
+       {"vanilla", "recursive-cycle", "recursive-sequence", "recursive-middle-cycle",
+        "recursive-middle-sequence", "recursive-untied-attn", "mor-ec", "mor-tc"}) {
+    v.push_back({f, Spec(f)});
+  }
+  TinyModelSpec ec_mlp = Spec("mor-ec");
+  ec_mlp.router = "mlp";
+  ec_mlp.activation = "tanh";
+  v.push_back({"mor-ec-mlp-tanh", ec_mlp});
+  TinyModelSpec ec_cycle = Spec("mor-ec");
+  ec_cycle.sharing = "cycle";
+  ec_cycle.aux_router = true;
+  ec_cycle.gating = "additive";
+  v.push_back({"mor-ec-cycle-aux-additive", ec_cycle});
+  TinyModelSpec ec_shared = Spec("mor-ec");
+  ec_shared.kv = "shared";
+  v.push_back({"mor-ec-kv-shared", ec_shared});
+  TinyModelSpec ec_low = Spec("mor-ec");
+  ec_low.capacity = {0.5f, 0.5f, 0.5f};
+  v.push_back({"mor-ec-router-loop0", ec_low});
+  TinyModelSpec tc_shared = Spec("mor-tc");
+  tc_shared.kv = "shared";
+  tc_shared.router_bias = 0.3f;
+  v.push_back({"mor-tc-kv-shared", tc_shared});
+  TinyModelSpec tc_mlp = Spec("mor-tc");
+  tc_mlp.router = "mlp";
+  v.push_back({"mor-tc-mlp", tc_mlp});
+  v.push_back({"relaxed-lora", Spec("relaxed-lora")});
+  TinyModelSpec early = Spec("early-exit");
+  early.exit_kv = "skip";
+  early.exit_threshold = 0.2f;
+  v.push_back({"early-exit-skip", early});
+  early.exit_kv = "propagate";
+  v.push_back({"early-exit-propagate", early});
+  v.push_back({"recurrent", Spec("recurrent")});
+  TinyModelSpec recurrent_mor = Spec("mor-ec");
+  recurrent_mor.layer_kind = "recurrent";
+  v.push_back({"recurrent-mor-ec", recurrent_mor});
+  TinyModelSpec cycle_shared = Spec("recursive-cycle");
+  cycle_shared.kv = "shared";
+  v.push_back({"recursive-cycle-kv-shared", cycle_shared});
+  TinyModelSpec tied = Spec("vanilla");
+  tied.tie_embeddings = true;
+  v.push_back({"vanilla-tied-embeddings", tied});
+  return v;
+}
+
+struct Workload {
+  std::vector<GenerateRequest> requests;
+  std::vector<int> arrivals;
+};
+
+Workload MakeWorkload(int vocab, int count = 16) {
+  Workload w;
+  auto prompts = testing::MakePrompts(count, 1, 24, vocab, 7);
+  for (int i = 0; i < count; ++i) {
+    w.requests.push_back(Greedy(prompts[i], 6 + i % 5));
+    w.arrivals.push_back((i * 3) % 11);
+  }
+  return w;
+}
+
+EngineConfig GpuConfig(BatchingMode mode) {
+  EngineConfig cfg;
+  cfg.device = Device::kCuda;
+  cfg.mode = mode;
+  cfg.max_batch_rows = 12;
+  cfg.max_step_tokens = 10;  // prompts arrive in chunks
+  cfg.block_size = 4;
+  cfg.num_kv_blocks = 4096;
+  return cfg;
+}
+
+// (top1 - top2) / max(|top1|, 1) of a logit row.
+double Margin(const std::vector<float>& l) {
+  float a = -INFINITY, b = -INFINITY;
+  for (float v : l) {
+    if (v > a) {
+      b = a;
+      a = v;
+    } else if (v > b) {
+      b = v;
+    }
+  }
+  return (static_cast<double>(a) - b) / std::max(1.0, std::abs(static_cast<double>(a)));
+}
+
+struct Tally {
+  int generated = 0, compared = 0, loop_flips = 0;
+};
+
+struct RefRun {
+  std::vector<int> tokens;
+  std::vector<StepOutput> outs;
+};
+
+// The reference's greedy run of every request (computed once per model).
+std::vector<RefRun> ReferenceRuns(std::shared_ptr<const ModelWeights> weights, const Workload& w) {
+  ReferenceModel ref(std::move(weights));
+  std::vector<RefRun> runs(w.requests.size());
+  for (size_t i = 0; i < w.requests.size(); ++i) {
+    runs[i].tokens =
+        ref.GenerateGreedy(w.requests[i].prompt, w.requests[i].params.max_tokens, &runs[i].outs);
+  }
+  return runs;
+}
+
+void CompareWithReference(const std::vector<RefRun>& refs, const Workload& w,
+                          const std::vector<RunResult>& got, const std::string& label,
+                          Tally* tally) {
+  for (size_t i = 0; i < w.requests.size(); ++i) {
+    const GenerateRequest& r = w.requests[i];
+    const std::vector<int>& want = refs[i].tokens;
+    const std::vector<StepOutput>& outs = refs[i].outs;
+    ASSERT_EQ(got[i].tokens.size(), want.size()) << label << " request " << i;
+    ASSERT_EQ(got[i].logits.size(), want.size()) << label << " request " << i;
+    tally->generated += static_cast<int>(want.size());
+    for (size_t t = 0; t < want.size(); ++t) {
+      const StepOutput& o = outs[r.prompt.size() - 1 + t];
+      if (Margin(o.logits) <= kMargin) break;
+      if (got[i].loops[t] != o.trace.loops) {
+        ++tally->loop_flips;
+        break;
+      }
+      ++tally->compared;
+      ASSERT_EQ(got[i].tokens[t], want[t]) << label << " request " << i << " token " << t;
+      EXPECT_LE(testing::MaxRelDiff(got[i].logits[t], o.logits), kLogitTolerance)
+          << label << " request " << i << " token " << t;
+    }
+  }
+}
+
+class EngineGpuTest : public ::testing::TestWithParam<FamilyCase> {
+ protected:
+  void SetUp() override { MORSERVE_SKIP_WITHOUT_GPU(); }
+};
+
+TEST_P(EngineGpuTest, DepthAndSequenceWiseMatchReference) {
+  testing::TempDir dir;
+  auto weights = testing::MakeModel(GetParam().spec, &dir);
+  ASSERT_NE(weights, nullptr);
+  const Workload w = MakeWorkload(weights->config.vocab_size);
+  const std::vector<RefRun> refs = ReferenceRuns(weights, w);
+  for (BatchingMode mode : {BatchingMode::kDepthWise, BatchingMode::kSequenceWise}) {
+    const EngineConfig cfg = GpuConfig(mode);
+    auto engine = Engine::Create(weights, cfg);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    auto got = testing::RunStaggered(engine->get(), w.requests, w.arrivals);
+    const std::string label =
+        GetParam().name + (mode == BatchingMode::kDepthWise ? " depth" : " sequence");
+    Tally tally;
+    CompareWithReference(refs, w, got, label, &tally);
+    std::printf("%s: %d of %d steps compared, %d loop flips\n", label.c_str(), tally.compared,
+                tally.generated, tally.loop_flips);
+    EXPECT_GE(tally.compared, kMinCompared * tally.generated)
+        << label << ": too few clear steps compared";
+    EXPECT_LE(tally.loop_flips, kMaxLoopFlips * std::max(tally.compared, 1))
+        << label << ": router decisions differ";
+    EXPECT_EQ((*engine)->kv_pool().num_free(), cfg.num_kv_blocks) << label << ": blocks leaked";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, EngineGpuTest, ::testing::ValuesIn(Families()),
+                         [](const auto& info) {
+                           std::string n = info.param.name;
+                           for (char& c : n)
+                             c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+                           return n;
+                         });
+
+// A request's tokens and logits are bit-identical alone and inside mixed-depth batches.
+TEST(EngineGpuInvarianceTest, AloneAndInMixedBatchesAreBitwiseEqual) {
+  MORSERVE_SKIP_WITHOUT_GPU();
+  testing::TempDir dir;
+  auto weights = testing::MakeModel(Spec("mor-ec"), &dir);
+  ASSERT_NE(weights, nullptr);
+  const int vocab = weights->config.vocab_size;
+  GenerateRequest probe = Greedy(testing::MakePrompts(1, 9, 9, vocab, 99)[0], 12);
+  EngineConfig cfg = GpuConfig(BatchingMode::kDepthWise);
+  cfg.max_batch_rows = 16;
+  cfg.max_step_tokens = 32;
+  auto run = [&](const std::vector<GenerateRequest>& reqs, const std::vector<int>& arrivals) {
+    auto engine = Engine::Create(weights, cfg);
+    EXPECT_TRUE(engine.ok()) << engine.status();
+    auto got = testing::RunStaggered(engine->get(), reqs, arrivals);
+    EXPECT_EQ((*engine)->kv_pool().num_free(), cfg.num_kv_blocks) << "blocks leaked";
+    return got;
+  };
+  const RunResult alone = run({probe}, {0})[0];
+  for (int variant = 0; variant < 3; ++variant) {
+    Workload w = MakeWorkload(vocab, 8 + 4 * variant);
+    w.requests.push_back(probe);
+    w.arrivals.push_back(variant * 2);
+    const RunResult mixed = run(w.requests, w.arrivals).back();
+    EXPECT_EQ(mixed.tokens, alone.tokens) << "variant " << variant;
+    ASSERT_EQ(mixed.logits.size(), alone.logits.size());
+    for (size_t t = 0; t < alone.logits.size(); ++t) {
+      EXPECT_EQ(mixed.logits[t], alone.logits[t]) << "variant " << variant << " token " << t;
+    }
+  }
+}
+
+TEST(EngineGpuErrorTest, UnsupportedHeadDimIsAClearError) {
+  MORSERVE_SKIP_WITHOUT_GPU();
+  TinyModelSpec s = Spec("vanilla");
+  s.hidden = 64;  // head_dim 16
+  testing::TempDir dir;
+  auto weights = testing::MakeModel(s, &dir);
+  ASSERT_NE(weights, nullptr);
+  auto engine = Engine::Create(weights, GpuConfig(BatchingMode::kDepthWise));
+  ASSERT_FALSE(engine.ok());
+  EXPECT_THAT(std::string(engine.status().message()), HasSubstr("head_dim 16"));
+}
+
+}  // namespace
+}  // namespace morserve
