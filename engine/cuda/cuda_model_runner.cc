@@ -121,7 +121,10 @@ class CudaModelRunner : public ModelRunner {
   void TokenChoiceRouter(const float* h, int n, float* scores) override;
   void Logits(const float* h, int n, float* logits) override;
   // One cache entry read back as fp32 (tests).
-  void ReadKv(int32_t slot, float* k, float* v) const;
+  void ReadKv(int32_t slot, float* k, float* v) const override;
+  RunnerCounters counters() const override {
+    return RunnerCounters{counters_.full_rows, counters_.kv_only_rows};
+  }
 
  private:
   // Full rows: attention and MLP, h updated.
@@ -129,6 +132,8 @@ class CudaModelRunner : public ModelRunner {
   // K/V-only rows (early exit with exit_kv propagate): RMSNorm_in, the QKV projection and
   // RoPE from h, the entry written at write_slot; h unchanged.
   void RunKvOnlyRows(const LayerBatch& b);
+  // A batch with both kinds: K/V-only rows first, then the full rows.
+  void RunMixedRows(const LayerBatch& b);
   void LoadLayers();
   void LoadHeadAndRouters();
   // Copies host h [n, hidden] and the staged metadata to the device (async on stream_).
@@ -416,6 +421,10 @@ void CudaModelRunner::Embed(const int* tokens, int n, float* h) {
 // schedule the CPU backend uses for long chunks is a later step here.
 void CudaModelRunner::RunLayer(const LayerBatch& b) {
   const LayerKvPlan& kv = *b.kv;
+  if (b.kv_only != nullptr &&
+      std::any_of(b.kv_only, b.kv_only + b.n, [](uint8_t f) { return f != 0; })) {
+    return RunMixedRows(b);
+  }
   if (!kv.recurrent || kv.chunk_indptr.empty()) return RunFullRows(b);
   MORSERVE_CHECK(static_cast<int>(kv.chunk_indptr.size()) >= 1 && kv.chunk_indptr.front() == 0 &&
                      kv.chunk_indptr.back() == b.n,
@@ -429,6 +438,22 @@ void CudaModelRunner::RunLayer(const LayerBatch& b) {
     RunFullRows(sub.b);
     ScatterSubBatch(sub, rows, hs, b.h);
   }
+}
+
+// K/V-only rows (early exit, exit_kv propagate) write their entries first, since full rows
+// of the same call may attend to them; then the full rows run as a sub-batch of their own.
+void CudaModelRunner::RunMixedRows(const LayerBatch& b) {
+  MORSERVE_CHECK(!b.kv->recurrent, "K/V-only rows on a recurrent layer");
+  std::vector<int> full, kv_rows;
+  for (int i = 0; i < b.n; ++i) (b.kv_only[i] ? kv_rows : full).push_back(i);
+  const int hs = cfg_.hidden_size;
+  SubBatch sub;
+  MakeSubBatch(b, kv_rows, hs, &sub);
+  RunKvOnlyRows(sub.b);
+  if (full.empty()) return;
+  MakeSubBatch(b, full, hs, &sub);
+  RunFullRows(sub.b);
+  ScatterSubBatch(sub, full, hs, b.h);
 }
 
 void CudaModelRunner::RunKvOnlyRows(const LayerBatch& b) {

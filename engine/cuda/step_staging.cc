@@ -115,6 +115,7 @@ void MakeSubBatch(const LayerBatch& b, const std::vector<int>& rows, int hidden,
     s.kv.table_indptr.push_back(static_cast<int32_t>(s.kv.table_blocks.size()));
   }
   s.b = b;
+  s.b.kv_only = nullptr;  // a sub-batch's rows are all of one kind
   s.b.n = static_cast<int>(rows.size());
   s.b.loops = s.loops.data();
   s.b.positions = s.positions.data();
