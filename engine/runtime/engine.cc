@@ -24,7 +24,8 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> CreateRunner(std::shared_ptr<const 
   return CreateCudaModelRunner(weights, config, blocks);
 #else
   return absl::FailedPreconditionError(
-      "--device cuda: this build has no CUDA backend (configure with -DMORSERVE_CUDA=ON)");
+      "--device cuda: this build has no CUDA backend (configure with -DMORSERVE_CUDA=ON "
+      "-DMORSERVE_CUDA_RUNNER=ON)");
 #endif
 }
 

@@ -14,10 +14,8 @@ set -euo pipefail
 root=$(git rev-parse --show-toplevel)
 build=${1:-$root/build-cuda}
 cd "$root"
-if [ ! -f "$build/CMakeCache.txt" ]; then
-  cmake -S "$root" -B "$build" -G Ninja -DMORSERVE_CUDA=ON -DMORSERVE_SERVER=OFF \
-    -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
-fi
+cmake -S "$root" -B "$build" -G Ninja -DMORSERVE_CUDA=ON -DMORSERVE_CUDA_RUNNER=ON \
+  -DMORSERVE_SERVER=OFF -DCMAKE_CXX_COMPILER_LAUNCHER=ccache >/dev/null
 targets=()
 for src in tests/gpu/kernel_*_test.cc; do
   case $src in *_emu_test.cc) continue ;; esac  # CPU-emulated: nothing to run on the device
