@@ -7,6 +7,9 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include <pthread.h>
+
+#include <cerrno>
 #include <exception>
 
 #include "absl/strings/str_cat.h"
@@ -37,6 +40,26 @@ const char* RejectReasonName(RejectReason r) {
   return "";
 }
 
+// Debian's civetweb 1.15 starts its threads with 102400-byte stacks (USE_STACK_SIZE), and
+// glibc refuses (EINVAL) a stack that cannot hold the process's static TLS block + 16 KiB.
+// A library with a large TLS segment linked into the process (libcublasLt.so.13: 92 KiB)
+// makes every civetweb thread fail, which CivetServer reports only as "null context ...
+// Possible problem binding to port". This names the real cause when it applies.
+std::string CivetwebStackProblem() {
+  constexpr size_t kCivetwebStackBytes = 102400;
+  pthread_attr_t attr;
+  if (pthread_attr_init(&attr) != 0) return "";
+  pthread_attr_setstacksize(&attr, kCivetwebStackBytes);
+  pthread_t thread;
+  const int rc = pthread_create(&thread, &attr, [](void*) -> void* { return nullptr; }, nullptr);
+  pthread_attr_destroy(&attr);
+  if (rc == 0) pthread_join(thread, nullptr);
+  if (rc != EINVAL) return "";
+  return " (the cause: civetweb's 100 KiB thread stacks cannot hold this process's static TLS; "
+         "a library with a large thread-local block is linked in, e.g. libcublasLt, which "
+         "morserve loads with dlopen instead: see engine/cuda/cublaslt_loader.cc)";
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(const std::string& host, int port,
@@ -47,7 +70,7 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(const std::
     m->exposer_ = std::make_unique<prometheus::Exposer>(absl::StrCat(host, ":", port));
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat("--metrics-port: cannot listen on ", host, ":", port,
-                                               ": ", e.what()));
+                                               ": ", e.what(), CivetwebStackProblem()));
   }
   const std::vector<int> ports = m->exposer_->GetListeningPorts();
   if (ports.empty()) return absl::UnavailableError("--metrics-port: no listening port");

@@ -4,7 +4,7 @@
 // debian:bookworm-slim; COPY sources exist; and the runtime stage's package list provides
 // the Debian package of every shared library `ldd` shows for the built binaries (closure
 // over dpkg's Depends, the slim base counted as the Essential set plus apt), and lists
-// nothing they do not need.
+// nothing they do not need; the GPU runtime carries the cuBLASLt the CUDA runner dlopens.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -312,6 +312,40 @@ TEST(DeployDockerfileTest, RuntimePackagesProvideEveryLibraryTheBinariesLoad) {
     EXPECT_TRUE(needed.count(p) || in_base.count(p))
         << "runtime package " << p << " provides no library the binaries load";
   }
+}
+
+// The CUDA runner loads libcublasLt.so.<major> with dlopen (engine/cuda/cublaslt_loader.cc),
+// so `ldd` cannot show it: the GPU runtime must install it by name, where the loader looks,
+// and for the CUDA major the builder compiles against.
+TEST(DeployDockerfileTest, GpuRuntimeHasTheCublasLtTheCudaRunnerLoads) {
+  const auto stages = ParseDockerfile(RepoPath(kDockerfile));
+  const auto all_of = [&](const char* stage, const char* instruction) {
+    std::string text;
+    const Stage* s = FindStage(stages, stage);
+    if (s == nullptr) return text;
+    for (const auto& [ins, rest] : s->instructions) {
+      if (ins == instruction) text += rest + " ";
+    }
+    return text;
+  };
+  EXPECT_NE(all_of("builder-gpu", "RUN").find("libcublas-dev-${CUDA_PKG}"), std::string::npos);
+  const std::string run = all_of("runtime-gpu", "RUN");
+  EXPECT_NE(run.find("cuda-cudart-${CUDA_PKG}"), std::string::npos) << run;
+  EXPECT_NE(run.find("libcublas-${CUDA_PKG}"), std::string::npos) << run;
+  EXPECT_NE(all_of("runtime-gpu", "ENV").find("LD_LIBRARY_PATH=/usr/local/cuda/lib64"),
+            std::string::npos);
+  // ARG CUDA_PKG=13-0 (before the first FROM) -> CUDA 13.
+  std::smatch m;
+  const std::string text = ReadTextFile(RepoPath(kDockerfile));
+  ASSERT_TRUE(std::regex_search(text, m, std::regex("ARG CUDA_PKG=(\\d+)-\\d+")));
+  const std::string major = m[1];
+  // A CUDA build of `morserve` (libcudart linked) names the cuBLASLt it will open.
+  if (RunShell("ldd " + ShellQuote(MORSERVE_BINARY) + " | grep -q libcudart").rc != 0) {
+    GTEST_SKIP() << "morserve is a CPU build: the soname check needs MORSERVE_CUDA=ON";
+  }
+  const ShellResult soname = RunShell("strings -a " + ShellQuote(MORSERVE_BINARY) +
+                                      " | grep -x 'libcublasLt[.]so[.][0-9]*' | sort -u");
+  EXPECT_EQ(soname.out, "libcublasLt.so." + major + "\n");
 }
 
 }  // namespace
