@@ -34,9 +34,9 @@ inline int64_t LoraTileCount(int rows, int segments, int tile_rows) {
 }
 
 // Tile number `index` of the segments' tiles, in segment order.
-__device__ __forceinline__ LoraTile FindLoraTile(const int32_t* seg_indptr,
-                                                 const int32_t* seg_loop, int segments, int rows,
-                                                 int tile_rows, int64_t index) {
+__device__ __forceinline__ LoraTile FindLoraTile(const int32_t* seg_indptr, const int32_t* seg_loop,
+                                                 int segments, int rows, int tile_rows,
+                                                 int64_t index) {
   LoraTile tile;
   for (int s = 0; s < segments; ++s) {
     const int begin = max(static_cast<int>(seg_indptr[s]), 0);

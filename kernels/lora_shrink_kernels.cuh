@@ -14,9 +14,9 @@
 namespace morserve::kernels {
 namespace {
 
-constexpr int kShrinkThreads = 128;                     // 4 warps
-constexpr int kShrinkRowsPerWarp = 4;                   // register tile: 4 rows ...
-constexpr int kShrinkRanksPerCta = 8;                   // ... x 8 rank outputs = 32 lanes
+constexpr int kShrinkThreads = 128;                      // 4 warps
+constexpr int kShrinkRowsPerWarp = 4;                    // register tile: 4 rows ...
+constexpr int kShrinkRanksPerCta = 8;                    // ... x 8 rank outputs = 32 lanes
 constexpr int kShrinkTileRows = 4 * kShrinkRowsPerWarp;  // rows per CTA
 
 // The launch grid: x over row tiles (see lora_segments.cuh), y over groups of 8 ranks.
@@ -94,7 +94,8 @@ __global__ void __launch_bounds__(kShrinkThreads)
   const uint4* av[kShrinkRanksPerCta];
 #pragma unroll
   for (int j = 0; j < kShrinkRanksPerCta; ++j) {
-    av[j] = reinterpret_cast<const uint4*>(a_loop + static_cast<int64_t>(min(j0 + j, rank - 1)) * in);
+    av[j] =
+        reinterpret_cast<const uint4*>(a_loop + static_cast<int64_t>(min(j0 + j, rank - 1)) * in);
   }
   float acc[kShrinkRowsPerWarp * kShrinkRanksPerCta];  // [row slot][rank slot]
 #pragma unroll

@@ -7,10 +7,13 @@
 //     must reproduce bit for bit: it is what makes a row's result independent of the batch.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -134,6 +137,118 @@ inline uint32_t Bits(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
   return u;
+}
+
+// Output poison: all-ones bytes, a NaN in fp32 and bf16 (as DeviceBuffer::Poison leaves it).
+constexpr uint16_t kPoisonBf16 = 0xFFFF;
+constexpr uint32_t kPoisonF32 = 0xFFFFFFFFu;
+
+// The checks shared by the emulator and GPU tests. Shrink output: poison outside every
+// segment, NaN for faulty loops, else within the fp32 bound of the double definition and
+// bit-equal to the fixed order. Expand output: y unchanged bit for bit outside every
+// segment, NaN for faulty loops, else y_in + delta within the bound and bit-equal to the
+// fixed order.
+inline void CheckShrinkF32(const LoraProblem& p, const std::vector<float>& t) {
+  for (int r = 0; r < p.rows; ++r) {
+    for (int j = 0; j < p.rank; ++j) {
+      const float got = t[static_cast<size_t>(r) * p.rank + j];
+      const std::string at = "row " + std::to_string(r) + " rank " + std::to_string(j);
+      if (!p.covered[r]) {
+        ASSERT_EQ(Bits(got), kPoisonF32) << at << ": written outside every segment";
+      } else if (p.Faulty(r)) {
+        ASSERT_TRUE(std::isnan(got)) << at << ": faulty loop";
+      } else {
+        const auto [want, abs] = ShrinkReference(p, r, j);
+        ASSERT_LE(std::abs(got - want), 1e-5 * abs + 1e-30) << at;
+        ASSERT_EQ(Bits(got), Bits(ShrinkFixedOrder(p, r, j))) << at << ": order";
+      }
+    }
+  }
+}
+
+inline void CheckShrinkBf16(const LoraProblem& p, const std::vector<uint16_t>& t) {
+  for (int r = 0; r < p.rows; ++r) {
+    if (!p.covered[r] || p.Faulty(r)) continue;  // covered by the fp32 check
+    for (int j = 0; j < p.rank; ++j) {
+      const uint16_t got = t[static_cast<size_t>(r) * p.rank + j];
+      const auto [want, abs] = ShrinkReference(p, r, j);
+      ASSERT_LE(std::abs(Bf16ToF32(got) - want), 4e-3 * std::abs(want) + 1e-5 * abs + 1e-30)
+          << "row " << r << " rank " << j;
+      ASSERT_EQ(got, F32ToBf16(ShrinkFixedOrder(p, r, j))) << "row " << r;
+    }
+  }
+}
+
+template <typename TOf>
+void CheckExpand(const LoraProblem& p, TOf t_of, const std::vector<float>& y) {
+  for (int r = 0; r < p.rows; ++r) {
+    for (int o = 0; o < p.out; ++o) {
+      const size_t e = static_cast<size_t>(r) * p.out + o;
+      const std::string at = "row " + std::to_string(r) + " out " + std::to_string(o);
+      if (!p.covered[r]) {
+        ASSERT_EQ(Bits(y[e]), Bits(p.y[e])) << at << ": changed outside every segment";
+      } else if (p.Faulty(r)) {
+        ASSERT_TRUE(std::isnan(y[e])) << at << ": faulty loop";
+      } else {
+        const auto [want, abs] = ExpandReference(p, t_of, r, o);
+        ASSERT_LE(std::abs(y[e] - want), 1e-5 * abs + 1e-30) << at;
+        ASSERT_EQ(Bits(y[e]), Bits(ExpandFixedOrder(p, t_of, r, o))) << at << ": order";
+      }
+    }
+  }
+}
+
+// One row of p as a problem of its own (the same weights and inputs).
+inline LoraProblem SingleRow(const LoraProblem& p, int r) {
+  LoraProblem q = p;
+  q.rows = 1;
+  q.seg_indptr = {0, 1};
+  q.seg_loop = {p.row_loop[r]};
+  q.row_loop = {p.row_loop[r]};
+  q.covered = {1};
+  q.x.assign(p.x.begin() + static_cast<size_t>(r) * p.in, p.x.begin() + (r + 1LL) * p.in);
+  q.t.assign(p.t.begin() + static_cast<size_t>(r) * p.rank, p.t.begin() + (r + 1LL) * p.rank);
+  q.y.assign(p.y.begin() + static_cast<size_t>(r) * p.out, p.y.begin() + (r + 1LL) * p.out);
+  return q;
+}
+
+// Every check on one problem through a runner (the emulator's or the GPU's), which offers
+//   std::vector<float> ShrinkF32(p), std::vector<uint16_t> ShrinkBf16(p) (poisoned t first),
+//   std::vector<float> Expand(p, t) for fp32 or bf16 t (y starting from p.y):
+// shrink to fp32 and to bf16 t, expand from fp32 and from bf16 t.
+template <typename Runner>
+void CheckAll(const Runner& run, const LoraProblem& p) {
+  SCOPED_TRACE("in=" + std::to_string(p.in) + " out=" + std::to_string(p.out) +
+               " rank=" + std::to_string(p.rank) + " rows=" + std::to_string(p.rows));
+  ASSERT_NO_FATAL_FAILURE(CheckShrinkF32(p, run.ShrinkF32(p)));
+  ASSERT_NO_FATAL_FAILURE(CheckShrinkBf16(p, run.ShrinkBf16(p)));
+  auto t32_of = [&](int r, int j) { return p.T(r, j); };
+  ASSERT_NO_FATAL_FAILURE(CheckExpand(p, t32_of, run.Expand(p, p.t)));
+  std::vector<uint16_t> t16(p.t.size());
+  for (size_t i = 0; i < t16.size(); ++i) t16[i] = F32ToBf16(p.t[i]);
+  auto t16_of = [&](int r, int j) { return Bf16ToF32(t16[static_cast<size_t>(r) * p.rank + j]); };
+  ASSERT_NO_FATAL_FAILURE(CheckExpand(p, t16_of, run.Expand(p, t16)));
+}
+
+// Batch invariance: each of `rows` computed alone (a one-row problem) equals, bit for bit,
+// the same row computed inside p's batch, for the shrink and the expand.
+template <typename Runner>
+void CheckRowsAloneMatchBatch(const LoraProblem& p, const std::vector<int>& rows,
+                              const Runner& run) {
+  const std::vector<float> t = run.ShrinkF32(p);
+  const std::vector<float> y = run.Expand(p, p.t);
+  for (int r : rows) {
+    ASSERT_TRUE(p.covered[r] && !p.Faulty(r)) << "row " << r;
+    const LoraProblem q = SingleRow(p, r);
+    const std::vector<float> t1 = run.ShrinkF32(q);
+    const std::vector<float> y1 = run.Expand(q, q.t);
+    for (int j = 0; j < p.rank; ++j) {
+      ASSERT_EQ(Bits(t1[j]), Bits(t[static_cast<size_t>(r) * p.rank + j])) << "row " << r;
+    }
+    for (int o = 0; o < p.out; ++o) {
+      ASSERT_EQ(Bits(y1[o]), Bits(y[static_cast<size_t>(r) * p.out + o])) << "row " << r;
+    }
+  }
 }
 
 }  // namespace morserve::testing
