@@ -10,11 +10,9 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <type_traits>
 #include <vector>
 
-#include "kernels/lora_expand_kernels.cuh"
-#include "kernels/lora_shrink_kernels.cuh"
+#include "tests/gpu/lora_emu_launch.h"
 #include "tests/gpu/lora_problem.h"
 
 namespace morserve::kernels {
@@ -26,50 +24,58 @@ using testing::kPoisonF32;
 using testing::LoraProblem;
 using testing::MakeLoraProblem;
 
-EmuDim3 Emu(dim3 d) { return {d.x, d.y, d.z}; }
-int Segments(const LoraProblem& p) { return static_cast<int>(p.seg_loop.size()); }
+// The launchers' params for a problem (t and y pointers filled in by the caller).
+LoraShrinkParams ShrinkParams(const LoraProblem& p, void* t, DType t_dtype) {
+  LoraShrinkParams s;
+  s.x = p.x.data();
+  s.a = p.a.data();
+  s.t = t;
+  s.seg_indptr = p.seg_indptr.data();
+  s.seg_loop = p.seg_loop.data();
+  s.num_segments = static_cast<int>(p.seg_loop.size());
+  s.rows = p.rows;
+  s.in = p.in;
+  s.rank = p.rank;
+  s.num_loops = p.num_loops;
+  s.t_dtype = t_dtype;
+  return s;
+}
 
-// The kernels run as the launchers would run them (same grids and template choices).
+LoraExpandParams ExpandParams(const LoraProblem& p, const void* t, DType t_dtype, float* y) {
+  LoraExpandParams e;
+  e.t = t;
+  e.b = p.b.data();
+  e.y = y;
+  e.seg_indptr = p.seg_indptr.data();
+  e.seg_loop = p.seg_loop.data();
+  e.num_segments = static_cast<int>(p.seg_loop.size());
+  e.rows = p.rows;
+  e.out = p.out;
+  e.rank = p.rank;
+  e.num_loops = p.num_loops;
+  e.t_dtype = t_dtype;
+  return e;
+}
+
+// The interface of testing::CheckAll on the emulator.
 struct EmuRunner {
   std::vector<float> ShrinkF32(const LoraProblem& p) const {
     std::vector<float> t(static_cast<size_t>(p.rows) * p.rank);
     for (float& v : t) std::memcpy(&v, &kPoisonF32, 4);
-    cuda_emu::Run(Emu(LoraShrinkGrid(p.rows, Segments(p), p.rank)), kShrinkThreads, [&] {
-      LoraShrinkKernel<float>(p.x.data(), p.a.data(), t.data(), p.seg_indptr.data(),
-                              p.seg_loop.data(), Segments(p), p.rows, p.in, p.rank, p.num_loops);
-    });
+    EmuLoraShrink(ShrinkParams(p, t.data(), DType::kF32));
     return t;
   }
-
   std::vector<uint16_t> ShrinkBf16(const LoraProblem& p) const {
     std::vector<uint16_t> t(static_cast<size_t>(p.rows) * p.rank, kPoisonBf16);
-    cuda_emu::Run(Emu(LoraShrinkGrid(p.rows, Segments(p), p.rank)), kShrinkThreads, [&] {
-      LoraShrinkKernel<uint16_t>(p.x.data(), p.a.data(), t.data(), p.seg_indptr.data(),
-                                 p.seg_loop.data(), Segments(p), p.rows, p.in, p.rank, p.num_loops);
-    });
+    EmuLoraShrink(ShrinkParams(p, t.data(), DType::kBF16));
     return t;
   }
-
-  // y (starting from p.y) after the expand of t, with the launcher's pass width.
+  // y (starting from p.y) after the expand of t.
   template <typename TT>
   std::vector<float> Expand(const LoraProblem& p, const std::vector<TT>& t) const {
     std::vector<float> y = p.y;
-    auto kernel = [&](auto chunk_tag) {
-      constexpr int kChunk = decltype(chunk_tag)::value;
-      LoraExpandKernel<TT, kChunk>(t.data(), p.b.data(), y.data(), p.seg_indptr.data(),
-                                   p.seg_loop.data(), Segments(p), p.rows, p.out, p.rank,
-                                   p.num_loops);
-    };
-    const int chunk = LoraExpandChunk(p.rank);
-    cuda_emu::Run(Emu(LoraExpandGrid(p.rows, Segments(p), p.out)), kExpandThreads, [&] {
-      if (chunk == 16) {
-        kernel(std::integral_constant<int, 16>());
-      } else if (chunk == 32) {
-        kernel(std::integral_constant<int, 32>());
-      } else {
-        kernel(std::integral_constant<int, 64>());
-      }
-    });
+    EmuLoraExpand(
+        ExpandParams(p, t.data(), sizeof(TT) == 4 ? DType::kF32 : DType::kBF16, y.data()));
     return y;
   }
 };
