@@ -94,6 +94,10 @@ TEST(LoraEmuTest, MixedSegmentsEveryRank) {
   // in = 520: 65 vectors, so lane 0 sums three and the others two.
   ASSERT_NO_FATAL_FAILURE(
       CheckAll(EmuRunner(), MakeLoraProblem(520, 136, 13, 3, kMixed, seed++, 0, 1)));
+  // Unsorted rows: every row its own segment (37 segments, loops alternating).
+  std::vector<std::pair<int, int>> singles;
+  for (int r = 0; r < 37; ++r) singles.push_back({1, (r * 7) % 3});
+  ASSERT_NO_FATAL_FAILURE(CheckAll(EmuRunner(), MakeLoraProblem(64, 40, 13, 3, singles, 99)));
 }
 
 TEST(LoraEmuTest, SmolLmShapes) {

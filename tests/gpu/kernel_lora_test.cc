@@ -128,6 +128,11 @@ TEST_F(LoraTest, MixedSegmentsEveryRank) {
   }
   ASSERT_NO_FATAL_FAILURE(
       CheckAll(GpuRunner(), MakeLoraProblem(520, 136, 13, 3, kMixed, s++, 0, 1)));
+  // Unsorted rows: every row its own segment (37 segments, loops alternating).
+  std::vector<std::pair<int, int>> singles;
+  for (int r = 0; r < 37; ++r) singles.push_back({1, (r * 7) % 3});
+  ASSERT_NO_FATAL_FAILURE(
+      CheckAll(GpuRunner(), MakeLoraProblem(64, 40, 13, 3, singles, seed + 99)));
 }
 
 // Rows split over `loops` segments as evenly as possible, loops in order.
