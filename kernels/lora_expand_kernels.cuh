@@ -36,7 +36,7 @@ __global__ void __launch_bounds__(kExpandThreads)
                      const int32_t* __restrict__ seg_loop, int num_segments, int rows, int out,
                      int rank, int num_loops) {
   __shared__ float s_b[kExpandThreads * (kChunk + 1)];  // [column][rank column], padded rows
-  __shared__ float s_t[kExpandTileRows * kChunk];       // [row][rank column]
+  __shared__ __align__(16) float s_t[kExpandTileRows * kChunk];  // [row][rank column]
   const LoraTile tile = FindLoraTile(seg_indptr, seg_loop, num_segments, rows, kExpandTileRows,
                                      static_cast<int64_t>(blockIdx.x));
   if (tile.end <= tile.begin) return;  // the same for the whole CTA, before any barrier
@@ -76,10 +76,18 @@ __global__ void __launch_bounds__(kExpandThreads)
 #pragma unroll
       for (int r = 0; r < kExpandTileRows; ++r) {
         if (r < nrows) {
+          // t read 4 columns per shared-memory load (a broadcast: every thread reads the
+          // same row), the sum still one column after the other.
+          const float4* t4 = reinterpret_cast<const float4*>(s_t + r * kChunk);
           float s = acc[r];
 #pragma unroll
-          for (int jc = 0; jc < kChunk; ++jc) {
-            if (jc < width) s = fmaf(s_t[r * kChunk + jc], bj[jc], s);
+          for (int j4 = 0; j4 < kChunk / 4; ++j4) {
+            const float4 tv = t4[j4];
+            const float tj[4] = {tv.x, tv.y, tv.z, tv.w};
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+              if (4 * j4 + q < width) s = fmaf(tj[q], bj[4 * j4 + q], s);
+            }
           }
           acc[r] = s;
         }
