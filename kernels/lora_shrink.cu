@@ -23,7 +23,7 @@ cudaError_t lora_shrink_forward(const LoraShrinkParams& p, cudaStream_t stream) 
   if (p.rows < 0 || p.num_segments < 0 || p.in <= 0 || p.in % 8 != 0 || p.rank < 1 ||
       p.rank > kLoraMaxRank || p.num_loops < 1 ||
       (p.t_dtype != DType::kF32 && p.t_dtype != DType::kBF16) ||
-      LoraTileCount(p.rows, p.num_segments, kShrinkTileRows) > 0x7fffffff) {
+      LoraTileCount(p.rows, p.num_segments, kShrinkRowsPerCta) > 0x7fffffff) {
     return cudaErrorInvalidValue;
   }
   if (p.rows == 0 || p.num_segments == 0) return cudaSuccess;

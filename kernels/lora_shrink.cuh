@@ -7,13 +7,15 @@
 // memory: no host sync, graph-capturable; see lora_segments.cuh). Rows outside every segment
 // are not written; a segment whose loop is outside [0, num_loops) gets NaN rows.
 //
-// Work split: a CTA of 4 warps takes 16 rows of one segment and 8 of the rank outputs; a
-// warp holds a 4 x 8 register tile and its lanes stride over `in` in 16-byte vectors.
-// Precision and order: fp32 fmaf products-and-sums. Lane l sums the vectors v = l, l + 32, ...
-// of the row in order (8 elements each, in order), then the 32 lane partials are added
-// over a fixed pairing tree (lanes l and l ^ 16 first, then ^ 8, ^ 4, ^ 2, ^ 1). That order
-// depends only on `in`, never on the other rows or on a row's place in its tile, so a row's
-// result is the same alone or in any batch (batch invariance), bit for bit.
+// Work split: a CTA of 4 warps takes 4 rows of one segment and 8 of the rank outputs (a
+// 4 x 8 register tile per thread); its 128 threads stride over `in` in 16-byte vectors, so
+// even a single row keeps 4 warps per CTA busy.
+// Precision and order: fp32 fmaf products-and-sums. Thread g = 32 * warp + lane sums the
+// vectors v = g, g + 128, ... of the row in order (8 elements each, in order); each warp adds
+// its 32 lane partials over a fixed pairing tree (lanes l and l ^ 16 first, then ^ 8, ^ 4,
+// ^ 2, ^ 1); the 4 warp partials are added in warp order. That order depends only on `in`,
+// never on the other rows or on a row's place in its tile, so a row's result is the same
+// alone or in any batch (batch invariance), bit for bit.
 //
 // Requirements (cudaErrorInvalidValue otherwise, before any launch): rows >= 0,
 // num_segments >= 0 (0 rows or 0 segments launch nothing), in > 0 and a multiple of 8,

@@ -91,9 +91,9 @@ TEST(LoraEmuTest, MixedSegmentsEveryRank) {
     ASSERT_NO_FATAL_FAILURE(
         CheckAll(EmuRunner(), MakeLoraProblem(64, 48, rank, 3, kMixed, seed++, 2, 3)));
   }
-  // in = 520: 65 vectors, so lane 0 sums three and the others two.
+  // in = 1096: 137 vectors, so threads 0-8 sum two and the others one.
   ASSERT_NO_FATAL_FAILURE(
-      CheckAll(EmuRunner(), MakeLoraProblem(520, 136, 13, 3, kMixed, seed++, 0, 1)));
+      CheckAll(EmuRunner(), MakeLoraProblem(1096, 136, 13, 3, kMixed, seed++, 0, 1)));
   // Unsorted rows: every row its own segment (37 segments, loops alternating).
   std::vector<std::pair<int, int>> singles;
   for (int r = 0; r < 37; ++r) singles.push_back({1, (r * 7) % 3});

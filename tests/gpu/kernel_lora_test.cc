@@ -127,7 +127,7 @@ TEST_F(LoraTest, MixedSegmentsEveryRank) {
         CheckAll(GpuRunner(), MakeLoraProblem(64, 48, rank, 3, kMixed, s++, 2, 3)));
   }
   ASSERT_NO_FATAL_FAILURE(
-      CheckAll(GpuRunner(), MakeLoraProblem(520, 136, 13, 3, kMixed, s++, 0, 1)));
+      CheckAll(GpuRunner(), MakeLoraProblem(1096, 136, 13, 3, kMixed, s++, 0, 1)));
   // Unsorted rows: every row its own segment (37 segments, loops alternating).
   std::vector<std::pair<int, int>> singles;
   for (int r = 0; r < 37; ++r) singles.push_back({1, (r * 7) % 3});

@@ -91,22 +91,27 @@ inline std::pair<double, double> ShrinkReference(const LoraProblem& p, int r, in
   return {s, abs};
 }
 
-// t[r, j] in the shrink kernel's order: lane l sums the 8-element vectors l, l + 32, ... with
-// fmaf, then the lane partials are added over the tree (l, l + 16), then + 8, ... .
+// t[r, j] in the shrink kernel's order: thread g (of 128) sums the 8-element vectors g,
+// g + 128, ... with fmaf; in each warp of 32 threads the partials are added over the tree
+// (l, l + 16), then + 8, ...; the 4 warp sums are added in warp order.
 inline float ShrinkFixedOrder(const LoraProblem& p, int r, int j) {
   const int loop = p.row_loop[r];
-  float lanes[32];
-  for (int l = 0; l < 32; ++l) {
-    float s = 0.0f;
-    for (int v = l; v < p.in / 8; v += 32) {
-      for (int e = 0; e < 8; ++e) s = std::fma(p.X(r, 8 * v + e), p.A(loop, j, 8 * v + e), s);
+  float warps[4];
+  for (int w = 0; w < 4; ++w) {
+    float lanes[32];
+    for (int l = 0; l < 32; ++l) {
+      float s = 0.0f;
+      for (int v = 32 * w + l; v < p.in / 8; v += 128) {
+        for (int e = 0; e < 8; ++e) s = std::fma(p.X(r, 8 * v + e), p.A(loop, j, 8 * v + e), s);
+      }
+      lanes[l] = s;
     }
-    lanes[l] = s;
+    for (int off = 16; off >= 1; off /= 2) {
+      for (int l = 0; l < off; ++l) lanes[l] = lanes[l] + lanes[l + off];
+    }
+    warps[w] = lanes[0];
   }
-  for (int off = 16; off >= 1; off /= 2) {
-    for (int l = 0; l < off; ++l) lanes[l] = lanes[l] + lanes[l + off];
-  }
-  return lanes[0];
+  return ((warps[0] + warps[1]) + warps[2]) + warps[3];
 }
 
 // y[r, o] after the expand, in double: y_in + sum_j t b, and the sum of |terms|. t_of(r, j)
