@@ -218,6 +218,15 @@ absl::Status CudaModelRunner::Init() {
   const size_t pool_bytes =
       static_cast<size_t>(num_blocks_) * block_size_ * cfg_.kv_dim() * sizeof(uint16_t);
   LoadLayers();
+  for (const DeviceLayer& L : layers_) {
+    for (const DeviceLinear* lin : {&L.qkv, &L.o, &L.gate_up, &L.down}) {
+      if (lin->lora_rank > k::kLoraMaxRank) {
+        return absl::UnimplementedError(absl::StrCat("--device cuda: LoRA rank ", lin->lora_rank,
+                                                     " of a fused projection is over ",
+                                                     k::kLoraMaxRank));
+      }
+    }
+  }
   LoadHeadAndRouters();
   CudaCheck(cudaMemGetInfo(&free_bytes, &total), "cudaMemGetInfo");
   if (2 * pool_bytes + (size_t{256} << 20) > free_bytes) {
