@@ -52,17 +52,26 @@ run() {  # limit_s, name, command...   (rc 124: stopped at the limit; capped by 
 }
 if [ "$part" = lora ]; then
   # Per-loop LoRA alone, a short call: its kernel test, the engine's Relaxed families and
-  # batch invariance on the GPU, and kernel_bench's LoRA section (segmented kernels vs the
-  # per-group cuBLASLt loop); then the summary, and nothing else.
+  # batch invariance on the GPU, kernel_bench's LoRA section (segmented kernels vs the
+  # per-group cuBLASLt loop), compute-sanitizer on the LoRA test and one Relaxed engine
+  # family; then the summary, and nothing else.
   run 120 kernel_lora_test "$bin/kernel_lora_test" --gtest_output="xml:$out/xml/kernel_lora_test.xml"
   run 300 "engine_gpu_test relaxed" "$bin/engine_gpu_test" --gtest_filter='*relaxed*' \
     --gtest_output="xml:$out/xml/engine_gpu_test.xml"
   run 120 "kernel_bench lora" "$bin/kernel_bench" "$out/kernel-bench-lora.json" lora
+  san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  if [ -x "$san" ]; then
+    run 120 "memcheck kernel_lora_test" "$san" --tool memcheck --error-exitcode 1 "$bin/kernel_lora_test"
+    run 60 "racecheck lora" "$san" --tool racecheck --error-exitcode 1 \
+      "$bin/kernel_lora_test" --gtest_filter='LoraTest.MixedSegmentsEveryRank'
+    run 150 "memcheck engine_gpu_test relaxed" "$san" --tool memcheck --error-exitcode 1 \
+      "$bin/engine_gpu_test" --gtest_filter='Families/EngineGpuTest.*/relaxed_lora_r13_every_projection'
+  fi
   (cd "$out" && tar czf gtest-xml.tar.gz xml && rm -rf xml)
   sed -n '/^=== kernel_bench/,/^===/p' "$log" | grep -v '^==='
-  summary+=("gtest lines: $(grep -c '^\[       OK \]' "$log") OK, $(grep -c '^\[  SKIPPED \] .*(' "$log") skipped, $(grep -c '^\[  FAILED  \] .*(' "$log") failed")
+  summary+=("gtest lines: $(grep -c '^\[       OK \]' "$log") OK, $(grep -c '^\[  SKIPPED \] .*(' "$log") skipped, $(grep -c '^\[  FAILED  \] .*(' "$log") failed (sanitizer reruns counted again)")
   printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
-  grep -h -E '^\[  FAILED  \]' "$log" | sort -u | head -40
+  grep -h -E '^\[  FAILED  \]|ERROR SUMMARY: [1-9]' "$log" | sort -u | head -40
   exit 0
 fi
 for t in "$bin"/kernel_*_test; do
