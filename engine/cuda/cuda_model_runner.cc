@@ -4,6 +4,9 @@
 // (the GEMMs' input); every GEMM accumulates in fp32 and writes fp32 (so LoRA deltas and
 // residual adds are fp32 adds); the QKV epilogue emits bf16 q and the bf16 cache entries;
 // attention writes bf16 (the o projection's input); SwiGLU writes bf16 (down's input).
+// Relaxed models' per-loop LoRA deltas are added into a linear's fp32 output by two launches
+// over all of the batch's loops (segmented shrink into fp32 t, expand-and-add), whatever the
+// number of loops in the batch.
 #include "engine/cuda/cuda_model_runner.h"
 
 #include <cuda_runtime.h>
@@ -20,6 +23,8 @@
 #include "kernels/embedding.cuh"
 #include "kernels/expert_router.cuh"
 #include "kernels/gemm.cuh"
+#include "kernels/lora_expand.cuh"
+#include "kernels/lora_shrink.cuh"
 #include "kernels/paged_attention.cuh"
 #include "kernels/qkv_rope.cuh"
 #include "kernels/rmsnorm.cuh"
@@ -39,8 +44,8 @@ struct DeviceLinear {
   int out = 0;
   int in = 0;
   std::vector<DeviceBuffer> variants;  // bf16 [out, in]
-  int lora_rank = 0;
-  std::vector<DeviceBuffer> lora_a, lora_b;  // per loop
+  int lora_rank = 0, lora_loops = 0;
+  DeviceBuffer lora_a, lora_b;  // every loop's adapter stacked (see weight_packing.h)
   const uint16_t* At(int loop) const {
     return variants[variants.size() == 1 ? 0 : loop].as<uint16_t>();
   }
@@ -61,9 +66,12 @@ DeviceLinear Upload(const PackedLinear& p) {
   d.out = p.out;
   d.in = p.in;
   d.lora_rank = p.lora_rank;
+  d.lora_loops = p.lora_loops;
   for (const auto& v : p.variants) d.variants.push_back(UploadVector(v));
-  for (const auto& v : p.lora_a) d.lora_a.push_back(UploadVector(v));
-  for (const auto& v : p.lora_b) d.lora_b.push_back(UploadVector(v));
+  if (p.lora_rank > 0) {
+    d.lora_a = UploadVector(p.lora_a);
+    d.lora_b = UploadVector(p.lora_b);
+  }
   return d;
 }
 
@@ -101,8 +109,8 @@ HostMlp LoadHostMlp(const TensorView& w1, const TensorView& w2) {
 
 // Per-call device scratch, grown to the largest row count seen.
 struct Scratch {
-  DeviceBuffer h, a, qkv, q, k_tmp, v_tmp, attn, proj, gu, act, lora_t, lora_d, logits, meta,
-      attn_ws, router_f, router_i;
+  DeviceBuffer h, a, qkv, q, k_tmp, v_tmp, attn, proj, gu, act, lora_t, logits, meta, attn_ws,
+      router_f, router_i;
 };
 
 class CudaModelRunner : public ModelRunner {
@@ -143,6 +151,9 @@ class CudaModelRunner : public ModelRunner {
   void Gemm(const uint16_t* x, const uint16_t* w, void* y, DType y_dtype, int m, int n, int kdim);
   // y[rows, L.out] fp32 = x[rows, L.in] bf16 · W_loop^T (+ LoRA delta), rows grouped by loop.
   void Linear(const DeviceLinear& L, const StagedRows& s, const uint16_t* x, float* y);
+  // y += (x A_loop^T) B_loop^T for every row with its loop's adapter: one segmented shrink
+  // and one segmented expand-and-add over all the loops' rows (t in fp32).
+  void LoraDelta(const DeviceLinear& L, const StagedRows& s, const uint16_t* x, float* y, int n);
   // out[rows, hidden] bf16 = RMSNorm(h) with the row's loop's weights.
   void Norm(const DeviceNorm& w, const StagedRows& s, const float* h, uint16_t* out);
   void AddResidual(float* h, const float* b, int n, int dim);
@@ -207,6 +218,15 @@ absl::Status CudaModelRunner::Init() {
   const size_t pool_bytes =
       static_cast<size_t>(num_blocks_) * block_size_ * cfg_.kv_dim() * sizeof(uint16_t);
   LoadLayers();
+  for (const DeviceLayer& L : layers_) {
+    for (const DeviceLinear* lin : {&L.qkv, &L.o, &L.gate_up, &L.down}) {
+      if (lin->lora_rank > k::kLoraMaxRank) {
+        return absl::UnimplementedError(absl::StrCat("--device cuda: LoRA rank ", lin->lora_rank,
+                                                     " of a fused projection is over ",
+                                                     k::kLoraMaxRank));
+      }
+    }
+  }
   LoadHeadAndRouters();
   CudaCheck(cudaMemGetInfo(&free_bytes, &total), "cudaMemGetInfo");
   if (2 * pool_bytes + (size_t{256} << 20) > free_bytes) {
@@ -329,18 +349,40 @@ void CudaModelRunner::Linear(const DeviceLinear& L, const StagedRows& s, const u
            y + static_cast<size_t>(g.begin) * L.out, DType::kF32, g.count, L.out, L.in);
     }
   }
-  if (L.lora_rank == 0) return;
-  Ensure(scratch_.lora_t, static_cast<size_t>(n) * L.lora_rank * sizeof(uint16_t));
-  Ensure(scratch_.lora_d, static_cast<size_t>(n) * L.out * sizeof(float));
-  for (const LoopGroup& g : s.groups) {
-    // t = x A^T (bf16), d = t B^T (fp32, scale folded into B), y += d.
-    Gemm(x + static_cast<size_t>(g.begin) * L.in, L.lora_a[g.loop].as<uint16_t>(),
-         scratch_.lora_t.as<void>(), DType::kBF16, g.count, L.lora_rank, L.in);
-    Gemm(scratch_.lora_t.as<uint16_t>(), L.lora_b[g.loop].as<uint16_t>(),
-         scratch_.lora_d.as<void>(), DType::kF32, g.count, L.out, L.lora_rank);
-    AddResidual(y + static_cast<size_t>(g.begin) * L.out, scratch_.lora_d.as<float>(), g.count,
-                L.out);
-  }
+  if (L.lora_rank > 0) LoraDelta(L, s, x, y, n);
+}
+
+void CudaModelRunner::LoraDelta(const DeviceLinear& L, const StagedRows& s, const uint16_t* x,
+                                float* y, int n) {
+  float* t = static_cast<float*>(
+      scratch_.lora_t.Reserve(static_cast<size_t>(n) * L.lora_rank * sizeof(float)));
+  const int segments = static_cast<int>(s.groups.size());
+  k::LoraShrinkParams sp;
+  sp.x = x;
+  sp.a = L.lora_a.as<uint16_t>();
+  sp.t = t;
+  sp.seg_indptr = Meta(s.seg_indptr);
+  sp.seg_loop = Meta(s.seg_loop);
+  sp.num_segments = segments;
+  sp.rows = n;
+  sp.in = L.in;
+  sp.rank = L.lora_rank;
+  sp.num_loops = L.lora_loops;
+  sp.t_dtype = DType::kF32;
+  CudaCheck(k::lora_shrink_forward(sp, stream_), "lora_shrink");
+  k::LoraExpandParams ep;
+  ep.t = t;
+  ep.b = L.lora_b.as<uint16_t>();
+  ep.y = y;
+  ep.seg_indptr = sp.seg_indptr;
+  ep.seg_loop = sp.seg_loop;
+  ep.num_segments = segments;
+  ep.rows = n;
+  ep.out = L.out;
+  ep.rank = L.lora_rank;
+  ep.num_loops = L.lora_loops;
+  ep.t_dtype = DType::kF32;
+  CudaCheck(k::lora_expand_forward(ep, stream_), "lora_expand");
 }
 
 void CudaModelRunner::Norm(const DeviceNorm& w, const StagedRows& s, const float* h,

@@ -36,6 +36,13 @@ StagedRows StageLoops(const int* loops, int n) {
   if (loops != nullptr) std::copy(loops, loops + n, l.begin());
   s.loops = Append(&s.data, l.data(), l.size());
   s.groups = LoopGroups(loops, n);
+  std::vector<int32_t> indptr = {0}, seg_loop;
+  for (const LoopGroup& g : s.groups) {
+    indptr.push_back(g.begin + g.count);
+    seg_loop.push_back(g.loop);
+  }
+  s.seg_indptr = Append(&s.data, indptr.data(), indptr.size());
+  s.seg_loop = Append(&s.data, seg_loop.data(), seg_loop.size());
   return s;
 }
 

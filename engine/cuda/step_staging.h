@@ -3,7 +3,8 @@
 // loops, positions and the LayerKvPlan arrays (write_slot, table_indptr, table_blocks,
 // kv_len), each starting on a 16-byte boundary, plus what the launches need on the host:
 // the largest kv_len (sizes the attention grid) and the runs of rows at the same loop
-// (per-loop weights run once per run).
+// (per-loop weights run once per run), which also go to the device as segments
+// (seg_indptr, seg_loop) for the segmented LoRA kernels.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +28,7 @@ std::vector<LoopGroup> LoopGroups(const int* loops, int n);
 struct StagedRows {
   std::vector<int32_t> data;  // everything below, one H2D copy
   size_t loops = 0, positions = 0, write_slot = 0, table_indptr = 0, table_blocks = 0, kv_len = 0;
+  size_t seg_indptr = 0, seg_loop = 0;  // groups as [groups + 1] row bounds and [groups] loops
   int max_kv_len = 0;
   std::vector<LoopGroup> groups;
 };

@@ -4,11 +4,6 @@
 #include "engine/core/check.h"
 
 namespace morserve {
-namespace {
-
-int RoundUp8(int v) { return (v + 7) / 8 * 8; }
-
-}  // namespace
 
 std::vector<uint16_t> ToBf16Bits(const TensorView& t) {
   std::vector<uint16_t> out(static_cast<size_t>(t.numel()));
@@ -48,10 +43,15 @@ PackedLinear PackFusedLinear(const LayerWeights& lw, std::initializer_list<Proj>
   for (Proj p : parts) {
     if (!lw.P(p).lora.empty()) total_rank += static_cast<int>(lw.P(p).lora[0].a.shape[0]);
   }
-  out.lora_rank = RoundUp8(total_rank);
-  const size_t in = static_cast<size_t>(out.in), rank = static_cast<size_t>(out.lora_rank);
+  out.lora_rank = total_rank;
+  out.lora_loops = loops;
+  const size_t in = static_cast<size_t>(out.in), rank = static_cast<size_t>(total_rank),
+               rows = static_cast<size_t>(out.out);
+  out.lora_a.assign(loops * rank * in, 0);
+  out.lora_b.assign(loops * rows * rank, 0);
   for (int r = 0; r < loops; ++r) {
-    std::vector<uint16_t> a(rank * in, 0), b(static_cast<size_t>(out.out) * rank, 0);
+    uint16_t* a = &out.lora_a[r * rank * in];
+    uint16_t* b = &out.lora_b[r * rows * rank];
     int row_offset = 0, rank_offset = 0;
     for (Proj p : parts) {
       const LoopTensor& t = lw.P(p);
@@ -77,8 +77,6 @@ PackedLinear PackFusedLinear(const LayerWeights& lw, std::initializer_list<Proj>
       }
       row_offset += width;
     }
-    out.lora_a.push_back(std::move(a));
-    out.lora_b.push_back(std::move(b));
   }
   return out;
 }
@@ -108,14 +106,14 @@ std::vector<double> PackedLinearForwardHost(const PackedLinear& p, int loop,
     }
     if (p.lora_rank == 0) continue;
     const size_t rank = static_cast<size_t>(p.lora_rank);
+    const uint16_t* a = &p.lora_a[loop * rank * in];
+    const uint16_t* b = &p.lora_b[loop * out * rank];
     std::vector<double> t(rank, 0.0);
     for (size_t i = 0; i < rank; ++i) {
-      for (size_t c = 0; c < in; ++c)
-        t[i] += static_cast<double>(xr[c]) * Bf16ToF32(p.lora_a[loop][i * in + c]);
+      for (size_t c = 0; c < in; ++c) t[i] += static_cast<double>(xr[c]) * Bf16ToF32(a[i * in + c]);
     }
     for (size_t j = 0; j < out; ++j) {
-      for (size_t i = 0; i < rank; ++i)
-        y[r * out + j] += t[i] * Bf16ToF32(p.lora_b[loop][j * rank + i]);
+      for (size_t i = 0; i < rank; ++i) y[r * out + j] += t[i] * Bf16ToF32(b[j * rank + i]);
     }
   }
   return y;

@@ -1,12 +1,14 @@
 // Host-side packing for the CUDA backend (plain C++, built with or without CUDA so its unit
 // test runs everywhere): a layer's projections fused along the output dimension (q|k|v,
 // gate|up) as bf16 [out, in] matrices, one per loop when the copies are untied; Relaxed
-// models' LoRA deltas of one loop as ONE pair of GEMMs over the fused output:
-//   delta = (x A^T) B^T,  A = [A_q; A_v; ...] [rank_pad, in],
-//   B = block-diagonal [out, rank_pad] with scale * B_part at (part offset, part rank offset)
-// (zero rows for parts without LoRA, zero columns padding the rank to a multiple of 8, the
-// alignment cuBLASLt needs; zeros add exact zeros); and linear routers of every loop stacked
-// into one fp32 [loops, hidden] matrix, the layout of the router kernels.
+// models' LoRA deltas over the fused output, every loop's adapter stacked into one tensor
+// pair for the segmented LoRA kernels (kernels/lora_shrink, lora_expand):
+//   delta_loop = (x A_loop^T) B_loop^T,  A [loops, rank, in] = per loop [A_q; A_v; ...],
+//   B [loops, out, rank] = per loop block-diagonal, scale * B_part at (part offset, part
+//   rank offset), zero rows for parts without LoRA (zeros add exact zeros),
+// rank being the sum of the parts' ranks (no padding: the kernels take any rank); and linear
+// routers of every loop stacked into one fp32 [loops, hidden] matrix, the layout of the
+// router kernels.
 #pragma once
 
 #include <cstdint>
@@ -21,9 +23,10 @@ struct PackedLinear {
   int out = 0;
   int in = 0;
   std::vector<std::vector<uint16_t>> variants;  // bf16 [out, in]: one (tied) or one per loop
-  int lora_rank = 0;                            // padded rank (multiple of 8); 0: no LoRA
-  std::vector<std::vector<uint16_t>> lora_a;    // per loop, bf16 [lora_rank, in]
-  std::vector<std::vector<uint16_t>> lora_b;    // per loop, bf16 [out, lora_rank], scale folded in
+  int lora_rank = 0;                            // sum of the parts' ranks; 0: no LoRA
+  int lora_loops = 0;                           // adapters stacked below (the segment's loop count)
+  std::vector<uint16_t> lora_a;                 // bf16 [lora_loops, lora_rank, in]
+  std::vector<uint16_t> lora_b;  // bf16 [lora_loops, out, lora_rank], scale folded in
   const std::vector<uint16_t>& At(int loop) const {
     return variants[variants.size() == 1 ? 0 : loop];
   }

@@ -16,9 +16,9 @@
 //     its threshold, flipped by rounding); at most kMaxLoopFlips (5%) of compared steps may
 //     end so, and at least kMinCompared (50%) of all generated steps must be compared, so
 //     the test cannot pass by comparing nothing.
-// Also: batch invariance (a request alone vs inside three mixed batches: identical tokens
-// and bitwise identical logits), every KV block back in the pool at the end, and the clear
-// error for a shape the kernels do not take.
+// Also: batch invariance for MoR and Relaxed (a request alone vs inside three mixed batches:
+// identical tokens and bitwise identical logits), every KV block back in the pool at the end,
+// and the clear error for a shape the kernels do not take.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -57,6 +57,15 @@ TinyModelSpec Spec(const std::string& family) {
   return s;
 }
 
+// Relaxed with rank 13 on all seven projections: fused LoRA ranks 39 (q|k|v) and 26
+// (gate|up), not multiples of 8, on every linear of the looped block.
+TinyModelSpec RelaxedEveryProjection() {
+  TinyModelSpec s = Spec("relaxed-lora");
+  s.lora_rank = 13;
+  s.lora_targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  return s;
+}
+
 // The families of engine_test.cc.
 std::vector<FamilyCase> Families() {
   std::vector<FamilyCase> v;
@@ -88,6 +97,7 @@ std::vector<FamilyCase> Families() {
   tc_mlp.router = "mlp";
   v.push_back({"mor-tc-mlp", tc_mlp});
   v.push_back({"relaxed-lora", Spec("relaxed-lora")});
+  v.push_back({"relaxed-lora-r13-every-projection", RelaxedEveryProjection()});
   TinyModelSpec early = Spec("early-exit");
   early.exit_kv = "skip";
   early.exit_threshold = 0.2f;
@@ -230,11 +240,17 @@ INSTANTIATE_TEST_SUITE_P(Families, EngineGpuTest, ::testing::ValuesIn(Families()
                            return n;
                          });
 
-// A request's tokens and logits are bit-identical alone and inside mixed-depth batches.
-TEST(EngineGpuInvarianceTest, AloneAndInMixedBatchesAreBitwiseEqual) {
-  MORSERVE_SKIP_WITHOUT_GPU();
+// A request's tokens and logits are bit-identical alone and inside mixed-depth batches: MoR
+// (rows leave at different depths) and Relaxed (every loop's rows take their own LoRA
+// adapter in the same launches).
+class EngineGpuInvarianceTest : public ::testing::TestWithParam<FamilyCase> {
+ protected:
+  void SetUp() override { MORSERVE_SKIP_WITHOUT_GPU(); }
+};
+
+TEST_P(EngineGpuInvarianceTest, AloneAndInMixedBatchesAreBitwiseEqual) {
   testing::TempDir dir;
-  auto weights = testing::MakeModel(Spec("mor-ec"), &dir);
+  auto weights = testing::MakeModel(GetParam().spec, &dir);
   ASSERT_NE(weights, nullptr);
   const int vocab = weights->config.vocab_size;
   GenerateRequest probe = Greedy(testing::MakePrompts(1, 9, 9, vocab, 99)[0], 12);
@@ -261,6 +277,12 @@ TEST(EngineGpuInvarianceTest, AloneAndInMixedBatchesAreBitwiseEqual) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Families, EngineGpuInvarianceTest,
+                         ::testing::Values(FamilyCase{"mor_ec", Spec("mor-ec")},
+                                           FamilyCase{"relaxed_lora_r13",
+                                                      RelaxedEveryProjection()}),
+                         [](const auto& info) { return info.param.name; });
 
 TEST(EngineGpuErrorTest, UnsupportedHeadDimIsAClearError) {
   MORSERVE_SKIP_WITHOUT_GPU();

@@ -1,9 +1,11 @@
 // Kernel micro-benchmark for a GPU session (not a test: speed is never asserted). Measures
 // the device-to-device copy bandwidth (bytes read + written), then paged attention (decode
-// at several batch sizes and contexts, and a prefill chunk) and the cuBLASLt GEMMs of a
-// SmolLM-360M-shaped layer, each as the median over repeats of event-timed runs that rotate
-// over 8 input sets so the L2 cache does not serve them. Prints a table and writes JSON.
-//   usage: kernel_bench [OUT.json]
+// at several batch sizes and contexts, and a prefill chunk), the cuBLASLt GEMMs of a
+// SmolLM-360M-shaped layer, and per-loop LoRA on its linears (the segmented shrink/expand
+// kernels against the per-loop-group cuBLASLt loop they replaced), each as the median over
+// repeats of event-timed runs that rotate over 8 input sets so the L2 cache does not serve
+// them. Prints a table (and the LoRA speedups) and writes JSON.
+//   usage: kernel_bench [OUT.json] [lora]     ("lora": the copy bandwidth and LoRA only)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -16,7 +18,10 @@
 
 #include "engine/model/dtype.h"
 #include "kernels/gemm.cuh"
+#include "kernels/lora_expand.cuh"
+#include "kernels/lora_shrink.cuh"
 #include "kernels/paged_attention.cuh"
+#include "kernels/scale_add.cuh"
 
 namespace morserve::kernels {
 namespace {
@@ -219,28 +224,163 @@ Result Gemm(LtGemm& gemm, const char* what, int m, int n, int k, std::mt19937_64
           ms, bytes, 2.0 * m * n * k};
 }
 
+struct LoraShape {
+  const char* what;
+  int in, out;
+};
+
+// Per-loop LoRA y += (x A_loop^T) B_loop^T on `rows` rows split evenly over `loops` loops (in
+// loop order, as the executor sorts them), at every batch size of `batches`: the segmented
+// kernels (2 launches, segment metadata in device memory) and the per-group cuBLASLt loop
+// (per loop group: shrink GEMM to bf16 t, expand GEMM to fp32, gated add: 3 launches).
+// Returns {segmented, gemm loop} pairs.
+std::vector<Result> Lora(LtGemm& gemm, const LoraShape& sh, int rank, int loops,
+                         const std::vector<int>& batches, std::mt19937_64& rng) {
+  const size_t a_elems = static_cast<size_t>(loops) * rank * sh.in;
+  const size_t b_elems = static_cast<size_t>(loops) * sh.out * rank;
+  std::vector<uint16_t*> a(kRotate), b(kRotate);
+  for (int s = 0; s < kRotate; ++s) {
+    a[s] = DeviceAlloc<uint16_t>(a_elems);
+    b[s] = DeviceAlloc<uint16_t>(b_elems);
+    FillRandomBf16(a[s], a_elems, rng);
+    FillRandomBf16(b[s], b_elems, rng);
+  }
+  const int max_rows = *std::max_element(batches.begin(), batches.end());
+  uint16_t* x = DeviceAlloc<uint16_t>(static_cast<size_t>(max_rows) * sh.in);
+  FillRandomBf16(x, static_cast<size_t>(max_rows) * sh.in, rng);
+  float* y = DeviceAlloc<float>(static_cast<size_t>(max_rows) * sh.out);
+  float* d = DeviceAlloc<float>(static_cast<size_t>(max_rows) * sh.out);
+  float* t32 = DeviceAlloc<float>(static_cast<size_t>(max_rows) * rank);
+  uint16_t* t16 = DeviceAlloc<uint16_t>(static_cast<size_t>(max_rows) * rank);
+  int32_t* seg = DeviceAlloc<int32_t>(2 * static_cast<size_t>(loops) + 1);
+  BENCH_CHECK(cudaMemset(y, 0, static_cast<size_t>(max_rows) * sh.out * sizeof(float)));
+  std::vector<Result> out;
+  for (int rows : batches) {
+    std::vector<int32_t> indptr = {0}, seg_loop;  // empty loops (rows < loops) are skipped
+    for (int l = 0; l < loops; ++l) {
+      const int count = rows / loops + (l < rows % loops ? 1 : 0);
+      if (count == 0) continue;
+      indptr.push_back(indptr.back() + count);
+      seg_loop.push_back(l);
+    }
+    const int segments = static_cast<int>(seg_loop.size());
+    BENCH_CHECK(cudaMemcpy(seg, indptr.data(), indptr.size() * 4, cudaMemcpyHostToDevice));
+    BENCH_CHECK(cudaMemcpy(seg + indptr.size(), seg_loop.data(), seg_loop.size() * 4,
+                           cudaMemcpyHostToDevice));
+    const double ms_segmented = TimeMs([&](int i) {
+      LoraShrinkParams sp;
+      sp.x = x;
+      sp.a = a[i % kRotate];
+      sp.t = t32;
+      sp.seg_indptr = seg;
+      sp.seg_loop = seg + indptr.size();
+      sp.num_segments = segments;
+      sp.rows = rows;
+      sp.in = sh.in;
+      sp.rank = rank;
+      sp.num_loops = loops;
+      BENCH_CHECK(lora_shrink_forward(sp, nullptr));
+      LoraExpandParams ep;
+      ep.t = t32;
+      ep.b = b[i % kRotate];
+      ep.y = y;
+      ep.seg_indptr = sp.seg_indptr;
+      ep.seg_loop = sp.seg_loop;
+      ep.num_segments = segments;
+      ep.rows = rows;
+      ep.out = sh.out;
+      ep.rank = rank;
+      ep.num_loops = loops;
+      BENCH_CHECK(lora_expand_forward(ep, nullptr));
+    });
+    auto run_gemm = [&](const uint16_t* gx, const uint16_t* gw, void* gy, DType dt, int m, int n,
+                        int k) {
+      GemmParams p;
+      p.x = gx;
+      p.w = gw;
+      p.y = gy;
+      p.y_dtype = dt;
+      p.m = m;
+      p.n = n;
+      p.k = k;
+      const cublasStatus_t st = gemm.Run(p, nullptr);
+      if (st != CUBLAS_STATUS_SUCCESS) {
+        std::fprintf(stderr, "lora gemm %d x %d x %d: %s\n", m, n, k, GemmStatusString(st));
+        std::exit(1);
+      }
+    };
+    const double ms_loop = TimeMs([&](int i) {
+      for (int g = 0; g < segments; ++g) {
+        const int begin = indptr[g], count = indptr[g + 1] - indptr[g], l = seg_loop[g];
+        run_gemm(x + static_cast<size_t>(begin) * sh.in,
+                 a[i % kRotate] + static_cast<size_t>(l) * rank * sh.in, t16, DType::kBF16, count,
+                 rank, sh.in);
+        run_gemm(t16, b[i % kRotate] + static_cast<size_t>(l) * sh.out * rank, d, DType::kF32,
+                 count, sh.out, rank);
+        ScaleAddParams add;
+        add.h = y + static_cast<size_t>(begin) * sh.out;
+        add.b = d;
+        add.rows = count;
+        add.dim = sh.out;
+        add.b_dtype = DType::kF32;
+        BENCH_CHECK(scale_add_forward(add, nullptr));
+      }
+    });
+    // Adapters of the loops present, x, t written and read, y read and written.
+    const double bytes = 2.0 * segments * rank * (sh.in + sh.out) + 2.0 * rows * sh.in +
+                         8.0 * rows * rank + 8.0 * rows * sh.out;
+    const double flops = 2.0 * rows * rank * (sh.in + sh.out);
+    const std::string tag = std::string(sh.what) + " r" + std::to_string(rank) + " L" +
+                            std::to_string(loops) + " m" + std::to_string(rows);
+    out.push_back({"lora segmented " + tag, ms_segmented, bytes, flops});
+    out.push_back({"lora gemm-loop " + tag, ms_loop, bytes, flops});
+  }
+  for (int s = 0; s < kRotate; ++s) {
+    cudaFree(a[s]);
+    cudaFree(b[s]);
+  }
+  for (void* p : {static_cast<void*>(x), static_cast<void*>(y), static_cast<void*>(d),
+                  static_cast<void*>(t32), static_cast<void*>(t16), static_cast<void*>(seg)}) {
+    cudaFree(p);
+  }
+  return out;
+}
+
 int Main(int argc, char** argv) {
   cudaDeviceProp prop;
   BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::mt19937_64 rng(42);
+  const bool lora_only = argc > 2 && std::string(argv[2]) == "lora";
   const double copy_bw = CopyBandwidth();
   std::vector<Result> results;
   for (int rows : {1, 32, 128}) {
+    if (lora_only) break;
     for (int ctx : {1024, 4096}) results.push_back(Attention(rows, ctx, false, rng));
   }
-  results.push_back(Attention(512, 2048, true, rng));
+  if (!lora_only) results.push_back(Attention(512, 2048, true, rng));
   LtGemm gemm;
   if (gemm.Init() != CUBLAS_STATUS_SUCCESS) {
     std::fprintf(stderr, "cuBLASLt init failed\n");
     return 1;
   }
   for (int m : {1, 32, 128}) {
+    if (lora_only) break;
     results.push_back(Gemm(gemm, "qkv", m, 1600, 960, rng));
     results.push_back(Gemm(gemm, "o", m, 960, 960, rng));
     results.push_back(Gemm(gemm, "gate_up", m, 5120, 960, rng));
     results.push_back(Gemm(gemm, "down", m, 960, 2560, rng));
     results.push_back(Gemm(gemm, "lm_head", m, 49152, 960, rng));
   }
+  std::vector<Result> lora;
+  for (const LoraShape& sh : {LoraShape{"qkv", 960, 1600}, LoraShape{"gate_up", 960, 5120},
+                              LoraShape{"down", 2560, 960}}) {
+    for (int rank : {8, 32, 64}) {
+      for (int loops : {3, 4}) {
+        for (Result& r : Lora(gemm, sh, rank, loops, {1, 32, 256}, rng)) lora.push_back(r);
+      }
+    }
+  }
+  results.insert(results.end(), lora.begin(), lora.end());
 
   std::printf("device: %s, copy bandwidth %.0f GB/s (read + write)\n", prop.name, copy_bw / 1e9);
   std::printf("%-44s %10s %10s %8s %10s\n", "kernel", "us", "GB/s", "of copy", "TFLOP/s");
@@ -254,6 +394,13 @@ int Main(int argc, char** argv) {
     json += std::string(i ? ", " : "") + "{\"name\": \"" + r.name +
             "\", \"ms\": " + std::to_string(r.ms) + ", \"bytes\": " + std::to_string(r.bytes) +
             ", \"flops\": " + std::to_string(r.flops) + "}";
+  }
+  std::printf("\nper-loop LoRA: segmented kernels vs per-group cuBLASLt loop\n");
+  std::printf("%-32s %14s %14s %8s\n", "linear rank loops rows", "segmented us", "gemm-loop us",
+              "speedup");
+  for (size_t i = 0; i + 1 < lora.size(); i += 2) {
+    std::printf("%-32s %14.1f %14.1f %7.2fx\n", lora[i].name.c_str() + 15, lora[i].ms * 1e3,
+                lora[i + 1].ms * 1e3, lora[i + 1].ms / lora[i].ms);
   }
   json += "]}\n";
   if (argc > 1) {

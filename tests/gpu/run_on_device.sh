@@ -8,10 +8,11 @@
 # shared-memory kernels) on subsets. Logs go to $OUT (or ./gpu-test-out): one combined log,
 # the gtest XML files in one archive, the benchmark JSON files, and the benchmark tables and
 # a summary printed last.
-#   usage: bash .gpu-bin/run_on_device.sh [BIN_DIR] [tests|engine|sanitize|all]
+#   usage: bash .gpu-bin/run_on_device.sh [BIN_DIR] [tests|engine|sanitize|lora|all]
 #   BIN_DIR defaults to the script's folder; "tests" runs the tests and the benchmarks,
 #   "engine" only engine_gpu_test and the engine benchmark, "sanitize" the compute-sanitizer
-#   runs, "all" (the default) everything; split them over two device calls when one
+#   runs, "lora" only per-loop LoRA (kernel test, Relaxed engine families, LoRA benchmark),
+#   "all" (the default) everything; split them over two device calls when one
 #   10-minute call is too short.
 # Engine benchmark size (the DESIGN.md protocol is 1000 requests, N(256, 64) tokens; the
 # default here is cut to fit the call): BENCH_REQUESTS (256), BENCH_MEAN (128), BENCH_STD (32),
@@ -49,6 +50,30 @@ run() {  # limit_s, name, command...   (rc 124: stopped at the limit; capped by 
   local rc=$?
   summary+=("$(printf '%-60s rc=%-3s %4ss' "$name" "$rc" $((SECONDS - start)))")
 }
+if [ "$part" = lora ]; then
+  # Per-loop LoRA alone, a short call: its kernel test, the engine's Relaxed families and
+  # batch invariance on the GPU, kernel_bench's LoRA section (segmented kernels vs the
+  # per-group cuBLASLt loop), compute-sanitizer on the LoRA test and one Relaxed engine
+  # family; then the summary, and nothing else.
+  run 120 kernel_lora_test "$bin/kernel_lora_test" --gtest_output="xml:$out/xml/kernel_lora_test.xml"
+  run 300 "engine_gpu_test relaxed" "$bin/engine_gpu_test" --gtest_filter='*relaxed*' \
+    --gtest_output="xml:$out/xml/engine_gpu_test.xml"
+  run 120 "kernel_bench lora" "$bin/kernel_bench" "$out/kernel-bench-lora.json" lora
+  san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  if [ -x "$san" ]; then
+    run 120 "memcheck kernel_lora_test" "$san" --tool memcheck --error-exitcode 1 "$bin/kernel_lora_test"
+    run 60 "racecheck lora" "$san" --tool racecheck --error-exitcode 1 \
+      "$bin/kernel_lora_test" --gtest_filter='LoraTest.MixedSegmentsEveryRank'
+    run 150 "memcheck engine_gpu_test relaxed" "$san" --tool memcheck --error-exitcode 1 \
+      "$bin/engine_gpu_test" --gtest_filter='Families/EngineGpuTest.*/relaxed_lora_r13_every_projection'
+  fi
+  (cd "$out" && tar czf gtest-xml.tar.gz xml && rm -rf xml)
+  sed -n '/^=== kernel_bench/,/^===/p' "$log" | grep -v '^==='
+  summary+=("gtest lines: $(grep -c '^\[       OK \]' "$log") OK, $(grep -c '^\[  SKIPPED \] .*(' "$log") skipped, $(grep -c '^\[  FAILED  \] .*(' "$log") failed (sanitizer reruns counted again)")
+  printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
+  grep -h -E '^\[  FAILED  \]|ERROR SUMMARY: [1-9]' "$log" | sort -u | head -40
+  exit 0
+fi
 for t in "$bin"/kernel_*_test; do
   [ "$part" = sanitize ] || [ "$part" = engine ] && break
   name=$(basename "$t")
@@ -95,6 +120,8 @@ elif [ -x "$san" ]; then
     "$bin/kernel_paged_attention_test" --gtest_filter="$attn"
   run 60 "racecheck sampling" "$san" --tool racecheck --error-exitcode 1 \
     "$bin/kernel_sampling_test" --gtest_filter='SamplingTest.MatchesCpuSamplerOnTiedLogits'
+  run 60 "racecheck lora" "$san" --tool racecheck --error-exitcode 1 \
+    "$bin/kernel_lora_test" --gtest_filter='LoraTest.MixedSegmentsEveryRank'
   run 60 "synccheck attention" "$san" --tool synccheck --error-exitcode 1 \
     "$bin/kernel_paged_attention_test" --gtest_filter="$attn"
 else

@@ -1,6 +1,7 @@
 // Host-side logic of the CUDA backend, checked without a GPU: fused bf16 projections (tied,
-// untied per loop), LoRA deltas packed as one block-diagonal GEMM pair per loop, stacked
-// linear routers, and the staging of a layer batch's row metadata into one int32 array.
+// untied per loop), LoRA deltas packed as one block-diagonal A/B pair per loop, stacked over
+// loops for the segmented LoRA kernels (any rank, no padding), stacked linear routers, and
+// the staging of a layer batch's row metadata (with its loop segments) into one int32 array.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -19,6 +20,15 @@ std::shared_ptr<const ModelWeights> Model(const std::string& family, testing::Te
   TinyModelSpec s;
   s.family = family;  // bf16 weights (the default), as the device holds them
   return testing::MakeModel(s, dir);
+}
+
+// The sum of the parts' LoRA ranks (0 when none has LoRA).
+int PartsRank(const LayerWeights& lw, std::initializer_list<Proj> parts) {
+  int rank = 0;
+  for (Proj p : parts) {
+    if (!lw.P(p).lora.empty()) rank += static_cast<int>(lw.P(p).lora[0].a.shape[0]);
+  }
+  return rank;
 }
 
 // y = x W^T (+ scale B A x) for one loop, straight from the checkpoint's tensors, in double.
@@ -56,7 +66,13 @@ void ExpectPackedMatchesDirect(const ModelWeights& w, std::initializer_list<Proj
     for (int k = 0; k < seg.num_layers; ++k) {
       const LayerWeights& lw = w.layers[seg.first_layer_slot + k];
       const PackedLinear p = PackFusedLinear(lw, parts, seg.loops);
-      EXPECT_EQ(p.lora_rank % 8, 0);
+      // Stacked over loops, rank unpadded: [loops, rank, in] and [loops, out, rank].
+      EXPECT_EQ(p.lora_rank, PartsRank(lw, parts));
+      if (p.lora_rank > 0) {
+        EXPECT_EQ(p.lora_loops, seg.loops);
+        EXPECT_EQ(p.lora_a.size(), static_cast<size_t>(seg.loops) * p.lora_rank * p.in);
+        EXPECT_EQ(p.lora_b.size(), static_cast<size_t>(seg.loops) * p.out * p.lora_rank);
+      }
       saw_lora |= p.lora_rank > 0;
       std::vector<float> x(p.in);
       for (int c = 0; c < p.in; ++c) x[c] = std::sin(0.37 * c + seg.first_layer_slot + k);
@@ -81,6 +97,27 @@ TEST(CudaPackingTest, RelaxedLoraFoldsIntoOneGemmPairPerLoop) {
   ExpectPackedMatchesDirect(*w, {Proj::kQ, Proj::kK, Proj::kV},
                             /*want_lora=*/true);  // q, v targets
   ExpectPackedMatchesDirect(*w, {Proj::kGate, Proj::kUp}, /*want_lora=*/false);
+}
+
+// Rank 13 on every projection: fused ranks 39 (q|k|v) and 26 (gate|up), not multiples of 8.
+TEST(CudaPackingTest, OddRankLoraOnEveryProjectionStacksUnpadded) {
+  testing::TempDir dir;
+  TinyModelSpec s;
+  s.family = "relaxed-lora";
+  s.lora_rank = 13;
+  s.lora_targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  auto w = testing::MakeModel(s, &dir);
+  ASSERT_NE(w, nullptr);
+  const int looped = w->plan.looped_segment;
+  ASSERT_GE(looped, 0);
+  const Segment& seg = w->plan.segments[looped];
+  const LayerWeights& lw = w->layers[seg.first_layer_slot];
+  EXPECT_EQ(PackFusedLinear(lw, {Proj::kQ, Proj::kK, Proj::kV}, seg.loops).lora_rank, 39);
+  EXPECT_EQ(PackFusedLinear(lw, {Proj::kGate, Proj::kUp}, seg.loops).lora_rank, 26);
+  ExpectPackedMatchesDirect(*w, {Proj::kQ, Proj::kK, Proj::kV}, true);
+  ExpectPackedMatchesDirect(*w, {Proj::kO}, true);
+  ExpectPackedMatchesDirect(*w, {Proj::kGate, Proj::kUp}, true);
+  ExpectPackedMatchesDirect(*w, {Proj::kDown}, true);
 }
 
 TEST(CudaPackingTest, UntiedCopiesGetOneVariantPerLoop) {
@@ -198,6 +235,11 @@ TEST(CudaStagingTest, LayerBatchIsOneAlignedArray) {
   ASSERT_EQ(s->groups.size(), 2u);
   EXPECT_EQ(s->groups[1].begin, 1);
   EXPECT_EQ(s->groups[1].count, 2);
+  // The groups again as the LoRA kernels' segments: row bounds and loops.
+  EXPECT_EQ(s->seg_indptr % 4, 0u);
+  EXPECT_EQ(s->seg_loop % 4, 0u);
+  EXPECT_EQ(at(s->seg_indptr, 3), (std::vector<int32_t>{0, 1, 3}));
+  EXPECT_EQ(at(s->seg_loop, 2), (std::vector<int32_t>{0, 1}));
 }
 
 TEST(CudaStagingTest, BadPlansAreErrors) {

@@ -1,0 +1,134 @@
+// The segmented LoRA kernels (kernels/lora_shrink_kernels.cuh, lora_expand_kernels.cuh) on
+// the CPU emulator, with the launchers' own grids, against the double definition (within the
+// fp32 rounding bound) and bit for bit against the kernels' stated fixed fp32 order: mixed
+// segments (empty ones, single-row ones, segments over several row tiles, rows no segment
+// covers), ranks 1, 8, 13, 64 and 100 (several shared-memory passes), fp32 and bf16 t,
+// SmolLM-360M shapes, poisoned shrink output, expand accumulating into y, faulty loops,
+// malformed segment bounds, and a row alone vs inside a batch. Needs no device.
+#include "tests/gpu/cuda_emu.h"
+// cuda_emu.h first: it defines the CUDA keywords the kernel headers use.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "tests/gpu/lora_emu_launch.h"
+#include "tests/gpu/lora_problem.h"
+
+namespace morserve::kernels {
+namespace {
+
+using testing::CheckAll;
+using testing::kPoisonBf16;
+using testing::kPoisonF32;
+using testing::LoraProblem;
+using testing::MakeLoraProblem;
+
+// The launchers' params for a problem (t and y pointers filled in by the caller).
+LoraShrinkParams ShrinkParams(const LoraProblem& p, void* t, DType t_dtype) {
+  LoraShrinkParams s;
+  s.x = p.x.data();
+  s.a = p.a.data();
+  s.t = t;
+  s.seg_indptr = p.seg_indptr.data();
+  s.seg_loop = p.seg_loop.data();
+  s.num_segments = static_cast<int>(p.seg_loop.size());
+  s.rows = p.rows;
+  s.in = p.in;
+  s.rank = p.rank;
+  s.num_loops = p.num_loops;
+  s.t_dtype = t_dtype;
+  return s;
+}
+
+LoraExpandParams ExpandParams(const LoraProblem& p, const void* t, DType t_dtype, float* y) {
+  LoraExpandParams e;
+  e.t = t;
+  e.b = p.b.data();
+  e.y = y;
+  e.seg_indptr = p.seg_indptr.data();
+  e.seg_loop = p.seg_loop.data();
+  e.num_segments = static_cast<int>(p.seg_loop.size());
+  e.rows = p.rows;
+  e.out = p.out;
+  e.rank = p.rank;
+  e.num_loops = p.num_loops;
+  e.t_dtype = t_dtype;
+  return e;
+}
+
+// The interface of testing::CheckAll on the emulator.
+struct EmuRunner {
+  std::vector<float> ShrinkF32(const LoraProblem& p) const {
+    std::vector<float> t(static_cast<size_t>(p.rows) * p.rank);
+    for (float& v : t) std::memcpy(&v, &kPoisonF32, 4);
+    EmuLoraShrink(ShrinkParams(p, t.data(), DType::kF32));
+    return t;
+  }
+  std::vector<uint16_t> ShrinkBf16(const LoraProblem& p) const {
+    std::vector<uint16_t> t(static_cast<size_t>(p.rows) * p.rank, kPoisonBf16);
+    EmuLoraShrink(ShrinkParams(p, t.data(), DType::kBF16));
+    return t;
+  }
+  // y (starting from p.y) after the expand of t.
+  template <typename TT>
+  std::vector<float> Expand(const LoraProblem& p, const std::vector<TT>& t) const {
+    std::vector<float> y = p.y;
+    EmuLoraExpand(
+        ExpandParams(p, t.data(), sizeof(TT) == 4 ? DType::kF32 : DType::kBF16, y.data()));
+    return y;
+  }
+};
+
+// Empty segments, single-row segments, a segment over two 16-row tiles, uncovered rows
+// before and after.
+const std::vector<std::pair<int, int>> kMixed = {{5, 2}, {0, 1}, {1, 0}, {17, 1},
+                                                 {0, 0}, {3, 2}, {1, 1}};
+
+TEST(LoraEmuTest, MixedSegmentsEveryRank) {
+  uint64_t seed = 1;
+  for (int rank : {1, 8, 13, 64, 100}) {
+    ASSERT_NO_FATAL_FAILURE(
+        CheckAll(EmuRunner(), MakeLoraProblem(64, 48, rank, 3, kMixed, seed++, 2, 3)));
+  }
+  // in = 1096: 137 vectors, so threads 0-8 sum two and the others one.
+  ASSERT_NO_FATAL_FAILURE(
+      CheckAll(EmuRunner(), MakeLoraProblem(1096, 136, 13, 3, kMixed, seed++, 0, 1)));
+  // Unsorted rows: every row its own segment (37 segments, loops alternating).
+  std::vector<std::pair<int, int>> singles;
+  for (int r = 0; r < 37; ++r) singles.push_back({1, (r * 7) % 3});
+  ASSERT_NO_FATAL_FAILURE(CheckAll(EmuRunner(), MakeLoraProblem(64, 40, 13, 3, singles, 99)));
+}
+
+TEST(LoraEmuTest, SmolLmShapes) {
+  // qkv (960 -> 1600), down (2560 -> 960), gate_up (960 -> 5120); 3-4 loops.
+  ASSERT_NO_FATAL_FAILURE(
+      CheckAll(EmuRunner(), MakeLoraProblem(960, 1600, 64, 4, {{3, 0}, {1, 1}, {2, 3}}, 11)));
+  ASSERT_NO_FATAL_FAILURE(
+      CheckAll(EmuRunner(), MakeLoraProblem(2560, 960, 8, 3, {{2, 2}, {5, 0}}, 12)));
+  ASSERT_NO_FATAL_FAILURE(
+      CheckAll(EmuRunner(), MakeLoraProblem(960, 5120, 32, 4, {{1, 3}, {4, 1}}, 13)));
+}
+
+TEST(LoraEmuTest, FaultyLoopRowsBecomeNan) {
+  const LoraProblem p = MakeLoraProblem(64, 40, 13, 2, {{3, 0}, {2, 5}, {2, -1}, {4, 1}}, 21);
+  ASSERT_NO_FATAL_FAILURE(CheckAll(EmuRunner(), p));
+}
+
+TEST(LoraEmuTest, MalformedSegmentBoundsStayInRange) {
+  // Segment 0 starts before row 0 and segment 1 ends after the last row: both are clamped
+  // to [0, rows); segment 2 decreases, so it is empty.
+  LoraProblem p = MakeLoraProblem(64, 40, 8, 2, {{4, 0}, {6, 1}, {0, 1}}, 31);
+  p.seg_indptr = {-5, 4, 30, 7};
+  ASSERT_NO_FATAL_FAILURE(CheckAll(EmuRunner(), p));
+}
+
+TEST(LoraEmuTest, RowAloneAndInBatchAreBitwiseEqual) {
+  // Rows at several places of their tiles: 2 (first of a segment), 9 and 21 (inside the
+  // 17-row segment), 24 (alone in its second tile), 26 (inside a 3-row segment).
+  ASSERT_NO_FATAL_FAILURE(testing::CheckRowsAloneMatchBatch(
+      MakeLoraProblem(200, 72, 13, 3, kMixed, 41, 2, 3), {2, 9, 21, 24, 26}, EmuRunner()));
+}
+
+}  // namespace
+}  // namespace morserve::kernels
