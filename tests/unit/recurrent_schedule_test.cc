@@ -1,7 +1,7 @@
 // The GPU recurrent schedule (engine/cuda/recurrent_schedule.h) as pure bookkeeping: replaying
 // its waves, every (query, key tile) pair below a query's own tile is merged exactly once, in
 // increasing key order, only after the key's entries are written, and before the query's
-// finish; the first fold of every row carries the fresh flag and no other does; the waves are
+// finish; no launch holds two merges into one row (their CTAs would race on its state); the first fold of every row carries the fresh flag and no other does; the waves are
 // a wave-major permutation of the rows. Over many chunk layouts (cached prefixes on and off
 // tile boundaries, lengths that are and are not powers of two, decode rows mixed in).
 #include "engine/cuda/recurrent_schedule.h"
@@ -52,9 +52,11 @@ void Replay(const Layout& l) {
   std::vector<int> next_tile(n, 0);  // per new row: tiles [0, next_tile) merged, in order
   std::vector<int> folds(n, 0);
   for (int w = 0; w < s.waves(); ++w) {
+    std::set<int> rows_this_wave;  // CTAs of one launch must not share a row's state
     for (int m = s.merge_begin[w]; m < s.merge_begin[w + 1]; ++m) {
       const RecurrentFold& f = s.merge[m];
       ASSERT_TRUE(f.row >= s.wave_begin[w] && f.row < n) << "merge into a finished row";
+      ASSERT_TRUE(rows_this_wave.insert(f.row).second) << "two merges into one row in a launch";
       const int old = s.order[f.row], c = chunk_of[old];
       ASSERT_EQ(f.key_begin % kT, 0);
       ASSERT_EQ(f.key_end % kT, 0);
