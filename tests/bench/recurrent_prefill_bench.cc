@@ -6,7 +6,8 @@
 // and process CPU time, which a shared machine's waiting does not inflate), best of `reps`.
 // On the CPU the two schedules must give bit-identical logits; on the GPU their attention is
 // bitwise equal but the GEMMs see other row counts, so the largest relative logit difference
-// is reported and must stay under 1e-2. The run fails otherwise. Prints one JSON object.
+// is reported and must stay under 5e-2 (the bf16 rule of the GPU engine tests). The run
+// fails otherwise. Prints one JSON object.
 // Usage: recurrent_prefill_bench MODEL_DIR [max_len=8192] [reps=1] [threads=0] [device=cpu|cuda]
 // (lengths 128, 256, ... up to max_len; make the model with `morserve mkmodel --family
 // recurrent`, with --max-pos above max_len).
@@ -141,7 +142,7 @@ int Main(int argc, char** argv) {
                 cpu[1], best[1] / best[0], cpu[1] / cpu[0], equal ? "true" : "false", max_rel);
     std::fflush(stdout);
     first = false;
-    if (gpu ? !(max_rel < 1e-2) : !equal) {
+    if (gpu ? !(max_rel < 5e-2) : !equal) {
       std::fprintf(stderr, "tiled and naive logits differ at %d tokens (max rel %g)\n", len,
                    max_rel);
       return 1;

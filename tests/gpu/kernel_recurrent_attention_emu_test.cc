@@ -9,7 +9,9 @@
 //   - against the CPU tiled prefill (engine/cpu/chunk_attention, RunTiledPrefill) in fp32:
 //     relative error per (row, head) under 1e-5 (the fold order differs: CPU groups of a KV
 //     block with exp, GPU tiles of 32 keys with exp2);
-//   - against the double reference (1e-2 for bf16 out, 1e-4 for fp32 out).
+//   - against the double reference (1e-2 for bf16 out, 1e-4 for fp32 out);
+//   - one prefill in one chunk, in two chunks, and in a batch with another request: the same
+//     bytes.
 // Plus: a bad block id and a bad merge range poison only their row (NaN).
 #include "tests/gpu/cuda_emu.h"
 // cuda_emu.h first: it defines the CUDA keywords the kernel headers use.
@@ -243,6 +245,46 @@ TEST(RecurrentAttentionEmuTest, OffTileCachedPrefixGroup1) {
 
 TEST(RecurrentAttentionEmuTest, LargestGroup) {
   ASSERT_NO_FATAL_FAILURE(Check({8, 1, 128, 16, 32, true, 1.0f}, {{40, 12}, {32, 1}}));
+}
+
+// Rows [begin, end) of p as a problem of their own (same cache and pool).
+Problem Slice(const Problem& p, int begin, int end) {
+  Problem s = p;
+  const size_t qd = p.q_dim(), kvd = p.kv_dim();
+  s.rows = end - begin;
+  s.q.assign(p.q.begin() + begin * qd, p.q.begin() + end * qd);
+  s.extra_k.assign(p.extra_k.begin() + begin * kvd, p.extra_k.begin() + end * kvd);
+  s.extra_v.assign(p.extra_v.begin() + begin * kvd, p.extra_v.begin() + end * kvd);
+  s.kv_len.assign(p.kv_len.begin() + begin, p.kv_len.begin() + end);
+  s.blocks.assign(p.blocks.begin() + p.indptr[begin], p.blocks.begin() + p.indptr[end]);
+  s.indptr.clear();
+  for (int r = begin; r <= end; ++r) s.indptr.push_back(p.indptr[r] - p.indptr[begin]);
+  return s;
+}
+
+// One request's 90-position prefill as one chunk, as chunks 37 + 53 in two steps, and with its
+// first 20 positions alone in one step and the other 70 inside a batch with another
+// request's chunk: the same bytes.
+TEST(RecurrentAttentionEmuTest, ChunkingAndBatchDoNotChangeBits) {
+  std::mt19937_64 rng(Seed());
+  const Shape shape{6, 2, 64, 16, 32, true, 1.0f};
+  const Problem p = Build(shape, {{100, 90}, {60, 25}}, rng);
+  const Problem whole = Slice(p, 0, 90);
+  const std::vector<uint8_t> one = EmulateTiled(whole, ScheduleItems(whole, {0, 90}), DType::kBF16);
+  const size_t row_bytes = one.size() / 90;
+  auto run = [&](const Problem& part, const std::vector<int32_t>& chunks) {
+    return EmulateTiled(part, ScheduleItems(part, chunks), DType::kBF16);
+  };
+  const Problem a = Slice(p, 0, 37), b = Slice(p, 37, 90);
+  std::vector<uint8_t> two = run(a, {0, 37});
+  const std::vector<uint8_t> second = run(b, {0, 53});
+  two.insert(two.end(), second.begin(), second.end());
+  EXPECT_EQ(two, one) << "37 + 53 differs from one chunk of 90";
+  const Problem first20 = Slice(p, 0, 20), rest = Slice(p, 20, 115);  // rows 90.. the other request
+  std::vector<uint8_t> mixed = run(first20, {0, 20});
+  const std::vector<uint8_t> batch = run(rest, {0, 70, 95});
+  mixed.insert(mixed.end(), batch.begin(), batch.begin() + 70 * row_bytes);
+  EXPECT_EQ(mixed, one) << "20 alone + 70 in a batch differs from one chunk of 90";
 }
 
 TEST(RecurrentAttentionEmuTest, FaultsPoisonTheirRow) {
