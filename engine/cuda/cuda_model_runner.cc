@@ -155,8 +155,9 @@ class CudaModelRunner : public ModelRunner {
   void RecurrentAttend(bool finish, const StagedRows& s, int rows, size_t items_at, int begin,
                      int count);
   // Rows [begin, begin + m) after their attention: o, MLP, persistent pair to the cache.
-  void RecurrentRowsTail(const DeviceLayer& L, const StagedRows& s, const int* loops, int begin,
-                         int m);
+  // ws: the rows' own staging (loop runs from 0), appended to s's upload (AppendStaged).
+  void RecurrentRowsTail(const DeviceLayer& L, const StagedRows& s, const StagedRows& ws,
+                         int begin, int m);
   // K/V-only rows (early exit with exit_kv propagate): RMSNorm_in, the QKV projection and
   // RoPE from h, the entry written at write_slot; h unchanged.
   void RunKvOnlyRows(const LayerBatch& b);
@@ -498,6 +499,12 @@ void CudaModelRunner::RunRecurrentTiled(const LayerBatch& b) {
     return at;
   };
   const size_t merge_at = append(sched.merge), finish_at = append(sched.finish);
+  std::vector<StagedRows> wave_rows;  // each wave's loop runs, uploaded with the rest
+  for (int w = 0; w < sched.waves(); ++w) {
+    const int wb = sched.wave_begin[w];
+    wave_rows.push_back(
+        AppendStaged(StageLoops(sub.loops.data() + wb, sched.wave_begin[w + 1] - wb), &s));
+  }
   const DeviceLayer& L = layers_[seg.first_layer_slot + b.k];
   const size_t rows = static_cast<size_t>(n);
   Ensure(scratch_.a, rows * std::max(hs, inter) * sizeof(uint16_t));
@@ -522,7 +529,7 @@ void CudaModelRunner::RunRecurrentTiled(const LayerBatch& b) {
     const int m = sched.wave_begin[w + 1] - wb;
     RecurrentAttend(/*finish=*/false, s, n, merge_at, mb, sched.merge_begin[w + 1] - mb);
     RecurrentAttend(/*finish=*/true, s, n, finish_at, wb, m);
-    RecurrentRowsTail(L, s, sub.loops.data(), wb, m);
+    RecurrentRowsTail(L, s, wave_rows[w], wb, m);
   }
   Download(scratch_.h.as<float>(), rows * hs * sizeof(float), sub.h.data());
   ScatterSubBatch(sub, sched.order, hs, b.h);
@@ -558,10 +565,9 @@ void CudaModelRunner::RecurrentAttend(bool finish, const StagedRows& s, int rows
 }
 
 void CudaModelRunner::RecurrentRowsTail(const DeviceLayer& L, const StagedRows& s,
-                                        const int* loops, int begin, int m) {
+                                        const StagedRows& ws, int begin, int m) {
   if (m == 0) return;
   const int hs = cfg_.hidden_size, qd = cfg_.q_dim(), inter = cfg_.intermediate_size;
-  const StagedRows ws = StageLoops(loops + begin, m);  // loop runs of these rows, from 0
   float* h = scratch_.h.as<float>() + static_cast<size_t>(begin) * hs;
   uint16_t* a = scratch_.a.as<uint16_t>();
   float* proj = scratch_.proj.as<float>();
