@@ -16,6 +16,7 @@
 #include "engine/core/check.h"
 #include "engine/cuda/device_buffer.h"
 #include "engine/cuda/recurrent_schedule.h"
+#include "engine/cuda/recurrent_staging.h"
 #include "engine/cuda/step_staging.h"
 #include "engine/cuda/weight_packing.h"
 #include "kernels/embedding.cuh"
@@ -477,34 +478,15 @@ void CudaModelRunner::RunLayer(const LayerBatch& b) {
 void CudaModelRunner::RunRecurrentTiled(const LayerBatch& b) {
   const int n = b.n;
   if (n == 0) return;
-  const LayerKvPlan& kv = *b.kv;
-  MORSERVE_CHECK(static_cast<int>(kv.kv_len.size()) == n, "recurrent batch: kv_len size");
-  RecurrentSchedule sched;
-  std::string error;
-  MORSERVE_CHECK(BuildRecurrentSchedule(kv.chunk_indptr, kv.kv_len.data(), n, &sched, &error),
-                 error.c_str());
   const int hs = cfg_.hidden_size, qd = cfg_.q_dim(), kvd = cfg_.kv_dim(),
             inter = cfg_.intermediate_size;
-  SubBatch sub;  // the rows in wave-major order
-  MakeSubBatch(b, sched.order, hs, &sub);
-  counters_.full_rows += n;
   const Segment& seg = w_->plan.segments[b.segment];
-  auto staged = StageLayerBatch(sub.b, seg.loops, block_size_);
-  MORSERVE_CHECK(staged.ok(), std::string(staged.status().message()).c_str());
-  StagedRows& s = *staged;
-  auto append = [&](const std::vector<RecurrentFold>& items) {  // 16-byte aligned, 4 int32 each
-    while (s.data.size() % 4 != 0) s.data.push_back(0);
-    const size_t at = s.data.size();
-    for (const RecurrentFold& f : items) s.data.insert(s.data.end(), {f.row, f.key_begin, f.key_end, f.flags});
-    return at;
-  };
-  const size_t merge_at = append(sched.merge), finish_at = append(sched.finish);
-  std::vector<StagedRows> wave_rows;  // each wave's loop runs, uploaded with the rest
-  for (int w = 0; w < sched.waves(); ++w) {
-    const int wb = sched.wave_begin[w];
-    wave_rows.push_back(
-        AppendStaged(StageLoops(sub.loops.data() + wb, sched.wave_begin[w + 1] - wb), &s));
-  }
+  RecurrentStaging st;  // rows in wave-major order, items and waves' loop runs: one upload
+  std::string error;
+  MORSERVE_CHECK(StageRecurrentLayer(b, seg.loops, block_size_, hs, &st, &error), error.c_str());
+  const RecurrentSchedule& sched = st.sched;
+  const StagedRows& s = st.rows;
+  counters_.full_rows += n;
   const DeviceLayer& L = layers_[seg.first_layer_slot + b.k];
   const size_t rows = static_cast<size_t>(n);
   Ensure(scratch_.a, rows * std::max(hs, inter) * sizeof(uint16_t));
@@ -518,7 +500,7 @@ void CudaModelRunner::RunRecurrentTiled(const LayerBatch& b) {
   Ensure(scratch_.act, rows * inter * sizeof(uint16_t));
   Ensure(rec_ml_, rows * cfg_.num_heads * 2 * sizeof(float));
   Ensure(rec_acc_, rows * qd * sizeof(float));
-  UploadRows(sub.h.data(), n, &s);
+  UploadRows(st.sub.h.data(), n, &s);
 
   // q and the temporary pairs of every row come from the layer input: one batch.
   Norm(L.in_norm, s, scratch_.h.as<float>(), scratch_.a.as<uint16_t>());
@@ -527,12 +509,12 @@ void CudaModelRunner::RunRecurrentTiled(const LayerBatch& b) {
   for (int w = 0; w < sched.waves(); ++w) {
     const int mb = sched.merge_begin[w], wb = sched.wave_begin[w];
     const int m = sched.wave_begin[w + 1] - wb;
-    RecurrentAttend(/*finish=*/false, s, n, merge_at, mb, sched.merge_begin[w + 1] - mb);
-    RecurrentAttend(/*finish=*/true, s, n, finish_at, wb, m);
-    RecurrentRowsTail(L, s, wave_rows[w], wb, m);
+    RecurrentAttend(/*finish=*/false, s, n, st.merge_at, mb, sched.merge_begin[w + 1] - mb);
+    RecurrentAttend(/*finish=*/true, s, n, st.finish_at, wb, m);
+    RecurrentRowsTail(L, s, st.waves[w], wb, m);
   }
-  Download(scratch_.h.as<float>(), rows * hs * sizeof(float), sub.h.data());
-  ScatterSubBatch(sub, sched.order, hs, b.h);
+  Download(scratch_.h.as<float>(), rows * hs * sizeof(float), st.sub.h.data());
+  ScatterSubBatch(st.sub, sched.order, hs, b.h);
 }
 
 void CudaModelRunner::RecurrentAttend(bool finish, const StagedRows& s, int rows, size_t items_at,
