@@ -11,24 +11,23 @@ namespace {
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 cudaError_t Validate(const RecurrentAttentionParams& p, bool finish) {
-  if (p.num_items < 0 || p.rows < 0 || (p.head_dim != 64 && p.head_dim != 128) ||
-      p.n_heads <= 0 || p.n_kv_heads <= 0 || p.n_heads % p.n_kv_heads != 0 ||
-      p.n_heads / p.n_kv_heads > kMaxGroup || p.block_size <= 0 || p.num_blocks <= 0 ||
-      !std::isfinite(p.scale) || (p.out_dtype != DType::kF32 && p.out_dtype != DType::kBF16) ||
-      p.n_kv_heads > 65535) {
+  if (p.num_items < 0 || p.rows < 0 || (p.head_dim != 64 && p.head_dim != 128) || p.n_heads <= 0 ||
+      p.n_kv_heads <= 0 || p.n_heads % p.n_kv_heads != 0 || p.n_heads / p.n_kv_heads > kMaxGroup ||
+      p.block_size <= 0 || p.num_blocks <= 0 || !std::isfinite(p.scale) ||
+      (p.out_dtype != DType::kF32 && p.out_dtype != DType::kBF16) || p.n_kv_heads > 65535) {
     return cudaErrorInvalidValue;
   }
   if (p.num_items == 0) return cudaSuccess;
-  if (p.q == nullptr || p.k_cache == nullptr || p.v_cache == nullptr ||
-      p.table_indptr == nullptr || p.table_blocks == nullptr || p.kv_len == nullptr ||
-      p.state_ml == nullptr || p.state_acc == nullptr || p.items == nullptr) {
+  if (p.q == nullptr || p.k_cache == nullptr || p.v_cache == nullptr || p.table_indptr == nullptr ||
+      p.table_blocks == nullptr || p.kv_len == nullptr || p.state_ml == nullptr ||
+      p.state_acc == nullptr || p.items == nullptr) {
     return cudaErrorInvalidValue;
   }
   if (finish && (p.extra_k == nullptr || p.extra_v == nullptr || p.out == nullptr)) {
     return cudaErrorInvalidValue;
   }
-  if (!Aligned16(p.q) || !Aligned16(p.k_cache) || !Aligned16(p.v_cache) ||
-      !Aligned16(p.extra_k) || !Aligned16(p.extra_v)) {
+  if (!Aligned16(p.q) || !Aligned16(p.k_cache) || !Aligned16(p.v_cache) || !Aligned16(p.extra_k) ||
+      !Aligned16(p.extra_v)) {
     return cudaErrorInvalidValue;
   }
   return cudaSuccess;
@@ -37,8 +36,7 @@ cudaError_t Validate(const RecurrentAttentionParams& p, bool finish) {
 template <int HD, bool kFinish, typename TO>
 cudaError_t Launch(const RecurrentAttentionParams& p, cudaStream_t stream) {
   const RecurrentArgs a = MakeRecurrentArgs(p);
-  RecurrentFoldKernel<HD, kFinish, TO>
-      <<<dim3(p.num_items, p.n_kv_heads), kThreads, 0, stream>>>(a);
+  RecurrentFoldKernel<HD, kFinish, TO><<<dim3(p.num_items, p.n_kv_heads), kThreads, 0, stream>>>(a);
   return cudaGetLastError();
 }
 

@@ -53,19 +53,19 @@ struct RecurrentFoldItem {
 static_assert(sizeof(RecurrentFoldItem) == 16, "items are staged as 4 int32 each");
 
 struct RecurrentAttentionParams {
-  const uint16_t* q = nullptr;            // [rows, n_heads * head_dim] bf16, RoPE applied
-  const uint16_t* k_cache = nullptr;      // [num_blocks, block_size, n_kv_heads, head_dim] bf16
+  const uint16_t* q = nullptr;        // [rows, n_heads * head_dim] bf16, RoPE applied
+  const uint16_t* k_cache = nullptr;  // [num_blocks, block_size, n_kv_heads, head_dim] bf16
   const uint16_t* v_cache = nullptr;
   const int32_t* table_indptr = nullptr;  // [rows + 1], as paged_attention
   const int32_t* table_blocks = nullptr;
-  const int32_t* kv_len = nullptr;        // [rows]: the row's own entry index
-  const uint16_t* extra_k = nullptr;      // [rows, n_kv_heads * head_dim] bf16 (finish)
+  const int32_t* kv_len = nullptr;    // [rows]: the row's own entry index
+  const uint16_t* extra_k = nullptr;  // [rows, n_kv_heads * head_dim] bf16 (finish)
   const uint16_t* extra_v = nullptr;
-  float* state_ml = nullptr;              // [rows, n_heads, 2]: m (base 2), l
-  float* state_acc = nullptr;             // [rows, n_heads, head_dim]
+  float* state_ml = nullptr;                 // [rows, n_heads, 2]: m (base 2), l
+  float* state_acc = nullptr;                // [rows, n_heads, head_dim]
   const RecurrentFoldItem* items = nullptr;  // device array of num_items
-  int num_items = 0;                      // 0 is allowed (nothing is launched)
-  void* out = nullptr;                    // finish: [rows, n_heads * head_dim], out_dtype
+  int num_items = 0;                         // 0 is allowed (nothing is launched)
+  void* out = nullptr;                       // finish: [rows, n_heads * head_dim], out_dtype
   DType out_dtype = DType::kBF16;
   int rows = 0;
   int n_heads = 0;

@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(kThreads) RecurrentFoldKernel(const RecurrentA
   const int outs = group * HD;
   const int64_t q_stride = static_cast<int64_t>(a.n_heads) * HD;
   const int64_t head0 = static_cast<int64_t>(row) * a.n_heads + static_cast<int64_t>(kvh) * group;
-  float* ml = a.state_ml + 2 * head0;   // [group][2]
+  float* ml = a.state_ml + 2 * head0;        // [group][2]
   float* st_acc = a.state_acc + head0 * HD;  // [group][HD]
 
   // The row's entries and this launch's key range: [begin, end), end == len + 1 for finish
@@ -94,8 +94,8 @@ __global__ void __launch_bounds__(kThreads) RecurrentFoldKernel(const RecurrentA
   const int begin = kFinish ? own_tile : item.key_begin;
   const int end = kFinish ? len + 1 : item.key_end;
   const int64_t capacity = static_cast<int64_t>(ie - ib) * a.block_size;
-  const bool range_ok = kFinish || (begin % kTile == 0 && end % kTile == 0 && begin <= end &&
-                                    end <= own_tile);
+  const bool range_ok =
+      kFinish || (begin % kTile == 0 && end % kTile == 0 && begin <= end && end <= own_tile);
   const bool ok = ib >= 0 && ie >= ib && len >= 0 && len <= capacity && begin >= 0 && range_ok;
 
   __shared__ __align__(16) uint16_t s_v[kTile][HD];
@@ -238,7 +238,7 @@ __global__ void __launch_bounds__(kThreads) RecurrentFoldKernel(const RecurrentA
   }
 
   const bool bad = s_bad != 0;
-  if (kFinish) {
+  if constexpr (kFinish) {
     TO* out_row = static_cast<TO*>(a.out) + row * q_stride + static_cast<int64_t>(kvh) * group * HD;
 #pragma unroll
     for (int i = 0; i < kOutPerThread; ++i) {
@@ -249,16 +249,16 @@ __global__ void __launch_bounds__(kThreads) RecurrentFoldKernel(const RecurrentA
         StoreF32(out_row, o, (bad || isnan(l)) ? QuietNan() : acc[i] * inv);
       }
     }
-    return;
-  }
+  } else {
 #pragma unroll
-  for (int i = 0; i < kOutPerThread; ++i) {
-    const int o = tid + i * kThreads;
-    if (o < outs) st_acc[o] = bad ? QuietNan() : acc[i];
-  }
-  if (tid < group) {
-    ml[2 * tid] = s_m[tid];
-    ml[2 * tid + 1] = bad ? QuietNan() : s_l[tid];
+    for (int i = 0; i < kOutPerThread; ++i) {
+      const int o = tid + i * kThreads;
+      if (o < outs) st_acc[o] = bad ? QuietNan() : acc[i];
+    }
+    if (tid < group) {
+      ml[2 * tid] = s_m[tid];
+      ml[2 * tid + 1] = bad ? QuietNan() : s_l[tid];
+    }
   }
 }
 

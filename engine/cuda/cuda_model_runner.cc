@@ -542,7 +542,8 @@ void CudaModelRunner::RecurrentAttend(bool finish, const StagedRows& s, int rows
   p.block_size = block_size_;
   p.num_blocks = num_blocks_;
   p.scale = 1.0f / std::sqrt(static_cast<float>(cfg_.head_dim));
-  CudaCheck(finish ? k::recurrent_attention_finish(p, stream_) : k::recurrent_attention_merge(p, stream_),
+  CudaCheck(finish ? k::recurrent_attention_finish(p, stream_)
+                   : k::recurrent_attention_merge(p, stream_),
             finish ? "recurrent_attention_finish" : "recurrent_attention_merge");
 }
 

@@ -45,8 +45,8 @@ bool Chunks(const std::vector<int32_t>& indptr, const int32_t* kv_len, int n,
 
 }  // namespace
 
-bool BuildRecurrentSchedule(const std::vector<int32_t>& chunk_indptr, const int32_t* kv_len,
-                            int n, RecurrentSchedule* out, std::string* error) {
+bool BuildRecurrentSchedule(const std::vector<int32_t>& chunk_indptr, const int32_t* kv_len, int n,
+                            RecurrentSchedule* out, std::string* error) {
   std::vector<Chunk> chunks;
   if (!Chunks(chunk_indptr, kv_len, n, &chunks, error)) return false;
   RecurrentSchedule& s = *out;

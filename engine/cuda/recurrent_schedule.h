@@ -55,7 +55,7 @@ struct RecurrentSchedule {
 // Builds the schedule of n rows with their entry indices kv_len (old row order). chunk_indptr
 // empty: every row is a chunk of one. Returns false with *error set when the chunks do not
 // cover the rows or a chunk's rows are not consecutive entries.
-bool BuildRecurrentSchedule(const std::vector<int32_t>& chunk_indptr, const int32_t* kv_len,
-                            int n, RecurrentSchedule* out, std::string* error);
+bool BuildRecurrentSchedule(const std::vector<int32_t>& chunk_indptr, const int32_t* kv_len, int n,
+                            RecurrentSchedule* out, std::string* error);
 
 }  // namespace morserve

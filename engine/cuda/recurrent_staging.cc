@@ -7,7 +7,8 @@ namespace {
 size_t AppendItems(const std::vector<RecurrentFold>& items, std::vector<int32_t>* data) {
   while (data->size() % 4 != 0) data->push_back(0);  // 16-byte aligned on the device
   const size_t at = data->size();
-  for (const RecurrentFold& f : items) data->insert(data->end(), {f.row, f.key_begin, f.key_end, f.flags});
+  for (const RecurrentFold& f : items)
+    data->insert(data->end(), {f.row, f.key_begin, f.key_end, f.flags});
   return at;
 }
 

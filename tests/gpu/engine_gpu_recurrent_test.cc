@@ -128,8 +128,8 @@ TEST_P(EngineGpuRecurrentTest, TiledAndNaiveMatchReferenceAndEachOther) {
     std::vector<RunResult> runs[2];
     int s = 0;
     for (RecurrentPrefill prefill : {RecurrentPrefill::kTiled, RecurrentPrefill::kNaive}) {
-      const std::string label = GetParam().name + (s == 0 ? " tiled" : " naive") + " step " +
-                                std::to_string(step_tokens);
+      const std::string label =
+          GetParam().name + (s == 0 ? " tiled" : " naive") + " step " + std::to_string(step_tokens);
       runs[s] = RunEngine(weights, Config(prefill, step_tokens), reqs, arrivals);
       ASSERT_EQ(runs[s].size(), reqs.size()) << label;
       testing::Tally tally;

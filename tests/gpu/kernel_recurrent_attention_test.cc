@@ -45,8 +45,13 @@ std::vector<uint8_t> ToBytes(const std::vector<T>& v) {
 struct DeviceProblem {
   explicit DeviceProblem(const Problem& p, const std::vector<uint16_t>& k,
                          const std::vector<uint16_t>& v)
-      : q(p.q.size()), k_cache(k.size()), v_cache(v.size()), indptr(p.indptr.size()),
-        blocks(p.blocks.size()), kv_len(p.kv_len.size()), extra_k(p.extra_k.size()),
+      : q(p.q.size()),
+        k_cache(k.size()),
+        v_cache(v.size()),
+        indptr(p.indptr.size()),
+        blocks(p.blocks.size()),
+        kv_len(p.kv_len.size()),
+        extra_k(p.extra_k.size()),
         extra_v(p.extra_v.size()) {
     ok = q.Upload(p.q) == cudaSuccess && k_cache.Upload(k) == cudaSuccess &&
          v_cache.Upload(v) == cudaSuccess && indptr.Upload(p.indptr) == cudaSuccess &&
@@ -69,7 +74,8 @@ std::vector<uint8_t> RunTiled(const Problem& p, const Items& it, DType t) {
   DeviceBuffer<float> ml(static_cast<size_t>(p.rows) * p.shape.n_heads * 2);
   DeviceBuffer<float> acc(static_cast<size_t>(p.rows) * p.q_dim());
   DeviceBuffer<uint8_t> out(static_cast<size_t>(p.rows) * p.q_dim() * esize);
-  DeviceBuffer<RecurrentFoldItem> merge(std::max<size_t>(it.merge.size(), 1)), finish(it.finish.size());
+  DeviceBuffer<RecurrentFoldItem> merge(std::max<size_t>(it.merge.size(), 1)),
+      finish(it.finish.size());
   EXPECT_EQ(ml.Poison(), cudaSuccess);
   EXPECT_EQ(acc.Poison(), cudaSuccess);
   EXPECT_EQ(out.Poison(), cudaSuccess);
@@ -105,8 +111,10 @@ std::vector<uint8_t> RunTiled(const Problem& p, const Items& it, DType t) {
               cudaSuccess);
   };
   b.write = [&](size_t slot, const uint16_t* kk, const uint16_t* vv) {
-    EXPECT_EQ(cudaMemcpy(d.k_cache.get() + slot * kvd, kk, kvd * 2, cudaMemcpyHostToDevice), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(d.v_cache.get() + slot * kvd, vv, kvd * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(d.k_cache.get() + slot * kvd, kk, kvd * 2, cudaMemcpyHostToDevice),
+              cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(d.v_cache.get() + slot * kvd, vv, kvd * 2, cudaMemcpyHostToDevice),
+              cudaSuccess);
   };
   Drive(p, it, b);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -141,8 +149,8 @@ std::vector<uint8_t> RunPagedOneChunk(const Problem& p, DType t) {
   pp.max_kv_len = p.max_kv_len;
   pp.chunk_len = (p.max_kv_len + 1 + kAttentionTile - 1) / kAttentionTile * kAttentionTile;
   pp.scale = 1.0f / std::sqrt(static_cast<float>(p.shape.head_dim));
-  EXPECT_EQ(PagedAttentionWorkspaceFloats(p.rows, p.shape.n_heads, p.shape.head_dim,
-                                          p.max_kv_len, true, pp.chunk_len),
+  EXPECT_EQ(PagedAttentionWorkspaceFloats(p.rows, p.shape.n_heads, p.shape.head_dim, p.max_kv_len,
+                                          true, pp.chunk_len),
             0u);
   EXPECT_EQ(paged_attention_forward(pp, nullptr), cudaSuccess);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -183,7 +191,8 @@ TEST_F(RecurrentAttentionTest, LongPromptsGroup3Hd64) {  // the SmolLM-360M head
 }
 
 TEST_F(RecurrentAttentionTest, PowersOfTwoGroup4Hd128) {
-  ASSERT_NO_FATAL_FAILURE(Check({8, 2, 128, 16, 32, true, 2.0f}, {{1024, 1024}, {256, 128}, {64, 1}}));
+  ASSERT_NO_FATAL_FAILURE(
+      Check({8, 2, 128, 16, 32, true, 2.0f}, {{1024, 1024}, {256, 128}, {64, 1}}));
 }
 
 TEST_F(RecurrentAttentionTest, OffTileChunksGroup1Block5) {

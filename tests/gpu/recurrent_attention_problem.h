@@ -20,7 +20,8 @@ namespace morserve::kernels::recurrent_test {
 
 using attention_test::Problem;
 
-static_assert(kRecurrentScheduleTile == kRecurrentTile && kRecurrentScheduleFresh == kRecurrentFresh,
+static_assert(kRecurrentScheduleTile == kRecurrentTile &&
+                  kRecurrentScheduleFresh == kRecurrentFresh,
               "the schedule and the kernel agree on the tile and the flags");
 static_assert(sizeof(RecurrentFold) == sizeof(RecurrentFoldItem), "item layout");
 

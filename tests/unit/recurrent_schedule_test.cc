@@ -1,9 +1,10 @@
 // The GPU recurrent schedule (engine/cuda/recurrent_schedule.h) as pure bookkeeping: replaying
 // its waves, every (query, key tile) pair below a query's own tile is merged exactly once, in
 // increasing key order, only after the key's entries are written, and before the query's
-// finish; no launch holds two merges into one row (their CTAs would race on its state); the first fold of every row carries the fresh flag and no other does; the waves are
-// a wave-major permutation of the rows. Over many chunk layouts (cached prefixes on and off
-// tile boundaries, lengths that are and are not powers of two, decode rows mixed in).
+// finish; no launch holds two merges into one row (their CTAs would race on its state); the first
+// fold of every row carries the fresh flag and no other does; the waves are a wave-major
+// permutation of the rows. Over many chunk layouts (cached prefixes on and off tile boundaries,
+// lengths that are and are not powers of two, decode rows mixed in).
 #include "engine/cuda/recurrent_schedule.h"
 
 #include <gtest/gtest.h>
@@ -47,7 +48,8 @@ void Replay(const Layout& l) {
   std::vector<int> chunk_of(n), pos_of(n), written(chunks);
   for (int c = 0; c < chunks; ++c) {
     written[c] = l.kv_len[l.indptr[c]];
-    for (int r = l.indptr[c]; r < l.indptr[c + 1]; ++r) chunk_of[r] = c, pos_of[r] = r - l.indptr[c];
+    for (int r = l.indptr[c]; r < l.indptr[c + 1]; ++r)
+      chunk_of[r] = c, pos_of[r] = r - l.indptr[c];
   }
   std::vector<int> next_tile(n, 0);  // per new row: tiles [0, next_tile) merged, in order
   std::vector<int> folds(n, 0);
@@ -83,9 +85,16 @@ void Replay(const Layout& l) {
 
 TEST(RecurrentScheduleTest, EveryPairOnceInOrder) {
   const std::vector<std::vector<std::pair<int, int>>> cases = {
-      {{0, 1}},          {{0, 300}},          {{0, 256}},          {{5, 1}},
-      {{31, 2}},         {{32, 64}},          {{7, 129}},          {{100, 1}, {0, 77}, {64, 1}},
-      {{33, 500}, {0, 33}, {95, 1}, {96, 96}}, {{1000, 17}, {3, 1}, {0, 1024}},
+      {{0, 1}},
+      {{0, 300}},
+      {{0, 256}},
+      {{5, 1}},
+      {{31, 2}},
+      {{32, 64}},
+      {{7, 129}},
+      {{100, 1}, {0, 77}, {64, 1}},
+      {{33, 500}, {0, 33}, {95, 1}, {96, 96}},
+      {{1000, 17}, {3, 1}, {0, 1024}},
   };
   for (const auto& c : cases) {
     std::string name;
@@ -101,7 +110,8 @@ TEST(RecurrentScheduleTest, RandomLayouts) {
     std::vector<std::pair<int, int>> c;
     const int chunks = 1 + rng() % 5;
     for (int i = 0; i < chunks; ++i) {
-      c.push_back({static_cast<int>(rng() % 200), rng() % 3 == 0 ? 1 : 1 + static_cast<int>(rng() % 260)});
+      c.push_back(
+          {static_cast<int>(rng() % 200), rng() % 3 == 0 ? 1 : 1 + static_cast<int>(rng() % 260)});
     }
     ASSERT_NO_FATAL_FAILURE(Replay(MakeLayout(c))) << "layout " << t;
   }

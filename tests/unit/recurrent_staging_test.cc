@@ -29,7 +29,8 @@ void AddChunk(Batch* t, int first, int n, int loop, int block0) {
     const int e = first + i;
     t->loops.push_back(loop);
     t->positions.push_back(1000 * loop + e);
-    for (int c = 0; c < kHidden; ++c) t->h.push_back(static_cast<float>(t->positions.back() * 10 + c));
+    for (int c = 0; c < kHidden; ++c)
+      t->h.push_back(static_cast<float>(t->positions.back() * 10 + c));
     t->kv.kv_len.push_back(e);
     t->kv.write_slot.push_back((block0 + e / kBlock) * kBlock + e % kBlock);
     if (t->kv.table_indptr.empty()) t->kv.table_indptr.push_back(0);
@@ -52,9 +53,9 @@ const LayerBatch& Bind(Batch& t) {
 
 TEST(RecurrentStagingTest, WaveMajorRowsItemsAndWavesDecodeFromOneArray) {
   Batch t;
-  AddChunk(&t, 10, 40, 0, 0);   // a prefill chunk after a cached prefix
-  AddChunk(&t, 70, 1, 1, 10);   // a decode row
-  AddChunk(&t, 0, 5, 1, 20);    // a short prompt
+  AddChunk(&t, 10, 40, 0, 0);  // a prefill chunk after a cached prefix
+  AddChunk(&t, 70, 1, 1, 10);  // a decode row
+  AddChunk(&t, 0, 5, 1, 20);   // a short prompt
   const LayerBatch& b = Bind(t);
   RecurrentStaging st;
   std::string error;
@@ -87,7 +88,7 @@ TEST(RecurrentStagingTest, WaveMajorRowsItemsAndWavesDecodeFromOneArray) {
     EXPECT_EQ(item(st.merge_at, i), (std::vector<int32_t>{f.row, f.key_begin, f.key_end, f.flags}));
   }
   for (int j = 0; j < n; ++j) EXPECT_EQ(item(st.finish_at, j)[0], j);
-  ASSERT_EQ(static_cast<int>(st.waves.size()), 40);  // the longest chunk
+  ASSERT_EQ(static_cast<int>(st.waves.size()), 40);               // the longest chunk
   EXPECT_EQ(st.sched.wave_begin[1] - st.sched.wave_begin[0], 3);  // a row of every chunk
   for (int w = 0; w < st.sched.waves(); ++w) {
     const int wb = st.sched.wave_begin[w], m = st.sched.wave_begin[w + 1] - wb;
