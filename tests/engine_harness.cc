@@ -91,4 +91,65 @@ double MaxRelDiff(const std::vector<float>& a, const std::vector<float>& b) {
   return m;
 }
 
+TinyModelSpec GpuModelSpec(const std::string& family) {
+  TinyModelSpec s;
+  s.family = family;
+  s.dtype = DType::kBF16;
+  s.hidden = 256;
+  s.heads = 4;
+  s.kv_heads = 2;
+  s.intermediate = 256;
+  return s;
+}
+
+double Margin(const std::vector<float>& l) {
+  float a = -INFINITY, b = -INFINITY;
+  for (float v : l) {
+    if (v > a) {
+      b = a;
+      a = v;
+    } else if (v > b) {
+      b = v;
+    }
+  }
+  return (static_cast<double>(a) - b) / std::max(1.0, std::abs(static_cast<double>(a)));
+}
+
+std::vector<RefRun> ReferenceRuns(std::shared_ptr<const ModelWeights> weights,
+                                  const std::vector<GenerateRequest>& requests) {
+  ReferenceModel ref(std::move(weights));
+  std::vector<RefRun> runs(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    runs[i].tokens =
+        ref.GenerateGreedy(requests[i].prompt, requests[i].params.max_tokens, &runs[i].outs);
+  }
+  return runs;
+}
+
+void CompareWithReference(const std::vector<RefRun>& refs,
+                          const std::vector<GenerateRequest>& requests,
+                          const std::vector<RunResult>& got, const std::string& label,
+                          Tally* tally) {
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const GenerateRequest& r = requests[i];
+    const std::vector<int>& want = refs[i].tokens;
+    const std::vector<StepOutput>& outs = refs[i].outs;
+    ASSERT_EQ(got[i].tokens.size(), want.size()) << label << " request " << i;
+    ASSERT_EQ(got[i].logits.size(), want.size()) << label << " request " << i;
+    tally->generated += static_cast<int>(want.size());
+    for (size_t t = 0; t < want.size(); ++t) {
+      const StepOutput& o = outs[r.prompt.size() - 1 + t];
+      if (Margin(o.logits) <= kGpuMargin) break;
+      if (got[i].loops[t] != o.trace.loops) {
+        ++tally->loop_flips;
+        break;
+      }
+      ++tally->compared;
+      ASSERT_EQ(got[i].tokens[t], want[t]) << label << " request " << i << " token " << t;
+      EXPECT_LE(MaxRelDiff(got[i].logits[t], o.logits), kGpuLogitTolerance)
+          << label << " request " << i << " token " << t;
+    }
+  }
+}
+
 }  // namespace morserve::testing

@@ -18,6 +18,8 @@
 #include "absl/strings/str_cat.h"
 #include "engine/core/check.h"
 #include "engine/cuda/device_buffer.h"
+#include "engine/cuda/recurrent_schedule.h"
+#include "engine/cuda/recurrent_staging.h"
 #include "engine/cuda/step_staging.h"
 #include "engine/cuda/weight_packing.h"
 #include "kernels/embedding.cuh"
@@ -27,6 +29,7 @@
 #include "kernels/lora_shrink.cuh"
 #include "kernels/paged_attention.cuh"
 #include "kernels/qkv_rope.cuh"
+#include "kernels/recurrent_attention.cuh"
 #include "kernels/rmsnorm.cuh"
 #include "kernels/scale_add.cuh"
 #include "kernels/swiglu.cuh"
@@ -39,6 +42,16 @@ namespace k = morserve::kernels;
 
 // Split-KV chunk of the attention kernel, in tokens (fixed: batch invariance).
 constexpr int kAttentionChunk = 256;
+// Recurrent layers attend in ONE split chunk per row (chunk_len covers kv_len + the extra
+// pair): then the naive path's paged attention and the tiled path's folds
+// (kernels/recurrent_attention.cuh) give the same bits, for any batch and any chunking.
+int RecurrentChunkLen(int max_kv_len) {
+  return (max_kv_len + 1 + k::kAttentionTile - 1) / k::kAttentionTile * k::kAttentionTile;
+}
+static_assert(kRecurrentScheduleTile == k::kRecurrentTile &&
+                  kRecurrentScheduleFresh == k::kRecurrentFresh &&
+                  sizeof(RecurrentFold) == sizeof(k::RecurrentFoldItem),
+              "the recurrent schedule and kernel agree on tiles and items");
 
 struct DeviceLinear {
   int out = 0;
@@ -115,8 +128,13 @@ struct Scratch {
 
 class CudaModelRunner : public ModelRunner {
  public:
-  CudaModelRunner(std::shared_ptr<const ModelWeights> w, int num_blocks, int block_size)
-      : w_(std::move(w)), cfg_(w_->config), num_blocks_(num_blocks), block_size_(block_size) {}
+  CudaModelRunner(std::shared_ptr<const ModelWeights> w, int num_blocks, int block_size,
+                  RecurrentPrefill recurrent_prefill)
+      : w_(std::move(w)),
+        cfg_(w_->config),
+        num_blocks_(num_blocks),
+        block_size_(block_size),
+        recurrent_prefill_(recurrent_prefill) {}
   ~CudaModelRunner() override {
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
@@ -137,6 +155,18 @@ class CudaModelRunner : public ModelRunner {
  private:
   // Full rows: attention and MLP, h updated.
   void RunFullRows(const LayerBatch& b);
+  // Recurrent layers by the exact tiled schedule (engine/cuda/recurrent_schedule.h): the
+  // batch reordered into waves of positions; q and the temporary pairs for all rows at once;
+  // per wave, key-tile merges into pending queries' softmax state, the wave's finish, then
+  // RecurrentRowsTail. h stays on the device for the whole layer.
+  void RunRecurrentTiled(const LayerBatch& b);
+  // Merge (finish = false) or finish items [begin, begin + count) staged at items_at.
+  void RecurrentAttend(bool finish, const StagedRows& s, int rows, size_t items_at, int begin,
+                     int count);
+  // Rows [begin, begin + m) after their attention: o, MLP, persistent pair to the cache.
+  // ws: the rows' own staging (loop runs from 0), appended to s's upload (AppendStaged).
+  void RecurrentRowsTail(const DeviceLayer& L, const StagedRows& s, const StagedRows& ws,
+                         int begin, int m);
   // K/V-only rows (early exit with exit_kv propagate): RMSNorm_in, the QKV projection and
   // RoPE from h, the entry written at write_slot; h unchanged.
   void RunKvOnlyRows(const LayerBatch& b);
@@ -177,6 +207,8 @@ class CudaModelRunner : public ModelRunner {
   HostMlp tc_mlp_;
   bool ec_linear_ = true, tc_linear_ = true;
   Scratch scratch_;
+  RecurrentPrefill recurrent_prefill_ = RecurrentPrefill::kTiled;
+  DeviceBuffer rec_ml_, rec_acc_;  // recurrent folds' softmax state, [rows, n_heads, 2 | hd]
   PinnedBuffer pinned_in_, pinned_meta_, pinned_out_;
   struct {
     int64_t full_rows = 0, kv_only_rows = 0;
@@ -458,15 +490,17 @@ void CudaModelRunner::Embed(const int* tokens, int n, float* h) {
   Download(scratch_.h.as<void>(), h_bytes, h);
 }
 
-// Recurrent prefill chunks (rows that see earlier rows' persistent pairs of the same call)
-// run one position per wave, each wave a sub-batch; everything else in one batch. The tiled
-// schedule the CPU backend uses for long chunks is a later step here.
+// Recurrent layers run by the tiled schedule (RunRecurrentTiled), or with
+// --recurrent-prefill naive one position per wave, each wave a sub-batch through
+// RunFullRows (every wave's attention re-reads all earlier entries); everything else in one
+// batch.
 void CudaModelRunner::RunLayer(const LayerBatch& b) {
   const LayerKvPlan& kv = *b.kv;
   if (b.kv_only != nullptr &&
       std::any_of(b.kv_only, b.kv_only + b.n, [](uint8_t f) { return f != 0; })) {
     return RunMixedRows(b);
   }
+  if (kv.recurrent && recurrent_prefill_ == RecurrentPrefill::kTiled) return RunRecurrentTiled(b);
   if (!kv.recurrent || kv.chunk_indptr.empty()) return RunFullRows(b);
   MORSERVE_CHECK(static_cast<int>(kv.chunk_indptr.size()) >= 1 && kv.chunk_indptr.front() == 0 &&
                      kv.chunk_indptr.back() == b.n,
@@ -480,6 +514,120 @@ void CudaModelRunner::RunLayer(const LayerBatch& b) {
     RunFullRows(sub.b);
     ScatterSubBatch(sub, rows, hs, b.h);
   }
+}
+
+// Recurrent layer, tiled: see the declaration and engine/cuda/recurrent_schedule.h.
+void CudaModelRunner::RunRecurrentTiled(const LayerBatch& b) {
+  const int n = b.n;
+  if (n == 0) return;
+  const int hs = cfg_.hidden_size, qd = cfg_.q_dim(), kvd = cfg_.kv_dim(),
+            inter = cfg_.intermediate_size;
+  const Segment& seg = w_->plan.segments[b.segment];
+  RecurrentStaging st;  // rows in wave-major order, items and waves' loop runs: one upload
+  std::string error;
+  MORSERVE_CHECK(StageRecurrentLayer(b, seg.loops, block_size_, hs, &st, &error), error.c_str());
+  const RecurrentSchedule& sched = st.sched;
+  const StagedRows& s = st.rows;
+  counters_.full_rows += n;
+  const DeviceLayer& L = layers_[seg.first_layer_slot + b.k];
+  const size_t rows = static_cast<size_t>(n);
+  Ensure(scratch_.a, rows * std::max(hs, inter) * sizeof(uint16_t));
+  Ensure(scratch_.qkv, rows * (qd + 2 * kvd) * sizeof(float));
+  Ensure(scratch_.q, rows * qd * sizeof(uint16_t));
+  Ensure(scratch_.k_tmp, rows * kvd * sizeof(uint16_t));
+  Ensure(scratch_.v_tmp, rows * kvd * sizeof(uint16_t));
+  Ensure(scratch_.attn, rows * qd * sizeof(uint16_t));
+  Ensure(scratch_.proj, rows * hs * sizeof(float));
+  Ensure(scratch_.gu, rows * 2 * inter * sizeof(float));
+  Ensure(scratch_.act, rows * inter * sizeof(uint16_t));
+  Ensure(rec_ml_, rows * cfg_.num_heads * 2 * sizeof(float));
+  Ensure(rec_acc_, rows * qd * sizeof(float));
+  UploadRows(st.sub.h.data(), n, &s);
+
+  // q and the temporary pairs of every row come from the layer input: one batch.
+  Norm(L.in_norm, s, scratch_.h.as<float>(), scratch_.a.as<uint16_t>());
+  Linear(L.qkv, s, scratch_.a.as<uint16_t>(), scratch_.qkv.as<float>());
+  QkvEpilogue(s, n, /*write_cache=*/false, /*emit_kv=*/true);
+  for (int w = 0; w < sched.waves(); ++w) {
+    const int mb = sched.merge_begin[w], wb = sched.wave_begin[w];
+    const int m = sched.wave_begin[w + 1] - wb;
+    RecurrentAttend(/*finish=*/false, s, n, st.merge_at, mb, sched.merge_begin[w + 1] - mb);
+    RecurrentAttend(/*finish=*/true, s, n, st.finish_at, wb, m);
+    RecurrentRowsTail(L, s, st.waves[w], wb, m);
+  }
+  Download(scratch_.h.as<float>(), rows * hs * sizeof(float), st.sub.h.data());
+  ScatterSubBatch(st.sub, sched.order, hs, b.h);
+}
+
+void CudaModelRunner::RecurrentAttend(bool finish, const StagedRows& s, int rows, size_t items_at,
+                                    int begin, int count) {
+  if (count == 0) return;
+  k::RecurrentAttentionParams p;
+  p.q = scratch_.q.as<uint16_t>();
+  p.k_cache = k_cache_.as<uint16_t>();
+  p.v_cache = v_cache_.as<uint16_t>();
+  p.table_indptr = Meta(s.table_indptr);
+  p.table_blocks = Meta(s.table_blocks);
+  p.kv_len = Meta(s.kv_len);
+  p.extra_k = scratch_.k_tmp.as<uint16_t>();
+  p.extra_v = scratch_.v_tmp.as<uint16_t>();
+  p.state_ml = rec_ml_.as<float>();
+  p.state_acc = rec_acc_.as<float>();
+  p.items = reinterpret_cast<const k::RecurrentFoldItem*>(Meta(items_at)) + begin;
+  p.num_items = count;
+  p.out = scratch_.attn.as<void>();
+  p.out_dtype = DType::kBF16;
+  p.rows = rows;
+  p.n_heads = cfg_.num_heads;
+  p.n_kv_heads = cfg_.num_kv_heads;
+  p.head_dim = cfg_.head_dim;
+  p.block_size = block_size_;
+  p.num_blocks = num_blocks_;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(cfg_.head_dim));
+  CudaCheck(finish ? k::recurrent_attention_finish(p, stream_)
+                   : k::recurrent_attention_merge(p, stream_),
+            finish ? "recurrent_attention_finish" : "recurrent_attention_merge");
+}
+
+void CudaModelRunner::RecurrentRowsTail(const DeviceLayer& L, const StagedRows& s,
+                                        const StagedRows& ws, int begin, int m) {
+  if (m == 0) return;
+  const int hs = cfg_.hidden_size, qd = cfg_.q_dim(), inter = cfg_.intermediate_size;
+  float* h = scratch_.h.as<float>() + static_cast<size_t>(begin) * hs;
+  uint16_t* a = scratch_.a.as<uint16_t>();
+  float* proj = scratch_.proj.as<float>();
+  Linear(L.o, ws, scratch_.attn.as<uint16_t>() + static_cast<size_t>(begin) * qd, proj);
+  AddResidual(h, proj, m, hs);
+  Norm(L.post_norm, ws, h, a);
+  Linear(L.gate_up, ws, a, scratch_.gu.as<float>());
+  k::SwigluParams sw;
+  sw.gate_up = scratch_.gu.as<void>();
+  sw.out = scratch_.act.as<void>();
+  sw.rows = m;
+  sw.inter = inter;
+  sw.in_dtype = DType::kF32;
+  sw.out_dtype = DType::kBF16;
+  CudaCheck(k::swiglu_forward(sw, stream_), "swiglu");
+  Linear(L.down, ws, scratch_.act.as<uint16_t>(), proj);
+  AddResidual(h, proj, m, hs);
+  // The persistent pair from the layer output (spec section 5), written to the cache.
+  Norm(L.in_norm, ws, h, a);
+  Linear(L.qkv, ws, a, scratch_.qkv.as<float>());
+  k::QkvRopeParams p;
+  p.qkv = scratch_.qkv.as<void>();
+  p.qkv_dtype = DType::kF32;
+  p.positions = Meta(s.positions) + begin;
+  p.write_slot = Meta(s.write_slot) + begin;
+  p.q_out = scratch_.q.as<uint16_t>() + static_cast<size_t>(begin) * qd;  // q is spent
+  p.k_cache = k_cache_.as<uint16_t>();
+  p.v_cache = v_cache_.as<uint16_t>();
+  p.num_slots = static_cast<int64_t>(num_blocks_) * block_size_;
+  p.rows = m;
+  p.n_heads = cfg_.num_heads;
+  p.n_kv_heads = cfg_.num_kv_heads;
+  p.head_dim = cfg_.head_dim;
+  p.theta = cfg_.rope_theta;
+  CudaCheck(k::qkv_rope_forward(p, stream_), "qkv_rope");
 }
 
 // K/V-only rows (early exit, exit_kv propagate) write their entries first, since full rows
@@ -584,10 +732,11 @@ void CudaModelRunner::RunFullRows(const LayerBatch& b) {
   p.block_size = block_size_;
   p.num_blocks = num_blocks_;
   p.max_kv_len = s.max_kv_len;
-  p.chunk_len = kAttentionChunk;
+  const int chunk_len = kv.recurrent ? RecurrentChunkLen(s.max_kv_len) : kAttentionChunk;
+  p.chunk_len = chunk_len;
   p.scale = 1.0f / std::sqrt(static_cast<float>(cfg_.head_dim));
   const size_t ws = k::PagedAttentionWorkspaceFloats(n, cfg_.num_heads, cfg_.head_dim, s.max_kv_len,
-                                                     kv.recurrent, kAttentionChunk);
+                                                     kv.recurrent, chunk_len);
   p.workspace =
       ws == 0 ? nullptr : static_cast<float*>(scratch_.attn_ws.Reserve(ws * sizeof(float)));
   CudaCheck(k::paged_attention_forward(p, stream_), "paged_attention");
@@ -730,7 +879,8 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> CreateCudaModelRunner(
                      prop.minor, "; the kernels are built for Hopper (sm_90a)"));
   }
   auto runner =
-      std::make_unique<CudaModelRunner>(std::move(weights), num_kv_blocks, config.block_size);
+      std::make_unique<CudaModelRunner>(std::move(weights), num_kv_blocks, config.block_size,
+                                        config.recurrent_prefill);
   if (absl::Status st = runner->Init(); !st.ok()) return st;
   return std::unique_ptr<ModelRunner>(std::move(runner));
 }

@@ -84,6 +84,20 @@ absl::StatusOr<StagedRows> StageLayerBatch(const LayerBatch& b, int num_loops, i
   return s;
 }
 
+StagedRows AppendStaged(StagedRows part, StagedRows* into) {
+  // Tripwire: a new offset field must be rebased below (then update the size).
+  static_assert(sizeof(StagedRows) == 120, "StagedRows changed: rebase its new offsets here");
+  while (into->data.size() % 4 != 0) into->data.push_back(0);
+  const size_t base = into->data.size();
+  into->data.insert(into->data.end(), part.data.begin(), part.data.end());
+  for (size_t* offset : {&part.loops, &part.positions, &part.write_slot, &part.table_indptr,
+                         &part.table_blocks, &part.kv_len, &part.seg_indptr, &part.seg_loop}) {
+    *offset += base;
+  }
+  part.data.clear();
+  return part;
+}
+
 std::vector<std::vector<int>> RecurrentWaves(const std::vector<int32_t>& chunk_indptr, int n) {
   std::vector<std::vector<int>> waves;
   if (chunk_indptr.empty()) {

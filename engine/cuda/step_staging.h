@@ -42,6 +42,11 @@ absl::StatusOr<StagedRows> StageLayerBatch(const LayerBatch& b, int num_loops, i
 // Stages only loops (router calls) or nothing but groups; `loops` may be null (all loop 0).
 StagedRows StageLoops(const int* loops, int n);
 
+// Appends `part`'s arrays to into->data (16-byte aligned) and returns `part` with every
+// offset rebased onto into->data, so several stagings travel in one upload (the recurrent
+// layer's per-wave loop runs ride with the layer's rows).
+StagedRows AppendStaged(StagedRows part, StagedRows* into);
+
 // Recurrent prefill chunks run one position at a time (correct first; a tiled schedule is a
 // later step): wave j holds the j-th row of every chunk, so a row's earlier chunk rows have
 // written their persistent pairs before it attends. chunk_indptr as LayerKvPlan's

@@ -21,14 +21,15 @@ for src in tests/gpu/kernel_*_test.cc; do
   case $src in *_emu_test.cc) continue ;; esac  # CPU-emulated: nothing to run on the device
   targets+=("$(basename "$src" .cc)")
 done
-targets+=(kernel_bench engine_gpu_test)
-cmake --build "$build" --target "${targets[@]}" morserve -- -j2
+targets+=(kernel_bench engine_gpu_test engine_gpu_recurrent_test)
+cmake --build "$build" --target "${targets[@]}" morserve recurrent_prefill_bench -- -j2
 exclude=$(git rev-parse --git-path info/exclude)
 mkdir -p "$(dirname "$exclude")"
 grep -qx '/.gpu-bin/' "$exclude" 2>/dev/null || echo '/.gpu-bin/' >>"$exclude"
 rm -rf .gpu-bin && mkdir -p .gpu-bin
 for t in "${targets[@]}"; do strip --strip-debug -o ".gpu-bin/$t" "$build/tests/gpu/$t"; done
 strip --strip-debug -o .gpu-bin/morserve "$build/server/morserve"
+strip --strip-debug -o .gpu-bin/recurrent_prefill_bench "$build/tests/bench/recurrent_prefill_bench"
 libs=$(mktemp -d)
 mkdir -p "$libs/lib"
 ldd .gpu-bin/engine_gpu_test .gpu-bin/morserve | awk '/=>/ && $3 ~ /^\// {print $3}' | sort -u |

@@ -7,11 +7,11 @@
 // Comparison rule, per request (depth-wise and sequence-wise batching, 16 requests with
 // staggered arrivals and chunked prefill):
 //   - walk the generated tokens in order; a step is "clear" when the reference's top-1
-//     margin (top1 - top2) / max(|top1|, 1) exceeds kMargin (1e-2);
+//     margin (top1 - top2) / max(|top1|, 1) exceeds kGpuMargin (1e-2);
 //   - up to the first unclear step (after which greedy paths may legitimately part), the
 //     GPU's token equals the reference's, its loop count equals the reference's, and its
-//     logits are within kLogitTolerance (5e-2) of the reference's relative to
-//     max(|logit|, 1);
+//     logits are within kGpuLogitTolerance (5e-2) of the reference's relative to
+//     max(|logit|, 1) (testing::CompareWithReference in tests/engine_harness);
 //   - a loop count that differs ends that request's comparison (a router score that sat at
 //     its threshold, flipped by rounding); at most kMaxLoopFlips (5%) of compared steps may
 //     end so, and at least kMinCompared (50%) of all generated steps must be compared, so
@@ -36,8 +36,11 @@ using testing::Greedy;
 using ::testing::HasSubstr;
 using testing::RunResult;
 
-constexpr double kMargin = 1e-2;
-constexpr double kLogitTolerance = 5e-2;
+using testing::CompareWithReference;
+using testing::RefRun;
+using testing::ReferenceRuns;
+using testing::Tally;
+
 constexpr double kMaxLoopFlips = 0.05;
 constexpr double kMinCompared = 0.5;
 
@@ -46,16 +49,7 @@ struct FamilyCase {
   TinyModelSpec spec;
 };
 
-TinyModelSpec Spec(const std::string& family) {
-  TinyModelSpec s;
-  s.family = family;
-  s.dtype = DType::kBF16;
-  s.hidden = 256;
-  s.heads = 4;
-  s.kv_heads = 2;
-  s.intermediate = 256;
-  return s;
-}
+TinyModelSpec Spec(const std::string& family) { return testing::GpuModelSpec(family); }
 
 // Relaxed with rank 13 on all seven projections: fused LoRA ranks 39 (q|k|v) and 26
 // (gate|up), not multiples of 8, on every linear of the looped block.
@@ -143,65 +137,6 @@ EngineConfig GpuConfig(BatchingMode mode) {
   return cfg;
 }
 
-// (top1 - top2) / max(|top1|, 1) of a logit row.
-double Margin(const std::vector<float>& l) {
-  float a = -INFINITY, b = -INFINITY;
-  for (float v : l) {
-    if (v > a) {
-      b = a;
-      a = v;
-    } else if (v > b) {
-      b = v;
-    }
-  }
-  return (static_cast<double>(a) - b) / std::max(1.0, std::abs(static_cast<double>(a)));
-}
-
-struct Tally {
-  int generated = 0, compared = 0, loop_flips = 0;
-};
-
-struct RefRun {
-  std::vector<int> tokens;
-  std::vector<StepOutput> outs;
-};
-
-// The reference's greedy run of every request (computed once per model).
-std::vector<RefRun> ReferenceRuns(std::shared_ptr<const ModelWeights> weights, const Workload& w) {
-  ReferenceModel ref(std::move(weights));
-  std::vector<RefRun> runs(w.requests.size());
-  for (size_t i = 0; i < w.requests.size(); ++i) {
-    runs[i].tokens =
-        ref.GenerateGreedy(w.requests[i].prompt, w.requests[i].params.max_tokens, &runs[i].outs);
-  }
-  return runs;
-}
-
-void CompareWithReference(const std::vector<RefRun>& refs, const Workload& w,
-                          const std::vector<RunResult>& got, const std::string& label,
-                          Tally* tally) {
-  for (size_t i = 0; i < w.requests.size(); ++i) {
-    const GenerateRequest& r = w.requests[i];
-    const std::vector<int>& want = refs[i].tokens;
-    const std::vector<StepOutput>& outs = refs[i].outs;
-    ASSERT_EQ(got[i].tokens.size(), want.size()) << label << " request " << i;
-    ASSERT_EQ(got[i].logits.size(), want.size()) << label << " request " << i;
-    tally->generated += static_cast<int>(want.size());
-    for (size_t t = 0; t < want.size(); ++t) {
-      const StepOutput& o = outs[r.prompt.size() - 1 + t];
-      if (Margin(o.logits) <= kMargin) break;
-      if (got[i].loops[t] != o.trace.loops) {
-        ++tally->loop_flips;
-        break;
-      }
-      ++tally->compared;
-      ASSERT_EQ(got[i].tokens[t], want[t]) << label << " request " << i << " token " << t;
-      EXPECT_LE(testing::MaxRelDiff(got[i].logits[t], o.logits), kLogitTolerance)
-          << label << " request " << i << " token " << t;
-    }
-  }
-}
-
 class EngineGpuTest : public ::testing::TestWithParam<FamilyCase> {
  protected:
   void SetUp() override { MORSERVE_SKIP_WITHOUT_GPU(); }
@@ -212,7 +147,7 @@ TEST_P(EngineGpuTest, DepthAndSequenceWiseMatchReference) {
   auto weights = testing::MakeModel(GetParam().spec, &dir);
   ASSERT_NE(weights, nullptr);
   const Workload w = MakeWorkload(weights->config.vocab_size);
-  const std::vector<RefRun> refs = ReferenceRuns(weights, w);
+  const std::vector<RefRun> refs = ReferenceRuns(weights, w.requests);
   for (BatchingMode mode : {BatchingMode::kDepthWise, BatchingMode::kSequenceWise}) {
     const EngineConfig cfg = GpuConfig(mode);
     auto engine = Engine::Create(weights, cfg);
@@ -221,7 +156,7 @@ TEST_P(EngineGpuTest, DepthAndSequenceWiseMatchReference) {
     const std::string label =
         GetParam().name + (mode == BatchingMode::kDepthWise ? " depth" : " sequence");
     Tally tally;
-    CompareWithReference(refs, w, got, label, &tally);
+    CompareWithReference(refs, w.requests, got, label, &tally);
     std::printf("%s: %d of %d steps compared, %d loop flips\n", label.c_str(), tally.compared,
                 tally.generated, tally.loop_flips);
     EXPECT_GE(tally.compared, kMinCompared * tally.generated)

@@ -8,12 +8,15 @@
 # shared-memory kernels) on subsets. Logs go to $OUT (or ./gpu-test-out): one combined log,
 # the gtest XML files in one archive, the benchmark JSON files, and the benchmark tables and
 # a summary printed last.
-#   usage: bash .gpu-bin/run_on_device.sh [BIN_DIR] [tests|engine|sanitize|lora|all]
+#   usage: bash .gpu-bin/run_on_device.sh [BIN_DIR] [tests|engine|sanitize|lora|recurrent|all]
 #   BIN_DIR defaults to the script's folder; "tests" runs the tests and the benchmarks,
 #   "engine" only engine_gpu_test and the engine benchmark, "sanitize" the compute-sanitizer
 #   runs, "lora" only per-loop LoRA (kernel test, Relaxed engine families, LoRA benchmark),
 #   "all" (the default) everything; split them over two device calls when one
-#   10-minute call is too short.
+#   10-minute call is too short. "recurrent" (issue 11, its own call: about 3-5 minutes) runs
+#   kernel_recurrent_attention_test (and under memcheck), engine_gpu_recurrent_test, and the
+#   recurrent prefill benchmark (tiled vs naive on the GPU, prompt lengths 128..8192, a
+#   4-layer SmolLM-360M-shaped recurrent model; JSON to $OUT/recurrent-prefill-gpu.json).
 # Engine benchmark size (the DESIGN.md protocol is 1000 requests, N(256, 64) tokens; the
 # default here is cut to fit the call): BENCH_REQUESTS (256), BENCH_MEAN (128), BENCH_STD (32),
 # BENCH_MAX_BATCH (256).
@@ -75,14 +78,30 @@ if [ "$part" = lora ]; then
   exit 0
 fi
 for t in "$bin"/kernel_*_test; do
-  [ "$part" = sanitize ] || [ "$part" = engine ] && break
+  [ "$part" = sanitize ] || [ "$part" = engine ] || [ "$part" = recurrent ] && break
   name=$(basename "$t")
   run 120 "$name" "$t" --gtest_output="xml:$out/xml/$name.xml"
 done
-if [ "$part" != sanitize ] && [ -x "$bin/engine_gpu_test" ]; then
+if [ "$part" = recurrent ]; then  # issue 11: the tiled recurrent prefill on the GPU
+  run 120 "kernel_recurrent_attention_test" "$bin/kernel_recurrent_attention_test" \
+    --gtest_output="xml:$out/xml/kernel_recurrent_attention_test.xml"
+  run 240 "engine_gpu_recurrent_test" "$bin/engine_gpu_recurrent_test" \
+    --gtest_output="xml:$out/xml/engine_gpu_recurrent_test.xml"
+  rmodel=/tmp/morserve-models/recurrent4
+  run 60 "mkmodel recurrent4" "$bin/morserve" mkmodel --family recurrent --hidden 960 --heads 15 \
+    --kv-heads 5 --intermediate 2560 --vocab 49152 --layers 4 --max-pos 8448 --out $rmodel
+  # Writes JSON lengths as they finish, so a cut run still leaves the shorter ones.
+  run 200 "recurrent prefill bench" sh -c "'$bin/recurrent_prefill_bench' $rmodel ${RPREFILL_MAX_LEN:-8192} 1 0 cuda >'$out/recurrent-prefill-gpu.json'"
+  cat "$out/recurrent-prefill-gpu.json" >>"$log" 2>/dev/null
+  san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  [ -x "$san" ] && run 90 "memcheck kernel_recurrent_attention_test" "$san" --tool memcheck \
+    --error-exitcode 1 "$bin/kernel_recurrent_attention_test" \
+    --gtest_filter='RecurrentAttentionTest.OffTileChunksGroup1Block5:RecurrentAttentionTest.LargestGroup'
+fi
+if [ "$part" != sanitize ] && [ "$part" != recurrent ] && [ -x "$bin/engine_gpu_test" ]; then
   run 200 "engine_gpu_test" "$bin/engine_gpu_test" --gtest_output="xml:$out/xml/engine_gpu_test.xml"
 fi
-if [ "$part" != sanitize ] && [ -x "$bin/morserve" ]; then
+if [ "$part" != sanitize ] && [ "$part" != recurrent ] && [ -x "$bin/morserve" ]; then
   # SmolLM-360M-shaped random bf16 models (issue 4): vanilla, Recursive-3 middle_cycle,
   # MoR-3 (middle_cycle) and MoR-4 (cycle: 4 divides 32), all 32 unrolled layers.
   models=/tmp/morserve-models
@@ -98,9 +117,9 @@ if [ "$part" != sanitize ] && [ -x "$bin/morserve" ]; then
   run 150 "engine bench batch 32" "${bench[@]}" --batches 32 --out "$out/engine-bench-b32.json"
   run 150 "engine bench max batch" "${bench[@]}" --batches "${BENCH_MAX_BATCH:-256}" --out "$out/engine-bench-bmax.json"
 fi
-[ "$part" != sanitize ] && [ "$part" != engine ] && run 120 "kernel_bench" "$bin/kernel_bench" "$out/kernel-bench.json"
+[ "$part" != sanitize ] && [ "$part" != engine ] && [ "$part" != recurrent ] && run 120 "kernel_bench" "$bin/kernel_bench" "$out/kernel-bench.json"
 san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-if [ "$part" = tests ] || [ "$part" = engine ]; then
+if [ "$part" = tests ] || [ "$part" = engine ] || [ "$part" = recurrent ]; then
   summary+=("sanitizer runs not requested (part=$part)")
 elif [ -x "$san" ]; then
   # The quick attention cases (all code paths: chunks, combine, extra pair, faults, zeros).
@@ -132,5 +151,9 @@ summary+=("gtest lines: $(grep -c '^\[       OK \]' "$log") OK, $(grep -c '^\[  
 sed -n '/^=== kernel_bench/,/^===/p' "$log" | grep -v '^==='
 sed -n '/^=== engine bench/,/^===/p' "$log" | grep -v '^===' | grep -v '^\[' | head -60
 grep -E '^[a-z0-9_-]+ (depth|sequence): [0-9]+ of [0-9]+ steps compared' "$log" | head -60
+if [ "$part" = recurrent ]; then
+  grep -E '^recurrent[a-z0-9_-]* (tiled|naive|step)' "$log" | head -40
+  cat "$out/recurrent-prefill-gpu.json" 2>/dev/null
+fi
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
 grep -h -E '^\[  FAILED  \]|ERROR SUMMARY: [1-9]' "$log" | sort -u | head -40

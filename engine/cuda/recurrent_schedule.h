@@ -1,0 +1,61 @@
+// The exact tiled schedule of a recurrent layer's batch on the GPU (spec/models.md section 5):
+// which key tiles merge into which pending queries when (kernels/recurrent_attention.cuh).
+// Plain C++, unit-tested without a device (tests/unit/recurrent_schedule_test.cc).
+//
+// Rows come in chunks (LayerKvPlan::chunk_indptr): chunk c is n_c consecutive entries
+// first_c .. first_c + n_c - 1 of one request's cache slot (a decode row is a chunk of one).
+// Position i of a chunk can finish only after position i - 1 wrote its persistent pair, so the
+// batch runs in waves: wave w holds position w of every chunk with n_c > w, and the rows are
+// reordered wave-major (`order`), so each wave is one contiguous range of rows for the GEMMs.
+//
+// Merges work on tiles of T = kRecurrentScheduleTile entries aligned at multiples of T. For a chunk
+// whose first tile is u0 = first / T:
+//   - before wave 0, every query merges the cached whole tiles [0, u0 T);
+//   - when the chunk-relative tile u (entries [(u0 + u) T, (u0 + u + 1) T)) is complete (its
+//     last entry written by the wave that just ran), with k = ctz(u + 1): the tiles
+//     [u + 1 - 2^k, u + 1) merge into the queries of tiles [u + 1, u + 1 + 2^k), as items of
+//     the next wave (a Fenwick / divide-and-conquer order: exactly one k per completed tile);
+//   - finish: the query's own partial tile and temporary pair.
+// Each (query, key tile) pair below the query's own tile is merged exactly once: by the tile
+// pair's highest differing bit of the chunk-relative indices. A query receives its tiles in
+// increasing order (higher bits first, which are the lower keys). A key tile of 2^k T entries
+// is read once per query of a 2^k T block, and each level holds about n / 2 queries, so the
+// merges move O(n log n) state and the sequential path (finish) reads at most T keys.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace morserve {
+
+// The fold tile and item layout of kernels/recurrent_attention.cuh (RecurrentFoldItem,
+// kRecurrentTile, kRecurrentFresh), repeated here because this file is built without CUDA;
+// the runner and the kernel tests static_assert that they agree.
+inline constexpr int kRecurrentScheduleTile = 32;
+inline constexpr int32_t kRecurrentScheduleFresh = 1;
+struct RecurrentFold {
+  int32_t row = 0;
+  int32_t key_begin = 0;
+  int32_t key_end = 0;
+  int32_t flags = 0;
+};
+
+struct RecurrentSchedule {
+  std::vector<int> order;       // new row j is old row order[j] (wave-major)
+  std::vector<int> wave_begin;  // wave w is new rows [wave_begin[w], wave_begin[w + 1])
+  // Merges to run before wave w's finish: merge[merge_begin[w] .. merge_begin[w + 1]).
+  std::vector<RecurrentFold> merge;
+  std::vector<int> merge_begin;
+  // finish[j] finishes new row j (so wave w's are finish[wave_begin[w] .. wave_begin[w + 1])).
+  std::vector<RecurrentFold> finish;
+  int waves() const { return static_cast<int>(wave_begin.size()) - 1; }
+};
+
+// Builds the schedule of n rows with their entry indices kv_len (old row order). chunk_indptr
+// empty: every row is a chunk of one. Returns false with *error set when the chunks do not
+// cover the rows or a chunk's rows are not consecutive entries.
+bool BuildRecurrentSchedule(const std::vector<int32_t>& chunk_indptr, const int32_t* kv_len, int n,
+                            RecurrentSchedule* out, std::string* error);
+
+}  // namespace morserve

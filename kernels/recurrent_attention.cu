@@ -1,0 +1,68 @@
+// Recurrent attention launchers (validation, dispatch); the kernel body is in
+// recurrent_attention_kernels.cuh, the contract in recurrent_attention.cuh.
+#include <cmath>
+
+#include "kernels/recurrent_attention.cuh"
+#include "kernels/recurrent_attention_kernels.cuh"
+
+namespace morserve::kernels {
+namespace {
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+cudaError_t Validate(const RecurrentAttentionParams& p, bool finish) {
+  if (p.num_items < 0 || p.rows < 0 || (p.head_dim != 64 && p.head_dim != 128) || p.n_heads <= 0 ||
+      p.n_kv_heads <= 0 || p.n_heads % p.n_kv_heads != 0 || p.n_heads / p.n_kv_heads > kMaxGroup ||
+      p.block_size <= 0 || p.num_blocks <= 0 || !std::isfinite(p.scale) ||
+      (p.out_dtype != DType::kF32 && p.out_dtype != DType::kBF16) || p.n_kv_heads > 65535) {
+    return cudaErrorInvalidValue;
+  }
+  if (p.num_items == 0) return cudaSuccess;
+  if (p.q == nullptr || p.k_cache == nullptr || p.v_cache == nullptr || p.table_indptr == nullptr ||
+      p.table_blocks == nullptr || p.kv_len == nullptr || p.state_ml == nullptr ||
+      p.state_acc == nullptr || p.items == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  if (finish && (p.extra_k == nullptr || p.extra_v == nullptr || p.out == nullptr)) {
+    return cudaErrorInvalidValue;
+  }
+  if (!Aligned16(p.q) || !Aligned16(p.k_cache) || !Aligned16(p.v_cache) || !Aligned16(p.extra_k) ||
+      !Aligned16(p.extra_v)) {
+    return cudaErrorInvalidValue;
+  }
+  return cudaSuccess;
+}
+
+template <int HD, bool kFinish, typename TO>
+cudaError_t Launch(const RecurrentAttentionParams& p, cudaStream_t stream) {
+  const RecurrentArgs a = MakeRecurrentArgs(p);
+  RecurrentFoldKernel<HD, kFinish, TO><<<dim3(p.num_items, p.n_kv_heads), kThreads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+template <bool kFinish>
+cudaError_t Dispatch(const RecurrentAttentionParams& p, cudaStream_t stream) {
+  if (cudaError_t e = Validate(p, kFinish); e != cudaSuccess || p.num_items == 0) return e;
+  if constexpr (!kFinish) {  // a merge writes no output: one instantiation per head_dim
+    return p.head_dim == 64 ? Launch<64, false, float>(p, stream)
+                            : Launch<128, false, float>(p, stream);
+  } else {
+    const bool bf16 = p.out_dtype == DType::kBF16;
+    if (p.head_dim == 64) {
+      return bf16 ? Launch<64, true, uint16_t>(p, stream) : Launch<64, true, float>(p, stream);
+    }
+    return bf16 ? Launch<128, true, uint16_t>(p, stream) : Launch<128, true, float>(p, stream);
+  }
+}
+
+}  // namespace
+
+cudaError_t recurrent_attention_merge(const RecurrentAttentionParams& p, cudaStream_t stream) {
+  return Dispatch<false>(p, stream);
+}
+
+cudaError_t recurrent_attention_finish(const RecurrentAttentionParams& p, cudaStream_t stream) {
+  return Dispatch<true>(p, stream);
+}
+
+}  // namespace morserve::kernels

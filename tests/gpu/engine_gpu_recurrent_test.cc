@@ -1,0 +1,192 @@
+// The engine on recurrent-layer models (spec/models.md section 5) on the GPU (--device cuda):
+// the tiled prefill (kernels/recurrent_attention, engine/cuda/recurrent_schedule) and the
+// naive one-position-per-wave path, on the five recurrent families of
+// tests/unit/recurrent_engine_test.cc at the GPU test shape (testing::GpuModelSpec), prompt
+// lengths 1..300 (powers of two and not, on and off the 32-key fold tiles), whole prompts in
+// one step and prompts chunked by a 37-token step budget:
+//   - both schedules against the reference by the bf16 rule of engine_gpu_test
+//     (testing::CompareWithReference: tokens, loops and logits within 5e-2 up to the first
+//     unclear step; at least half of the steps compared, at most 5% loop flips);
+//   - tiled against naive: the same tokens and loops up to the first step where the naive
+//     run's own top-1 margin is at most 1e-2, logits within 5e-2 (relative to max(|l|, 1),
+//     the bf16 rule). The attention of both is bit for bit the same by construction (one
+//     split chunk per row; kernel_recurrent_attention_test checks it); what remains is the
+//     GEMMs' row count (the tiled path projects q and the temporary pairs of a whole chunk at
+//     once, the naive one a wave at a time), so where cuBLASLt is row-invariant
+//     (GemmTest.RowsAreBatchInvariantAcrossM) every logit row is bitwise equal: the count is
+//     printed;
+//   - batch invariance: a prompt alone and inside mixed batches of recurrent requests (other
+//     chunking of its prompt) gives the same tokens and bitwise-equal logits (as
+//     engine_gpu_test's invariance test, this rests on cuBLASLt's row invariance:
+//     GemmTest.RowsAreBatchInvariantAcrossM);
+//   - every KV block back in the pool.
+// Skips with "no CUDA device: kernel test skipped" where no sm_90 device is present.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "tests/engine_harness.h"
+#include "tests/gpu/gpu_testutil.h"
+
+namespace morserve {
+namespace {
+
+using testing::Greedy;
+using testing::RunResult;
+
+const std::vector<int> kPromptLengths = {1, 2, 7, 31, 32, 33, 64, 100, 129, 255, 256, 300};
+constexpr double kTiledNaiveTolerance = testing::kGpuLogitTolerance;
+
+struct ModelCase {
+  std::string name;
+  TinyModelSpec spec;
+};
+
+std::vector<ModelCase> Models() {
+  std::vector<ModelCase> v;
+  TinyModelSpec plain = testing::GpuModelSpec("recurrent");
+  v.push_back({"recurrent", plain});
+  for (const char* family : {"mor-ec", "mor-tc", "relaxed-lora", "early-exit"}) {
+    TinyModelSpec s = testing::GpuModelSpec(family);
+    s.layer_kind = "recurrent";
+    s.exit_kv = "skip";       // propagate is refused for recurrent layers
+    s.exit_threshold = 0.2f;  // exits after 1, 2 and 3 loops
+    v.push_back({std::string("recurrent-") + family, s});
+  }
+  return v;
+}
+
+std::vector<GenerateRequest> Requests(int vocab) {
+  std::vector<GenerateRequest> out;
+  for (size_t i = 0; i < kPromptLengths.size(); ++i) {
+    const int len = kPromptLengths[i];
+    out.push_back(Greedy(testing::MakePrompts(1, len, len, vocab, 300 + i)[0], 4));
+  }
+  return out;
+}
+
+EngineConfig Config(RecurrentPrefill prefill, int step_tokens) {
+  EngineConfig cfg;
+  cfg.device = Device::kCuda;
+  cfg.recurrent_prefill = prefill;
+  cfg.max_batch_rows = 1024;
+  cfg.max_step_tokens = step_tokens;
+  cfg.block_size = 16;
+  cfg.num_kv_blocks = 4096;
+  return cfg;
+}
+
+std::vector<RunResult> RunEngine(std::shared_ptr<const ModelWeights> w, const EngineConfig& cfg,
+                                 const std::vector<GenerateRequest>& reqs,
+                                 const std::vector<int>& arrivals) {
+  auto engine = Engine::Create(std::move(w), cfg);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  if (!engine.ok()) return {};
+  auto got = testing::RunStaggered(engine->get(), reqs, arrivals);
+  EXPECT_EQ((*engine)->kv_pool().num_free(), cfg.num_kv_blocks) << "blocks leaked";
+  return got;
+}
+
+// Tiled vs naive, by the rule in the file comment; returns the bitwise-equal logit rows.
+int CompareSchedules(const std::vector<GenerateRequest>& reqs, const std::vector<RunResult>& tiled,
+                     const std::vector<RunResult>& naive, const std::string& label) {
+  int bitwise = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const std::string where = label + " prompt length " + std::to_string(reqs[i].prompt.size());
+    EXPECT_EQ(tiled[i].tokens.size(), naive[i].tokens.size()) << where;
+    for (size_t t = 0; t < std::min(tiled[i].tokens.size(), naive[i].tokens.size()); ++t) {
+      if (tiled[i].logits[t] == naive[i].logits[t]) ++bitwise;
+      EXPECT_LE(testing::MaxRelDiff(tiled[i].logits[t], naive[i].logits[t]), kTiledNaiveTolerance)
+          << where << " token " << t;
+      if (testing::Margin(naive[i].logits[t]) <= testing::kGpuMargin) break;
+      EXPECT_EQ(tiled[i].tokens[t], naive[i].tokens[t]) << where << " token " << t;
+      EXPECT_EQ(tiled[i].loops[t], naive[i].loops[t]) << where << " token " << t;
+      if (tiled[i].tokens[t] != naive[i].tokens[t] || tiled[i].loops[t] != naive[i].loops[t]) break;
+    }
+  }
+  return bitwise;
+}
+
+class EngineGpuRecurrentTest : public ::testing::TestWithParam<ModelCase> {
+ protected:
+  void SetUp() override { MORSERVE_SKIP_WITHOUT_GPU(); }
+};
+
+TEST_P(EngineGpuRecurrentTest, TiledAndNaiveMatchReferenceAndEachOther) {
+  testing::TempDir dir;
+  auto weights = testing::MakeModel(GetParam().spec, &dir);
+  ASSERT_NE(weights, nullptr);
+  const std::vector<GenerateRequest> reqs = Requests(weights->config.vocab_size);
+  std::vector<int> arrivals;
+  for (size_t i = 0; i < reqs.size(); ++i) arrivals.push_back(static_cast<int>(i % 4));
+  const std::vector<testing::RefRun> refs = testing::ReferenceRuns(weights, reqs);
+  for (int step_tokens : {2048, 37}) {
+    std::vector<RunResult> runs[2];
+    int s = 0;
+    for (RecurrentPrefill prefill : {RecurrentPrefill::kTiled, RecurrentPrefill::kNaive}) {
+      const std::string label =
+          GetParam().name + (s == 0 ? " tiled" : " naive") + " step " + std::to_string(step_tokens);
+      runs[s] = RunEngine(weights, Config(prefill, step_tokens), reqs, arrivals);
+      ASSERT_EQ(runs[s].size(), reqs.size()) << label;
+      testing::Tally tally;
+      testing::CompareWithReference(refs, reqs, runs[s], label, &tally);
+      std::printf("%s: %d of %d steps compared, %d loop flips\n", label.c_str(), tally.compared,
+                  tally.generated, tally.loop_flips);
+      EXPECT_GE(tally.compared, 0.5 * tally.generated) << label << ": too few clear steps";
+      EXPECT_LE(tally.loop_flips, 0.05 * std::max(tally.compared, 1)) << label;
+      ++s;
+    }
+    const std::string label = GetParam().name + " step " + std::to_string(step_tokens);
+    const int bitwise = CompareSchedules(reqs, runs[0], runs[1], label);
+    std::printf("%s: tiled vs naive, %d logit rows bitwise equal\n", label.c_str(), bitwise);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, EngineGpuRecurrentTest, ::testing::ValuesIn(Models()),
+                         [](const auto& info) {
+                           std::string n = info.param.name;
+                           for (char& c : n)
+                             c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+                           return n;
+                         });
+
+// A recurrent prompt alone and inside mixed batches (its prefill cut differently): the same
+// tokens, bitwise-equal logits.
+TEST(EngineGpuRecurrentInvarianceTest, AloneAndInMixedBatchesAreBitwiseEqual) {
+  MORSERVE_SKIP_WITHOUT_GPU();
+  testing::TempDir dir;
+  auto weights = testing::MakeModel(testing::GpuModelSpec("recurrent"), &dir);
+  ASSERT_NE(weights, nullptr);
+  const int vocab = weights->config.vocab_size;
+  const GenerateRequest probe = Greedy(testing::MakePrompts(1, 150, 150, vocab, 99)[0], 8);
+  const EngineConfig cfg = Config(RecurrentPrefill::kTiled, 64);
+  const std::vector<RunResult> alone_runs = RunEngine(weights, cfg, {probe}, {0});
+  ASSERT_EQ(alone_runs.size(), 1u);
+  const RunResult& alone = alone_runs[0];
+  for (int variant = 0; variant < 3; ++variant) {
+    std::vector<GenerateRequest> reqs;
+    std::vector<int> arrivals;
+    const auto prompts = testing::MakePrompts(4 + 2 * variant, 1, 90, vocab, 7 + variant);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      reqs.push_back(Greedy(prompts[i], 3 + static_cast<int>(i % 4)));
+      arrivals.push_back(static_cast<int>(i % 3));
+    }
+    reqs.push_back(probe);
+    arrivals.push_back(variant);
+    const std::vector<RunResult> runs = RunEngine(weights, cfg, reqs, arrivals);
+    ASSERT_EQ(runs.size(), reqs.size());
+    const RunResult& mixed = runs.back();
+    EXPECT_EQ(mixed.tokens, alone.tokens) << "variant " << variant;
+    ASSERT_EQ(mixed.logits.size(), alone.logits.size());
+    for (size_t t = 0; t < alone.logits.size(); ++t) {
+      EXPECT_EQ(mixed.logits[t], alone.logits[t]) << "variant " << variant << " token " << t;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace morserve

@@ -1,0 +1,96 @@
+// Host side of the recurrent-attention kernel tests (GPU and CPU-emulated): a paged-attention
+// problem (tests/gpu/paged_attention_problem.h, extra pair on) read as recurrent prefill
+// chunks, one per request, and the driver that runs the GPU schedule
+// (engine/cuda/recurrent_schedule.h) wave by wave: merges, finishes, then the finished rows'
+// persistent entries are written. Until then a chunk's own entries hold NaN in the cache, so
+// a key read before it exists poisons the output and fails the comparison.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/cuda/recurrent_schedule.h"
+#include "kernels/recurrent_attention.cuh"
+#include "tests/gpu/paged_attention_problem.h"
+
+namespace morserve::kernels::recurrent_test {
+
+using attention_test::Problem;
+
+static_assert(kRecurrentScheduleTile == kRecurrentTile &&
+                  kRecurrentScheduleFresh == kRecurrentFresh,
+              "the schedule and the kernel agree on the tile and the flags");
+static_assert(sizeof(RecurrentFold) == sizeof(RecurrentFoldItem), "item layout");
+
+// Rows of request i form chunk i (Build puts them consecutively, entries in order).
+inline std::vector<int32_t> ChunkIndptr(const std::vector<attention_test::RequestSpec>& reqs) {
+  std::vector<int32_t> indptr = {0};
+  for (const auto& r : reqs) indptr.push_back(indptr.back() + r.query_rows);
+  return indptr;
+}
+
+// Cache slot of row r's own entry (its kv_len-th entry).
+inline size_t OwnSlot(const Problem& p, int r) {
+  const int e = p.kv_len[r], bs = p.shape.block_size;
+  return static_cast<size_t>(p.blocks[p.indptr[r] + e / bs]) * bs + e % bs;
+}
+
+// The schedule's items with rows mapped back to the problem's rows.
+struct Items {
+  std::vector<RecurrentFoldItem> merge, finish;
+  std::vector<int> merge_begin, wave_begin;
+};
+
+inline Items ScheduleItems(const Problem& p, const std::vector<int32_t>& chunk_indptr) {
+  RecurrentSchedule s;
+  std::string error;
+  const bool ok = BuildRecurrentSchedule(chunk_indptr, p.kv_len.data(), p.rows, &s, &error);
+  EXPECT_TRUE(ok) << error;
+  Items it;
+  auto map = [&](const RecurrentFold& f) {
+    return RecurrentFoldItem{s.order[f.row], f.key_begin, f.key_end, f.flags};
+  };
+  for (const RecurrentFold& f : s.merge) it.merge.push_back(map(f));
+  for (const RecurrentFold& f : s.finish) it.finish.push_back(map(f));
+  it.merge_begin = s.merge_begin;
+  it.wave_begin = s.wave_begin;
+  return it;
+}
+
+// What a backend (emulator or GPU) does for the driver.
+struct Backend {
+  // Runs items [begin, begin + count) of the merge (finish = false) or finish list.
+  std::function<void(bool finish, int begin, int count)> run;
+  // Writes row r's own entry (k and v: kv_dim bf16 each) at cache slot `slot`.
+  std::function<void(size_t slot, const uint16_t* k, const uint16_t* v)> write;
+};
+
+// The cache as the driver starts it: every chunk row's own entry is NaN.
+inline void HideChunkEntries(const Problem& p, std::vector<uint16_t>* k, std::vector<uint16_t>* v) {
+  const size_t kvd = p.kv_dim();
+  for (int r = 0; r < p.rows; ++r) {
+    const size_t slot = OwnSlot(p, r);
+    std::fill_n(k->begin() + slot * kvd, kvd, attention_test::kNanBits);
+    std::fill_n(v->begin() + slot * kvd, kvd, attention_test::kNanBits);
+  }
+}
+
+// Replays the waves: merges, finishes, then the finished rows' entries (from p's cache).
+inline void Drive(const Problem& p, const Items& it, const Backend& b) {
+  const size_t kvd = p.kv_dim();
+  for (size_t w = 0; w + 1 < it.wave_begin.size(); ++w) {
+    const int mb = it.merge_begin[w], me = it.merge_begin[w + 1];
+    if (me > mb) b.run(false, mb, me - mb);
+    const int fb = it.wave_begin[w], fe = it.wave_begin[w + 1];
+    b.run(true, fb, fe - fb);
+    for (int j = fb; j < fe; ++j) {
+      const size_t slot = OwnSlot(p, it.finish[j].row);
+      b.write(slot, &p.k_cache[slot * kvd], &p.v_cache[slot * kvd]);
+    }
+  }
+}
+
+}  // namespace morserve::kernels::recurrent_test

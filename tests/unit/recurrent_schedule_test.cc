@@ -1,0 +1,147 @@
+// The GPU recurrent schedule (engine/cuda/recurrent_schedule.h) as pure bookkeeping: replaying
+// its waves, every (query, key tile) pair below a query's own tile is merged exactly once, in
+// increasing key order, only after the key's entries are written, and before the query's
+// finish; no launch holds two merges into one row (their CTAs would race on its state); the first
+// fold of every row carries the fresh flag and no other does; the waves are a wave-major
+// permutation of the rows. Over many chunk layouts (cached prefixes on and off tile boundaries,
+// lengths that are and are not powers of two, decode rows mixed in).
+#include "engine/cuda/recurrent_schedule.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace morserve {
+namespace {
+
+constexpr int kT = kRecurrentScheduleTile;
+
+struct Layout {
+  std::vector<int32_t> indptr;
+  std::vector<int32_t> kv_len;
+};
+
+Layout MakeLayout(const std::vector<std::pair<int, int>>& chunks) {  // (first, n) each
+  Layout l;
+  l.indptr.push_back(0);
+  for (auto [first, n] : chunks) {
+    for (int i = 0; i < n; ++i) l.kv_len.push_back(first + i);
+    l.indptr.push_back(static_cast<int32_t>(l.kv_len.size()));
+  }
+  return l;
+}
+
+void Replay(const Layout& l) {
+  const int n = static_cast<int>(l.kv_len.size());
+  RecurrentSchedule s;
+  std::string error;
+  ASSERT_TRUE(BuildRecurrentSchedule(l.indptr, l.kv_len.data(), n, &s, &error)) << error;
+  ASSERT_EQ(static_cast<int>(s.order.size()), n);
+  ASSERT_EQ(std::set<int>(s.order.begin(), s.order.end()).size(), static_cast<size_t>(n));
+  ASSERT_EQ(s.finish.size(), static_cast<size_t>(n));
+  ASSERT_EQ(s.merge_begin.size(), s.wave_begin.size());
+  // Old row -> (chunk, position), and the entries written so far per chunk.
+  const int chunks = static_cast<int>(l.indptr.size()) - 1;
+  std::vector<int> chunk_of(n), pos_of(n), written(chunks);
+  for (int c = 0; c < chunks; ++c) {
+    written[c] = l.kv_len[l.indptr[c]];
+    for (int r = l.indptr[c]; r < l.indptr[c + 1]; ++r)
+      chunk_of[r] = c, pos_of[r] = r - l.indptr[c];
+  }
+  std::vector<int> next_tile(n, 0);  // per new row: tiles [0, next_tile) merged, in order
+  std::vector<int> folds(n, 0);
+  for (int w = 0; w < s.waves(); ++w) {
+    std::set<int> rows_this_wave;  // CTAs of one launch must not share a row's state
+    for (int m = s.merge_begin[w]; m < s.merge_begin[w + 1]; ++m) {
+      const RecurrentFold& f = s.merge[m];
+      ASSERT_TRUE(f.row >= s.wave_begin[w] && f.row < n) << "merge into a finished row";
+      ASSERT_TRUE(rows_this_wave.insert(f.row).second) << "two merges into one row in a launch";
+      const int old = s.order[f.row], c = chunk_of[old];
+      ASSERT_EQ(f.key_begin % kT, 0);
+      ASSERT_EQ(f.key_end % kT, 0);
+      ASSERT_LT(f.key_begin, f.key_end);
+      ASSERT_EQ(f.key_begin, next_tile[f.row] * kT) << "a tile skipped or merged twice";
+      ASSERT_LE(f.key_end, written[c]) << "a key merged before it was written";
+      ASSERT_LE(f.key_end, l.kv_len[old] - l.kv_len[old] % kT) << "a key at or after the own tile";
+      ASSERT_EQ(f.flags, folds[f.row] == 0 ? kRecurrentScheduleFresh : 0);
+      next_tile[f.row] = f.key_end / kT;
+      ++folds[f.row];
+    }
+    for (int j = s.wave_begin[w]; j < s.wave_begin[w + 1]; ++j) {
+      const int old = s.order[j];
+      ASSERT_EQ(pos_of[old], w) << "wave " << w << " holds another position";
+      ASSERT_EQ(s.finish[j].row, j);
+      ASSERT_EQ(s.finish[j].flags, folds[j] == 0 ? kRecurrentScheduleFresh : 0);
+      ASSERT_EQ(next_tile[j] * kT, l.kv_len[old] - l.kv_len[old] % kT)
+          << "row " << old << " finishes without all tiles below its own";
+      ASSERT_EQ(written[chunk_of[old]], l.kv_len[old]);
+      ++written[chunk_of[old]];  // its persistent pair
+    }
+  }
+}
+
+TEST(RecurrentScheduleTest, EveryPairOnceInOrder) {
+  const std::vector<std::vector<std::pair<int, int>>> cases = {
+      {{0, 1}},
+      {{0, 300}},
+      {{0, 256}},
+      {{5, 1}},
+      {{31, 2}},
+      {{32, 64}},
+      {{7, 129}},
+      {{100, 1}, {0, 77}, {64, 1}},
+      {{33, 500}, {0, 33}, {95, 1}, {96, 96}},
+      {{1000, 17}, {3, 1}, {0, 1024}},
+  };
+  for (const auto& c : cases) {
+    std::string name;
+    for (auto [f, n] : c) name += "(" + std::to_string(f) + "," + std::to_string(n) + ")";
+    SCOPED_TRACE(name);
+    ASSERT_NO_FATAL_FAILURE(Replay(MakeLayout(c)));
+  }
+}
+
+TEST(RecurrentScheduleTest, RandomLayouts) {
+  std::mt19937 rng(11);
+  for (int t = 0; t < 200; ++t) {
+    std::vector<std::pair<int, int>> c;
+    const int chunks = 1 + rng() % 5;
+    for (int i = 0; i < chunks; ++i) {
+      c.push_back(
+          {static_cast<int>(rng() % 200), rng() % 3 == 0 ? 1 : 1 + static_cast<int>(rng() % 260)});
+    }
+    ASSERT_NO_FATAL_FAILURE(Replay(MakeLayout(c))) << "layout " << t;
+  }
+}
+
+TEST(RecurrentScheduleTest, NoChunksMeansRowsOfOne) {
+  const std::vector<int32_t> kv_len = {0, 40, 64, 3};
+  RecurrentSchedule s;
+  std::string error;
+  ASSERT_TRUE(BuildRecurrentSchedule({}, kv_len.data(), 4, &s, &error)) << error;
+  EXPECT_EQ(s.waves(), 1);
+  EXPECT_EQ(s.order, (std::vector<int>{0, 1, 2, 3}));
+  ASSERT_EQ(s.merge.size(), 2u);  // the cached whole tiles of rows 1 and 2
+  EXPECT_EQ(s.merge[0].key_end, 32);
+  EXPECT_EQ(s.merge[1].key_end, 64);
+  EXPECT_EQ(s.finish[0].flags, kRecurrentScheduleFresh);
+  EXPECT_EQ(s.finish[1].flags, 0);
+}
+
+TEST(RecurrentScheduleTest, BadChunksAreErrors) {
+  RecurrentSchedule s;
+  std::string error;
+  const std::vector<int32_t> gap = {3, 5};  // not consecutive entries
+  EXPECT_FALSE(BuildRecurrentSchedule({0, 2}, gap.data(), 2, &s, &error));
+  EXPECT_NE(error.find("consecutive"), std::string::npos);
+  const std::vector<int32_t> ok = {3, 4};
+  EXPECT_FALSE(BuildRecurrentSchedule({0, 1}, ok.data(), 2, &s, &error));
+  EXPECT_NE(error.find("cover"), std::string::npos);
+  EXPECT_FALSE(BuildRecurrentSchedule({0, 0, 2}, ok.data(), 2, &s, &error));
+}
+
+}  // namespace
+}  // namespace morserve
