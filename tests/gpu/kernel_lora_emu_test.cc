@@ -23,42 +23,17 @@ using testing::CheckMixedSegmentsEveryRank;
 using testing::kLoraMixedSegments;
 using testing::kPoisonBf16;
 using testing::kPoisonF32;
+using testing::LoraExpandLaunch;
+using testing::LoraInputs;
 using testing::LoraProblem;
+using testing::LoraShrinkLaunch;
 using testing::MakeFaultyLoopLoraProblem;
 using testing::MakeLoraProblem;
 using testing::MakeMalformedBoundsLoraProblem;
 
-// The launchers' params for a problem (t and y pointers filled in by the caller).
-LoraShrinkParams ShrinkParams(const LoraProblem& p, void* t, DType t_dtype) {
-  LoraShrinkParams s;
-  s.x = p.x.data();
-  s.a = p.a.data();
-  s.t = t;
-  s.seg_indptr = p.seg_indptr.data();
-  s.seg_loop = p.seg_loop.data();
-  s.num_segments = static_cast<int>(p.seg_loop.size());
-  s.rows = p.rows;
-  s.in = p.in;
-  s.rank = p.rank;
-  s.num_loops = p.num_loops;
-  s.t_dtype = t_dtype;
-  return s;
-}
-
-LoraExpandParams ExpandParams(const LoraProblem& p, const void* t, DType t_dtype, float* y) {
-  LoraExpandParams e;
-  e.t = t;
-  e.b = p.b.data();
-  e.y = y;
-  e.seg_indptr = p.seg_indptr.data();
-  e.seg_loop = p.seg_loop.data();
-  e.num_segments = static_cast<int>(p.seg_loop.size());
-  e.rows = p.rows;
-  e.out = p.out;
-  e.rank = p.rank;
-  e.num_loops = p.num_loops;
-  e.t_dtype = t_dtype;
-  return e;
+// The problem in host memory.
+LoraInputs HostInputs(const LoraProblem& p) {
+  return {p.x.data(), p.a.data(), p.b.data(), p.seg_indptr.data(), p.seg_loop.data()};
 }
 
 // The interface of testing::CheckAll on the emulator.
@@ -66,20 +41,20 @@ struct EmuRunner {
   std::vector<float> ShrinkF32(const LoraProblem& p) const {
     std::vector<float> t(static_cast<size_t>(p.rows) * p.rank);
     for (float& v : t) std::memcpy(&v, &kPoisonF32, 4);
-    EmuLoraShrink(ShrinkParams(p, t.data(), DType::kF32));
+    EmuLoraShrink(LoraShrinkLaunch(p, HostInputs(p), t.data(), DType::kF32));
     return t;
   }
   std::vector<uint16_t> ShrinkBf16(const LoraProblem& p) const {
     std::vector<uint16_t> t(static_cast<size_t>(p.rows) * p.rank, kPoisonBf16);
-    EmuLoraShrink(ShrinkParams(p, t.data(), DType::kBF16));
+    EmuLoraShrink(LoraShrinkLaunch(p, HostInputs(p), t.data(), DType::kBF16));
     return t;
   }
   // y (starting from p.y) after the expand of t.
   template <typename TT>
   std::vector<float> Expand(const LoraProblem& p, const std::vector<TT>& t) const {
     std::vector<float> y = p.y;
-    EmuLoraExpand(
-        ExpandParams(p, t.data(), sizeof(TT) == 4 ? DType::kF32 : DType::kBF16, y.data()));
+    EmuLoraExpand(LoraExpandLaunch(p, HostInputs(p), t.data(),
+                                   sizeof(TT) == 4 ? DType::kF32 : DType::kBF16, y.data()));
     return y;
   }
 };

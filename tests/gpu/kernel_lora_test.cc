@@ -24,7 +24,10 @@ using ::morserve::testing::FreshSeed;
 using testing::CheckAll;
 using testing::CheckMixedSegmentsEveryRank;
 using testing::kLoraMixedSegments;
+using testing::LoraExpandLaunch;
+using testing::LoraInputs;
 using testing::LoraProblem;
+using testing::LoraShrinkLaunch;
 using testing::MakeFaultyLoopLoraProblem;
 using testing::MakeLoraProblem;
 using testing::MakeMalformedBoundsLoraProblem;
@@ -43,35 +46,12 @@ struct DeviceProblem {
          b.Upload(p.b) == cudaSuccess && indptr.Upload(p.seg_indptr) == cudaSuccess &&
          loop.Upload(p.seg_loop) == cudaSuccess && y.Upload(p.y) == cudaSuccess;
   }
+  LoraInputs Inputs() const { return {x.get(), a.get(), b.get(), indptr.get(), loop.get()}; }
   LoraShrinkParams Shrink(const LoraProblem& p, void* t, DType t_dtype) const {
-    LoraShrinkParams s;
-    s.x = x.get();
-    s.a = a.get();
-    s.t = t;
-    s.seg_indptr = indptr.get();
-    s.seg_loop = loop.get();
-    s.num_segments = static_cast<int>(p.seg_loop.size());
-    s.rows = p.rows;
-    s.in = p.in;
-    s.rank = p.rank;
-    s.num_loops = p.num_loops;
-    s.t_dtype = t_dtype;
-    return s;
+    return LoraShrinkLaunch(p, Inputs(), t, t_dtype);
   }
   LoraExpandParams Expand(const LoraProblem& p, const void* t, DType t_dtype) const {
-    LoraExpandParams e;
-    e.t = t;
-    e.b = b.get();
-    e.y = y.get();
-    e.seg_indptr = indptr.get();
-    e.seg_loop = loop.get();
-    e.num_segments = static_cast<int>(p.seg_loop.size());
-    e.rows = p.rows;
-    e.out = p.out;
-    e.rank = p.rank;
-    e.num_loops = p.num_loops;
-    e.t_dtype = t_dtype;
-    return e;
+    return LoraExpandLaunch(p, Inputs(), t, t_dtype, y.get());
   }
   DeviceBuffer<uint16_t> x, a, b;
   DeviceBuffer<int32_t> indptr, loop;

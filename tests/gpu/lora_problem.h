@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "engine/model/dtype.h"
+#include "kernels/lora_expand.cuh"
+#include "kernels/lora_shrink.cuh"
 
 namespace morserve::testing {
 
@@ -291,6 +293,48 @@ inline LoraProblem MakeMalformedBoundsLoraProblem(uint64_t seed) {
   LoraProblem p = MakeLoraProblem(64, 40, 8, 2, {{4, 0}, {6, 1}, {0, 1}}, seed);
   p.seg_indptr = {-5, 4, 30, 7};
   return p;
+}
+
+// Where a launch reads the problem: host memory (the emulator) or device memory (the GPU test).
+struct LoraInputs {
+  const uint16_t *x, *a, *b;
+  const int32_t *seg_indptr, *seg_loop;
+};
+
+// The shrink's launch parameters for p over `in`, writing t (t_dtype).
+inline kernels::LoraShrinkParams LoraShrinkLaunch(const LoraProblem& p, const LoraInputs& in,
+                                                  void* t, DType t_dtype) {
+  kernels::LoraShrinkParams s;
+  s.x = in.x;
+  s.a = in.a;
+  s.t = t;
+  s.seg_indptr = in.seg_indptr;
+  s.seg_loop = in.seg_loop;
+  s.num_segments = static_cast<int>(p.seg_loop.size());
+  s.rows = p.rows;
+  s.in = p.in;
+  s.rank = p.rank;
+  s.num_loops = p.num_loops;
+  s.t_dtype = t_dtype;
+  return s;
+}
+
+// The expand's launch parameters for p over `in`, reading t (t_dtype) and adding into y.
+inline kernels::LoraExpandParams LoraExpandLaunch(const LoraProblem& p, const LoraInputs& in,
+                                                  const void* t, DType t_dtype, float* y) {
+  kernels::LoraExpandParams e;
+  e.t = t;
+  e.b = in.b;
+  e.y = y;
+  e.seg_indptr = in.seg_indptr;
+  e.seg_loop = in.seg_loop;
+  e.num_segments = static_cast<int>(p.seg_loop.size());
+  e.rows = p.rows;
+  e.out = p.out;
+  e.rank = p.rank;
+  e.num_loops = p.num_loops;
+  e.t_dtype = t_dtype;
+  return e;
 }
 
 }  // namespace morserve::testing
