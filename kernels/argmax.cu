@@ -1,14 +1,15 @@
 // Greedy argmax launcher; the kernel is in argmax_kernels.cuh, the contract in argmax.cuh.
 #include "kernels/argmax.cuh"
 #include "kernels/argmax_kernels.cuh"
+#include "kernels/logit_rows.cuh"
 
 namespace morserve::kernels {
 
 cudaError_t argmax_forward(const ArgmaxParams& p, cudaStream_t stream) {
-  const int64_t stride = p.row_stride == 0 ? p.vocab : p.row_stride;
-  if (p.rows < 0 || p.vocab <= 0 || stride < p.vocab ||
-      (p.dtype != DType::kF32 && p.dtype != DType::kBF16)) {
-    return cudaErrorInvalidValue;
+  int64_t stride = 0;
+  if (const cudaError_t err = CheckLogitRows(p.rows, p.vocab, p.row_stride, p.dtype, &stride);
+      err != cudaSuccess) {
+    return err;
   }
   if (p.rows == 0) return cudaSuccess;
   if (p.logits == nullptr || p.token == nullptr) return cudaErrorInvalidValue;

@@ -7,9 +7,7 @@
 #include <cstdint>
 
 #include "kernels/argmax.cuh"
-#ifndef MORSERVE_CUDA_EMU
-#include "kernels/common.cuh"
-#endif
+#include "kernels/device_helpers.cuh"
 
 namespace morserve::kernels {
 namespace {

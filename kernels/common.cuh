@@ -1,11 +1,23 @@
-// Helpers shared by the kernels: bf16 <-> fp32 conversion on the device and the error check
-// the host launchers use. Device code only sees what is declared under __CUDACC__, so the
-// op headers (*.cuh) stay includable from plain C++ (tests, the engine's CUDA backend).
+// Helpers shared by the kernels: bf16 <-> fp32 conversion on the device and the grid size
+// the host launchers of grid-stride kernels use. Device code only sees what is declared under
+// __CUDACC__, so the op headers (*.cuh) stay includable from plain C++ (tests, the engine's CUDA
+// backend).
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
+
+namespace morserve::kernels {
+
+// Blocks of `threads` for a grid-stride loop over n elements: one element per thread, at most
+// max_blocks (the loop covers the rest).
+inline unsigned GridStrideBlocks(int64_t n, int threads, int64_t max_blocks) {
+  return static_cast<unsigned>(std::min<int64_t>((n + threads - 1) / threads, max_blocks));
+}
+
+}  // namespace morserve::kernels
 
 #ifdef __CUDACC__
 #include <cuda_bf16.h>

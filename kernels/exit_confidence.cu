@@ -2,14 +2,15 @@
 // exit_confidence.cuh.
 #include "kernels/exit_confidence.cuh"
 #include "kernels/exit_confidence_kernels.cuh"
+#include "kernels/logit_rows.cuh"
 
 namespace morserve::kernels {
 
 cudaError_t exit_confidence_forward(const ExitConfidenceParams& p, cudaStream_t stream) {
-  const int64_t stride = p.row_stride == 0 ? p.vocab : p.row_stride;
-  if (p.rows < 0 || p.vocab <= 0 || stride < p.vocab ||
-      (p.dtype != DType::kF32 && p.dtype != DType::kBF16)) {
-    return cudaErrorInvalidValue;
+  int64_t stride = 0;
+  if (const cudaError_t err = CheckLogitRows(p.rows, p.vocab, p.row_stride, p.dtype, &stride);
+      err != cudaSuccess) {
+    return err;
   }
   if (p.rows == 0) return cudaSuccess;
   if (p.logits == nullptr || p.threshold == nullptr || p.exit == nullptr) {

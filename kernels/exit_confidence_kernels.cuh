@@ -6,10 +6,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/device_helpers.cuh"
 #include "kernels/exit_confidence.cuh"
-#ifndef MORSERVE_CUDA_EMU
-#include "kernels/common.cuh"
-#endif
 
 namespace morserve::kernels {
 namespace {

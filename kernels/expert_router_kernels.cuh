@@ -6,28 +6,15 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/block_reduce.cuh"
+#include "kernels/device_helpers.cuh"
 #include "kernels/expert_router.cuh"
-#ifndef MORSERVE_CUDA_EMU
-#include "kernels/common.cuh"
-#endif
 
 namespace morserve::kernels {
 namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-
-// Sum over the CTA of one value per thread: shuffle tree, then warps in order. Every thread
-// gets the result.
-__device__ float BlockSum(float v, float* scratch) {
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
-  __syncthreads();
-  float total = 0.0f;
-  for (int w = 0; w < kWarps; ++w) total += scratch[w];
-  __syncthreads();  // scratch may be reused by the next call
-  return total;
-}
 
 // w_row · (h_row / temperature) with the fixed order described in the header.
 template <typename TW>
@@ -37,7 +24,7 @@ __device__ float RouterDot(const float* h_row, const TW* w_row, int hidden, floa
   for (int i = threadIdx.x; i < hidden; i += kThreads) {
     part = fmaf(__fdiv_rn(h_row[i], temperature), LoadF32(w_row, i), part);
   }
-  return BlockSum(part, scratch);
+  return BlockSum<kWarps>(part, scratch);
 }
 
 template <typename TW>

@@ -5,11 +5,9 @@
 
 #include <cstdint>
 
+#include "kernels/device_helpers.cuh"
 #include "kernels/lora_expand.cuh"
 #include "kernels/lora_segments.cuh"
-#ifndef MORSERVE_CUDA_EMU
-#include "kernels/common.cuh"
-#endif
 
 namespace morserve::kernels {
 namespace {

@@ -5,11 +5,10 @@
 
 #include <cstdint>
 
+#include "kernels/bf16_vector.cuh"
+#include "kernels/device_helpers.cuh"
 #include "kernels/lora_segments.cuh"
 #include "kernels/lora_shrink.cuh"
-#ifndef MORSERVE_CUDA_EMU
-#include "kernels/common.cuh"
-#endif
 
 namespace morserve::kernels {
 namespace {
@@ -23,16 +22,6 @@ constexpr int kShrinkRanksPerCta = 8;  // ... x 8 rank outputs = one per lane af
 inline dim3 LoraShrinkGrid(int rows, int num_segments, int rank) {
   return dim3(static_cast<unsigned>(LoraTileCount(rows, num_segments, kShrinkRowsPerCta)),
               static_cast<unsigned>((rank + kShrinkRanksPerCta - 1) / kShrinkRanksPerCta), 1);
-}
-
-// Widens 8 bf16 values held in a 16-byte vector (element 2i in the low half of word i).
-__device__ __forceinline__ void LoraWiden8(const uint4& v, float* f) {
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    f[2 * i] = __uint_as_float(w[i] << 16);
-    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-  }
 }
 
 // One step of the transpose reduction: v[0, 2 * kOff) hold this lane's partials of 2 * kOff
@@ -108,11 +97,11 @@ __global__ void __launch_bounds__(kShrinkThreads)
   for (int v = tid; v < vecs; v += kShrinkThreads) {
     float xf[kShrinkRowsPerCta][8];
 #pragma unroll
-    for (int r = 0; r < kShrinkRowsPerCta; ++r) LoraWiden8(xv[r][v], xf[r]);
+    for (int r = 0; r < kShrinkRowsPerCta; ++r) Widen8(xv[r][v], xf[r]);
 #pragma unroll
     for (int j = 0; j < kShrinkRanksPerCta; ++j) {
       float af[8];
-      LoraWiden8(av[j][v], af);
+      Widen8(av[j][v], af);
 #pragma unroll
       for (int r = 0; r < kShrinkRowsPerCta; ++r) {
         float s = acc[r * kShrinkRanksPerCta + j];

@@ -11,10 +11,9 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/bf16_vector.cuh"
+#include "kernels/device_helpers.cuh"
 #include "kernels/paged_attention.cuh"
-#ifndef MORSERVE_CUDA_EMU
-#include "kernels/common.cuh"
-#endif
 
 namespace morserve::kernels {
 namespace {
@@ -71,16 +70,6 @@ __device__ __forceinline__ RowInfo GetRow(const Args& a, int row) {
 }
 
 __device__ __forceinline__ float QuietNan() { return __int_as_float(0x7fc00000); }
-
-// Widens 8 bf16 values held in a 16-byte vector.
-__device__ __forceinline__ void Widen8(const uint4& v, float* f) {
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    f[2 * i] = __uint_as_float(w[i] << 16);
-    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-  }
-}
 
 // One CTA per (row, kv head, chunk). HD: head_dim; TO: float or uint16_t (bf16 bits).
 template <int HD, typename TO>

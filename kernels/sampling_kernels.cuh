@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/block_reduce.cuh"
 #include "kernels/sampling.cuh"
 
 namespace morserve::kernels {
@@ -63,11 +64,7 @@ struct Shared {
 
 __device__ uint64_t BlockExclusiveScan(uint64_t v, Shared& s) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  uint64_t incl = v;
-  for (int off = 1; off < 32; off <<= 1) {
-    const uint64_t up = __shfl_up_sync(0xffffffffu, incl, off);
-    if (lane >= off) incl += up;
-  }
+  const uint64_t incl = WarpInclusiveScan(v);
   if (lane == 31) s.scratch[warp] = incl;
   __syncthreads();
   uint64_t before = 0;
@@ -80,11 +77,7 @@ __device__ uint64_t BlockExclusiveScan(uint64_t v, Shared& s) {
 // totals in warp order); the result for thread t lands in s.incl[t].
 __device__ void BlockInclusiveScan(double v, Shared& s) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  double incl = v;
-  for (int off = 1; off < 32; off <<= 1) {
-    const double up = __shfl_up_sync(0xffffffffu, incl, off);
-    if (lane >= off) incl += up;
-  }
+  const double incl = WarpInclusiveScan(v);
   if (lane == 31) s.scratch_d[warp] = incl;
   __syncthreads();
   double before = 0.0;

@@ -1,7 +1,5 @@
 // Gated residual add launcher; the kernel is in scale_add_kernels.cuh, the contract in
 // scale_add.cuh.
-#include <algorithm>
-
 #include "kernels/scale_add.cuh"
 #include "kernels/scale_add_kernels.cuh"
 
@@ -14,8 +12,7 @@ cudaError_t scale_add_forward(const ScaleAddParams& p, cudaStream_t stream) {
   if (p.rows == 0) return cudaSuccess;
   if (p.h == nullptr || p.b == nullptr) return cudaErrorInvalidValue;
   const int64_t n = static_cast<int64_t>(p.rows) * p.dim;
-  const auto grid =
-      static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks));
+  const unsigned grid = GridStrideBlocks(n, kThreads, kMaxBlocks);
   if (p.b_dtype == DType::kBF16) {
     ScaleAddKernel<uint16_t>
         <<<grid, kThreads, 0, stream>>>(p.h, static_cast<const uint16_t*>(p.b), p.scale, n, p.dim);

@@ -6,10 +6,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/device_helpers.cuh"
 #include "kernels/scale_add.cuh"
-#ifndef MORSERVE_CUDA_EMU
-#include "kernels/common.cuh"
-#endif
 
 namespace morserve::kernels {
 namespace {

@@ -1,6 +1,4 @@
 // SwiGLU launcher; the kernel is in swiglu_kernels.cuh, the contract in swiglu.cuh.
-#include <algorithm>
-
 #include "kernels/swiglu.cuh"
 #include "kernels/swiglu_kernels.cuh"
 
@@ -10,9 +8,9 @@ namespace {
 template <typename TI, typename TO>
 cudaError_t Launch(const SwigluParams& p, cudaStream_t stream) {
   const int64_t n = static_cast<int64_t>(p.rows) * p.inter;
-  const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks);
-  SwigluKernel<TI, TO><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      static_cast<const TI*>(p.gate_up), static_cast<TO*>(p.out), n, p.inter);
+  const unsigned blocks = GridStrideBlocks(n, kThreads, kMaxBlocks);
+  SwigluKernel<TI, TO><<<blocks, kThreads, 0, stream>>>(static_cast<const TI*>(p.gate_up),
+                                                        static_cast<TO*>(p.out), n, p.inter);
   return cudaGetLastError();
 }
 

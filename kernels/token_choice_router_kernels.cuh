@@ -7,10 +7,9 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/block_reduce.cuh"
+#include "kernels/device_helpers.cuh"
 #include "kernels/token_choice_router.cuh"
-#ifndef MORSERVE_CUDA_EMU
-#include "kernels/common.cuh"
-#endif
 
 namespace morserve::kernels {
 namespace {
@@ -18,17 +17,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxRec = kTokenChoiceMaxRecursions;
-
-// Sum over the CTA: shuffle tree, then warps in order; every thread gets the result.
-__device__ float BlockSum(float v, float* scratch) {
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
-  __syncthreads();
-  float total = 0.0f;
-  for (int w = 0; w < kWarps; ++w) total += scratch[w];
-  __syncthreads();
-  return total;
-}
 
 template <typename TW>
 __global__ void __launch_bounds__(kThreads) TokenChoiceKernel(TokenChoiceRouterParams p) {
@@ -42,7 +30,7 @@ __global__ void __launch_bounds__(kThreads) TokenChoiceKernel(TokenChoiceRouterP
       const TW* w = static_cast<const TW*>(p.router_w) + static_cast<int64_t>(j) * p.hidden;
       float part = 0.0f;
       for (int i = threadIdx.x; i < p.hidden; i += kThreads) part = fmaf(x[i], LoadF32(w, i), part);
-      s[j] = BlockSum(part, scratch);
+      s[j] = BlockSum<kWarps>(part, scratch);
     }
   } else {
     for (int j = 0; j < nr; ++j) s[j] = p.scores_in[static_cast<int64_t>(row) * nr + j];

@@ -1,22 +1,22 @@
 // argmax_forward against the CPU sampler's rule (largest logit, lowest index on ties) on
 // fresh random logits, exactly: fp32 and bf16 (bf16 makes ties common), a padded row
 // stride, planted ties at both ends of the vocabulary, -inf entries, NaN entries that must
-// not win, and batch invariance (every row alone gives the same token).
-#include <cmath>
-#include <limits>
-#include <string>
+// not win, and batch invariance (every row alone gives the same token). The problem and the
+// check are tests/gpu/argmax_problem.h, shared with the emulator test.
 #include <vector>
 
 #include "engine/model/dtype.h"
 #include "kernels/argmax.cuh"
+#include "tests/gpu/argmax_problem.h"
 #include "tests/gpu/gpu_testutil.h"
 
 namespace morserve::kernels {
 namespace {
 
+using ::morserve::testing::ArgmaxProblem;
 using ::morserve::testing::DeviceBuffer;
-using ::morserve::testing::FloatBits;
 using ::morserve::testing::FreshSeed;
+using ::morserve::testing::KernelDTypeBytes;
 
 class ArgmaxTest : public ::testing::Test {
  protected:
@@ -44,41 +44,14 @@ TEST_F(ArgmaxTest, LowestIndexOfTheLargestLogit) {
   for (DType t : {DType::kF32, DType::kBF16}) {
     for (int vocab : {49152, 1000, 1}) {
       const uint64_t seed = FreshSeed();
-      SCOPED_TRACE(std::string(t == DType::kBF16 ? "bf16" : "f32") +
-                   " vocab=" + std::to_string(vocab) + " seed=" + std::to_string(seed));
-      std::mt19937_64 rng(seed);
-      const int rows = 23;
-      const int64_t stride = vocab + 5;  // padded rows: the padding must not be read as logits
-      std::normal_distribution<float> dist(0.0f, 3.0f);
-      std::vector<float> values(static_cast<size_t>(rows) * stride);
-      const float nan = std::numeric_limits<float>::quiet_NaN();
-      const float inf = std::numeric_limits<float>::infinity();
-      for (size_t i = 0; i < values.size(); ++i) {
-        values[i] = i % stride >= static_cast<size_t>(vocab) ? 1e30f : dist(rng);
-      }
-      auto at = [&](int r, int i) -> float& { return values[static_cast<size_t>(r) * stride + i]; };
-      if (vocab > 10) {
-        at(0, 3) = at(0, vocab - 1) = 100.0f;  // tie: lowest index wins
-        at(1, vocab - 1) = 100.0f;             // the last index
-        at(2, 0) = 100.0f;                     // the first index
-        at(3, 5) = nan;                        // NaN never wins
-        at(3, 6) = 50.0f;
-        for (int i = 0; i < vocab; ++i) at(4, i) = -inf;  // all -inf: index 0
-        at(5, 7) = inf;
-        at(5, 9) = inf;
-      }
-      std::vector<uint16_t> bits;
-      if (t == DType::kBF16) {
-        for (float& v : values) {
-          bits.push_back(F32ToBf16(v));
-          v = Bf16ToF32(bits.back());
-        }
-      }
-      const size_t bytes = values.size() * (t == DType::kBF16 ? 2 : 4);
-      DeviceBuffer<uint8_t> dlogits(bytes);
+      const ArgmaxProblem pr = ArgmaxProblem::Make(seed, t, 23, vocab, 5, false);
+      SCOPED_TRACE(pr.Describe(seed));
+      const int rows = pr.rows;
+      const int64_t stride = pr.stride;  // padded rows: the padding must not be read as logits
+      DeviceBuffer<uint8_t> dlogits(pr.logits.bytes());
       ASSERT_TRUE(dlogits.ok());
-      const void* host = t == DType::kBF16 ? static_cast<const void*>(bits.data()) : values.data();
-      MORSERVE_CUDA_OK(cudaMemcpy(dlogits.get(), host, bytes, cudaMemcpyHostToDevice));
+      MORSERVE_CUDA_OK(
+          cudaMemcpy(dlogits.get(), pr.logits.data(), pr.logits.bytes(), cudaMemcpyHostToDevice));
       ArgmaxParams p;
       p.logits = dlogits.get();
       p.dtype = t;
@@ -87,27 +60,11 @@ TEST_F(ArgmaxTest, LowestIndexOfTheLargestLogit) {
       std::vector<int32_t> tokens;
       std::vector<float> maxes;
       ASSERT_NO_FATAL_FAILURE(Launch(p, rows, &tokens, &maxes));
-      for (int r = 0; r < rows; ++r) {
-        int best = -1;  // the sampler's loop, skipping NaN
-        for (int i = 0; i < vocab; ++i) {
-          if (std::isnan(at(r, i))) continue;
-          if (best < 0 || at(r, i) > at(r, best)) best = i;
-        }
-        ASSERT_EQ(tokens[r], best) << "row " << r;
-        ASSERT_EQ(FloatBits(maxes[r]), FloatBits(at(r, best))) << "row " << r;
-      }
-      if (vocab > 10) {
-        EXPECT_EQ(tokens[0], 3);
-        EXPECT_EQ(tokens[1], vocab - 1);
-        EXPECT_EQ(tokens[2], 0);
-        EXPECT_EQ(tokens[3], 6);
-        EXPECT_EQ(tokens[4], 0);
-        EXPECT_EQ(tokens[5], 7);
-      }
+      ASSERT_NO_FATAL_FAILURE(pr.Check(tokens, maxes));
       for (int r = 0; r < rows; ++r) {  // each row alone
         ArgmaxParams q = p;
         q.logits = static_cast<const uint8_t*>(p.logits) +
-                   static_cast<size_t>(r) * stride * (t == DType::kBF16 ? 2 : 4);
+                   static_cast<size_t>(r) * stride * KernelDTypeBytes(t);
         std::vector<int32_t> one;
         std::vector<float> one_max;
         ASSERT_NO_FATAL_FAILURE(Launch(q, 1, &one, &one_max));

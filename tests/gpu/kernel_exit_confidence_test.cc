@@ -1,30 +1,25 @@
 // exit_confidence_forward against the executor's MaxProb (double, sequential) on fresh random
 // logits: max probability to 1e-10 relative (two double sums in different orders); exit
-// decisions exact, with per-row thresholds drawn at least 1e-9 away from each row's max
-// probability, plus one threshold equal to the (float-rounded) reference, where the row is
-// only checked for consistency with its own max_prob; bf16 and fp32 logits, a padded row
-// stride; batch invariance bitwise.
-#include <algorithm>
-#include <cmath>
-#include <string>
+// decisions exact, with per-row thresholds 10% below or above each row's max probability or
+// drawn at least 1e-9 away from it, plus one threshold equal to the (float-rounded) reference,
+// where the row is only checked for consistency with its own max_prob; bf16 and fp32 logits, a
+// padded row
+// stride; batch invariance bitwise. The problem and the check are
+// tests/gpu/exit_confidence_problem.h, shared with the emulator test.
 #include <vector>
 
 #include "engine/model/dtype.h"
 #include "kernels/exit_confidence.cuh"
+#include "tests/gpu/exit_confidence_problem.h"
 #include "tests/gpu/gpu_testutil.h"
 
 namespace morserve::kernels {
 namespace {
 
 using ::morserve::testing::DeviceBuffer;
+using ::morserve::testing::ExitConfidenceProblem;
 using ::morserve::testing::FreshSeed;
-
-double MaxProb(const float* logits, int vocab) {
-  const double m = *std::max_element(logits, logits + vocab);
-  double sum = 0;
-  for (int i = 0; i < vocab; ++i) sum += std::exp(logits[i] - m);
-  return 1.0 / sum;
-}
+using ::morserve::testing::KernelDTypeBytes;
 
 class ExitConfidenceTest : public ::testing::Test {
  protected:
@@ -54,43 +49,16 @@ TEST_F(ExitConfidenceTest, MatchesExecutorRule) {
   for (DType t : {DType::kF32, DType::kBF16}) {
     for (int vocab : {49152, 300}) {
       const uint64_t seed = FreshSeed();
-      SCOPED_TRACE(std::string(t == DType::kBF16 ? "bf16" : "f32") +
-                   " vocab=" + std::to_string(vocab) + " seed=" + std::to_string(seed));
-      std::mt19937_64 rng(seed);
-      const int rows = 40;
-      const int64_t stride = vocab + 3;
-      std::normal_distribution<float> dist(0.0f, 1.0f);
-      std::uniform_real_distribution<double> unit(0.0, 1.0);
-      std::vector<float> values(static_cast<size_t>(rows) * stride, 0.0f);
-      std::vector<uint16_t> bits;
-      for (int r = 0; r < rows; ++r) {
-        const float sharpness = 1.0f + 4.0f * (r % 5);  // from flat to confident rows
-        for (int i = 0; i < vocab; ++i) values[r * stride + i] = dist(rng) * sharpness;
-      }
-      if (t == DType::kBF16) {
-        for (float& v : values) {
-          bits.push_back(F32ToBf16(v));
-          v = Bf16ToF32(bits.back());
-        }
-      }
-      std::vector<double> ref(rows);
-      std::vector<float> thresholds(rows);
-      for (int r = 0; r < rows; ++r) {
-        ref[r] = MaxProb(&values[r * stride], vocab);
-        float th;
-        do {
-          th = static_cast<float>(unit(rng));
-        } while (std::abs(th - ref[r]) < 1e-9);
-        thresholds[r] = th;
-      }
-      thresholds[0] = static_cast<float>(ref[0]);  // equality case (float-rounded)
-      const size_t bytes = values.size() * (t == DType::kBF16 ? 2 : 4);
-      DeviceBuffer<uint8_t> dlogits(bytes);
+      const ExitConfidenceProblem pr = ExitConfidenceProblem::Make(seed, t, 40, vocab, 3);
+      SCOPED_TRACE(pr.Describe(seed));
+      const int rows = pr.rows;
+      const int64_t stride = pr.stride;
+      DeviceBuffer<uint8_t> dlogits(pr.logits.bytes());
       DeviceBuffer<float> dth(rows);
       ASSERT_TRUE(dlogits.ok() && dth.ok());
-      const void* host = t == DType::kBF16 ? static_cast<const void*>(bits.data()) : values.data();
-      MORSERVE_CUDA_OK(cudaMemcpy(dlogits.get(), host, bytes, cudaMemcpyHostToDevice));
-      MORSERVE_CUDA_OK(dth.Upload(thresholds));
+      MORSERVE_CUDA_OK(
+          cudaMemcpy(dlogits.get(), pr.logits.data(), pr.logits.bytes(), cudaMemcpyHostToDevice));
+      MORSERVE_CUDA_OK(dth.Upload(pr.thresholds));
       ExitConfidenceParams p;
       p.logits = dlogits.get();
       p.dtype = t;
@@ -100,14 +68,10 @@ TEST_F(ExitConfidenceTest, MatchesExecutorRule) {
       p.vocab = vocab;
       Out out;
       ASSERT_NO_FATAL_FAILURE(Launch(p, &out));
-      for (int r = 0; r < rows; ++r) {
-        ASSERT_NEAR(out.prob[r], ref[r], 1e-10 * ref[r]) << "row " << r;
-        ASSERT_EQ(out.exit[r], out.prob[r] >= thresholds[r] ? 1 : 0) << "row " << r;
-        if (r > 0) ASSERT_EQ(out.exit[r], ref[r] >= thresholds[r] ? 1 : 0) << "row " << r;
-      }
+      ASSERT_NO_FATAL_FAILURE(pr.Check(out.exit, out.prob));
       for (int r = 0; r < rows; ++r) {  // each row alone
         ExitConfidenceParams q = p;
-        q.logits = static_cast<const uint8_t*>(p.logits) + r * stride * (t == DType::kBF16 ? 2 : 4);
+        q.logits = static_cast<const uint8_t*>(p.logits) + r * stride * KernelDTypeBytes(t);
         q.threshold = dth.get() + r;
         q.rows = 1;
         Out one;

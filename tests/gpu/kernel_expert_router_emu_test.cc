@@ -1,68 +1,79 @@
-// The expert-choice router kernel (kernels/expert_router_kernels.cuh) on the CPU emulator:
-// linear scores against a double dot product, decisions and gates against the executor's
-// rule, an aux router, and a loop index outside the range. Needs no device.
+// The expert-choice router kernel (kernels/expert_router_kernels.cuh) on the CPU emulator, on the
+// GPU test's problems and checks (tests/gpu/expert_router_problem.h): the linear router against
+// a double dot product with fp32 and bf16 weights, with and without an aux router, one row's
+// loop index outside the range; and given scores with decisions at the threshold, sigmoid and
+// tanh gates. Outputs start poisoned. Needs no device.
 #include "tests/gpu/cuda_emu.h"
 // cuda_emu.h first: it defines the CUDA keywords the kernel header uses.
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <random>
+#include <limits>
+#include <string>
 #include <vector>
 
 #include "kernels/expert_router_kernels.cuh"
+#include "tests/gpu/expert_router_problem.h"
+#include "tests/gpu/gpu_testutil.h"
 
 namespace morserve::kernels {
 namespace {
 
+using ::morserve::testing::ExpertRouterGivenProblem;
+using ::morserve::testing::ExpertRouterLinearProblem;
+using ::morserve::testing::ExpertRouterOutputs;
+using ::morserve::testing::FreshSeed;
+using ::morserve::testing::KernelDTypeName;
+
+// Runs the kernel on p's inputs (host pointers) into poisoned host outputs.
+ExpertRouterOutputs RunEmulated(ExpertRouterParams p) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  ExpertRouterOutputs out;
+  out.active.assign(p.rows, -7);
+  out.gate.assign(p.rows, nan);
+  out.score.assign(p.rows, nan);
+  p.active = out.active.data();
+  p.gate = out.gate.data();
+  p.score_out = out.score.data();
+  cuda_emu::Run({static_cast<unsigned>(p.rows), 1, 1}, kThreads, [&] {
+    if (p.w_dtype == DType::kBF16) {
+      ExpertRouterKernel<uint16_t>(p);
+    } else {
+      ExpertRouterKernel<float>(p);
+    }
+  });
+  return out;
+}
+
 TEST(ExpertRouterEmuTest, LinearRouterDecides) {
-  std::random_device rd;
-  std::mt19937_64 rng(rd());
-  const int rows = 8, hidden = 600, loops = 3;
-  const float temperature = 1.5f, threshold = 0.05f, alpha = 0.8f;
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> h(rows * hidden), w(loops * hidden), aux(loops * hidden);
-  for (float& v : h) v = dist(rng);
-  for (float& v : w) v = dist(rng) * 0.05f;
-  for (float& v : aux) v = dist(rng) * 0.05f;
-  const std::vector<int32_t> loop_of = {0, 1, 2, 1, 0, 2, 5, 1};  // row 6: outside the range
-  const std::vector<float> capacity = {0.5f, 1.0f, 0.25f};
-  std::vector<int32_t> active(rows, -7);
-  std::vector<float> gate(rows), score(rows);
-  ExpertRouterParams p;
-  p.h = h.data();
-  p.router_w = w.data();
-  p.aux_w = aux.data();
-  p.w_dtype = DType::kF32;
-  p.loops = loop_of.data();
-  p.capacity = capacity.data();
-  p.score_out = score.data();
-  p.active = active.data();
-  p.gate = gate.data();
-  p.rows = rows;
-  p.hidden = hidden;
-  p.num_loops = loops;
-  p.temperature = temperature;
-  p.threshold = threshold;
-  p.alpha = alpha;
-  cuda_emu::Run({rows, 1, 1}, kThreads, [&] { ExpertRouterKernel<float>(p); });
-  for (int r = 0; r < rows; ++r) {
-    if (r == 6) {
-      EXPECT_EQ(active[r], 0);
-      EXPECT_TRUE(std::isnan(gate[r]));
-      continue;
+  for (DType w_t : {DType::kF32, DType::kBF16}) {
+    for (bool aux : {false, true}) {
+      const uint64_t seed = FreshSeed();
+      SCOPED_TRACE("w=" + KernelDTypeName(w_t) + (aux ? " aux" : "") +
+                   " seed=" + std::to_string(seed));
+      const ExpertRouterLinearProblem pr =
+          ExpertRouterLinearProblem::Make(seed, w_t, aux, 8, 600, /*bad_row=*/6);
+      ExpertRouterParams p = pr.Params();
+      p.h = pr.h.data();
+      p.router_w = pr.w.data();
+      p.aux_w = aux ? pr.aw.data() : nullptr;
+      p.loops = pr.loops.data();
+      p.capacity = pr.c.capacity.data();
+      ASSERT_NO_FATAL_FAILURE(pr.Check(RunEmulated(p)));
     }
-    double s = 0, d = 0, mag = 0;
-    for (int i = 0; i < hidden; ++i) {
-      const double x = h[r * hidden + i] / temperature;
-      s += x * w[loop_of[r] * hidden + i];
-      d += x * aux[loop_of[r] * hidden + i];
-      mag += std::abs(x * w[loop_of[r] * hidden + i]);
+  }
+  for (GateActivation act : {GateActivation::kSigmoid, GateActivation::kTanh}) {
+    for (bool with_decide : {false, true}) {
+      const uint64_t seed = FreshSeed();
+      SCOPED_TRACE("given scores, seed=" + std::to_string(seed));
+      const ExpertRouterGivenProblem pr =
+          ExpertRouterGivenProblem::Make(seed, act, with_decide, 40);
+      ExpertRouterParams p = pr.c.Params(pr.rows);
+      p.score_in = pr.score.data();
+      p.decide_in = with_decide ? pr.decide.data() : nullptr;
+      p.loops = pr.loops.data();
+      p.capacity = pr.c.capacity.data();
+      ASSERT_NO_FATAL_FAILURE(pr.Check(RunEmulated(p)));
     }
-    EXPECT_NEAR(score[r], s, 1e-5 * mag) << "row " << r;
-    if (std::abs(d - threshold) > 1e-3) {
-      EXPECT_EQ(active[r], capacity[loop_of[r]] >= 1.0f || d > threshold ? 1 : 0) << "row " << r;
-    }
-    EXPECT_NEAR(gate[r], alpha / (1.0 + std::exp(-s)), 1e-5) << "row " << r;
   }
 }
 

@@ -22,8 +22,15 @@ namespace {
 using ::morserve::testing::DeviceBuffer;
 using ::morserve::testing::FreshSeed;
 using testing::CheckAll;
+using testing::CheckMixedSegmentsEveryRank;
+using testing::kLoraMixedSegments;
+using testing::LoraExpandLaunch;
+using testing::LoraInputs;
 using testing::LoraProblem;
+using testing::LoraShrinkLaunch;
+using testing::MakeFaultyLoopLoraProblem;
 using testing::MakeLoraProblem;
+using testing::MakeMalformedBoundsLoraProblem;
 
 // A problem's inputs on the device (t and y as the expand's inputs).
 struct DeviceProblem {
@@ -39,35 +46,12 @@ struct DeviceProblem {
          b.Upload(p.b) == cudaSuccess && indptr.Upload(p.seg_indptr) == cudaSuccess &&
          loop.Upload(p.seg_loop) == cudaSuccess && y.Upload(p.y) == cudaSuccess;
   }
+  LoraInputs Inputs() const { return {x.get(), a.get(), b.get(), indptr.get(), loop.get()}; }
   LoraShrinkParams Shrink(const LoraProblem& p, void* t, DType t_dtype) const {
-    LoraShrinkParams s;
-    s.x = x.get();
-    s.a = a.get();
-    s.t = t;
-    s.seg_indptr = indptr.get();
-    s.seg_loop = loop.get();
-    s.num_segments = static_cast<int>(p.seg_loop.size());
-    s.rows = p.rows;
-    s.in = p.in;
-    s.rank = p.rank;
-    s.num_loops = p.num_loops;
-    s.t_dtype = t_dtype;
-    return s;
+    return LoraShrinkLaunch(p, Inputs(), t, t_dtype);
   }
   LoraExpandParams Expand(const LoraProblem& p, const void* t, DType t_dtype) const {
-    LoraExpandParams e;
-    e.t = t;
-    e.b = b.get();
-    e.y = y.get();
-    e.seg_indptr = indptr.get();
-    e.seg_loop = loop.get();
-    e.num_segments = static_cast<int>(p.seg_loop.size());
-    e.rows = p.rows;
-    e.out = p.out;
-    e.rank = p.rank;
-    e.num_loops = p.num_loops;
-    e.t_dtype = t_dtype;
-    return e;
+    return LoraExpandLaunch(p, Inputs(), t, t_dtype, y.get());
   }
   DeviceBuffer<uint16_t> x, a, b;
   DeviceBuffer<int32_t> indptr, loop;
@@ -114,25 +98,10 @@ class LoraTest : public ::testing::Test {
   void SetUp() override { MORSERVE_SKIP_WITHOUT_GPU(); }
 };
 
-// Empty segments, single-row segments, a segment over two 16-row tiles, uncovered rows.
-const std::vector<std::pair<int, int>> kMixed = {{5, 2}, {0, 1}, {1, 0}, {17, 1},
-                                                 {0, 0}, {3, 2}, {1, 1}};
-
 TEST_F(LoraTest, MixedSegmentsEveryRank) {
   const uint64_t seed = FreshSeed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
-  uint64_t s = seed;
-  for (int rank : {1, 8, 13, 64, 100}) {
-    ASSERT_NO_FATAL_FAILURE(
-        CheckAll(GpuRunner(), MakeLoraProblem(64, 48, rank, 3, kMixed, s++, 2, 3)));
-  }
-  ASSERT_NO_FATAL_FAILURE(
-      CheckAll(GpuRunner(), MakeLoraProblem(1096, 136, 13, 3, kMixed, s++, 0, 1)));
-  // Unsorted rows: every row its own segment (37 segments, loops alternating).
-  std::vector<std::pair<int, int>> singles;
-  for (int r = 0; r < 37; ++r) singles.push_back({1, (r * 7) % 3});
-  ASSERT_NO_FATAL_FAILURE(
-      CheckAll(GpuRunner(), MakeLoraProblem(64, 40, 13, 3, singles, seed + 99)));
+  ASSERT_NO_FATAL_FAILURE(CheckMixedSegmentsEveryRank(GpuRunner(), seed));
 }
 
 // Rows split over `loops` segments as evenly as possible, loops in order.
@@ -163,18 +132,16 @@ TEST_F(LoraTest, SmolLmShapesAtServingBatches) {
 TEST_F(LoraTest, FaultyLoopRowsBecomeNanAndMalformedBoundsStayInRange) {
   const uint64_t seed = FreshSeed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
-  ASSERT_NO_FATAL_FAILURE(CheckAll(
-      GpuRunner(), MakeLoraProblem(64, 40, 13, 2, {{3, 0}, {2, 5}, {2, -1}, {4, 1}}, seed)));
-  LoraProblem p = MakeLoraProblem(64, 40, 8, 2, {{4, 0}, {6, 1}, {0, 1}}, seed + 1);
-  p.seg_indptr = {-5, 4, 30, 7};  // clamped to [0, rows); the last segment is empty
-  ASSERT_NO_FATAL_FAILURE(CheckAll(GpuRunner(), p));
+  ASSERT_NO_FATAL_FAILURE(CheckAll(GpuRunner(), MakeFaultyLoopLoraProblem(seed)));
+  ASSERT_NO_FATAL_FAILURE(CheckAll(GpuRunner(), MakeMalformedBoundsLoraProblem(seed + 1)));
 }
 
 TEST_F(LoraTest, RowAloneAndInBatchAreBitwiseEqual) {
   const uint64_t seed = FreshSeed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
   ASSERT_NO_FATAL_FAILURE(testing::CheckRowsAloneMatchBatch(
-      MakeLoraProblem(960, 1600, 13, 3, kMixed, seed, 2, 3), {2, 9, 21, 24, 26}, GpuRunner()));
+      MakeLoraProblem(960, 1600, 13, 3, kLoraMixedSegments, seed, 2, 3), {2, 9, 21, 24, 26},
+      GpuRunner()));
   // SmolLM qkv at batch 256: rows at the start, middle and end of segments.
   ASSERT_NO_FATAL_FAILURE(testing::CheckRowsAloneMatchBatch(
       MakeLoraProblem(960, 1600, 64, 4, EvenSegments(256, 4), seed + 1), {0, 63, 64, 100, 255},

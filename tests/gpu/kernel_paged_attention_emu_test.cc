@@ -60,26 +60,10 @@ void EmulateAny(const PagedAttentionParams& p, std::vector<uint8_t>* raw) {
 }
 
 PagedAttentionParams HostParams(const Problem& pr, DType out) {
-  PagedAttentionParams p;
-  p.q = pr.q.data();
-  p.k_cache = pr.k_cache.data();
-  p.v_cache = pr.v_cache.data();
-  p.table_indptr = pr.indptr.data();
-  p.table_blocks = pr.blocks.data();
-  p.kv_len = pr.kv_len.data();
-  p.extra_k = pr.shape.extra ? pr.extra_k.data() : nullptr;
-  p.extra_v = pr.shape.extra ? pr.extra_v.data() : nullptr;
-  p.out_dtype = out;
-  p.rows = pr.rows;
-  p.n_heads = pr.shape.n_heads;
-  p.n_kv_heads = pr.shape.n_kv_heads;
-  p.head_dim = pr.shape.head_dim;
-  p.block_size = pr.shape.block_size;
-  p.num_blocks = pr.num_blocks;
-  p.max_kv_len = pr.max_kv_len;
-  p.chunk_len = pr.shape.chunk_len;
-  p.scale = 1.0f / std::sqrt(static_cast<float>(pr.shape.head_dim));
-  return p;
+  const AttentionInputs in = {pr.q.data(),       pr.k_cache.data(), pr.v_cache.data(),
+                              pr.extra_k.data(), pr.extra_v.data(), pr.indptr.data(),
+                              pr.blocks.data(),  pr.kv_len.data()};
+  return LaunchParams(pr, in, out);
 }
 
 // Batched run vs reference (bf16 and fp32 out), then, for bf16 out, every row alone (own
@@ -96,29 +80,15 @@ void Check(const Shape& shape, const std::vector<RequestSpec>& requests) {
     EmulateAny(HostParams(pr, t), &raw);
     ASSERT_NO_FATAL_FAILURE(ExpectMatches(pr, Decode(raw, t), ref, t));
     if (t != DType::kBF16) continue;  // the emulator is slow: invariance once per problem
-    const size_t row_bytes = raw.size() / pr.rows;
     for (int r = 0; r < pr.rows; ++r) {
-      const int n = pr.indptr[r + 1] - pr.indptr[r];
-      std::vector<int32_t> table = {0};
-      if (n > 0)
-        table.assign(pr.blocks.begin() + pr.indptr[r], pr.blocks.begin() + pr.indptr[r + 1]);
-      const std::vector<int32_t> indptr = {0, n}, len = {pr.kv_len[r]};
-      PagedAttentionParams p = HostParams(pr, t);
-      p.rows = 1;
-      p.q = pr.q.data() + static_cast<size_t>(r) * pr.q_dim();
-      if (shape.extra) {
-        p.extra_k = pr.extra_k.data() + static_cast<size_t>(r) * pr.kv_dim();
-        p.extra_v = pr.extra_v.data() + static_cast<size_t>(r) * pr.kv_dim();
-      }
-      p.table_indptr = indptr.data();
-      p.table_blocks = table.data();
-      p.kv_len = len.data();
-      p.max_kv_len = pr.kv_len[r];
+      const RowTable table = RowTableOf(pr, r);
+      PagedAttentionParams p = RowParams(pr, HostParams(pr, t), r);
+      p.table_indptr = table.indptr.data();
+      p.table_blocks = table.blocks.data();
+      p.kv_len = table.kv_len.data();
       std::vector<uint8_t> alone;
       EmulateAny(p, &alone);
-      ASSERT_EQ(alone.size(), row_bytes);
-      ASSERT_EQ(0, std::memcmp(alone.data(), raw.data() + r * row_bytes, row_bytes))
-          << "row " << r << " (kv_len " << pr.kv_len[r] << ") differs alone and in the batch";
+      ASSERT_NO_FATAL_FAILURE(ExpectRowMatchesBatch(pr, r, alone, raw));
     }
   }
 }

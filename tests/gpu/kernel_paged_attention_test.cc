@@ -57,26 +57,9 @@ class DeviceProblem {
   }
 
   PagedAttentionParams Params(DType out_dtype) const {
-    PagedAttentionParams a;
-    a.q = q_.get();
-    a.k_cache = k_.get();
-    a.v_cache = v_.get();
-    a.table_indptr = indptr_.get();
-    a.table_blocks = blocks_.get();
-    a.kv_len = kv_len_.get();
-    a.extra_k = p_.shape.extra ? ek_.get() : nullptr;
-    a.extra_v = p_.shape.extra ? ev_.get() : nullptr;
-    a.out_dtype = out_dtype;
-    a.rows = p_.rows;
-    a.n_heads = p_.shape.n_heads;
-    a.n_kv_heads = p_.shape.n_kv_heads;
-    a.head_dim = p_.shape.head_dim;
-    a.block_size = p_.shape.block_size;
-    a.num_blocks = p_.num_blocks;
-    a.max_kv_len = p_.max_kv_len;
-    a.chunk_len = p_.shape.chunk_len;
-    a.scale = 1.0f / std::sqrt(static_cast<float>(p_.shape.head_dim));
-    return a;
+    const AttentionInputs in = {q_.get(),  k_.get(),      v_.get(),      ek_.get(),
+                                ev_.get(), indptr_.get(), blocks_.get(), kv_len_.get()};
+    return LaunchParams(p_, in, out_dtype);
   }
 
   // Launches `a` with poisoned output and workspace; returns the output as raw bytes.
@@ -97,28 +80,18 @@ class DeviceProblem {
     MORSERVE_CUDA_OK(out.Download(raw));
   }
 
-  // Row r alone: its q, its own table (indptr {0, n}), kv_len, extra pair, max_kv_len.
+  // Row r alone: its q, its own table (RowTableOf), kv_len, extra pair, max_kv_len.
   void LaunchRow(int r, DType out_dtype, std::vector<uint8_t>* raw) {
-    const int n = p_.indptr[r + 1] - p_.indptr[r];
-    std::vector<int32_t> table = {0};  // an empty table still needs a valid pointer
-    if (n > 0) table.assign(p_.blocks.begin() + p_.indptr[r], p_.blocks.begin() + p_.indptr[r + 1]);
-    std::vector<int32_t> indptr = {0, n}, len = {p_.kv_len[r]};
-    DeviceBuffer<int32_t> dtable(table.size()), dindptr(2), dlen(1);
+    const RowTable table = RowTableOf(p_, r);
+    DeviceBuffer<int32_t> dtable(table.blocks.size()), dindptr(2), dlen(1);
     ASSERT_TRUE(dtable.ok() && dindptr.ok() && dlen.ok());
-    MORSERVE_CUDA_OK(dtable.Upload(table));
-    MORSERVE_CUDA_OK(dindptr.Upload(indptr));
-    MORSERVE_CUDA_OK(dlen.Upload(len));
-    PagedAttentionParams a = Params(out_dtype);
-    a.rows = 1;
-    a.q = q_.get() + static_cast<size_t>(r) * p_.q_dim();
-    if (p_.shape.extra) {
-      a.extra_k = ek_.get() + static_cast<size_t>(r) * p_.kv_dim();
-      a.extra_v = ev_.get() + static_cast<size_t>(r) * p_.kv_dim();
-    }
+    MORSERVE_CUDA_OK(dtable.Upload(table.blocks));
+    MORSERVE_CUDA_OK(dindptr.Upload(table.indptr));
+    MORSERVE_CUDA_OK(dlen.Upload(table.kv_len));
+    PagedAttentionParams a = RowParams(p_, Params(out_dtype), r);
     a.table_indptr = dindptr.get();
     a.table_blocks = dtable.get();
     a.kv_len = dlen.get();
-    a.max_kv_len = p_.kv_len[r];
     ASSERT_NO_FATAL_FAILURE(Launch(a, p_.q_dim(), raw));
   }
 
@@ -150,14 +123,10 @@ class PagedAttentionTest : public ::testing::Test {
       ASSERT_NO_FATAL_FAILURE(
           DeviceProblem::Launch(dev.Params(t), static_cast<size_t>(p.rows) * p.q_dim(), &raw));
       ASSERT_NO_FATAL_FAILURE(ExpectMatches(p, Decode(raw, t), ref, t));
-      const size_t row_bytes = raw.size() / p.rows;
       for (int r = 0; r < p.rows; ++r) {
         std::vector<uint8_t> alone;
         ASSERT_NO_FATAL_FAILURE(dev.LaunchRow(r, t, &alone));
-        ASSERT_EQ(alone.size(), row_bytes);
-        ASSERT_EQ(0, std::memcmp(alone.data(), raw.data() + r * row_bytes, row_bytes))
-            << "row " << r << " (kv_len " << p.kv_len[r] << ") differs alone and in the batch of "
-            << p.rows;
+        ASSERT_NO_FATAL_FAILURE(ExpectRowMatchesBatch(p, r, alone, raw));
       }
     }
   }

@@ -1,19 +1,20 @@
 // swiglu_forward against a CPU reference in double (SiluMulRows' definition) on fresh random
 // inputs with poisoned outputs: every dtype pair, per-element relative error under 1e-2 for
-// bf16 output (one rounding) and 1e-5 for fp32 output (fp32 evaluation).
-#include <cmath>
-#include <string>
+// bf16 output (one rounding) and 1e-5 for fp32 output (fp32 evaluation). The problem and the
+// check are tests/gpu/swiglu_problem.h, shared with the emulator test.
 #include <vector>
 
 #include "engine/model/dtype.h"
 #include "kernels/swiglu.cuh"
 #include "tests/gpu/gpu_testutil.h"
+#include "tests/gpu/swiglu_problem.h"
 
 namespace morserve::kernels {
 namespace {
 
 using ::morserve::testing::DeviceBuffer;
 using ::morserve::testing::FreshSeed;
+using ::morserve::testing::SwigluProblem;
 
 class SwigluTest : public ::testing::Test {
  protected:
@@ -21,30 +22,12 @@ class SwigluTest : public ::testing::Test {
 
   void Run(DType in_t, DType out_t, int rows, int inter) {
     const uint64_t seed = FreshSeed();
-    SCOPED_TRACE(std::string("in=") + (in_t == DType::kBF16 ? "bf16" : "f32") + " out=" +
-                 (out_t == DType::kBF16 ? "bf16" : "f32") + " rows=" + std::to_string(rows) +
-                 " inter=" + std::to_string(inter) + " seed=" + std::to_string(seed));
-    std::mt19937_64 rng(seed);
-    std::normal_distribution<float> dist(0.0f, 3.0f);
-    const size_t n_in = static_cast<size_t>(rows) * 2 * inter, n_out = n_in / 2;
-    std::vector<float> values(n_in), in_f32;
-    std::vector<uint16_t> in_bf16;
-    for (float& v : values) {
-      v = dist(rng);
-      if (in_t == DType::kBF16) {
-        in_bf16.push_back(F32ToBf16(v));
-        v = Bf16ToF32(in_bf16.back());
-      } else {
-        in_f32.push_back(v);
-      }
-    }
-    const size_t in_bytes = n_in * (in_t == DType::kBF16 ? 2 : 4);
-    const size_t out_size = out_t == DType::kBF16 ? 2 : 4;
-    DeviceBuffer<uint8_t> din(in_bytes), dout(n_out * out_size);
+    const SwigluProblem pr = SwigluProblem::Make(seed, in_t, out_t, rows, inter);
+    SCOPED_TRACE(pr.Describe(seed));
+    DeviceBuffer<uint8_t> din(pr.gate_up.bytes()), dout(pr.out_bytes());
     ASSERT_TRUE(din.ok() && dout.ok());
-    const void* host = in_t == DType::kBF16 ? static_cast<const void*>(in_bf16.data())
-                                            : static_cast<const void*>(in_f32.data());
-    MORSERVE_CUDA_OK(cudaMemcpy(din.get(), host, in_bytes, cudaMemcpyHostToDevice));
+    MORSERVE_CUDA_OK(
+        cudaMemcpy(din.get(), pr.gate_up.data(), pr.gate_up.bytes(), cudaMemcpyHostToDevice));
     MORSERVE_CUDA_OK(dout.Poison());
     SwigluParams p;
     p.gate_up = din.get();
@@ -57,27 +40,7 @@ class SwigluTest : public ::testing::Test {
     MORSERVE_CUDA_OK(cudaDeviceSynchronize());
     std::vector<uint8_t> raw;
     MORSERVE_CUDA_OK(dout.Download(&raw));
-    const double tol = out_t == DType::kBF16 ? 1e-2 : 1e-5;
-    for (int r = 0; r < rows; ++r) {
-      for (int i = 0; i < inter; ++i) {
-        const double g = values[static_cast<size_t>(r) * 2 * inter + i];
-        const double u = values[static_cast<size_t>(r) * 2 * inter + inter + i];
-        const double want = g / (1.0 + std::exp(-g)) * u;
-        const size_t e = static_cast<size_t>(r) * inter + i;
-        double got;
-        if (out_t == DType::kBF16) {
-          uint16_t b;
-          std::memcpy(&b, raw.data() + 2 * e, 2);
-          got = Bf16ToF32(b);
-        } else {
-          float f;
-          std::memcpy(&f, raw.data() + 4 * e, 4);
-          got = f;
-        }
-        ASSERT_TRUE(std::abs(got - want) <= tol * std::abs(want) + 1e-30)
-            << "row " << r << " element " << i << ": got " << got << " want " << want;
-      }
-    }
+    ASSERT_NO_FATAL_FAILURE(pr.Check(raw));
   }
 };
 

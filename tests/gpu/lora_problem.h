@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "engine/model/dtype.h"
+#include "kernels/lora_expand.cuh"
+#include "kernels/lora_shrink.cuh"
 
 namespace morserve::testing {
 
@@ -254,6 +256,85 @@ void CheckRowsAloneMatchBatch(const LoraProblem& p, const std::vector<int>& rows
       ASSERT_EQ(Bits(y1[o]), Bits(y[static_cast<size_t>(r) * p.out + o])) << "row " << r;
     }
   }
+}
+
+// Empty segments, single-row segments, a segment over two 16-row tiles (the kernels' tests
+// add uncovered rows before and after).
+inline const std::vector<std::pair<int, int>> kLoraMixedSegments = {{5, 2}, {0, 1}, {1, 0}, {17, 1},
+                                                                    {0, 0}, {3, 2}, {1, 1}};
+
+// The suite both kernel tests run through their runner: kLoraMixedSegments at every rank
+// (1, 8, 13, 64, 100; uncovered rows around them), an input of 137 16-byte vectors (in = 1096:
+// threads 0-8 sum two and the others one), and unsorted rows (every row its own segment, 37
+// segments, loops alternating). The problems' seeds are seed, seed + 1, ... and seed + 99.
+template <typename Runner>
+void CheckMixedSegmentsEveryRank(const Runner& run, uint64_t seed) {
+  uint64_t s = seed;
+  for (int rank : {1, 8, 13, 64, 100}) {
+    ASSERT_NO_FATAL_FAILURE(
+        CheckAll(run, MakeLoraProblem(64, 48, rank, 3, kLoraMixedSegments, s++, 2, 3)));
+  }
+  ASSERT_NO_FATAL_FAILURE(
+      CheckAll(run, MakeLoraProblem(1096, 136, 13, 3, kLoraMixedSegments, s++, 0, 1)));
+  std::vector<std::pair<int, int>> singles;
+  for (int r = 0; r < 37; ++r) singles.push_back({1, (r * 7) % 3});
+  ASSERT_NO_FATAL_FAILURE(CheckAll(run, MakeLoraProblem(64, 40, 13, 3, singles, seed + 99)));
+}
+
+// Segments of loops 5 and -1 (out of range for 2 loops) among good ones: their rows must come
+// out NaN.
+inline LoraProblem MakeFaultyLoopLoraProblem(uint64_t seed) {
+  return MakeLoraProblem(64, 40, 13, 2, {{3, 0}, {2, 5}, {2, -1}, {4, 1}}, seed);
+}
+
+// Segment 0 starts before row 0 and segment 1 ends after the last row: both are clamped to
+// [0, rows); segment 2 decreases, so it is empty.
+inline LoraProblem MakeMalformedBoundsLoraProblem(uint64_t seed) {
+  LoraProblem p = MakeLoraProblem(64, 40, 8, 2, {{4, 0}, {6, 1}, {0, 1}}, seed);
+  p.seg_indptr = {-5, 4, 30, 7};
+  return p;
+}
+
+// Where a launch reads the problem: host memory (the emulator) or device memory (the GPU test).
+struct LoraInputs {
+  const uint16_t *x, *a, *b;
+  const int32_t *seg_indptr, *seg_loop;
+};
+
+// The shrink's launch parameters for p over `in`, writing t (t_dtype).
+inline kernels::LoraShrinkParams LoraShrinkLaunch(const LoraProblem& p, const LoraInputs& in,
+                                                  void* t, DType t_dtype) {
+  kernels::LoraShrinkParams s;
+  s.x = in.x;
+  s.a = in.a;
+  s.t = t;
+  s.seg_indptr = in.seg_indptr;
+  s.seg_loop = in.seg_loop;
+  s.num_segments = static_cast<int>(p.seg_loop.size());
+  s.rows = p.rows;
+  s.in = p.in;
+  s.rank = p.rank;
+  s.num_loops = p.num_loops;
+  s.t_dtype = t_dtype;
+  return s;
+}
+
+// The expand's launch parameters for p over `in`, reading t (t_dtype) and adding into y.
+inline kernels::LoraExpandParams LoraExpandLaunch(const LoraProblem& p, const LoraInputs& in,
+                                                  const void* t, DType t_dtype, float* y) {
+  kernels::LoraExpandParams e;
+  e.t = t;
+  e.b = in.b;
+  e.y = y;
+  e.seg_indptr = in.seg_indptr;
+  e.seg_loop = in.seg_loop;
+  e.num_segments = static_cast<int>(p.seg_loop.size());
+  e.rows = p.rows;
+  e.out = p.out;
+  e.rank = p.rank;
+  e.num_loops = p.num_loops;
+  e.t_dtype = t_dtype;
+  return e;
 }
 
 }  // namespace morserve::testing

@@ -1,5 +1,6 @@
 // Host side of the paged-attention tests (GPU and CPU-emulated): random problems over a
-// shuffled paged KV pool, the double-precision reference, and the comparison.
+// shuffled paged KV pool, the launch parameters over either variant's buffers (and a row's
+// own, for batch invariance), the double-precision reference, and the comparisons.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "engine/model/dtype.h"
+#include "kernels/paged_attention.cuh"
 
 namespace morserve::kernels::attention_test {
 
@@ -209,6 +211,75 @@ inline void ExpectMatches(const Problem& p, const std::vector<float>& got,
     }
   }
   ASSERT_EQ(failures, 0);
+}
+
+// Where a launch reads the problem: host memory (the emulator) or device memory (the GPU test).
+struct AttentionInputs {
+  const uint16_t *q, *k_cache, *v_cache, *extra_k, *extra_v;
+  const int32_t *indptr, *blocks, *kv_len;
+};
+
+// The problem's launch parameters over `in`; out and workspace are the launch's to set.
+inline PagedAttentionParams LaunchParams(const Problem& p, const AttentionInputs& in,
+                                         DType out_dtype) {
+  PagedAttentionParams a;
+  a.q = in.q;
+  a.k_cache = in.k_cache;
+  a.v_cache = in.v_cache;
+  a.table_indptr = in.indptr;
+  a.table_blocks = in.blocks;
+  a.kv_len = in.kv_len;
+  a.extra_k = p.shape.extra ? in.extra_k : nullptr;
+  a.extra_v = p.shape.extra ? in.extra_v : nullptr;
+  a.out_dtype = out_dtype;
+  a.rows = p.rows;
+  a.n_heads = p.shape.n_heads;
+  a.n_kv_heads = p.shape.n_kv_heads;
+  a.head_dim = p.shape.head_dim;
+  a.block_size = p.shape.block_size;
+  a.num_blocks = p.num_blocks;
+  a.max_kv_len = p.max_kv_len;
+  a.chunk_len = p.shape.chunk_len;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(p.shape.head_dim));
+  return a;
+}
+
+// Row r's own table for a launch of that row alone: indptr {0, n}, its blocks (an empty table
+// still needs a valid pointer, so it holds a 0 then) and kv_len.
+struct RowTable {
+  std::vector<int32_t> indptr, blocks, kv_len;
+};
+inline RowTable RowTableOf(const Problem& p, int r) {
+  const int n = p.indptr[r + 1] - p.indptr[r];
+  RowTable t;
+  t.blocks = {0};
+  if (n > 0) t.blocks.assign(p.blocks.begin() + p.indptr[r], p.blocks.begin() + p.indptr[r + 1]);
+  t.indptr = {0, n};
+  t.kv_len = {p.kv_len[r]};
+  return t;
+}
+
+// The batch's parameters narrowed to row r: one row, its q and extra pair, its max_kv_len. The
+// table, indptr and kv_len pointers are the caller's to set (to a copy of RowTableOf(p, r)).
+inline PagedAttentionParams RowParams(const Problem& p, PagedAttentionParams batch, int r) {
+  batch.rows = 1;
+  batch.q += static_cast<size_t>(r) * p.q_dim();
+  if (p.shape.extra) {
+    batch.extra_k += static_cast<size_t>(r) * p.kv_dim();
+    batch.extra_v += static_cast<size_t>(r) * p.kv_dim();
+  }
+  batch.max_kv_len = p.kv_len[r];
+  return batch;
+}
+
+// Batch invariance: row r launched alone gave, bit for bit, its row of the batch's output.
+inline void ExpectRowMatchesBatch(const Problem& p, int r, const std::vector<uint8_t>& alone,
+                                  const std::vector<uint8_t>& batch) {
+  const size_t row_bytes = batch.size() / p.rows;
+  ASSERT_EQ(alone.size(), row_bytes);
+  ASSERT_EQ(0, std::memcmp(alone.data(), batch.data() + r * row_bytes, row_bytes))
+      << "row " << r << " (kv_len " << p.kv_len[r] << ") differs alone and in the batch of "
+      << p.rows;
 }
 
 }  // namespace morserve::kernels::attention_test
