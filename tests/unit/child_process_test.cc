@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <thread>
 
 #include "tests/testutil.h"
@@ -27,13 +28,29 @@ bool StartSh(ChildProcess* c, const std::string& script, std::vector<std::string
   return c->Start(ChildOptions{{"/bin/sh", "-c", script}, std::move(env), ""});
 }
 
-// True while `pid` is a live (not zombie) process.
-bool Alive(pid_t pid) {
+// The state letter of /proc/PID/stat (R, S, T, Z, ...), or 0 when there is no such process.
+char State(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
   std::string stat;
-  if (!std::getline(in, stat)) return false;
+  if (!std::getline(in, stat)) return 0;
   const size_t paren = stat.rfind(')');
-  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
+  return paren != std::string::npos && paren + 2 < stat.size() ? stat[paren + 2] : 0;
+}
+
+// True while `pid` is a live (not zombie) process.
+bool Alive(pid_t pid) {
+  const char s = State(pid);
+  return s != 0 && s != 'Z';
+}
+
+// Polls until `pred(State(pid))` holds.
+bool StateWithin(pid_t pid, const std::function<bool(char)>& pred, double seconds) {
+  const auto start = Clock::now();
+  while (SecondsSince(start) < seconds) {
+    if (pred(State(pid))) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
 }
 
 // Polls until `pid` is gone (an orphan is reaped by whoever adopted it).
@@ -149,6 +166,22 @@ TEST(ChildProcessTest, SignalReachesTheChild) {
   c.Signal(SIGUSR1);
   EXPECT_TRUE(c.WaitForLine(std::regex("^got usr1$"), 30)) << c.output();
   EXPECT_EQ(c.Wait(30), 7);
+}
+
+TEST(ChildProcessTest, SignalGoesToTheWholeProcessGroup) {
+  ChildProcess c;
+  ASSERT_TRUE(StartSh(&c, "sleep 60 & echo bg $!; wait")) << c.error();
+  const auto bg = c.WaitForLine(std::regex("^bg ([0-9]+)$"), 30);
+  ASSERT_TRUE(bg.has_value()) << c.output();
+  const pid_t grandchild = std::stoi((*bg)[1]);
+  const auto stopped = [](char s) { return s == 'T'; };
+  const auto running = [](char s) { return s == 'S' || s == 'R'; };
+  c.Signal(SIGSTOP);
+  EXPECT_TRUE(StateWithin(grandchild, stopped, 10));
+  EXPECT_TRUE(StateWithin(c.pid(), stopped, 10));
+  c.Signal(SIGCONT);
+  EXPECT_TRUE(StateWithin(grandchild, running, 10));
+  EXPECT_TRUE(c.Running());
 }
 
 TEST(ChildProcessTest, TerminateStopsAWellBehavedProcess) {
