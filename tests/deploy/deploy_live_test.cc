@@ -236,11 +236,12 @@ TEST_F(DeployLiveTest, PrometheusFromTheRepoConfigScrapesAndDashboardsReturnData
   WriteTextFile(dir_->File("prometheus.yml"), e.c_str());
   const int prom_port = FreePort();
   ChildProcess prom;
-  ASSERT_TRUE(prom.Start(ChildOptions{{prometheus, "--config.file=" + dir_->File("prometheus.yml"),
-                                       "--storage.tsdb.path=" + dir_->File("tsdb"),
-                                       "--web.listen-address=127.0.0.1:" + std::to_string(prom_port)},
-                                      {},
-                                      dir_->File("prometheus.log")}))
+  ASSERT_TRUE(
+      prom.Start(ChildOptions{{prometheus, "--config.file=" + dir_->File("prometheus.yml"),
+                               "--storage.tsdb.path=" + dir_->File("tsdb"),
+                               "--web.listen-address=127.0.0.1:" + std::to_string(prom_port)},
+                              {},
+                              dir_->File("prometheus.log")}))
       << prom.error();
   // Both jobs up.
   auto end = Clock::now() + std::chrono::seconds(90);
