@@ -30,11 +30,13 @@ std::string Header(const std::string& svg, int w, int h) {
                       Quote(svg), "\nset grid\nset key bottom right\n");
 }
 
-// "plot" clause for each run's data file, or "" when none has data.
+// "plot" clause for each run's data file; an empty panel when none has data (e.g. no ITL
+// samples when every stream came in one chunk). The empty panel needs its own ranges:
+// gnuplot fails on "plot NaN" with autoscaled axes ("all points y value undefined").
 std::string PlotClause(const std::vector<std::string>& parts) {
   std::string out;
   for (const std::string& p : parts) out += (out.empty() ? "plot " : ", ") + p;
-  return out.empty() ? "plot NaN notitle" : out;
+  return out.empty() ? "plot [0:1] [0:1] NaN notitle" : out;
 }
 
 absl::Status RunGnuplot(const std::string& script) {

@@ -2,6 +2,7 @@
 #include "tests/engine_harness.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <random>
 
@@ -24,6 +25,70 @@ std::shared_ptr<const ModelWeights> MakeModel(const TinyModelSpec& spec, TempDir
   return *w;
 }
 
+std::vector<FamilyCase> EngineFamilies(
+    const std::function<TinyModelSpec(const std::string& family)>& spec) {
+  std::vector<FamilyCase> v;
+  for (const char* f :
+       {"vanilla", "recursive-cycle", "recursive-sequence", "recursive-middle-cycle",
+        "recursive-middle-sequence", "recursive-untied-attn", "mor-ec", "mor-tc"}) {
+    v.push_back({f, spec(f)});
+  }
+  TinyModelSpec ec_mlp = spec("mor-ec");
+  ec_mlp.router = "mlp";
+  ec_mlp.activation = "tanh";
+  v.push_back({"mor-ec-mlp-tanh", ec_mlp});
+  TinyModelSpec ec_cycle = spec("mor-ec");
+  ec_cycle.sharing = "cycle";
+  ec_cycle.aux_router = true;
+  ec_cycle.gating = "additive";
+  v.push_back({"mor-ec-cycle-aux-additive", ec_cycle});
+  TinyModelSpec ec_shared = spec("mor-ec");
+  ec_shared.kv = "shared";
+  v.push_back({"mor-ec-kv-shared", ec_shared});
+  TinyModelSpec ec_low = spec("mor-ec");
+  ec_low.capacity = {0.5f, 0.5f, 0.5f};  // loop 0 decided by the router too: some run 0 loops
+  v.push_back({"mor-ec-router-loop0", ec_low});
+  TinyModelSpec tc_shared = spec("mor-tc");
+  tc_shared.kv = "shared";
+  tc_shared.router_bias = 0.3f;
+  v.push_back({"mor-tc-kv-shared", tc_shared});
+  TinyModelSpec tc_mlp = spec("mor-tc");
+  tc_mlp.router = "mlp";
+  v.push_back({"mor-tc-mlp", tc_mlp});
+  v.push_back({"relaxed-lora", spec("relaxed-lora")});
+  // Tiny models are unsure: a 0.2 bar gives exits after 1, 2 and 3 loops.
+  TinyModelSpec early = spec("early-exit");
+  early.exit_kv = "skip";
+  early.exit_threshold = 0.2f;
+  v.push_back({"early-exit-skip", early});
+  early.exit_kv = "propagate";
+  v.push_back({"early-exit-propagate", early});
+  // K/V-only rows through per-loop attention copies and LoRA on k and v.
+  early.untied_attention = true;
+  early.lora_rank = 4;
+  early.lora_targets = {"q_proj", "k_proj", "v_proj"};
+  v.push_back({"early-exit-propagate-untied-lora", early});
+  v.push_back({"recurrent", spec("recurrent")});
+  TinyModelSpec recurrent_mor = spec("mor-ec");
+  recurrent_mor.layer_kind = "recurrent";
+  v.push_back({"recurrent-mor-ec", recurrent_mor});
+  TinyModelSpec cycle_shared = spec("recursive-cycle");
+  cycle_shared.kv = "shared";
+  v.push_back({"recursive-cycle-kv-shared", cycle_shared});
+  TinyModelSpec tied = spec("vanilla");
+  tied.tie_embeddings = true;
+  v.push_back({"vanilla-tied-embeddings", tied});
+  return v;
+}
+
+void PrintTo(const FamilyCase& c, std::ostream* os) { *os << c.name; }
+
+std::string FamilyCaseName(const ::testing::TestParamInfo<FamilyCase>& info) {
+  std::string n = info.param.name;
+  for (char& c : n) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  return n;
+}
+
 std::vector<std::vector<int>> MakePrompts(int count, int min_len, int max_len, int vocab,
                                           uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -35,6 +100,16 @@ std::vector<std::vector<int>> MakePrompts(int count, int min_len, int max_len, i
     out.push_back(p);
   }
   return out;
+}
+
+Workload MakeWorkload(int vocab, int count) {
+  Workload w;
+  auto prompts = MakePrompts(count, 1, 24, vocab, 7);
+  for (int i = 0; i < count; ++i) {
+    w.requests.push_back(Greedy(prompts[i], 6 + i % 5));
+    w.arrivals.push_back((i * 3) % 11);
+  }
+  return w;
 }
 
 RunResult Collect(EventChannel* channel) {

@@ -1,8 +1,11 @@
-// Helpers for engine tests: tiny models on disk, engine runs with staggered arrivals, and
-// comparison with the reference implementation.
+// Helpers for engine tests: tiny models on disk, the model variants every engine test covers
+// (shared by the CPU engine_test and the GPU engine_gpu_test), engine runs with staggered
+// arrivals, and comparison with the reference implementation.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -17,9 +20,37 @@ namespace morserve::testing {
 // Writes the tiny model of `spec` into a temp dir and loads it (aborts the test on error).
 std::shared_ptr<const ModelWeights> MakeModel(const TinyModelSpec& spec, TempDir* dir);
 
+// One tiny model variant of the engine tests: its name (the test's parameter) and spec.
+struct FamilyCase {
+  std::string name;
+  TinyModelSpec spec;
+};
+
+// Every model variant the engine covers: each family, plus routers, sharing, KV modes, LoRA,
+// early exit, recurrent layers and tied embeddings. `spec(family)` gives the test's base
+// spec for a family (dtype and shape: f32 on the CPU, a bf16 GPU shape on the device); each
+// variant then sets only its own fields.
+std::vector<FamilyCase> EngineFamilies(
+    const std::function<TinyModelSpec(const std::string& family)>& spec);
+
+// gtest prints a FamilyCase parameter as its name (not the struct's bytes).
+void PrintTo(const FamilyCase& c, std::ostream* os);
+
+// A gtest parameter name for a FamilyCase: its name with every non-alphanumeric as '_'.
+std::string FamilyCaseName(const ::testing::TestParamInfo<FamilyCase>& info);
+
 // Deterministic prompts of mixed lengths in [min_len, max_len].
 std::vector<std::vector<int>> MakePrompts(int count, int min_len, int max_len, int vocab,
                                           uint64_t seed);
+
+// Requests with the step at which each arrives.
+struct Workload {
+  std::vector<GenerateRequest> requests;
+  std::vector<int> arrivals;
+};
+
+// `count` greedy requests (prompts of 1..24 tokens, 6..10 new tokens) arriving over 11 steps.
+Workload MakeWorkload(int vocab, int count = 16);
 
 struct RunResult {
   std::vector<int> tokens;

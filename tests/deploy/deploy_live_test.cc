@@ -7,8 +7,6 @@
 // container health check script follows the server's gRPC health; and the flags written in
 // the Kubernetes ConfigMap/args and in the Compose file start the real binaries.
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -22,8 +20,10 @@
 
 #include "engine/tools/mkmodel.h"
 #include "nlohmann/json.hpp"
+#include "tests/child_process.h"
 #include "tests/deploy/deploy_testutil.h"
 #include "tests/engine_harness.h"
+#include "tests/gateway/gateway_process.h"
 #include "tests/server/server_process.h"
 #include "tests/testutil.h"
 #include "yaml-cpp/yaml.h"
@@ -34,73 +34,15 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
-// A child process whose stdout and stderr go to a log file; SIGTERM then SIGKILL at the end.
-class LoggedChild {
- public:
-  LoggedChild(const std::vector<std::string>& argv, std::string log) : log_(std::move(log)) {
-    pid_ = fork();
-    if (pid_ == 0) {
-      FILE* f = std::fopen(log_.c_str(), "w");
-      if (f) {
-        dup2(fileno(f), STDOUT_FILENO);
-        dup2(fileno(f), STDERR_FILENO);
-      }
-      std::vector<char*> args;
-      for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
-      execv(args[0], args.data());
-      _exit(127);
-    }
+// Polls the gateway's /health until it answers 200.
+bool WaitHealthy(const GatewayProcess& gateway, int timeout_s = 60) {
+  const auto end = Clock::now() + std::chrono::seconds(timeout_s);
+  while (Clock::now() < end) {
+    if (HttpGet(gateway.port(), "/health")) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
-  ~LoggedChild() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGTERM);
-    for (int i = 0; i < 100 && waitpid(pid_, nullptr, WNOHANG) == 0; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-  }
-  // The first match of `re`'s group 1 in the log, waiting up to `timeout_s`.
-  std::optional<std::string> WaitForLog(const std::regex& re, int timeout_s) {
-    const auto end = Clock::now() + std::chrono::seconds(timeout_s);
-    while (Clock::now() < end) {
-      std::smatch m;
-      const std::string text = Log();
-      if (std::regex_search(text, m, re)) return m[1].str();
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    return std::nullopt;
-  }
-  std::string Log() const { return ReadTextFile(log_); }
-
- private:
-  pid_t pid_ = -1;
-  std::string log_;
-};
-
-// `morserve-gateway ARGS` with its port read from "gateway listening on HOST:PORT".
-struct Gateway {
-  std::unique_ptr<LoggedChild> child;
-  int port = 0;
-  bool Start(const std::vector<std::string>& args, const std::string& log) {
-    std::vector<std::string> argv = {MORSERVE_GATEWAY_BINARY};
-    argv.insert(argv.end(), args.begin(), args.end());
-    child = std::make_unique<LoggedChild>(argv, log);
-    const auto p = child->WaitForLog(std::regex("gateway listening on [0-9.]+:([0-9]+)"), 60);
-    if (!p) return false;
-    port = std::stoi(*p);
-    return true;
-  }
-  bool WaitHealthy(int timeout_s = 60) {
-    const auto end = Clock::now() + std::chrono::seconds(timeout_s);
-    while (Clock::now() < end) {
-      if (HttpGet(port, "/health")) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    }
-    return false;
-  }
-};
+  return false;
+}
 
 std::string UrlEncode(const std::string& s) {
   std::string q;
@@ -167,11 +109,10 @@ class DeployLiveTest : public ::testing::Test {
       setup_error_ = "server: " + server_->output();
       return;
     }
-    gateway_ = new Gateway();
-    if (!gateway_->Start({"--backend", server_->address(), "--host", "127.0.0.1", "--port", "0"},
-                         dir_->File("gateway.log")) ||
-        !gateway_->WaitHealthy()) {
-      setup_error_ = "gateway: " + (gateway_->child ? gateway_->child->Log() : "");
+    gateway_ = new GatewayProcess();
+    if (!gateway_->Start({"--backend", server_->address(), "--host", "127.0.0.1"}) ||
+        !WaitHealthy(*gateway_)) {
+      setup_error_ = "gateway: " + gateway_->output();
     }
   }
   static void TearDownTestSuite() {
@@ -192,7 +133,7 @@ class DeployLiveTest : public ::testing::Test {
       EXPECT_TRUE(r.status.ok()) << r.status.error_message();
       tokens += static_cast<int>(r.tokens.size());
       for (bool stream : {false, true}) {
-        const std::string body = CurlPost(gateway_->port, "/v1/completions",
+        const std::string body = CurlPost(gateway_->port(), "/v1/completions",
                                           {{"model", ModelId()},
                                            {"prompt", prompt},
                                            {"max_tokens", 6},
@@ -205,7 +146,7 @@ class DeployLiveTest : public ::testing::Test {
     return tokens;
   }
   static std::string ModelId() {
-    const auto body = HttpGet(gateway_->port, "/v1/models");
+    const auto body = HttpGet(gateway_->port(), "/v1/models");
     if (!body) return "";
     const json j = json::parse(*body, nullptr, false);
     return j.is_discarded() || j["data"].empty() ? "" : j["data"][0].value("id", "");
@@ -214,7 +155,7 @@ class DeployLiveTest : public ::testing::Test {
   static inline TempDir* dir_ = nullptr;
   static inline std::string model_;
   static inline ServerProcess* server_ = nullptr;
-  static inline Gateway* gateway_ = nullptr;
+  static inline GatewayProcess* gateway_ = nullptr;
   static inline std::string setup_error_;
 };
 
@@ -245,7 +186,7 @@ std::vector<std::pair<std::string, std::string>> AllExpressions() {
 TEST_F(DeployLiveTest, EveryReferencedMetricAndLabelIsExported) {
   SendTraffic(1);  // label values such as endpoint/code appear with the first requests
   const auto server_text = HttpGet(server_->metrics_port(), "/metrics");
-  const auto gateway_text = HttpGet(gateway_->port, "/metrics");
+  const auto gateway_text = HttpGet(gateway_->port(), "/metrics");
   ASSERT_TRUE(server_text && gateway_text);
   auto exposed = ExposedSeries(*server_text);
   const auto gateway_series = ExposedSeries(*gateway_text);
@@ -284,7 +225,7 @@ TEST_F(DeployLiveTest, PrometheusFromTheRepoConfigScrapesAndDashboardsReturnData
   config["global"]["evaluation_interval"] = "1s";
   config["rule_files"][0] = RepoPath("deploy/prometheus/alerts.yml");
   const std::map<std::string, int> ports = {{"morserve-server", server_->metrics_port()},
-                                            {"morserve-gateway", gateway_->port}};
+                                            {"morserve-gateway", gateway_->port()}};
   for (auto sc : config["scrape_configs"]) {
     const std::string job = sc["job_name"].as<std::string>();
     ASSERT_TRUE(ports.count(job)) << job;
@@ -294,21 +235,25 @@ TEST_F(DeployLiveTest, PrometheusFromTheRepoConfigScrapesAndDashboardsReturnData
   e << config;
   WriteTextFile(dir_->File("prometheus.yml"), e.c_str());
   const int prom_port = FreePort();
-  LoggedChild prom({prometheus, "--config.file=" + dir_->File("prometheus.yml"),
-                    "--storage.tsdb.path=" + dir_->File("tsdb"),
-                    "--web.listen-address=127.0.0.1:" + std::to_string(prom_port)},
-                   dir_->File("prometheus.log"));
+  ChildProcess prom;
+  ASSERT_TRUE(
+      prom.Start(ChildOptions{{prometheus, "--config.file=" + dir_->File("prometheus.yml"),
+                               "--storage.tsdb.path=" + dir_->File("tsdb"),
+                               "--web.listen-address=127.0.0.1:" + std::to_string(prom_port)},
+                              {},
+                              dir_->File("prometheus.log")}))
+      << prom.error();
   // Both jobs up.
   auto end = Clock::now() + std::chrono::seconds(90);
   std::optional<double> up_server, up_gateway;
-  while (Clock::now() < end) {
+  while (Clock::now() < end && prom.Running()) {
     up_server = PromScalar(prom_port, "up{job=\"morserve-server\"}");
     up_gateway = PromScalar(prom_port, "up{job=\"morserve-gateway\"}");
     if (up_server == 1.0 && up_gateway == 1.0) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
-  ASSERT_EQ(up_server, 1.0) << prom.Log();
-  ASSERT_EQ(up_gateway, 1.0) << prom.Log();
+  ASSERT_EQ(up_server, 1.0) << prom.output();
+  ASSERT_EQ(up_gateway, 1.0) << prom.output();
   // Traffic while Prometheus scrapes, so rates over the last minute are non-zero; then wait
   // for a scrape that saw all of it.
   std::this_thread::sleep_for(std::chrono::seconds(2));
@@ -467,12 +412,12 @@ TEST(DeployFlagsTest, KubernetesAndComposeFlagsStartTheServerAndGateway) {
     ServerProcess server;
     ASSERT_TRUE(server.Start(model, extra)) << server.output();
     ASSERT_TRUE(server.WaitHealth(true)) << server.output();
-    Gateway gateway;
+    GatewayProcess gateway;
     const auto gargs =
         Rewrite(gateway_args[source], {},
                 {{"--backend", server.address()}, {"--host", "127.0.0.1"}, {"--port", "0"}});
-    ASSERT_TRUE(gateway.Start(gargs, dir.File(std::string("gateway-") + source + ".log")));
-    EXPECT_TRUE(gateway.WaitHealthy());
+    ASSERT_TRUE(gateway.Start(gargs)) << gateway.output();
+    EXPECT_TRUE(WaitHealthy(gateway)) << gateway.output();
     EXPECT_EQ(server.Terminate(), 0) << server.output();
   }
 }

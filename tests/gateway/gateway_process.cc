@@ -2,13 +2,10 @@
 #include "tests/gateway/gateway_process.h"
 
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <regex>
 #include <sstream>
 
 #include "tests/testutil.h"
@@ -21,92 +18,15 @@ std::string GatewayBinary() {
   return env != nullptr && *env != '\0' ? env : MORSERVE_GATEWAY_BINARY;
 }
 
-GatewayProcess::~GatewayProcess() {
-  if (pid_ > 0) {
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-  }
-  if (reader_.joinable()) reader_.join();
-}
-
 bool GatewayProcess::Start(const std::vector<std::string>& extra, int timeout_s) {
-  int fds[2];
-  if (pipe(fds) != 0) return false;
   std::vector<std::string> argv = {GatewayBinary(), "--port", "0"};
   argv.insert(argv.end(), extra.begin(), extra.end());
-  pid_ = fork();
-  if (pid_ == 0) {
-    dup2(fds[1], STDOUT_FILENO);
-    dup2(fds[1], STDERR_FILENO);
-    close(fds[0]);
-    close(fds[1]);
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  close(fds[1]);
-  reader_ = std::thread([this, fd = fds[0]] {
-    char buf[4096];
-    for (;;) {
-      const ssize_t n = read(fd, buf, sizeof buf);
-      if (n <= 0) break;
-      std::lock_guard<std::mutex> lock(mu_);
-      output_.append(buf, n);
-      cv_.notify_all();
-    }
-    close(fd);
-    std::lock_guard<std::mutex> lock(mu_);
-    eof_ = true;
-    cv_.notify_all();
-  });
-  const std::string key = "gateway listening on ";
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, std::chrono::seconds(timeout_s), [&] {
-    const size_t p = output_.find(key);
-    return (p != std::string::npos && output_.find('\n', p) != std::string::npos) || eof_;
-  });
-  const size_t p = output_.find(key);
-  if (p == std::string::npos) return false;
-  const size_t e = output_.find('\n', p);
-  const std::string addr = output_.substr(p + key.size(), e - p - key.size());
-  port_ = std::stoi(addr.substr(addr.rfind(':') + 1));
+  if (!child_.Start(argv)) return false;
+  const auto port =
+      child_.WaitForLine(std::regex("^gateway listening on \\S+:([0-9]+)$"), timeout_s);
+  if (!port) return false;
+  port_ = std::stoi((*port)[1]);
   return true;
-}
-
-bool GatewayProcess::Running() {
-  if (pid_ <= 0) return false;
-  int status = 0;
-  if (waitpid(pid_, &status, WNOHANG) == pid_) {
-    pid_ = -1;
-    return false;
-  }
-  return true;
-}
-
-int GatewayProcess::Terminate(int timeout_s) {
-  if (pid_ <= 0) return -1;
-  kill(pid_, SIGTERM);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
-  int status = 0;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (waitpid(pid_, &status, WNOHANG) == pid_) {
-      pid_ = -1;
-      if (reader_.joinable()) reader_.join();
-      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    }
-    usleep(20000);
-  }
-  kill(pid_, SIGKILL);
-  waitpid(pid_, nullptr, 0);
-  pid_ = -1;
-  return -1;
-}
-
-std::string GatewayProcess::output() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return output_;
 }
 
 nlohmann::json HttpResult::Json() const {

@@ -1,43 +1,38 @@
-// Test helpers for the gateway: `morserve-gateway` as a subprocess (port 0, the port read
-// from its one stdout line, SIGTERM to stop, SIGKILL if it outlives the test) and `curl` as
-// the HTTP client (status code and body of one request).
+// Test helpers for the gateway: `morserve-gateway` as a subprocess (a ChildProcess: port 0,
+// the port read from its one stdout line, SIGTERM to stop, SIGKILL if it outlives the test)
+// and `curl` as the HTTP client (status code and body of one request).
 #pragma once
 
 #include <sys/types.h>
 
-#include <condition_variable>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "nlohmann/json.hpp"
+#include "tests/child_process.h"
 
 namespace morserve::testing {
 
 class GatewayProcess {
  public:
-  GatewayProcess() = default;
-  ~GatewayProcess();
-
   // Starts `morserve-gateway --port 0 EXTRA...`; false (output() says why) on failure.
   bool Start(const std::vector<std::string>& extra, int timeout_s = 30);
-  int Terminate(int timeout_s = 30);  // exit status, -1 on timeout (then killed)
-  bool Running();
+  // Exit status, -1 on timeout (then killed).
+  int Terminate(int timeout_s = 30) { return child_.Terminate(timeout_s); }
+  bool Running() { return child_.Running(); }
 
   int port() const { return port_; }
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return child_.pid(); }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
-  std::string output();
+  // Everything it wrote so far (after why it could not start, when it could not).
+  std::string output() {
+    return (child_.error().empty() ? "" : "cannot start: " + child_.error() + "\n") +
+           child_.output();
+  }
 
  private:
-  pid_t pid_ = -1;
+  ChildProcess child_;
   int port_ = 0;
-  std::thread reader_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::string output_;
-  bool eof_ = false;
 };
 
 struct HttpResult {

@@ -32,9 +32,12 @@
 namespace morserve {
 namespace {
 
+using testing::FamilyCase;
 using testing::Greedy;
 using ::testing::HasSubstr;
+using testing::MakeWorkload;
 using testing::RunResult;
+using testing::Workload;
 
 using testing::CompareWithReference;
 using testing::RefRun;
@@ -43,11 +46,6 @@ using testing::Tally;
 
 constexpr double kMaxLoopFlips = 0.05;
 constexpr double kMinCompared = 0.5;
-
-struct FamilyCase {
-  std::string name;
-  TinyModelSpec spec;
-};
 
 TinyModelSpec Spec(const std::string& family) { return testing::GpuModelSpec(family); }
 
@@ -60,70 +58,12 @@ TinyModelSpec RelaxedEveryProjection() {
   return s;
 }
 
-// The families of engine_test.cc.
-std::vector<FamilyCase> Families() {
-  std::vector<FamilyCase> v;
-  for (const char* f :
-       {"vanilla", "recursive-cycle", "recursive-sequence", "recursive-middle-cycle",
-        "recursive-middle-sequence", "recursive-untied-attn", "mor-ec", "mor-tc"}) {
-    v.push_back({f, Spec(f)});
-  }
-  TinyModelSpec ec_mlp = Spec("mor-ec");
-  ec_mlp.router = "mlp";
-  ec_mlp.activation = "tanh";
-  v.push_back({"mor-ec-mlp-tanh", ec_mlp});
-  TinyModelSpec ec_cycle = Spec("mor-ec");
-  ec_cycle.sharing = "cycle";
-  ec_cycle.aux_router = true;
-  ec_cycle.gating = "additive";
-  v.push_back({"mor-ec-cycle-aux-additive", ec_cycle});
-  TinyModelSpec ec_shared = Spec("mor-ec");
-  ec_shared.kv = "shared";
-  v.push_back({"mor-ec-kv-shared", ec_shared});
-  TinyModelSpec ec_low = Spec("mor-ec");
-  ec_low.capacity = {0.5f, 0.5f, 0.5f};
-  v.push_back({"mor-ec-router-loop0", ec_low});
-  TinyModelSpec tc_shared = Spec("mor-tc");
-  tc_shared.kv = "shared";
-  tc_shared.router_bias = 0.3f;
-  v.push_back({"mor-tc-kv-shared", tc_shared});
-  TinyModelSpec tc_mlp = Spec("mor-tc");
-  tc_mlp.router = "mlp";
-  v.push_back({"mor-tc-mlp", tc_mlp});
-  v.push_back({"relaxed-lora", Spec("relaxed-lora")});
+// The families of engine_test.cc (tests/engine_harness.cc) at the GPU shape, plus the
+// rank-13 every-projection Relaxed model (the batched LoRA kernels' odd ranks).
+std::vector<FamilyCase> GpuFamilies() {
+  std::vector<FamilyCase> v = testing::EngineFamilies(Spec);
   v.push_back({"relaxed-lora-r13-every-projection", RelaxedEveryProjection()});
-  TinyModelSpec early = Spec("early-exit");
-  early.exit_kv = "skip";
-  early.exit_threshold = 0.2f;
-  v.push_back({"early-exit-skip", early});
-  early.exit_kv = "propagate";
-  v.push_back({"early-exit-propagate", early});
-  v.push_back({"recurrent", Spec("recurrent")});
-  TinyModelSpec recurrent_mor = Spec("mor-ec");
-  recurrent_mor.layer_kind = "recurrent";
-  v.push_back({"recurrent-mor-ec", recurrent_mor});
-  TinyModelSpec cycle_shared = Spec("recursive-cycle");
-  cycle_shared.kv = "shared";
-  v.push_back({"recursive-cycle-kv-shared", cycle_shared});
-  TinyModelSpec tied = Spec("vanilla");
-  tied.tie_embeddings = true;
-  v.push_back({"vanilla-tied-embeddings", tied});
   return v;
-}
-
-struct Workload {
-  std::vector<GenerateRequest> requests;
-  std::vector<int> arrivals;
-};
-
-Workload MakeWorkload(int vocab, int count = 16) {
-  Workload w;
-  auto prompts = testing::MakePrompts(count, 1, 24, vocab, 7);
-  for (int i = 0; i < count; ++i) {
-    w.requests.push_back(Greedy(prompts[i], 6 + i % 5));
-    w.arrivals.push_back((i * 3) % 11);
-  }
-  return w;
 }
 
 EngineConfig GpuConfig(BatchingMode mode) {
@@ -167,13 +107,8 @@ TEST_P(EngineGpuTest, DepthAndSequenceWiseMatchReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, EngineGpuTest, ::testing::ValuesIn(Families()),
-                         [](const auto& info) {
-                           std::string n = info.param.name;
-                           for (char& c : n)
-                             c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(Families, EngineGpuTest, ::testing::ValuesIn(GpuFamilies()),
+                         testing::FamilyCaseName);
 
 // A request's tokens and logits are bit-identical alone and inside mixed-depth batches: MoR
 // (rows leave at different depths) and Relaxed (every loop's rows take their own LoRA

@@ -5,9 +5,6 @@
 // --duration end the run by themselves (open requests are cut and the server frees their
 // KV blocks), plots and the side-by-side report, and the loopback rule.
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -17,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "engine/tools/mkmodel.h"
 #include "nlohmann/json.hpp"
+#include "tests/gateway/gateway_process.h"
 #include "tests/server/server_process.h"
 #include "tests/testutil.h"
 
@@ -100,7 +98,8 @@ TempDir* LoadTestE2E::dir_ = nullptr;
 
 TEST_F(LoadTestE2E, GrpcCountsTokensAgainstUsageAndServerMetrics) {
   ServerProcess server;
-  StartOrDie(&server, dir_->File("mor"), {"--max-batch", "8", "--threads", "1"});
+  ASSERT_NO_FATAL_FAILURE(
+      StartOrDie(&server, dir_->File("mor"), {"--max-batch", "8", "--threads", "1"}));
   const std::string out = dir_->File("grpc.json");
   LoadTestRun run = RunLoadTest({"--grpc",
                                  server.address(),
@@ -196,7 +195,7 @@ TEST_F(LoadTestE2E, GrpcCountsTokensAgainstUsageAndServerMetrics) {
 
 TEST_F(LoadTestE2E, FailuresAreCountedByReason) {
   ServerProcess server;
-  StartOrDie(&server, dir_->File("mor"), {"--threads", "1"});
+  ASSERT_NO_FATAL_FAILURE(StartOrDie(&server, dir_->File("mor"), {"--threads", "1"}));
   // Two prompts longer than the 256-token context among three good ones.
   std::vector<int> long_prompt(300, 5);
   const std::string longp = Json(long_prompt).dump();
@@ -220,7 +219,7 @@ TEST_F(LoadTestE2E, FailuresAreCountedByReason) {
 
 TEST_F(LoadTestE2E, DurationEndsTheRunAndCutsOpenRequests) {
   ServerProcess server;
-  StartOrDie(&server, dir_->File("slow"), {"--threads", "1"});
+  ASSERT_NO_FATAL_FAILURE(StartOrDie(&server, dir_->File("slow"), {"--threads", "1"}));
   // Far more work than 3 s allow: long outputs, a steady stream of arrivals.
   LoadTestRun run = RunLoadTest(
       {"--grpc", server.address(), "--workload", "decode", "--output-len", "3000", "--num-requests",
@@ -249,7 +248,7 @@ TEST_F(LoadTestE2E, DurationEndsTheRunAndCutsOpenRequests) {
 
 TEST_F(LoadTestE2E, NumRequestsBoundsTheRun) {
   ServerProcess server;
-  StartOrDie(&server, dir_->File("mor"), {"--threads", "1"});
+  ASSERT_NO_FATAL_FAILURE(StartOrDie(&server, dir_->File("mor"), {"--threads", "1"}));
   LoadTestRun run =
       RunLoadTest({"--grpc", server.address(), "--input-len", "uniform:1:6", "--output-len",
                    "uniform:1:5", "--num-requests", "25", "--request-rate", "50", "--burstiness",
@@ -266,6 +265,22 @@ TEST_F(LoadTestE2E, NumRequestsBoundsTheRun) {
   EXPECT_NE(ReadFile(dir_->File("plots-no-metrics/latency_cdf.svg")).find("<svg"),
             std::string::npos);
   EXPECT_FALSE(std::ifstream(dir_->File("plots-no-metrics/server_metrics.svg")).good());
+}
+
+// One output token per request: no TPOT or ITL samples, so those CDF panels are empty (gnuplot
+// used to fail on them, and with it the whole run).
+TEST_F(LoadTestE2E, PlotsWithEmptyLatencySeries) {
+  ServerProcess server;
+  ASSERT_NO_FATAL_FAILURE(StartOrDie(&server, dir_->File("mor"), {"--threads", "1"}));
+  LoadTestRun run = RunLoadTest(
+      {"--grpc", server.address(), "--input-len", "4", "--output-len", "1", "--num-requests", "4",
+       "--no-progress", "--plots", dir_->File("plots-one-token")},
+      dir_->File("one-token.json"));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(Int(run.json["results"], {"requests", "completed"}), 4);
+  EXPECT_EQ(Int(run.json["results"], {"total_output_tokens"}), 4);
+  EXPECT_NE(ReadFile(dir_->File("plots-one-token/latency_cdf.svg")).find("<svg"),
+            std::string::npos);
 }
 
 TEST_F(LoadTestE2E, CompareScriptRunsThreeServersSideBySide) {
@@ -313,52 +328,6 @@ TEST_F(LoadTestE2E, RefusesRemoteHostsAndReportsUnreachableServers) {
       << unwritable.output;
 }
 
-#ifdef MORSERVE_GATEWAY_BINARY
-// `morserve-gateway --backend ADDR --port 0` as a subprocess; the port from its stdout.
-class GatewayProcess {
- public:
-  bool Start(const std::string& backend) {
-    int fds[2];
-    if (pipe(fds) != 0) return false;
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(fds[1], STDOUT_FILENO);
-      close(fds[0]);
-      close(fds[1]);
-      execl(MORSERVE_GATEWAY_BINARY, MORSERVE_GATEWAY_BINARY, "--backend", backend.c_str(),
-            "--host", "127.0.0.1", "--port", "0", static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    close(fds[1]);
-    out_ = fdopen(fds[0], "r");
-    char line[512];
-    const std::string key = "gateway listening on 127.0.0.1:";
-    while (std::fgets(line, sizeof line, out_)) {
-      const std::string s(line);
-      const size_t p = s.find(key);
-      if (p != std::string::npos) {
-        port_ = std::stoi(s.substr(p + key.size()));
-        return true;
-      }
-    }
-    return false;
-  }
-  ~GatewayProcess() {
-    if (pid_ > 0) {
-      kill(pid_, SIGTERM);
-      waitpid(pid_, nullptr, 0);
-    }
-    if (out_) fclose(out_);
-  }
-  int port() const { return port_; }
-  pid_t pid() const { return pid_; }
-
- private:
-  pid_t pid_ = -1;
-  int port_ = 0;
-  FILE* out_ = nullptr;
-};
-
 // The gateway sends a chunk only for tokens with text, and logprobs only with a tokenizer:
 // the model gets the real Llama 3 tokenizer (npm, the tokenizer parity tests' cache) so that
 // --logprobs 0 gives every chunk's exact token count.
@@ -380,9 +349,10 @@ TEST_F(LoadTestE2E, HttpThroughTheGatewayMatchesUsage) {
   ASSERT_TRUE(UseTokenizer(llama3, &spec).ok());
   ASSERT_TRUE(WriteTinyModel(spec, dir_->File("mor-llama3")).ok());
   ServerProcess server;
-  StartOrDie(&server, dir_->File("mor-llama3"), {"--threads", "1"});
+  ASSERT_NO_FATAL_FAILURE(StartOrDie(&server, dir_->File("mor-llama3"), {"--threads", "1"}));
   GatewayProcess gateway;
-  ASSERT_TRUE(gateway.Start(server.address()));
+  ASSERT_TRUE(gateway.Start({"--backend", server.address(), "--host", "127.0.0.1"}))
+      << gateway.output();
   LoadTestRun run =
       RunLoadTest({"--url",
                    absl::StrCat("http://127.0.0.1:", gateway.port(), "/v1/completions"),
@@ -439,7 +409,6 @@ TEST_F(LoadTestE2E, HttpThroughTheGatewayMatchesUsage) {
   EXPECT_EQ(Int(cres, {"token_counts", "streamed"}), 26);
   EXPECT_GT(Int(cres, {"total_input_tokens"}), 4 * 3);  // the template adds headers
 }
-#endif
 
 }  // namespace
 }  // namespace morserve::testing

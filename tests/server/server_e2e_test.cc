@@ -97,7 +97,7 @@ TEST_F(ServerTest, GenerateEqualsReferenceAndEngine) {
     auto weights = LoadModel(*model);
     ASSERT_TRUE(weights.ok()) << weights.status();
     ServerProcess server;
-    StartOrDie(&server, *model);
+    ASSERT_NO_FATAL_FAILURE(StartOrDie(&server, *model));
     auto stub = server.Stub();
     const std::vector<int> prompt = {5, 17, 42, 99, 3, 250, 7};
     const int n = 12;
@@ -139,7 +139,7 @@ TEST_F(ServerTest, LogprobsEqualEngine) {
   auto weights = LoadModel(*mor_dir_);
   ASSERT_TRUE(weights.ok());
   ServerProcess server;
-  StartOrDie(&server, *mor_dir_);
+  ASSERT_NO_FATAL_FAILURE(StartOrDie(&server, *mor_dir_));
   auto stub = server.Stub();
   v1::GenerateRequest req = TokenRequest({1, 2, 3, 4}, 6);
   req.set_logprobs(3);
@@ -175,7 +175,7 @@ TEST_F(ServerTest, LogprobsEqualEngine) {
 
 TEST_F(ServerTest, ConcurrentStreamsAreIndependent) {
   ServerProcess server;
-  StartOrDie(&server, *mor_dir_);
+  ASSERT_NO_FATAL_FAILURE(StartOrDie(&server, *mor_dir_));
   auto stub = server.Stub();
   const int kStreams = 12;
   std::vector<v1::GenerateRequest> reqs;
@@ -217,7 +217,7 @@ TEST_F(ServerTest, ConcurrentStreamsAreIndependent) {
 
 TEST_F(ServerTest, CancelMidStreamFreesEveryKvBlock) {
   ServerProcess server;
-  StartOrDie(&server, *slow_dir_, {"--threads", "1"});
+  ASSERT_NO_FATAL_FAILURE(StartOrDie(&server, *slow_dir_, {"--threads", "1"}));
   auto stub = server.Stub();
   grpc::ClientContext ctx;
   auto reader = stub->Generate(&ctx, TokenRequest(MakePrompts(1, 300, 300, 256, 3)[0], 3000));
@@ -244,7 +244,7 @@ TEST_F(ServerTest, CancelMidStreamFreesEveryKvBlock) {
 
 TEST_F(ServerTest, BadInputsGetTheirCodeAndField) {
   ServerProcess server;
-  StartOrDie(&server, *vanilla_dir_);
+  ASSERT_NO_FATAL_FAILURE(StartOrDie(&server, *vanilla_dir_));
   auto stub = server.Stub();
   struct Case {
     const char* name;
@@ -326,7 +326,8 @@ TEST_F(ServerTest, BadInputsGetTheirCodeAndField) {
 
 TEST_F(ServerTest, FullQueueGetsResourceExhausted) {
   ServerProcess server;
-  StartOrDie(&server, *slow_dir_, {"--threads", "1", "--max-running", "1", "--max-queue", "0"});
+  ASSERT_NO_FATAL_FAILURE(StartOrDie(&server, *slow_dir_,
+                                     {"--threads", "1", "--max-running", "1", "--max-queue", "0"}));
   auto stub = server.Stub();
   grpc::ClientContext ctx;
   auto reader = stub->Generate(&ctx, TokenRequest({1, 2, 3}, 3000));
@@ -391,7 +392,7 @@ TEST_F(ServerTest, HealthFlipsWhileLoadingAndWhenTheEngineStops) {
 
 TEST_F(ServerTest, SigtermDrainsRunningStreams) {
   ServerProcess server;
-  StartOrDie(&server, *slow_dir_, {"--threads", "1"});
+  ASSERT_NO_FATAL_FAILURE(StartOrDie(&server, *slow_dir_, {"--threads", "1"}));
   auto stub = server.Stub();
   const int n = 150;
   grpc::ClientContext ctx;
@@ -421,7 +422,8 @@ TEST_F(ServerTest, SigtermDrainsRunningStreams) {
 
 TEST_F(ServerTest, DrainTimeoutCancelsWhatIsLeftAndExitsZero) {
   ServerProcess server;
-  StartOrDie(&server, *slow_dir_, {"--threads", "1", "--drain-timeout", "0.5"});
+  ASSERT_NO_FATAL_FAILURE(
+      StartOrDie(&server, *slow_dir_, {"--threads", "1", "--drain-timeout", "0.5"}));
   auto stub = server.Stub();
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));

@@ -2,15 +2,15 @@
 #include "tests/server/server_process.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
-#include <signal.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstring>
+#include <chrono>
+#include <regex>
 #include <sstream>
+#include <thread>
 
 #include "tests/testutil.h"
 
@@ -19,87 +19,41 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The value after `key` on a line of `text`, up to the line's end.
-std::optional<std::string> AfterKey(const std::string& text, const std::string& key) {
-  size_t p = text.find(key);
-  if (p == std::string::npos) return std::nullopt;
-  p += key.size();
-  const size_t e = text.find('\n', p);
-  if (e == std::string::npos) return std::nullopt;
-  return text.substr(p, e - p);
-}
-
 }  // namespace
-
-ServerProcess::~ServerProcess() {
-  if (pid_ > 0) {
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-  }
-  if (reader_.joinable()) reader_.join();
-}
 
 bool ServerProcess::Start(const std::string& model_dir, const std::vector<std::string>& extra,
                           int timeout_s) {
-  int fds[2];
-  if (pipe(fds) != 0) return false;
   std::vector<std::string> argv = {MorserveBinary(), "serve", "--model", model_dir, "--port", "0",
                                    "--metrics-port", "0"};
   argv.insert(argv.end(), extra.begin(), extra.end());
-  pid_ = fork();
-  if (pid_ == 0) {
-    dup2(fds[1], STDOUT_FILENO);
-    dup2(fds[1], STDERR_FILENO);
-    close(fds[0]);
-    close(fds[1]);
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  close(fds[1]);
-  reader_ = std::thread([this, fd = fds[0]] { ReadLoop(fd); });
-  if (!WaitForLine("metrics on ", timeout_s)) return false;
-  const std::string out = output();
-  auto addr = AfterKey(out, "listening on ");
-  auto metrics = AfterKey(out, "metrics on ");
-  if (!addr || !metrics) return false;
-  address_ = *addr;
-  metrics_port_ = std::stoi(metrics->substr(metrics->rfind(':') + 1));
+  if (!child_.Start(argv)) return false;
+  // "listening on ADDRESS" comes first, then "metrics on HOST:PORT".
+  const auto address = child_.WaitForLine(std::regex("^listening on (\\S+)$"), timeout_s);
+  if (!address) return false;
+  const auto metrics = child_.WaitForLine(std::regex("^metrics on \\S+:([0-9]+)$"), timeout_s);
+  if (!metrics) return false;
+  address_ = (*address)[1];
+  metrics_port_ = std::stoi((*metrics)[1]);
   channel_ = grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
   return true;
 }
 
-void ServerProcess::ReadLoop(int fd) {
-  char buf[4096];
-  for (;;) {
-    const ssize_t n = read(fd, buf, sizeof buf);
-    if (n <= 0) break;
-    std::lock_guard<std::mutex> lock(mu_);
-    output_.append(buf, n);
-    cv_.notify_all();
-  }
-  close(fd);
-  std::lock_guard<std::mutex> lock(mu_);
-  eof_ = true;
-  cv_.notify_all();
-}
-
 bool ServerProcess::WaitForLine(const std::string& text, int timeout_s) {
-  std::unique_lock<std::mutex> lock(mu_);
-  return cv_.wait_for(lock, std::chrono::seconds(timeout_s), [&] {
-    const size_t p = output_.find(text);
-    return (p != std::string::npos && output_.find('\n', p) != std::string::npos) || eof_;
-  }) && output_.find(text) != std::string::npos;
+  return child_
+      .WaitForLine([&](const std::string& line) { return line.find(text) != std::string::npos; },
+                   timeout_s)
+      .has_value();
 }
 
-std::string ServerProcess::output() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return output_;
+std::unique_ptr<v1::Morserve::Stub> ServerProcess::Stub() const {
+  if (channel_ != nullptr) return v1::Morserve::NewStub(channel_);
+  ADD_FAILURE() << "ServerProcess::Stub() on a server that did not start";
+  return v1::Morserve::NewStub(grpc::CreateChannel("unix:/nonexistent/morserve-not-started",
+                                                   grpc::InsecureChannelCredentials()));
 }
 
 std::optional<grpc::health::v1::HealthCheckResponse::ServingStatus> ServerProcess::Health() {
+  if (channel_ == nullptr) return std::nullopt;
   auto stub = grpc::health::v1::Health::NewStub(channel_);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
@@ -118,30 +72,6 @@ bool ServerProcess::WaitHealth(bool serving, int timeout_s) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return false;
-}
-
-void ServerProcess::Signal(int sig) {
-  if (pid_ > 0) kill(pid_, sig);
-}
-
-int ServerProcess::Terminate(int timeout_s) {
-  if (pid_ <= 0) return -1;
-  kill(pid_, SIGTERM);
-  const auto end = Clock::now() + std::chrono::seconds(timeout_s);
-  int status = 0;
-  while (Clock::now() < end) {
-    const pid_t r = waitpid(pid_, &status, WNOHANG);
-    if (r == pid_) {
-      pid_ = -1;
-      if (reader_.joinable()) reader_.join();
-      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  kill(pid_, SIGKILL);
-  waitpid(pid_, nullptr, 0);
-  pid_ = -1;
-  return -1;
 }
 
 v1::GenerateRequest TokenRequest(const std::vector<int>& prompt, int max_tokens) {

@@ -1,31 +1,26 @@
 // The real `morserve serve` as a subprocess for end-to-end tests: started on 127.0.0.1 with
 // port 0 (the ports are read from its stdout), stopped with SIGTERM, killed if it outlives
-// the test. Plus small clients: gRPC stubs, a one-shot HTTP GET, a free-port finder.
+// the test (the process itself is a ChildProcess). Plus small clients: gRPC stubs, a
+// one-shot HTTP GET, a free-port finder.
 #pragma once
 
 #include <sys/types.h>
 
-#include <chrono>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
 
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "morserve/v1/morserve.grpc.pb.h"
+#include "tests/child_process.h"
 
 namespace morserve::testing {
 
 class ServerProcess {
  public:
-  ServerProcess() = default;
-  ~ServerProcess();  // SIGKILL if still running
-
   // Starts `morserve serve --model DIR --port 0 --metrics-port 0 EXTRA...` and waits for the
   // two port lines (false after `timeout_s`, with the output so far in output()).
   bool Start(const std::string& model_dir, const std::vector<std::string>& extra,
@@ -35,28 +30,29 @@ class ServerProcess {
   // Waits until a stdout line contains `text`.
   bool WaitForLine(const std::string& text, int timeout_s = 30);
   // SIGTERM, then waits for the exit (-1 on timeout, after which it is killed).
-  int Terminate(int timeout_s = 60);
-  void Signal(int sig);
+  int Terminate(int timeout_s = 60) { return child_.Terminate(timeout_s); }
+  void Signal(int sig) { child_.Signal(sig); }
   std::optional<grpc::health::v1::HealthCheckResponse::ServingStatus> Health();
 
-  pid_t pid() const { return pid_; }  // -1 once it exited
+  pid_t pid() const { return child_.pid(); }
+  bool started() const { return channel_ != nullptr; }  // Start() succeeded
   const std::string& address() const { return address_; }
   int metrics_port() const { return metrics_port_; }
   std::shared_ptr<grpc::Channel> channel() const { return channel_; }
-  std::unique_ptr<v1::Morserve::Stub> Stub() const { return v1::Morserve::NewStub(channel_); }
-  std::string output();
+  // A stub on the server's channel; on a server that did not start, a test failure and a
+  // stub whose calls fail with UNAVAILABLE (never a null channel).
+  std::unique_ptr<v1::Morserve::Stub> Stub() const;
+  // Everything it wrote so far (after why it could not start, when it could not).
+  std::string output() { return StartError() + child_.output(); }
 
  private:
-  void ReadLoop(int fd);
-  pid_t pid_ = -1;
+  std::string StartError() const {
+    return child_.error().empty() ? "" : "cannot start: " + child_.error() + "\n";
+  }
+  ChildProcess child_;
   std::string address_;
   int metrics_port_ = 0;
   std::shared_ptr<grpc::Channel> channel_;
-  std::thread reader_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::string output_;
-  bool eof_ = false;
 };
 
 // Result of one Generate call read to the end.

@@ -3,17 +3,15 @@
 // cannot bind port 0, so the test picks a free port for it. Also checks the exposition
 // itself (every metric family the issue names is present).
 #include <gtest/gtest.h>
-
-#include <chrono>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cctype>
+#include <chrono>
 #include <cstdlib>
 #include <thread>
 
 #include "nlohmann/json.hpp"
+#include "tests/child_process.h"
 #include "tests/engine_harness.h"
 #include "tests/server/server_process.h"
 
@@ -26,39 +24,6 @@ std::string FindPrometheus() {
   }
   return "";
 }
-
-// A child process with its own output file, killed at the end.
-class Child {
- public:
-  explicit Child(const std::vector<std::string>& argv, const std::string& log) {
-    pid_ = fork();
-    if (pid_ == 0) {
-      FILE* f = std::fopen(log.c_str(), "w");
-      if (f) {
-        dup2(fileno(f), STDOUT_FILENO);
-        dup2(fileno(f), STDERR_FILENO);
-      }
-      std::vector<char*> args;
-      for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
-      execv(args[0], args.data());
-      _exit(127);
-    }
-  }
-  ~Child() {
-    if (pid_ > 0) {
-      kill(pid_, SIGTERM);
-      for (int i = 0; i < 100 && waitpid(pid_, nullptr, WNOHANG) == 0; ++i) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      }
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-
- private:
-  pid_t pid_ = -1;
-};
 
 // Runs an instant PromQL query; the scalar value of the first result, if any.
 std::optional<double> Query(int port, const std::string& promql) {
@@ -128,20 +93,22 @@ TEST(ServerPrometheusTest, PrometheusScrapesTheCountsTheClientSaw) {
   WriteFile(config, "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
                     "scrape_configs:\n  - job_name: morserve\n    static_configs:\n"
                     "      - targets: ['127.0.0.1:" + std::to_string(server.metrics_port()) + "']\n");
-  Child prom({prometheus, "--config.file=" + config, "--storage.tsdb.path=" + dir.File("tsdb"),
-              "--web.listen-address=127.0.0.1:" + std::to_string(prom_port)},
-             dir.File("prometheus.log"));
+  ChildProcess prom;
+  ASSERT_TRUE(prom.Start({prometheus, "--config.file=" + config,
+                          "--storage.tsdb.path=" + dir.File("tsdb"),
+                          "--web.listen-address=127.0.0.1:" + std::to_string(prom_port)}))
+      << prom.error();
 
   // Wait for a scrape that saw every request (Prometheus needs a few seconds to start).
   std::optional<double> generated, finished, prompt, up, loops;
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(90);
-  while (std::chrono::steady_clock::now() < end) {
+  while (std::chrono::steady_clock::now() < end && prom.Running()) {
     up = Query(prom_port, "up{job=\"morserve\"}");
     generated = Query(prom_port, "morserve_generation_tokens_total");
     if (up == 1.0 && generated == tokens) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
-  ASSERT_EQ(up, 1.0) << ReadFile(dir.File("prometheus.log"));
+  ASSERT_EQ(up, 1.0) << prom.output();
   EXPECT_EQ(generated, tokens);
   finished = Query(prom_port, "sum(morserve_requests_finished_total{reason=\"length\"})");
   EXPECT_EQ(finished, kRequests);

@@ -12,84 +12,20 @@
 namespace morserve {
 namespace {
 
+using testing::FamilyCase;
 using testing::Greedy;
+using testing::MakeWorkload;
 using testing::RunResult;
+using testing::Workload;
 using ::testing::HasSubstr;
 
 constexpr double kLogitTolerance = 1e-4;
-
-struct FamilyCase {
-  std::string name;
-  TinyModelSpec spec;
-};
 
 TinyModelSpec Spec(const std::string& family) {
   TinyModelSpec s;
   s.family = family;
   s.dtype = DType::kF32;
   return s;
-}
-
-std::vector<FamilyCase> Families() {
-  std::vector<FamilyCase> v;
-  for (const char* f : {"vanilla", "recursive-cycle", "recursive-sequence", "recursive-middle-cycle",
-                        "recursive-middle-sequence", "recursive-untied-attn", "mor-ec", "mor-tc"}) {
-    v.push_back({f, Spec(f)});
-  }
-  TinyModelSpec ec_mlp = Spec("mor-ec");
-  ec_mlp.router = "mlp";
-  ec_mlp.activation = "tanh";
-  v.push_back({"mor-ec-mlp-tanh", ec_mlp});
-  TinyModelSpec ec_cycle = Spec("mor-ec");
-  ec_cycle.sharing = "cycle";
-  ec_cycle.aux_router = true;
-  ec_cycle.gating = "additive";
-  v.push_back({"mor-ec-cycle-aux-additive", ec_cycle});
-  TinyModelSpec ec_shared = Spec("mor-ec");
-  ec_shared.kv = "shared";
-  v.push_back({"mor-ec-kv-shared", ec_shared});
-  TinyModelSpec ec_low = Spec("mor-ec");
-  ec_low.capacity = {0.5f, 0.5f, 0.5f};  // loop 0 decided by the router too: some run 0 loops
-  v.push_back({"mor-ec-router-loop0", ec_low});
-  TinyModelSpec tc_shared = Spec("mor-tc");
-  tc_shared.kv = "shared";
-  tc_shared.router_bias = 0.3f;
-  v.push_back({"mor-tc-kv-shared", tc_shared});
-  v.push_back({"relaxed-lora", Spec("relaxed-lora")});
-  TinyModelSpec early = Spec("early-exit");
-  early.exit_kv = "skip";
-  early.exit_threshold = 0.2f;  // tiny models are unsure: this bar gives exits after 1, 2 and 3 loops
-  v.push_back({"early-exit-skip", early});
-  early.exit_kv = "propagate";
-  v.push_back({"early-exit-propagate", early});
-  // K/V-only rows through per-loop attention copies and LoRA on k and v.
-  early.untied_attention = true;
-  early.lora_rank = 4;
-  early.lora_targets = {"q_proj", "k_proj", "v_proj"};
-  v.push_back({"early-exit-propagate-untied-lora", early});
-  v.push_back({"recurrent", Spec("recurrent")});
-  TinyModelSpec recurrent_mor = Spec("mor-ec");
-  recurrent_mor.layer_kind = "recurrent";
-  v.push_back({"recurrent-mor-ec", recurrent_mor});
-  TinyModelSpec cycle_shared = Spec("recursive-cycle");
-  cycle_shared.kv = "shared";
-  v.push_back({"recursive-cycle-kv-shared", cycle_shared});
-  return v;
-}
-
-struct Workload {
-  std::vector<GenerateRequest> requests;
-  std::vector<int> arrivals;
-};
-
-Workload MakeWorkload(int vocab, int count = 16) {
-  Workload w;
-  auto prompts = testing::MakePrompts(count, 1, 24, vocab, 7);
-  for (int i = 0; i < count; ++i) {
-    w.requests.push_back(Greedy(prompts[i], 6 + i % 5));
-    w.arrivals.push_back((i * 3) % 11);
-  }
-  return w;
 }
 
 // Checks engine results against the reference, request by request.
@@ -164,12 +100,9 @@ TEST_P(EngineFamilyTest, ForcedPreemptionChangesNothing) {
   EXPECT_EQ((*engine)->kv_pool().num_free(), cfg.num_kv_blocks);
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, EngineFamilyTest, ::testing::ValuesIn(Families()),
-                         [](const auto& info) {
-                           std::string n = info.param.name;
-                           for (char& c : n) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(Families, EngineFamilyTest,
+                         ::testing::ValuesIn(testing::EngineFamilies(Spec)),
+                         testing::FamilyCaseName);
 
 EngineConfig SmallConfig() {
   EngineConfig cfg;
@@ -230,11 +163,7 @@ TEST_P(BatchInvarianceTest, AloneEqualsMixed) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, BatchInvarianceTest, ::testing::ValuesIn(BatchInvarianceFamilies()),
-                         [](const auto& info) {
-                           std::string n = info.param.name;
-                           for (char& c : n) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-                           return n;
-                         });
+                         testing::FamilyCaseName);
 
 // Recursion-wise caching: each (loop, layer) slot holds exactly the tokens that reached it.
 TEST(EngineTest, RecursionWiseSlotsHoldOnlyTokensThatReachedThem) {
