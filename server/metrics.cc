@@ -152,6 +152,15 @@ void ServerMetrics::Register(int loops) {
                              LatencyBuckets());
   tokens_per_step_ = histogram("morserve_tokens_per_step", "Tokens sampled per engine step.",
                                CountBuckets());
+  auto& phases = prometheus::BuildCounter()
+                    .Name("morserve_engine_step_phase_seconds_total")
+                    .Help("Wall seconds of the engine's steps by phase: schedule, enter (layers "
+                          "before the loop), pass (shared block), tail (layers after it, "
+                          "lm_head), sample (sampling, events).")
+                    .Register(r);
+  for (const char* phase : {"schedule", "enter", "pass", "tail", "sample"}) {
+    step_phase_seconds_.push_back(&phases.Add({{"phase", phase}}));
+  }
   Histogram::BucketBoundaries loop_buckets;
   for (int l = 0; l <= loops; ++l) loop_buckets.push_back(l);
   loops_per_token_ = histogram("morserve_loops_per_token",
@@ -197,6 +206,11 @@ void ServerMetrics::OnStep(const StepReport& s) {
   }
   step_duration_->Observe(s.duration_seconds);
   tokens_per_step_->Observe(s.tokens_generated);
+  const StepPhaseSeconds& p = s.phases;
+  const double by_phase[] = {p.schedule, p.enter, p.pass, p.tail, p.sample};
+  for (size_t i = 0; i < step_phase_seconds_.size(); ++i) {
+    if (by_phase[i] > 0) step_phase_seconds_[i]->Increment(by_phase[i]);
+  }
 }
 
 void ServerMetrics::OnRejected(RejectReason reason) {

@@ -80,6 +80,7 @@ class ServerMetrics : public EngineObserver {
   prometheus::Histogram* fill_ratio_ = nullptr;
   prometheus::Histogram* step_duration_ = nullptr;
   prometheus::Histogram* tokens_per_step_ = nullptr;
+  std::vector<prometheus::Counter*> step_phase_seconds_;  // schedule, enter, pass, tail, sample
   prometheus::Histogram* loops_per_token_ = nullptr;
 };
 

@@ -1,4 +1,4 @@
-// Fixed thread pool with static chunking (see thread_pool.h).
+// Fixed thread pool; pieces claimed by whichever thread is free (see thread_pool.h).
 //
 // The OpenMP entry points are looked up with dlsym instead of linking libgomp: oneDNN (built
 // with the OpenMP runtime) already loads it, and the engine library does not link OpenMP.
@@ -56,7 +56,7 @@ int ThreadPool::DefaultThreadCount() {
 ThreadPool::ThreadPool(int num_threads)
     : num_threads_(num_threads > 0 ? num_threads : DefaultThreadCount()) {
   workers_.reserve(num_threads_ - 1);
-  for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
+  for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this] { WorkerLoop(); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -68,26 +68,37 @@ ThreadPool::~ThreadPool() {
   for (std::thread& t : workers_) t.join();
 }
 
-void ThreadPool::RunChunk(int index) {
-  const int64_t begin = index * chunk_;
-  const int64_t end = std::min(n_, begin + chunk_);
-  if (begin < end) (*fn_)(begin, end);
+void ThreadPool::RunPieces(const RangeFn& fn, int64_t n, int64_t piece) {
+  for (;;) {
+    const int64_t begin = next_piece_.fetch_add(1, std::memory_order_relaxed) * piece;
+    if (begin >= n) return;
+    fn(begin, std::min(n, begin + piece));
+  }
 }
 
-void ThreadPool::WorkerLoop(int index) {
+// A worker joins a call only while it is open; one that wakes after the caller closed it
+// (the caller ran every piece itself) goes back to sleep without touching it.
+void ThreadPool::WorkerLoop() {
   if (Omp().set != nullptr) Omp().set(1);
   tls_in_task = true;
   uint64_t seen = 0;
   while (true) {
+    const RangeFn* fn;
+    int64_t n, piece;
     {
       std::unique_lock<std::mutex> lock(mu_);
       work_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
       if (stop_) return;
       seen = generation_;
+      if (!open_) continue;
+      ++inside_;
+      fn = fn_;
+      n = n_;
+      piece = piece_;
     }
-    RunChunk(index);
+    RunPieces(*fn, n, piece);
     std::lock_guard<std::mutex> lock(mu_);
-    if (--pending_ == 0) done_cv_.notify_one();
+    if (--inside_ == 0) done_cv_.notify_one();
   }
 }
 
@@ -99,20 +110,24 @@ void ThreadPool::ParallelFor(int64_t n, const RangeFn& fn) {
     return;
   }
   std::lock_guard<std::mutex> call_lock(call_mu_);
+  const int64_t pieces = std::min<int64_t>(n, static_cast<int64_t>(kPiecesPerThread) * num_threads_);
+  const int64_t piece = (n + pieces - 1) / pieces;
   {
     std::lock_guard<std::mutex> lock(mu_);
     fn_ = &fn;
     n_ = n;
-    chunk_ = (n + num_threads_ - 1) / num_threads_;
-    pending_ = num_threads_ - 1;
+    piece_ = piece;
+    next_piece_.store(0, std::memory_order_relaxed);
+    open_ = true;
     ++generation_;
   }
   work_cv_.notify_all();
   tls_in_task = true;
-  RunChunk(0);
+  RunPieces(fn, n, piece);
   tls_in_task = false;
   std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(lock, [&] { return pending_ == 0; });
+  open_ = false;  // every piece is claimed: late workers stay out
+  done_cv_.wait(lock, [&] { return inside_ == 0; });
   fn_ = nullptr;
 }
 

@@ -197,7 +197,7 @@ void Engine::NoteAdmitted(const std::vector<EnteringToken>& entering) {
   }
 }
 
-void Engine::ReportStep(double start, const EngineStats& before) {
+void Engine::ReportStep(double start, const EngineStats& before, const StepPhaseSeconds& phases) {
   EngineStats after = stats();
   StepReport r;
   r.duration_seconds = NowSeconds() - start;
@@ -219,12 +219,20 @@ void Engine::ReportStep(double start, const EngineStats& before) {
   r.waiting = after.waiting;
   r.kv_blocks_used = after.kv_blocks_used;
   r.kv_blocks_total = after.kv_blocks_total;
+  r.phases = phases;
   observer_->OnStep(r);
 }
 
 bool Engine::Step() {
-  const double start = observer_ ? NowSeconds() : 0;
+  const double start = NowSeconds();
   const EngineStats before = observer_ ? stats() : EngineStats{};
+  StepPhaseSeconds t;
+  double mark = start;
+  auto lap = [&mark](double* phase) {
+    const double now = NowSeconds();
+    *phase += now - mark;
+    mark = now;
+  };
   DrainIncoming();
   std::vector<EnteringToken> entering = scheduler_->ScheduleEntering();
   NoteAdmitted(entering);
@@ -232,31 +240,51 @@ bool Engine::Step() {
   if (entering.empty() && scheduler_->loop_rows().empty() && !scheduler_->HasPendingTail()) {
     if (dropped > 0) {  // cancellations freed blocks: let stats and metrics see it
       UpdateGauges();
-      if (observer_) ReportStep(start, before);
+      if (observer_) ReportStep(start, before, {});
     }
     return !scheduler_->idle();
   }
+  lap(&t.schedule);
   std::vector<Row> rows = executor_->Enter(entering);
+  lap(&t.enter);
   scheduler_->AddRows(std::move(rows));
   do {
     if (scheduler_->loop_rows().empty()) break;
     scheduler_->ReservePass();
     ReportDropped();
+    lap(&t.schedule);
     const size_t ran = scheduler_->loop_rows().size();
     executor_->BlockPass(&scheduler_->loop_rows());
+    lap(&t.pass);
     RecordPass(scheduler_->loop_rows(), ran);
     scheduler_->CollectExits();
   } while (config_.mode == BatchingMode::kSequenceWise);
   std::vector<Row> tail = scheduler_->TakeTailRows();
+  lap(&t.schedule);
   executor_->Tail(&tail);
+  lap(&t.tail);
   Complete(&tail);
+  lap(&t.sample);
   {
     std::lock_guard<std::mutex> lock(stats_mu_);
     ++stats_.steps;
   }
   UpdateGauges();
-  if (observer_) ReportStep(start, before);
+  if (observer_) ReportStep(start, before, t);
+  lap(&t.report);
+  AddPhases(t);
   return true;
+}
+
+void Engine::AddPhases(const StepPhaseSeconds& t) {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  StepPhaseSeconds& p = stats_.phases;
+  p.schedule += t.schedule;
+  p.enter += t.enter;
+  p.pass += t.pass;
+  p.tail += t.tail;
+  p.sample += t.sample;
+  p.report += t.report;
 }
 
 void Engine::UpdateGauges() {

@@ -35,6 +35,7 @@ struct EngineStats {
   RunnerCounters layer_rows;            // layer rows the runner computed: full and K/V-only
   int kv_blocks_used = 0, kv_blocks_total = 0, max_kv_blocks_used = 0;
   int running = 0, waiting = 0;
+  StepPhaseSeconds phases;
   double fill_ratio() const {
     return pass_row_capacity ? static_cast<double>(pass_rows) / pass_row_capacity : 0.0;
   }
@@ -86,7 +87,8 @@ class Engine {
   void Complete(std::vector<Row>* tail);
   bool Emit(Sequence* seq, const Row& row);
   void NoteAdmitted(const std::vector<EnteringToken>& entering);
-  void ReportStep(double start, const EngineStats& before);
+  void ReportStep(double start, const EngineStats& before, const StepPhaseSeconds& phases);
+  void AddPhases(const StepPhaseSeconds& t);
 
   std::shared_ptr<const ModelWeights> weights_;
   EngineConfig config_;

@@ -10,6 +10,17 @@
 
 namespace morserve {
 
+// Wall seconds the engine thread spent in each part of its steps (the benchmark reports
+// them to show where a batching mode spends its time).
+struct StepPhaseSeconds {
+  double schedule = 0;  // scheduler: drain, admission, KV reservation, exits, tail order
+  double enter = 0;     // embedding, layers before the loop, entry routing
+  double pass = 0;      // passes of the shared block, with the routing after each
+  double tail = 0;      // layers after the loop, final norm, lm_head
+  double sample = 0;    // sampling and pushing events to the requests' channels
+  double report = 0;    // gauges and the observer (metrics)
+};
+
 // One step's work (deltas, not totals) and the state after it.
 struct StepReport {
   double duration_seconds = 0;
@@ -23,6 +34,7 @@ struct StepReport {
   int preemptions = 0;
   int running = 0, waiting = 0;
   int kv_blocks_used = 0, kv_blocks_total = 0;
+  StepPhaseSeconds phases;  // `report` stays 0: the observer runs during it
 };
 
 class EngineObserver {

@@ -6,6 +6,8 @@
 // exits per loop, layer rows by kind (full, K/V-only), KV blocks, preemptions; prints a table with
 // side-by-side ratios and writes everything as JSON. With --repeats N the modes alternate N times
 // and each keeps its fastest run (the machine this runs on is often shared).
+#include <time.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -65,7 +67,22 @@ void RunRequests(Engine* engine, const std::vector<int>& prompt, const std::vect
   engine->RunUntilIdle();
 }
 
-json StatsDelta(const EngineStats& a, const EngineStats& b, double seconds, int batch) {
+// CPU seconds of every thread of this process (a shared machine slows the wall clock more
+// than the work: CPU per token is the steadier figure).
+double ProcessCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
+}
+
+json PhasesDelta(const StepPhaseSeconds& a, const StepPhaseSeconds& b) {
+  return {{"schedule", b.schedule - a.schedule}, {"enter", b.enter - a.enter},
+          {"pass", b.pass - a.pass},             {"tail", b.tail - a.tail},
+          {"sample", b.sample - a.sample},       {"report", b.report - a.report}};
+}
+
+json StatsDelta(const EngineStats& a, const EngineStats& b, double seconds, double cpu_seconds,
+                int batch) {
   auto diff = [](const std::vector<int64_t>& x, const std::vector<int64_t>& y) {
     std::vector<int64_t> d(y.size());
     for (size_t i = 0; i < y.size(); ++i) d[i] = y[i] - (i < x.size() ? x[i] : 0);
@@ -77,6 +94,9 @@ json StatsDelta(const EngineStats& a, const EngineStats& b, double seconds, int 
   return {{"seconds", seconds},
           {"tokens_generated", tokens},
           {"tokens_per_s", tokens / seconds},
+          {"cpu_seconds", cpu_seconds},
+          {"cpu_us_per_token", tokens ? 1e6 * cpu_seconds / tokens : 0.0},
+          {"step_phase_seconds", PhasesDelta(a.phases, b.phases)},
           {"steps", b.steps - a.steps},
           {"shared_block_passes", b.passes - a.passes},
           {"shared_block_rows", rows},
@@ -159,9 +179,10 @@ absl::StatusOr<json> RunOnce(std::shared_ptr<const ModelWeights> weights, const 
   RunRequests(engine->get(), w.prompt, std::vector<int>(warmup, 16));
   const EngineStats before = (*engine)->stats();
   const auto t0 = std::chrono::steady_clock::now();
+  const double cpu0 = ProcessCpuSeconds();
   RunRequests(engine->get(), w.prompt, w.output_lengths);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return StatsDelta(before, (*engine)->stats(), secs, cfg.max_batch_rows);
+  return StatsDelta(before, (*engine)->stats(), secs, ProcessCpuSeconds() - cpu0, cfg.max_batch_rows);
 }
 
 int Fail(const std::string& msg) {

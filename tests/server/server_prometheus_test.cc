@@ -82,11 +82,25 @@ TEST(ServerPrometheusTest, PrometheusScrapesTheCountsTheClientSaw) {
         "morserve_generation_tokens_total", "morserve_requests_finished_total",
         "morserve_preemptions_total", "morserve_requests_rejected_total",
         "morserve_rows_per_loop_total", "morserve_exits_per_loop_total", "morserve_batch_fill_ratio",
-        "morserve_step_duration_seconds", "morserve_tokens_per_step", "morserve_loops_per_token"}) {
+        "morserve_step_duration_seconds", "morserve_tokens_per_step", "morserve_loops_per_token",
+        "morserve_engine_step_phase_seconds_total"}) {
     EXPECT_NE(text->find(std::string("# TYPE ") + family + " "), std::string::npos) << family;
   }
   EXPECT_EQ(ScrapeValue(*text, "morserve_generation_tokens_total"), tokens);
   EXPECT_EQ(ScrapeValue(*text, "morserve_time_to_first_token_seconds_count"), kRequests);
+  // The steps' phases: every phase that ran model work took time, and together they fit
+  // inside the steps' wall time.
+  double phase_sum = 0;
+  for (const char* phase : {"schedule", "enter", "pass", "tail", "sample"}) {
+    const std::optional<double> v = ScrapeValue(
+        *text, std::string("morserve_engine_step_phase_seconds_total{phase=\"") + phase + "\"}");
+    ASSERT_TRUE(v.has_value()) << phase;
+    EXPECT_GT(*v, 0.0) << phase;
+    phase_sum += *v;
+  }
+  const std::optional<double> step_sum = ScrapeValue(*text, "morserve_step_duration_seconds_sum");
+  ASSERT_TRUE(step_sum.has_value());
+  EXPECT_LE(phase_sum, *step_sum * (1 + 1e-9));
 
   const int prom_port = FreePort();
   const std::string config = dir.File("prometheus.yml");

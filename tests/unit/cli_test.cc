@@ -66,7 +66,7 @@ TEST(CliTest, GenerateRejectsBadInput) {
 }
 
 // The benchmark's counts add up: every requested token is generated, rows per loop sum to
-// the shared-block rows, and each depth-wise run has its sequence-wise twin in the ratios.
+// the shared-block rows, step phases fit in the run's time, and each depth-wise run has its sequence-wise twin in the ratios.
 TEST(CliTest, BenchWritesConsistentJson) {
   testing::TempDir dir;
   const std::string mor = MakeModelDir(dir, "mor-ec");
@@ -85,6 +85,19 @@ TEST(CliTest, BenchWritesConsistentJson) {
     EXPECT_EQ(s["tokens_generated"], expected_tokens) << "same workload in every run";
     int64_t loop_rows = 0;
     for (int64_t v : s["rows_per_loop"]) loop_rows += v;
+    // Step phases: model work took time in each, and all of them fit in the run's wall time;
+    // the process's CPU time per token is reported with it.
+    double phases = 0;
+    for (const char* p : {"schedule", "enter", "pass", "tail", "sample", "report"}) {
+      ASSERT_TRUE(s["step_phase_seconds"].contains(p)) << p;
+      phases += s["step_phase_seconds"][p].get<double>();
+    }
+    for (const char* p : {"enter", "tail", "sample"}) EXPECT_GT(s["step_phase_seconds"][p].get<double>(), 0.0) << p;
+    if (run["model"]["routing"] == "expert_choice") EXPECT_GT(s["step_phase_seconds"]["pass"].get<double>(), 0.0);
+    EXPECT_LE(phases, s["seconds"].get<double>());
+    EXPECT_GT(s["cpu_seconds"].get<double>(), 0.0);
+    EXPECT_NEAR(s["cpu_us_per_token"].get<double>(),
+                1e6 * s["cpu_seconds"].get<double>() / s["tokens_generated"].get<double>(), 1e-6);
     if (run["model"]["routing"] == "expert_choice") {
       EXPECT_EQ(loop_rows, s["shared_block_rows"].get<int64_t>());
       EXPECT_GT(s["batch_fill_ratio"].get<double>(), 0.0);
