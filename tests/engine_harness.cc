@@ -2,6 +2,7 @@
 #include "tests/engine_harness.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <random>
 
@@ -24,6 +25,66 @@ std::shared_ptr<const ModelWeights> MakeModel(const TinyModelSpec& spec, TempDir
   return *w;
 }
 
+TinyModelSpec F32Spec(const std::string& family) {
+  TinyModelSpec s;
+  s.family = family;
+  s.dtype = DType::kF32;
+  return s;
+}
+
+std::vector<FamilyCase> EngineFamilies() {
+  std::vector<FamilyCase> v;
+  for (const char* f : {"vanilla", "recursive-cycle", "recursive-sequence", "recursive-middle-cycle",
+                        "recursive-middle-sequence", "recursive-untied-attn", "mor-ec", "mor-tc"}) {
+    v.push_back({f, F32Spec(f)});
+  }
+  TinyModelSpec ec_mlp = F32Spec("mor-ec");
+  ec_mlp.router = "mlp";
+  ec_mlp.activation = "tanh";
+  v.push_back({"mor-ec-mlp-tanh", ec_mlp});
+  TinyModelSpec ec_cycle = F32Spec("mor-ec");
+  ec_cycle.sharing = "cycle";
+  ec_cycle.aux_router = true;
+  ec_cycle.gating = "additive";
+  v.push_back({"mor-ec-cycle-aux-additive", ec_cycle});
+  TinyModelSpec ec_shared = F32Spec("mor-ec");
+  ec_shared.kv = "shared";
+  v.push_back({"mor-ec-kv-shared", ec_shared});
+  TinyModelSpec ec_low = F32Spec("mor-ec");
+  ec_low.capacity = {0.5f, 0.5f, 0.5f};  // loop 0 decided by the router too: some run 0 loops
+  v.push_back({"mor-ec-router-loop0", ec_low});
+  TinyModelSpec tc_shared = F32Spec("mor-tc");
+  tc_shared.kv = "shared";
+  tc_shared.router_bias = 0.3f;
+  v.push_back({"mor-tc-kv-shared", tc_shared});
+  v.push_back({"relaxed-lora", F32Spec("relaxed-lora")});
+  TinyModelSpec early = F32Spec("early-exit");
+  early.exit_kv = "skip";
+  early.exit_threshold = 0.2f;  // tiny models are unsure: this bar gives exits after 1, 2 and 3 loops
+  v.push_back({"early-exit-skip", early});
+  early.exit_kv = "propagate";
+  v.push_back({"early-exit-propagate", early});
+  // K/V-only rows through per-loop attention copies and LoRA on k and v.
+  early.untied_attention = true;
+  early.lora_rank = 4;
+  early.lora_targets = {"q_proj", "k_proj", "v_proj"};
+  v.push_back({"early-exit-propagate-untied-lora", early});
+  v.push_back({"recurrent", F32Spec("recurrent")});
+  TinyModelSpec recurrent_mor = F32Spec("mor-ec");
+  recurrent_mor.layer_kind = "recurrent";
+  v.push_back({"recurrent-mor-ec", recurrent_mor});
+  TinyModelSpec cycle_shared = F32Spec("recursive-cycle");
+  cycle_shared.kv = "shared";
+  v.push_back({"recursive-cycle-kv-shared", cycle_shared});
+  return v;
+}
+
+std::string CaseName(const FamilyCase& c) {
+  std::string n = c.name;
+  for (char& ch : n) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+  return n;
+}
+
 std::vector<std::vector<int>> MakePrompts(int count, int min_len, int max_len, int vocab,
                                           uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -44,6 +105,10 @@ RunResult Collect(EventChannel* channel) {
       r.tokens.push_back(t.token);
       r.logits.push_back(std::move(t.logits));
       r.loops.push_back(t.loops);
+    }
+    if (e.prompt_logprobs) {
+      r.prompt_logprobs = std::move(e.prompt_logprobs);
+      ++r.prompt_logprob_events;
     }
     if (e.final()) {
       r.finish = e.finish;

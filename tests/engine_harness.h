@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,7 +27,23 @@ struct RunResult {
   std::vector<int> loops;
   FinishReason finish = FinishReason::kNone;
   Usage usage;
+  std::optional<std::vector<PromptTokenLogprob>> prompt_logprobs;  // as the events carried them
+  int prompt_logprob_events = 0;  // events that carried prompt logprobs (must be one)
 };
+
+// A tiny-model variant the engine serves, named for test output.
+struct FamilyCase {
+  std::string name;
+  TinyModelSpec spec;
+};
+
+// An fp32 tiny model of `family` (mkmodel's defaults otherwise).
+TinyModelSpec F32Spec(const std::string& family);
+// Every family and variant the engine covers: sharing strategies, KV modes, both MoR
+// routings with their router options, LoRA, early exit (skip, propagate), recurrent layers.
+std::vector<FamilyCase> EngineFamilies();
+// gtest parameter name of a case (alphanumerics and '_').
+std::string CaseName(const FamilyCase& c);
 
 // Submits requests[i] at step arrival_step[i] (driving Engine::Step), runs until all finish.
 std::vector<RunResult> RunStaggered(Engine* engine, const std::vector<GenerateRequest>& requests,

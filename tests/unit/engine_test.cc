@@ -18,64 +18,11 @@ using ::testing::HasSubstr;
 
 constexpr double kLogitTolerance = 1e-4;
 
-struct FamilyCase {
-  std::string name;
-  TinyModelSpec spec;
-};
+using testing::FamilyCase;
 
-TinyModelSpec Spec(const std::string& family) {
-  TinyModelSpec s;
-  s.family = family;
-  s.dtype = DType::kF32;
-  return s;
-}
+TinyModelSpec Spec(const std::string& family) { return testing::F32Spec(family); }
 
-std::vector<FamilyCase> Families() {
-  std::vector<FamilyCase> v;
-  for (const char* f : {"vanilla", "recursive-cycle", "recursive-sequence", "recursive-middle-cycle",
-                        "recursive-middle-sequence", "recursive-untied-attn", "mor-ec", "mor-tc"}) {
-    v.push_back({f, Spec(f)});
-  }
-  TinyModelSpec ec_mlp = Spec("mor-ec");
-  ec_mlp.router = "mlp";
-  ec_mlp.activation = "tanh";
-  v.push_back({"mor-ec-mlp-tanh", ec_mlp});
-  TinyModelSpec ec_cycle = Spec("mor-ec");
-  ec_cycle.sharing = "cycle";
-  ec_cycle.aux_router = true;
-  ec_cycle.gating = "additive";
-  v.push_back({"mor-ec-cycle-aux-additive", ec_cycle});
-  TinyModelSpec ec_shared = Spec("mor-ec");
-  ec_shared.kv = "shared";
-  v.push_back({"mor-ec-kv-shared", ec_shared});
-  TinyModelSpec ec_low = Spec("mor-ec");
-  ec_low.capacity = {0.5f, 0.5f, 0.5f};  // loop 0 decided by the router too: some run 0 loops
-  v.push_back({"mor-ec-router-loop0", ec_low});
-  TinyModelSpec tc_shared = Spec("mor-tc");
-  tc_shared.kv = "shared";
-  tc_shared.router_bias = 0.3f;
-  v.push_back({"mor-tc-kv-shared", tc_shared});
-  v.push_back({"relaxed-lora", Spec("relaxed-lora")});
-  TinyModelSpec early = Spec("early-exit");
-  early.exit_kv = "skip";
-  early.exit_threshold = 0.2f;  // tiny models are unsure: this bar gives exits after 1, 2 and 3 loops
-  v.push_back({"early-exit-skip", early});
-  early.exit_kv = "propagate";
-  v.push_back({"early-exit-propagate", early});
-  // K/V-only rows through per-loop attention copies and LoRA on k and v.
-  early.untied_attention = true;
-  early.lora_rank = 4;
-  early.lora_targets = {"q_proj", "k_proj", "v_proj"};
-  v.push_back({"early-exit-propagate-untied-lora", early});
-  v.push_back({"recurrent", Spec("recurrent")});
-  TinyModelSpec recurrent_mor = Spec("mor-ec");
-  recurrent_mor.layer_kind = "recurrent";
-  v.push_back({"recurrent-mor-ec", recurrent_mor});
-  TinyModelSpec cycle_shared = Spec("recursive-cycle");
-  cycle_shared.kv = "shared";
-  v.push_back({"recursive-cycle-kv-shared", cycle_shared});
-  return v;
-}
+std::vector<FamilyCase> Families() { return testing::EngineFamilies(); }
 
 struct Workload {
   std::vector<GenerateRequest> requests;
