@@ -299,11 +299,11 @@ google::protobuf::RepeatedPtrField<v1::Token> PromptEntries() {
   a->set_id(10);
   a->set_text("He");
   v1::Token* b = p.Add();
-  b->set_id(11);
+  b->set_id(31);  // above its alternative's id: key order is insertion order, not sorted
   b->set_text("llo");
   b->set_logprob(-2.5f);
   b->set_rank(3);
-  for (auto [id, text, lp] : {std::tuple{12, " x", -0.5f}, std::tuple{11, "llo", -2.5f}}) {
+  for (auto [id, text, lp] : {std::tuple{12, " x", -0.5f}, std::tuple{31, "llo", -2.5f}}) {
     v1::TopLogprob* t = b->add_top_logprobs();
     t->set_token_id(id);
     t->set_text(text);
@@ -331,12 +331,13 @@ TEST(OpenAiResponseTest, EchoLogprobsLeadWithThePromptAndNullFirst) {
   EXPECT_TRUE(lp["top_logprobs"][0].is_null());
   EXPECT_EQ(lp["top_logprobs"][1], json({{" x", -0.5}, {"llo", -2.5}}));  // logprobs 1: top 1 + itself
   EXPECT_EQ(lp["text_offset"], json({0, 2, 5}));
-  const json& plp = ch["prompt_logprobs"];
+  const nlohmann::ordered_json plp = nlohmann::ordered_json::parse(
+      RenderResponse(req, NewResponseHeader(Endpoint::kCompletions, "m"), {c}, {2, 1}))["choices"][0]["prompt_logprobs"];
   ASSERT_EQ(plp.size(), 2u);
   EXPECT_TRUE(plp[0].is_null());
-  EXPECT_EQ(plp[1]["11"], json({{"logprob", -2.5}, {"rank", 3}, {"decoded_token", "llo"}}));
-  EXPECT_EQ(plp[1]["12"], json({{"logprob", -0.5}, {"rank", 1}, {"decoded_token", " x"}}));
-  EXPECT_EQ(plp[1].begin().key(), "11") << "the prompt token leads its entry";
+  EXPECT_EQ(json(plp[1]["31"]), json({{"logprob", -2.5}, {"rank", 3}, {"decoded_token", "llo"}}));
+  EXPECT_EQ(json(plp[1]["12"]), json({{"logprob", -0.5}, {"rank", 1}, {"decoded_token", " x"}}));
+  EXPECT_EQ(plp[1].begin().key(), "31") << "the prompt token leads its entry";
 
   // Streaming: the prompt chunk carries the same entries; offsets continue in the deltas.
   ChunkWriter w(req, NewResponseHeader(Endpoint::kCompletions, "m"));
@@ -354,7 +355,7 @@ TEST(OpenAiResponseTest, EchoLogprobsLeadWithThePromptAndNullFirst) {
   const json d = json::parse(out.substr(cut + 2 + 6, out.size() - cut - 2 - 6 - 2));
   EXPECT_EQ(p["choices"][0]["text"], "Hello");
   EXPECT_EQ(p["choices"][0]["logprobs"]["token_logprobs"], json({nullptr, -2.5}));
-  EXPECT_EQ(p["choices"][0]["prompt_logprobs"], plp);
+  EXPECT_EQ(p["choices"][0]["prompt_logprobs"], json(plp));
   EXPECT_EQ(d["choices"][0]["logprobs"]["text_offset"], json({5}));
 }
 
