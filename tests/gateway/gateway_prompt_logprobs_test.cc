@@ -8,10 +8,12 @@
 // in its shape; bad values are 400s naming the field.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <thread>
 
 #include "engine/reference/reference_model.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -49,6 +51,12 @@ class GatewayPromptLogprobsTest : public ::testing::Test {
     ASSERT_TRUE(server_->Start(*model_dir_, {}) && server_->WaitHealth(true)) << server_->output();
     ASSERT_TRUE(gateway_->Start({"--backend", server_->address(), "--health-interval-ms", "200"}))
         << gateway_->output();
+    // Until its first health check the gateway knows no serving backend (503).
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (Curl("GET", gateway_->url() + "/health").status != 200) {
+      ASSERT_LT(std::chrono::steady_clock::now(), end) << "the gateway never saw the backend serving";
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
   }
   static void TearDownTestSuite() {
     if (gateway_ != nullptr) EXPECT_EQ(gateway_->Terminate(), 0) << gateway_->output();
