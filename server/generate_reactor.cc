@@ -50,6 +50,29 @@ void AppendToken(const TokenEvent& t, const Tokenizer* pieces, v1::GenerateRespo
   }
 }
 
+// The prompt's entries: the first token bare (rank 0: nothing predicts it), then one scored
+// entry per later token.
+void AppendPromptLogprobs(const std::vector<int>& prompt, const std::vector<PromptTokenLogprob>& scored,
+                          const Tokenizer* pieces, v1::GenerateResponse* out) {
+  if (prompt.empty()) return;
+  v1::Token* first = out->add_prompt_logprobs();
+  first->set_id(prompt[0]);
+  if (pieces != nullptr) first->set_text(pieces->Decode({prompt[0]}, false));
+  for (const PromptTokenLogprob& p : scored) {
+    v1::Token* tok = out->add_prompt_logprobs();
+    tok->set_id(p.token);
+    tok->set_logprob(p.logprob);
+    tok->set_rank(p.rank);
+    if (pieces != nullptr) tok->set_text(pieces->Decode({p.token}, false));
+    for (const TokenLogprob& lp : p.top_logprobs) {
+      v1::TopLogprob* top = tok->add_top_logprobs();
+      top->set_token_id(lp.token);
+      top->set_logprob(lp.logprob);
+      if (pieces != nullptr) top->set_text(pieces->Decode({lp.token}, false));
+    }
+  }
+}
+
 }  // namespace
 
 GenerateReactor* GenerateReactor::Start(ServingState* state, const v1::GenerateRequest& request) {
@@ -122,6 +145,10 @@ void GenerateReactor::Wake() {
 }
 
 void GenerateReactor::AppendEventLocked(const RequestEvent& e) {
+  if (e.prompt_logprobs) {
+    AppendPromptLogprobs(parsed_.request.prompt, *e.prompt_logprobs,
+                         parsed_.token_text ? state_->text.tokenizer : nullptr, &response_);
+  }
   for (const TokenEvent& t : e.tokens) {
     if (stopped_) {
       dropped_loops_ += t.loops;

@@ -111,6 +111,7 @@ absl::StatusOr<ParsedGenerate> ParseGenerateRequest(const v1::GenerateRequest& i
   r.params.stop_token_ids.assign(in.stop_token_ids().begin(), in.stop_token_ids().end());
   r.params.ignore_eos = in.ignore_eos();
   r.params.logprobs = in.logprobs();
+  if (in.has_prompt_logprobs()) r.params.prompt_logprobs = in.prompt_logprobs();
   if (in.token_text() && text.tokenizer == nullptr) return NoTokenizer("token_text");
   out.token_text = in.token_text();
   if (in.has_exit_threshold()) r.exit_threshold = in.exit_threshold();

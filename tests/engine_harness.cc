@@ -25,6 +25,13 @@ std::shared_ptr<const ModelWeights> MakeModel(const TinyModelSpec& spec, TempDir
   return *w;
 }
 
+TinyModelSpec F32Spec(const std::string& family) {
+  TinyModelSpec s;
+  s.family = family;
+  s.dtype = DType::kF32;
+  return s;
+}
+
 std::vector<FamilyCase> EngineFamilies(
     const std::function<TinyModelSpec(const std::string& family)>& spec) {
   std::vector<FamilyCase> v;
@@ -119,6 +126,10 @@ RunResult Collect(EventChannel* channel) {
       r.tokens.push_back(t.token);
       r.logits.push_back(std::move(t.logits));
       r.loops.push_back(t.loops);
+    }
+    if (e.prompt_logprobs) {
+      r.prompt_logprobs = std::move(e.prompt_logprobs);
+      ++r.prompt_logprob_events;
     }
     if (e.final()) {
       r.finish = e.finish;

@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -30,6 +31,9 @@ struct FamilyCase {
 // early exit, recurrent layers and tied embeddings. `spec(family)` gives the test's base
 // spec for a family (dtype and shape: f32 on the CPU, a bf16 GPU shape on the device); each
 // variant then sets only its own fields.
+// An fp32 tiny model of `family` (mkmodel's defaults otherwise): the CPU tests' base spec.
+TinyModelSpec F32Spec(const std::string& family);
+
 std::vector<FamilyCase> EngineFamilies(
     const std::function<TinyModelSpec(const std::string& family)>& spec);
 
@@ -58,7 +62,10 @@ struct RunResult {
   std::vector<int> loops;
   FinishReason finish = FinishReason::kNone;
   Usage usage;
+  std::optional<std::vector<PromptTokenLogprob>> prompt_logprobs;  // as the events carried them
+  int prompt_logprob_events = 0;  // events that carried prompt logprobs (must be one)
 };
+
 
 // Submits requests[i] at step arrival_step[i] (driving Engine::Step), runs until all finish.
 std::vector<RunResult> RunStaggered(Engine* engine, const std::vector<GenerateRequest>& requests,

@@ -82,7 +82,10 @@ absl::Status Engine::Validate(const GenerateRequest& r) const {
     }
   }
   const int context = c.max_position_embeddings;
-  if (static_cast<int>(r.prompt.size()) >= context) {
+  // A prompt scored without generating (max_tokens 0) may fill the context.
+  const bool scoring_only = r.params.max_tokens == 0 && r.params.prompt_logprobs.has_value();
+  if (static_cast<int>(r.prompt.size()) > context ||
+      (!scoring_only && static_cast<int>(r.prompt.size()) == context)) {
     return absl::FailedPreconditionError(absl::StrCat("prompt: ", r.prompt.size(),
                                                       " tokens do not fit the context of ", context,
                                                       " tokens (one must remain for the output)"));
@@ -310,13 +313,48 @@ void Engine::Complete(std::vector<Row>* tail) {
       if (row.loop < static_cast<int>(stats_.exits_per_loop.size())) ++stats_.exits_per_loop[row.loop];
       if (row.position < seq->num_prompt) ++stats_.prompt_tokens;
     }
-    if (!row.logits.empty() && Emit(seq, row)) finished.push_back(seq);
+    if (row.prompt_logprob) KeepPromptLogprob(seq, row);
+    if (!row.logits.empty()) {
+      if (Emit(seq, row)) finished.push_back(seq);
+    } else if (seq->request.params.max_tokens == 0 && row.position + 1 == seq->num_prompt) {
+      FinishScoredPrompt(seq);
+      finished.push_back(seq);
+    }
   }
   for (Sequence* seq : finished) {
     scheduler_->Finish(seq);
     std::lock_guard<std::mutex> lock(incoming_mu_);
     --pending_;
   }
+}
+
+void Engine::KeepPromptLogprob(Sequence* seq, Row& row) {
+  const size_t index = row.position;  // scores prompt token position + 1
+  if (seq->prompt_logprobs.size() <= index) seq->prompt_logprobs.resize(index + 1);
+  seq->prompt_logprobs[index] = std::move(*row.prompt_logprob);
+  row.prompt_logprob.reset();
+}
+
+// Moves the gathered prompt logprobs onto `e` the first time (tail rows arrive in position
+// order, so every prompt position has been scored when the last one completes).
+void Engine::AttachPromptLogprobs(Sequence* seq, RequestEvent* e) {
+  if (!seq->request.params.prompt_logprobs || seq->prompt_logprobs_sent) return;
+  seq->prompt_logprobs.resize(std::max(0, seq->num_prompt - 1));
+  e->prompt_logprobs = std::move(seq->prompt_logprobs);
+  seq->prompt_logprobs.clear();
+  seq->prompt_logprobs_sent = true;
+}
+
+// max_tokens 0: the prompt is scored and nothing is generated.
+void Engine::FinishScoredPrompt(Sequence* seq) {
+  RequestEvent e;
+  AttachPromptLogprobs(seq, &e);
+  e.finish = FinishReason::kLength;
+  e.usage = seq->usage;
+  e.usage.prompt_tokens = seq->num_prompt;
+  e.usage.completion_tokens = 0;
+  if (observer_) observer_->OnFinished(e.finish, NowSeconds() - seq->arrival_time, e.usage);
+  seq->channel->Push(std::move(e));
 }
 
 // Samples the next token; returns true when the request finished.
@@ -343,6 +381,7 @@ bool Engine::Emit(Sequence* seq, const Row& row) {
     ++stats_.tokens_generated;
   }
   RequestEvent e;
+  AttachPromptLogprobs(seq, &e);
   e.tokens.push_back({s.token, s.logprob, std::move(s.top_logprobs), seq->token_loops[row.position],
                       seq->request.return_logits ? row.logits : std::vector<float>{}});
   const bool is_eos = !p.ignore_eos && std::find(eos_.begin(), eos_.end(), s.token) != eos_.end();

@@ -86,6 +86,9 @@ class Engine {
   void RecordPass(const std::vector<Row>& rows, size_t ran);
   void Complete(std::vector<Row>* tail);
   bool Emit(Sequence* seq, const Row& row);
+  void KeepPromptLogprob(Sequence* seq, Row& row);
+  void AttachPromptLogprobs(Sequence* seq, RequestEvent* e);
+  void FinishScoredPrompt(Sequence* seq);
   void NoteAdmitted(const std::vector<EnteringToken>& entering);
   void ReportStep(double start, const EngineStats& before, const StepPhaseSeconds& phases);
   void AddPhases(const StepPhaseSeconds& t);

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "engine/core/check.h"
+#include "engine/runtime/prompt_logprobs.h"
 
 namespace morserve {
 namespace {
@@ -299,16 +300,47 @@ void ModelExecutor::Tail(std::vector<Row>* rows) {
   if (looped >= 0) {
     for (int s = looped + 1; s < static_cast<int>(plan_.segments.size()); ++s) RunSegment(s, ptrs);
   }
-  std::vector<Row*> sampled;
+  std::vector<Row*> sampled, scored;
   for (Row* r : ptrs) {
-    if (r->position == static_cast<int>(r->seq->tokens.size()) - 1) sampled.push_back(r);
+    const Sequence& s = *r->seq;
+    const bool last = r->position == static_cast<int>(s.tokens.size()) - 1;
+    if (last && s.request.params.max_tokens > 0) sampled.push_back(r);
+    if (s.request.params.prompt_logprobs && !s.prompt_logprobs_sent && r->position + 1 < s.num_prompt) {
+      scored.push_back(r);
+    }
   }
+  ScorePrompt(scored);
   if (sampled.empty()) return;
   const int vocab = cfg_.vocab_size, n = static_cast<int>(sampled.size());
   std::vector<float> h = Gather(sampled), logits(static_cast<size_t>(n) * vocab);
   runner_->Logits(h.data(), n, logits.data());
   for (int i = 0; i < n; ++i) {
     sampled[i]->logits.assign(&logits[static_cast<size_t>(i) * vocab], &logits[static_cast<size_t>(i + 1) * vocab]);
+  }
+}
+
+// Final norm and lm_head over prompt rows, a bounded number of rows at a time (the logits
+// buffer is rows x vocab), each row reduced at once to the next prompt token's score. The
+// runner computes each row alone, so the values do not depend on which rows share a call.
+void ModelExecutor::ScorePrompt(const std::vector<Row*>& rows) {
+  constexpr size_t kRowsPerCall = 64;
+  const int vocab = cfg_.vocab_size;
+  std::vector<float> logits;
+  std::vector<int> scratch;
+  for (size_t begin = 0; begin < rows.size(); begin += kRowsPerCall) {
+    const size_t end = std::min(rows.size(), begin + kRowsPerCall);
+    const std::vector<Row*> part(rows.begin() + begin, rows.begin() + end);
+    const int n = static_cast<int>(part.size());
+    const std::vector<float> h = Gather(part);
+    logits.resize(static_cast<size_t>(n) * vocab);
+    runner_->Logits(h.data(), n, logits.data());
+    for (int i = 0; i < n; ++i) {
+      Row& r = *part[i];
+      const Sequence& s = *r.seq;
+      r.prompt_logprob = ScorePromptToken(
+          absl::MakeConstSpan(&logits[static_cast<size_t>(i) * vocab], vocab),
+          s.tokens[r.position + 1], *s.request.params.prompt_logprobs, &scratch);
+    }
   }
 }
 

@@ -28,7 +28,9 @@ class ModelExecutor {
   // K/V-only rows of this pass's exits are appended after the rows that ran.
   void BlockPass(std::vector<Row>* rows);
   // Segments after the loop, final norm, and logits for rows whose position is the last
-  // known token of their request.
+  // known token of their request (unless it asked for max_tokens 0). Rows of prompt
+  // positions whose request asked for prompt logprobs also get the score of the next prompt
+  // token (Row::prompt_logprob); other requests' rows pay nothing for it.
   void Tail(std::vector<Row>* rows);
 
  private:
@@ -40,6 +42,7 @@ class ModelExecutor {
   void EntryRouting(std::vector<Row*>& rows);
   void DecideExpert(std::vector<Row*>& rows);
   void ExitByConfidence(std::vector<Row*>& rows);
+  void ScorePrompt(const std::vector<Row*>& rows);
   std::vector<float> Gather(const std::vector<Row*>& rows) const;
   void Scatter(const std::vector<float>& h, std::vector<Row*>& rows) const;
 

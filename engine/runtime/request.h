@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "engine/runtime/prompt_logprobs.h"
 #include "engine/runtime/sampler.h"
 #include "engine/runtime/sampling_params.h"
 
@@ -48,6 +49,10 @@ struct Usage {
 // One message on a request's stream: zero or more tokens, and a final one with a reason.
 struct RequestEvent {
   std::vector<TokenEvent> tokens;
+  // With params.prompt_logprobs, once: on the event of the first generated token (the final
+  // event when max_tokens is 0). Entry i scores prompt token i + 1; the first prompt token
+  // has no context to be scored from, so a prompt of n tokens has n - 1 entries.
+  std::optional<std::vector<PromptTokenLogprob>> prompt_logprobs;
   FinishReason finish = FinishReason::kNone;
   std::string stop_string;  // the stop string that matched, when finish == kStop by string
   absl::Status error;       // when finish == kError

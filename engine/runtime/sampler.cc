@@ -26,16 +26,6 @@ uint64_t Mix64(uint64_t z) {
   return z ^ (z >> 31);
 }
 
-// log(sum(exp(x))) in double; exp in float on (x - max), summed in double.
-double LogSumExp(absl::Span<const float> x) {
-  float m = -std::numeric_limits<float>::infinity();
-  for (float v : x) m = std::max(m, v);
-  MORSERVE_CHECK(m > -std::numeric_limits<float>::infinity(), "every logit is -inf");
-  double sum = 0.0;
-  for (float v : x) sum += std::exp(v - m);
-  return static_cast<double>(m) + std::log(sum);
-}
-
 constexpr size_t kTopPProbe = 256;
 
 // Moves the k best ids of *ids under `better` (a strict total order) to the front and drops the
@@ -67,6 +57,34 @@ void SelectBest(std::vector<int>* ids, size_t k, Better better) {
 
 }  // namespace
 
+double LogSumExp(absl::Span<const float> x) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (float v : x) m = std::max(m, v);
+  MORSERVE_CHECK(m > -std::numeric_limits<float>::infinity(), "every logit is -inf");
+  double sum = 0.0;
+  for (float v : x) sum += std::exp(v - m);
+  return static_cast<double>(m) + std::log(sum);
+}
+
+void TopLogprobs(absl::Span<const float> logits, double log_z, int n, std::vector<int>* scratch,
+                 std::vector<TokenLogprob>* out) {
+  const int vocab = static_cast<int>(logits.size());
+  n = std::min(n, vocab);
+  std::vector<int>& order = *scratch;
+  order.resize(vocab);
+  std::iota(order.begin(), order.end(), 0);
+  auto better = [&logits](int a, int b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  SelectBest(&order, n, better);
+  std::sort(order.begin(), order.end(), better);
+  out->clear();
+  for (int i = 0; i < n; ++i) {
+    const int id = order[i];
+    out->push_back({id, static_cast<float>(static_cast<double>(logits[id]) - log_z)});
+  }
+}
+
 uint64_t DrawRandomSeed() {
   std::random_device rd;
   return (static_cast<uint64_t>(rd()) << 32) ^ rd();
@@ -94,7 +112,7 @@ SampleResult Sampler::Sample(const SampleInput& in) {
   }
   const double log_z = LogSumExp(in.logits);
   result.logprob = static_cast<float>(static_cast<double>(in.logits[result.token]) - log_z);
-  if (p.logprobs > 0) TopLogprobs(in.logits, log_z, p.logprobs, &result.top_logprobs);
+  if (p.logprobs > 0) TopLogprobs(in.logits, log_z, p.logprobs, &order_, &result.top_logprobs);
   return result;
 }
 
@@ -232,24 +250,6 @@ void Sampler::MinP(double min_p) {
   for (int id : cand_) max_prob = std::max(max_prob, prob_[id]);
   const double threshold = min_p * max_prob;
   std::erase_if(cand_, [&](int id) { return prob_[id] < threshold; });
-}
-
-void Sampler::TopLogprobs(absl::Span<const float> logits, double log_z, int n,
-                          std::vector<TokenLogprob>* out) {
-  const int vocab = static_cast<int>(logits.size());
-  n = std::min(n, vocab);
-  order_.resize(vocab);
-  std::iota(order_.begin(), order_.end(), 0);
-  auto better = [&logits](int a, int b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  };
-  SelectBest(&order_, n, better);
-  std::sort(order_.begin(), order_.end(), better);
-  out->clear();
-  for (int i = 0; i < n; ++i) {
-    const int id = order_[i];
-    out->push_back({id, static_cast<float>(static_cast<double>(logits[id]) - log_z)});
-  }
 }
 
 }  // namespace morserve

@@ -47,6 +47,14 @@ struct TokenLogprob {
   float logprob = 0.0f;
 };
 
+// log(sum(exp(logits))) in double (exp in float on x - max): the normaliser of every
+// logprob the engine reports, sampled or prompt.
+double LogSumExp(absl::Span<const float> logits);
+// The n best tokens of a logits row as logprobs (logit - log_z), best first, ties to the
+// lowest id. `scratch` is reused between calls.
+void TopLogprobs(absl::Span<const float> logits, double log_z, int n, std::vector<int>* scratch,
+                 std::vector<TokenLogprob>* out);
+
 struct SampleResult {
   int token = -1;
   float logprob = 0.0f;                    // raw log_softmax of the chosen token
@@ -78,8 +86,6 @@ class Sampler {
   void Softmax();
   void TopP(double top_p);
   void MinP(double min_p);
-  void TopLogprobs(absl::Span<const float> logits, double log_z, int n,
-                   std::vector<TokenLogprob>* out);
 
   std::vector<float> work_;    // penalised (then scaled) logits, one per vocab id
   std::vector<int> counts_;    // output-token counts; zero outside Penalize

@@ -50,8 +50,13 @@ absl::Status ValidatePenalties(const SamplingParams& p) {
 }
 
 absl::Status ValidateOutput(const SamplingParams& p, int vocab_size) {
-  if (p.max_tokens < 1) {
-    return Invalid("max_tokens", absl::StrCat("must be at least 1, got ", p.max_tokens));
+  if (p.prompt_logprobs && (*p.prompt_logprobs < 0 || *p.prompt_logprobs > kMaxLogprobs)) {
+    return Invalid("prompt_logprobs", absl::StrCat("must be in [0, ", kMaxLogprobs, "], got ",
+                                                   *p.prompt_logprobs));
+  }
+  if (p.max_tokens < 0 || (p.max_tokens == 0 && !p.prompt_logprobs)) {
+    return Invalid("max_tokens", absl::StrCat("must be at least 1 (0 only with prompt_logprobs), got ",
+                                              p.max_tokens));
   }
   if (p.logprobs < 0 || p.logprobs > kMaxLogprobs) {
     return Invalid("logprobs",

@@ -8,6 +8,9 @@
 //   - repetition_penalty > 0 (1 disables) applies to tokens of prompt and output;
 //     presence / frequency penalties in [-2, 2] apply to output tokens only.
 //   - logprobs: number of top alternatives to report per token, 0..kMaxLogprobs.
+//   - prompt_logprobs (vLLM's): unset, or the top alternatives to report for every prompt
+//     token after the first, 0..kMaxLogprobs. With it max_tokens may be 0 (score the prompt,
+//     generate nothing: lm-eval's loglikelihood requests).
 // Validate() is the only gate: the sampler assumes validated parameters.
 #pragma once
 
@@ -36,6 +39,7 @@ struct SamplingParams {
   std::vector<std::string> stop;
   int max_tokens = 16;
   int logprobs = 0;  // top-n alternatives to report, 0..kMaxLogprobs
+  std::optional<int> prompt_logprobs;  // none: the prompt is not scored
   bool ignore_eos = false;
 
   bool greedy() const { return temperature < kGreedyTemperature; }

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "engine/runtime/kv_block_pool.h"
@@ -38,6 +39,9 @@ struct Row {
   // entry in the same pass a full row would have (so entries stay in position order).
   bool kv_only = false;
   std::vector<float> logits;  // [vocab] when the row is the last known token (sampled next)
+  // With prompt logprobs, on rows of prompt positions p < num_prompt - 1: the score of
+  // prompt token p + 1 from this row's final hidden state (set by the tail).
+  std::optional<PromptTokenLogprob> prompt_logprob;
 };
 
 struct Sequence {
@@ -57,6 +61,10 @@ struct Sequence {
   bool running = false;
   Usage usage;
   std::vector<int> token_loops;  // loops of each completed position (for events)
+  // Prompt logprobs gathered so far (entry i: prompt token i + 1), kept across preemption
+  // (a recomputed position rewrites its entry with the same value) until they are sent.
+  std::vector<PromptTokenLogprob> prompt_logprobs;
+  bool prompt_logprobs_sent = false;
   double arrival_time = 0, first_token_time = 0, last_token_time = 0, admitted_time = 0;
 
   int num_generated() const { return static_cast<int>(tokens.size()) - num_prompt; }

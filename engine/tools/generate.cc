@@ -1,5 +1,7 @@
 // `morserve generate`: runs the engine on one prompt and prints the tokens with their loop
-// counts and logprobs (text, or JSON with --json).
+// counts and logprobs (text, or JSON with --json); --prompt-logprobs K scores the prompt too
+// (JSON "prompt_logprobs": null for the first token, then {id, logprob, rank, top_logprobs}),
+// and with it --max-tokens 0 scores without generating.
 //
 // Prompts are token ids (--prompt-ids 1,2,3). --prompt TEXT maps UTF-8 bytes to ids 0..255;
 // it is only accepted for models without tokenizer.json and a vocabulary of at least 256
@@ -21,7 +23,8 @@ namespace {
 constexpr char kUsage[] =
     "usage: morserve generate --model DIR (--prompt-ids 1,2,3 | --prompt TEXT)\n"
     "         [--max-tokens 16] [--temperature 0] [--top-k 0] [--top-p 1] [--min-p 0]\n"
-    "         [--seed S] [--logprobs N] [--stop-ids a,b] [--ignore-eos] [--json]\n"
+    "         [--seed S] [--logprobs N] [--prompt-logprobs K] [--stop-ids a,b] [--ignore-eos]\n"
+    "         [--json]\n"
     "         [engine flags: --mode depth|sequence --compute f32|bf16 --max-batch N ...]\n";
 
 absl::StatusOr<std::vector<int>> PromptFromFlags(const Flags& f, const ModelConfig& c,
@@ -61,6 +64,11 @@ absl::Status ApplySampling(const Flags& f, SamplingParams* p) {
   p->top_p = static_cast<float>(*top_p);
   p->min_p = static_cast<float>(*min_p);
   p->logprobs = *logprobs;
+  if (f.Has("prompt-logprobs")) {
+    auto k = f.GetInt("prompt-logprobs", 0);
+    if (!k.ok()) return k.status();
+    p->prompt_logprobs = *k;
+  }
   p->ignore_eos = f.Has("ignore-eos");
   if (f.Has("seed")) {
     uint64_t seed;
@@ -79,6 +87,15 @@ nlohmann::json EventsToJson(const std::vector<RequestEvent>& events, const std::
   nlohmann::json tokens = nlohmann::json::array();
   nlohmann::json out = {{"prompt_ids", prompt}};
   for (const RequestEvent& e : events) {
+    if (e.prompt_logprobs) {
+      nlohmann::json scored = nlohmann::json::array({nullptr});
+      for (const PromptTokenLogprob& p : *e.prompt_logprobs) {
+        nlohmann::json top = nlohmann::json::array();
+        for (const TokenLogprob& lp : p.top_logprobs) top.push_back({{"id", lp.token}, {"logprob", lp.logprob}});
+        scored.push_back({{"id", p.token}, {"logprob", p.logprob}, {"rank", p.rank}, {"top_logprobs", top}});
+      }
+      out["prompt_logprobs"] = std::move(scored);
+    }
     for (const TokenEvent& t : e.tokens) {
       nlohmann::json top = nlohmann::json::array();
       for (const TokenLogprob& lp : t.top_logprobs) top.push_back({{"id", lp.token}, {"logprob", lp.logprob}});
@@ -106,7 +123,8 @@ int Fail(const absl::Status& s) {
 
 int GenerateCommand(const Args& args) {
   std::set<std::string> value_flags = {"model", "prompt-ids", "prompt", "max-tokens", "temperature",
-                                       "top-k", "top-p", "min-p", "seed", "logprobs", "stop-ids"};
+                                       "top-k", "top-p", "min-p", "seed", "logprobs", "prompt-logprobs",
+                                       "stop-ids"};
   value_flags.insert(EngineFlagNames().begin(), EngineFlagNames().end());
   auto flags = Flags::Parse(args, value_flags, {"json", "ignore-eos", "help"});
   if (!flags.ok()) {

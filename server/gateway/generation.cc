@@ -23,6 +23,7 @@ struct ChoiceState {
   bool received = false;  // a message of this choice arrived
   bool done = false;
   bool role_sent = false;
+  bool prompt_seen = false;  // the choice's first message (echo, prompt logprobs) was handled
   int text_offset = 0;
   ChoiceResult result;
 };
@@ -118,17 +119,21 @@ void GenerationRun::OnMessage(int i, const v1::GenerateResponse& m) {
     first_token_ = true;
     g_.metrics->OnFirstToken(std::chrono::duration<double>(Clock::now() - c_.started).count());
   }
+  const bool first = !s.prompt_seen;
+  s.prompt_seen = true;
   if (!req_.stream) {
     if (req_.echo) s.result.text.append(m.prompt_text());
     s.result.text.append(m.text());
     if (req_.logprobs >= 0) s.result.tokens.MergeFrom(m.tokens());
+    s.result.prompt_tokens.MergeFrom(m.prompt_logprobs());
   } else {
     if (req_.endpoint == Endpoint::kChat && !s.role_sent) {
       chunks_.Role(i, &out_);
       s.role_sent = true;
     }
-    if (req_.echo && !m.prompt_text().empty()) {
-      chunks_.Delta(i, m.prompt_text(), v1::GenerateResponse(), &s.text_offset, &out_);
+    const bool scored = req_.echo_logprobs() || req_.prompt_logprobs >= 0;
+    if (first && ((req_.echo && !m.prompt_text().empty()) || scored)) {
+      chunks_.Prompt(i, m, &s.text_offset, &out_);
     }
     if (!m.text().empty() || (req_.logprobs >= 0 && m.tokens_size() > 0)) {
       chunks_.Delta(i, m.text(), m, &s.text_offset, &out_);
@@ -164,6 +169,7 @@ bool GenerationRun::OnDone(int i, const grpc::Status& s) {
   if (retry) {
     g_.pool->MarkDown(st.backend.get());
     st.received = false;
+    st.prompt_seen = false;
     st.result = ChoiceResult();
     if (StartChoice(i, st.backend.get())) return true;
   }

@@ -1,6 +1,7 @@
 // OpenAI request parsing (see openai_request.h).
 #include "server/gateway/openai_request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -222,6 +223,29 @@ std::optional<ApiError> ParseSampling(const json& body, v1::GenerateRequest* r) 
   return ParseStop(body, r);
 }
 
+// Completions: logprobs, echo and vLLM's prompt_logprobs. The backend scores the prompt for
+// the larger of echo's logprobs and prompt_logprobs; echo with max_tokens 0 and neither still
+// has it scored (k 0), since the backend takes max_tokens 0 only with prompt logprobs.
+std::optional<ApiError> ParseCompletionLogprobs(const json& body, bool no_output,
+                                                OpenAiRequest* out, v1::GenerateRequest* r) {
+  std::optional<int64_t> i;
+  std::optional<bool> b;
+  if (auto e = GetInt(body, "logprobs", 0, kMaxLogprobs, &i)) return e;
+  out->logprobs = i ? static_cast<int>(*i) : -1;
+  if (auto e = GetBool(body, "echo", &b)) return e;
+  out->echo = b.value_or(false);
+  i.reset();
+  if (auto e = GetInt(body, "prompt_logprobs", 0, kMaxLogprobs, &i)) return e;
+  out->prompt_logprobs = i ? static_cast<int>(*i) : -1;
+  int k = std::max(out->prompt_logprobs, out->echo_logprobs() ? out->logprobs : -1);
+  if (k < 0 && out->echo && no_output) k = 0;
+  if (k >= 0) {
+    r->set_prompt_logprobs(k);
+    r->set_token_text(true);
+  }
+  return std::nullopt;
+}
+
 // max_tokens (chat: max_completion_tokens first), logprobs, echo, n, stream.
 std::optional<ApiError> ParseOutput(const json& body, OpenAiRequest* out, v1::GenerateRequest* r) {
   std::optional<int64_t> i;
@@ -230,8 +254,12 @@ std::optional<ApiError> ParseOutput(const json& body, OpenAiRequest* out, v1::Ge
   const char* max_name = chat && Field(body, "max_completion_tokens") != nullptr
                              ? "max_completion_tokens"
                              : "max_tokens";
-  if (auto e = GetInt(body, max_name, 1, std::numeric_limits<int32_t>::max(), &i)) return e;
+  // Completions take 0 (the backend accepts it only with prompt logprobs: see below).
+  if (auto e = GetInt(body, max_name, chat ? 1 : 0, std::numeric_limits<int32_t>::max(), &i)) {
+    return e;
+  }
   if (i) r->set_max_tokens(static_cast<int32_t>(*i));
+  const bool no_output = i && *i == 0;
   // Chat without a limit runs to the context, as vLLM does; completions keep OpenAI's 16.
   if (!i && chat) r->set_max_tokens_to_context(true);
   i.reset();
@@ -246,15 +274,8 @@ std::optional<ApiError> ParseOutput(const json& body, OpenAiRequest* out, v1::Ge
       return InvalidRequest("top_logprobs: requires logprobs to be true", "top_logprobs");
     }
     out->logprobs = want ? static_cast<int>(i.value_or(0)) : -1;
-  } else {
-    if (auto e = GetInt(body, "logprobs", 0, kMaxLogprobs, &i)) return e;
-    out->logprobs = i ? static_cast<int>(*i) : -1;
-    if (auto e = GetBool(body, "echo", &b)) return e;
-    out->echo = b.value_or(false);
-    if (out->echo && out->logprobs >= 0) {
-      return InvalidRequest(
-          "echo: cannot be combined with logprobs (prompt logprobs are not computed)", "echo");
-    }
+  } else if (auto e = ParseCompletionLogprobs(body, no_output, out, r)) {
+    return e;
   }
   b.reset();
   if (auto e = GetBool(body, "stream", &b)) return e;

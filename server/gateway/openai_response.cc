@@ -1,6 +1,7 @@
 // OpenAI response and chunk rendering (see openai_response.h).
 #include "server/gateway/openai_response.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -25,26 +26,85 @@ ojson Bytes(const std::string& s) {
   return b;
 }
 
-// Completions' legacy logprobs object for `tokens`; text offsets continue from *offset.
-ojson CompletionLogprobs(const google::protobuf::RepeatedPtrField<v1::Token>& tokens, int* offset) {
-  ojson toks = ojson::array(), lps = ojson::array(), tops = ojson::array(), offs = ojson::array();
-  for (const v1::Token& t : tokens) {
-    toks.push_back(t.text());
-    lps.push_back(t.logprob());
-    // vLLM's shape: the top alternatives plus the sampled token.
-    ojson top = ojson::object();
-    for (const v1::TopLogprob& a : t.top_logprobs()) top[a.text()] = a.logprob();
-    if (!top.contains(t.text())) top[t.text()] = t.logprob();
-    tops.push_back(std::move(top));
-    offs.push_back(*offset);
-    *offset += static_cast<int>(t.text().size());
+// Completions' legacy logprobs object (tokens, token_logprobs, top_logprobs, text_offset),
+// built entry by entry; text offsets continue from *offset.
+class LegacyLogprobs {
+ public:
+  explicit LegacyLogprobs(int* offset) : offset_(offset) {}
+
+  // A generated token: vLLM's shape, the top alternatives plus the sampled token.
+  void Generated(const v1::Token& t) { Scored(t, t.top_logprobs_size()); }
+  // Prompt entries as the backend sends them: the first (rank 0) has nothing to be scored
+  // from and gets nulls; the others their first `top` alternatives plus the token itself.
+  void Prompt(const google::protobuf::RepeatedPtrField<v1::Token>& prompt, int top) {
+    for (const v1::Token& t : prompt) {
+      if (t.rank() == 0) {
+        Entry(t, nullptr, nullptr);
+      } else {
+        Scored(t, top);
+      }
+    }
   }
-  ojson j;
-  j["tokens"] = std::move(toks);
-  j["token_logprobs"] = std::move(lps);
-  j["top_logprobs"] = std::move(tops);
-  j["text_offset"] = std::move(offs);
-  return j;
+  ojson Json() && {
+    return {{"tokens", std::move(tokens_)},
+            {"token_logprobs", std::move(logprobs_)},
+            {"top_logprobs", std::move(tops_)},
+            {"text_offset", std::move(offsets_)}};
+  }
+
+ private:
+  void Scored(const v1::Token& t, int top_n) {
+    ojson top = ojson::object();
+    for (int j = 0; j < std::min(top_n, t.top_logprobs_size()); ++j) {
+      top[t.top_logprobs(j).text()] = t.top_logprobs(j).logprob();
+    }
+    if (!top.contains(t.text())) top[t.text()] = t.logprob();
+    Entry(t, t.logprob(), std::move(top));
+  }
+  void Entry(const v1::Token& t, ojson logprob, ojson top) {
+    tokens_.push_back(t.text());
+    logprobs_.push_back(std::move(logprob));
+    tops_.push_back(std::move(top));
+    offsets_.push_back(*offset_);
+    *offset_ += static_cast<int>(t.text().size());
+  }
+
+  int* offset_;
+  ojson tokens_ = ojson::array(), logprobs_ = ojson::array(), tops_ = ojson::array(),
+        offsets_ = ojson::array();
+};
+
+ojson CompletionLogprobs(const OpenAiRequest& req,
+                         const google::protobuf::RepeatedPtrField<v1::Token>& prompt,
+                         const google::protobuf::RepeatedPtrField<v1::Token>& tokens, int* offset) {
+  LegacyLogprobs out(offset);
+  if (req.echo_logprobs()) out.Prompt(prompt, req.logprobs);
+  for (const v1::Token& t : tokens) out.Generated(t);
+  return std::move(out).Json();
+}
+
+// vLLM's prompt_logprobs: null for the first prompt token, then per token an object keyed by
+// token id (the prompt token first, then its top alternatives) of {logprob, rank,
+// decoded_token}.
+ojson PromptLogprobsJson(const google::protobuf::RepeatedPtrField<v1::Token>& prompt, int top) {
+  ojson out = ojson::array();
+  for (const v1::Token& t : prompt) {
+    if (t.rank() == 0) {
+      out.push_back(nullptr);
+      continue;
+    }
+    ojson entry = ojson::object();
+    entry[std::to_string(t.id())] = {
+        {"logprob", t.logprob()}, {"rank", t.rank()}, {"decoded_token", t.text()}};
+    for (int j = 0; j < std::min(top, t.top_logprobs_size()); ++j) {
+      const v1::TopLogprob& a = t.top_logprobs(j);
+      const std::string key = std::to_string(a.token_id());
+      if (entry.contains(key)) continue;
+      entry[key] = {{"logprob", a.logprob()}, {"rank", j + 1}, {"decoded_token", a.text()}};
+    }
+    out.push_back(std::move(entry));
+  }
+  return out;
 }
 
 // Chat logprobs: {"content": [{token, logprob, bytes, top_logprobs: [...]}]}.
@@ -63,10 +123,16 @@ ojson ChatLogprobs(const google::protobuf::RepeatedPtrField<v1::Token>& tokens) 
   return {{"content", std::move(content)}};
 }
 
-ojson Logprobs(const OpenAiRequest& req, const google::protobuf::RepeatedPtrField<v1::Token>& t,
-               int* offset) {
+// `prompt`: the prompt's entries, led into completions' object with echo (else empty).
+ojson Logprobs(const OpenAiRequest& req, const google::protobuf::RepeatedPtrField<v1::Token>& prompt,
+               const google::protobuf::RepeatedPtrField<v1::Token>& t, int* offset) {
   if (req.logprobs < 0) return nullptr;
-  return req.endpoint == Endpoint::kChat ? ChatLogprobs(t) : CompletionLogprobs(t, offset);
+  return req.endpoint == Endpoint::kChat ? ChatLogprobs(t) : CompletionLogprobs(req, prompt, t, offset);
+}
+
+const google::protobuf::RepeatedPtrField<v1::Token>& NoTokens() {
+  static const google::protobuf::RepeatedPtrField<v1::Token> none;
+  return none;
 }
 
 // vLLM's stop_reason: the stop string or stop token id that ended the choice, else null.
@@ -135,9 +201,12 @@ std::string RenderResponse(const OpenAiRequest& req, const ResponseHeader& h,
     } else {
       choice["text"] = c.text;
     }
-    choice["logprobs"] = Logprobs(req, c.tokens, &offset);
+    choice["logprobs"] = Logprobs(req, c.prompt_tokens, c.tokens, &offset);
     choice["finish_reason"] = FinishReasonName(c.finished.reason());
     choice["stop_reason"] = StopReason(c.finished);
+    if (req.prompt_logprobs >= 0) {
+      choice["prompt_logprobs"] = PromptLogprobsJson(c.prompt_tokens, req.prompt_logprobs);
+    }
     list.push_back(std::move(choice));
   }
   out["choices"] = std::move(list);
@@ -204,9 +273,26 @@ void ChunkWriter::Delta(int index, std::string_view text, const v1::GenerateResp
   if (chat) out->push_back('}');
   out->append(",\"logprobs\":");
   if (req_.logprobs >= 0) {
-    out->append(Dump(Logprobs(req_, m.tokens(), text_offset)));
+    out->append(Dump(Logprobs(req_, NoTokens(), m.tokens(), text_offset)));
   } else {
     out->append("null");
+  }
+  out->append(",\"finish_reason\":null}]}\n\n");
+}
+
+void ChunkWriter::Prompt(int index, const v1::GenerateResponse& m, int* text_offset,
+                         std::string* out) const {
+  absl::StrAppend(out, prefix_, "{\"index\":", index, ",\"text\":");
+  AppendJsonString(req_.echo ? m.prompt_text() : "", out);
+  out->append(",\"logprobs\":");
+  if (req_.echo_logprobs()) {
+    out->append(Dump(CompletionLogprobs(req_, m.prompt_logprobs(), NoTokens(), text_offset)));
+  } else {
+    out->append("null");
+  }
+  if (req_.prompt_logprobs >= 0) {
+    absl::StrAppend(out, ",\"prompt_logprobs\":",
+                    Dump(PromptLogprobsJson(m.prompt_logprobs(), req_.prompt_logprobs)));
   }
   out->append(",\"finish_reason\":null}]}\n\n");
 }

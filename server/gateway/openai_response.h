@@ -2,8 +2,9 @@
 // completion objects, and the Server-Sent Events chunks of streaming ones
 // (text_completion / chat.completion.chunk, a usage chunk with empty choices, an in-band
 // error event, `data: [DONE]`). Logprobs: the legacy completions object (tokens,
-// token_logprobs, top_logprobs, text_offset) and chat's content list (token, logprob, bytes,
-// top_logprobs), from each Token's own text (the backend's token_text).
+// token_logprobs, top_logprobs, text_offset; with echo the prompt's entries first, the first
+// of them null) and chat's content list (token, logprob, bytes, top_logprobs), from each
+// Token's own text (the backend's token_text); vLLM's per-choice prompt_logprobs list.
 //
 // The per-token streaming path writes JSON by hand into one reused string (a fixed prefix per
 // request plus the escaped delta) instead of building a JSON tree per chunk.
@@ -24,6 +25,7 @@ namespace morserve::gateway {
 struct ChoiceResult {
   std::string text;
   google::protobuf::RepeatedPtrField<v1::Token> tokens;  // with logprobs only
+  google::protobuf::RepeatedPtrField<v1::Token> prompt_tokens;  // with prompt logprobs
   v1::Finished finished;
 };
 
@@ -59,6 +61,10 @@ class ChunkWriter {
   // Text (and the logprobs of `tokens` when requested); `text_offset` runs per choice.
   void Delta(int index, std::string_view text, const v1::GenerateResponse& m, int* text_offset,
              std::string* out) const;
+  // completions: the first chunk of a choice with echo or prompt_logprobs: the prompt's text
+  // (echo), its entries in the logprobs object (echo with logprobs), and vLLM's
+  // prompt_logprobs list (prompt_logprobs).
+  void Prompt(int index, const v1::GenerateResponse& m, int* text_offset, std::string* out) const;
   void Finish(int index, const v1::Finished& f, std::string* out) const;
   void Usage(const UsageTotals& u, std::string* out) const;
   static void Error(const ApiError& e, std::string* out);

@@ -46,6 +46,7 @@ struct SdkCase {
   std::optional<uint64_t> seed;
   std::vector<std::string> stop;
   int logprobs = -1;  // completions: logprobs; chat: top_logprobs (with logprobs: true)
+  bool echo = false;  // completions: the prompt (and its logprobs) before the output
 };
 
 json OpenAiBody(const SdkCase& c) {
@@ -67,6 +68,7 @@ json OpenAiBody(const SdkCase& c) {
   } else if (c.logprobs >= 0) {
     p["logprobs"] = c.logprobs;
   }
+  if (c.echo) p["echo"] = true;
   if (c.stream) p["stream_options"] = {{"include_usage", true}};
   return {{"name", c.name}, {"chat", c.chat}, {"stream", c.stream}, {"params", p}};
 }
@@ -87,6 +89,11 @@ v1::GenerateRequest GrpcRequest(const SdkCase& c, int k) {
   if (c.seed) r.mutable_sampling()->set_seed(*c.seed + k);
   for (const std::string& s : c.stop) r.add_stop(s);
   if (c.logprobs >= 0) r.set_logprobs(c.logprobs);
+  if (c.echo) {
+    r.set_echo(true);
+    if (c.logprobs >= 0) r.set_prompt_logprobs(c.logprobs);
+    r.set_token_text(true);
+  }
   return r;
 }
 
@@ -151,14 +158,24 @@ class GatewaySdkTest : public ::testing::Test {
       ASSERT_TRUE(want.status.ok()) << want.status.error_message();
       const json& ch = got["choices"][k];
       EXPECT_EQ(ch["index"], k);
-      EXPECT_EQ(ch["text"], want.text) << "choice " << k;
+      EXPECT_EQ(ch["text"], (c.echo ? want.prompt_text : "") + want.text) << "choice " << k;
       EXPECT_EQ(ch["finish_reason"],
                 want.finished->reason() == v1::FINISH_REASON_LENGTH ? "length" : "stop");
       if (c.logprobs >= 0) {
-        ASSERT_EQ(ch["tokens"].size(), want.tokens.size());
+        // With echo the prompt's entries lead (the first null), as OpenAI's legacy API.
+        const size_t lead = c.echo ? want.prompt_logprobs.size() : 0;
+        ASSERT_EQ(ch["tokens"].size(), lead + want.tokens.size());
+        for (size_t i = 0; i < lead; ++i) {
+          EXPECT_EQ(ch["tokens"][i], want.prompt_logprobs[i].text());
+          if (i == 0) {
+            EXPECT_TRUE(ch["token_logprobs"][0].is_null());
+          } else {
+            EXPECT_NEAR(ch["token_logprobs"][i].get<double>(), want.prompt_logprobs[i].logprob(), 1e-5);
+          }
+        }
         for (size_t i = 0; i < want.tokens.size(); ++i) {
-          EXPECT_EQ(ch["tokens"][i], tokenizer_->Decode({want.tokens[i]}, false));
-          EXPECT_NEAR(ch["token_logprobs"][i].get<double>(), want.logprobs[i], 1e-5);
+          EXPECT_EQ(ch["tokens"][lead + i], tokenizer_->Decode({want.tokens[i]}, false));
+          EXPECT_NEAR(ch["token_logprobs"][lead + i].get<double>(), want.logprobs[i], 1e-5);
         }
       }
       prompt_tokens = want.finished->usage().prompt_tokens();
@@ -230,6 +247,52 @@ TEST_F(GatewaySdkTest, SdkAnswersEqualTheGrpcServers) {
   json got = RunSdk(cases);
   ASSERT_TRUE(got.is_array() && got.size() == cases.size()) << got.dump();
   for (size_t i = 0; i < cases.size(); ++i) ExpectSameAsGrpc(cases[i], got[i]);
+}
+
+// lm-evaluation-harness's loglikelihood request through the SDK: echo, logprobs, max_tokens 0
+// (and 1, which lm-eval also sends); the prompt's entries lead, the first null, and the
+// continuation's summed logprob is the gRPC server's.
+TEST_F(GatewaySdkTest, LoglikelihoodRequestsEqualTheGrpcServers) {
+  const std::string context = "Question: which server scores prompts? Answer:";
+  const std::string continuation = " morserve does";
+  std::vector<SdkCase> cases = {
+      {.name = "loglikelihood", .prompt = context + continuation, .max_tokens = 0, .logprobs = 1, .echo = true},
+      {.name = "loglikelihood stream",
+       .stream = true,
+       .prompt = context + continuation,
+       .max_tokens = 0,
+       .logprobs = 1,
+       .echo = true},
+      {.name = "echo one token", .prompt = context, .max_tokens = 1, .logprobs = 5, .echo = true},
+      {.name = "echo n=2 stream",
+       .stream = true,
+       .prompt = context,
+       .n = 2,
+       .max_tokens = 3,
+       .logprobs = 2,
+       .echo = true},
+  };
+  json got = RunSdk(cases);
+  ASSERT_TRUE(got.is_array() && got.size() == cases.size()) << got.dump();
+  for (size_t i = 0; i < cases.size(); ++i) ExpectSameAsGrpc(cases[i], got[i]);
+
+  // The sum lm-eval takes: the continuation's tokens (those after the context's).
+  const size_t n_context = tokenizer_->Encode(context, true).size();
+  StreamResult want = GenerateAll(stub_.get(), GrpcRequest(cases[0], 0));
+  ASSERT_TRUE(want.status.ok());
+  for (int c = 0; c < 2; ++c) {
+    const json& lps = got[c]["choices"][0]["token_logprobs"];
+    ASSERT_EQ(lps.size(), want.prompt_logprobs.size());
+    ASSERT_GT(lps.size(), n_context);
+    double sdk = 0, grpc = 0;
+    for (size_t i = n_context; i < lps.size(); ++i) {
+      sdk += lps[i].get<double>();
+      grpc += want.prompt_logprobs[i].logprob();
+    }
+    EXPECT_NEAR(sdk, grpc, 1e-6) << cases[c].name;
+    EXPECT_LT(sdk, 0.0);
+    EXPECT_EQ(got[c]["usage"]["completion_tokens"], 0);
+  }
 }
 
 }  // namespace

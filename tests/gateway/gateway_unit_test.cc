@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <tuple>
 
 #include "nlohmann/json.hpp"
 #include "server/gateway/backend_discovery.h"
@@ -129,9 +130,13 @@ TEST(OpenAiRequestTest, BadFieldsNameTheField) {
   EXPECT_EQ(ParseError(Endpoint::kCompletions, "{\"prompt\": \"x\", \"logprobs\": 21}").param,
             "logprobs");
   EXPECT_EQ(
-      ParseError(Endpoint::kCompletions, "{\"prompt\": \"x\", \"echo\": true, \"logprobs\": 1}")
-          .param,
-      "echo");
+      ParseError(Endpoint::kCompletions, "{\"prompt\": \"x\", \"prompt_logprobs\": 21}").param,
+      "prompt_logprobs");
+  EXPECT_EQ(ParseError(Endpoint::kCompletions, "{\"prompt\": \"x\", \"max_tokens\": -1}").param,
+            "max_tokens");
+  EXPECT_EQ(ParseError(Endpoint::kChat, "{\"messages\": [{\"role\": \"user\"}], \"max_tokens\": 0}")
+                .param,
+            "max_tokens");
   EXPECT_EQ(ParseError(Endpoint::kCompletions, "{\"prompt\": [[1], [\"a\"]]}").param, "prompt");
   EXPECT_EQ(ParseError(Endpoint::kCompletions, "{\"prompt\": [99999999999]}").param, "prompt");
   EXPECT_EQ(ParseError(Endpoint::kChat,
@@ -141,6 +146,35 @@ TEST(OpenAiRequestTest, BadFieldsNameTheField) {
             "messages[0].content");
   EXPECT_EQ(ParseError(Endpoint::kChat, "{\"messages\": \"hi\"}").param, "messages");
   EXPECT_EQ(ParseError(Endpoint::kCompletions, "{\"prompt\": \"x\", \"model\": 3}").param, "model");
+}
+
+// Prompt logprobs: echo with logprobs and vLLM's prompt_logprobs ask the backend to score
+// the prompt (the larger k of both); echo with max_tokens 0 scores with k 0 (the backend
+// takes max_tokens 0 only so); plain max_tokens 0 goes through for the backend to refuse.
+TEST(OpenAiRequestTest, PromptLogprobsMapToTheProto) {
+  struct Case {
+    json body;
+    int want_k;  // -1: unset
+    int max_tokens;
+  };
+  const std::vector<Case> cases = {
+      {{{"prompt", "p"}, {"echo", true}, {"logprobs", 2}}, 2, 16},
+      {{{"prompt", "p"}, {"echo", true}, {"logprobs", 1}, {"prompt_logprobs", 5}}, 5, 16},
+      {{{"prompt", "p"}, {"echo", true}, {"logprobs", 7}, {"prompt_logprobs", 0}}, 7, 16},
+      {{{"prompt", "p"}, {"prompt_logprobs", 0}, {"max_tokens", 0}}, 0, 0},
+      {{{"prompt", "p"}, {"echo", true}, {"max_tokens", 0}}, 0, 0},
+      {{{"prompt", "p"}, {"echo", true}, {"max_tokens", 3}}, -1, 3},
+      {{{"prompt", "p"}, {"logprobs", 3}}, -1, 16},
+      {{{"prompt", "p"}, {"max_tokens", 0}}, -1, 0},
+  };
+  for (const Case& c : cases) {
+    const OpenAiRequest r = Parse(Endpoint::kCompletions, c.body);
+    const v1::GenerateRequest& call = r.calls[0];
+    EXPECT_EQ(call.has_prompt_logprobs() ? call.prompt_logprobs() : -1, c.want_k) << c.body;
+    EXPECT_EQ(call.has_max_tokens() ? call.max_tokens() : 16, c.max_tokens) << c.body;
+    if (c.want_k >= 0) EXPECT_TRUE(call.token_text()) << c.body;
+  }
+  EXPECT_EQ(Parse(Endpoint::kCompletions, {{"prompt", "p"}, {"prompt_logprobs", 4}}).prompt_logprobs, 4);
 }
 
 // Malformed bodies never crash or throw: byte mutations of valid bodies (and JSON values of
@@ -188,7 +222,7 @@ TEST(OpenAiRequestTest, MutatedBodiesGiveARequestOrA400) {
       nullptr, true, -1, 2.5, "s", json::array(), json::object(), json::array({1, "x"}), 1e300};
   for (const char* field : {"prompt", "messages", "n", "seed", "stop", "logprobs", "top_logprobs",
                             "max_tokens", "temperature", "stream_options", "stop_token_ids",
-                            "ignore_eos", "model", "echo", "top_k"}) {
+                            "ignore_eos", "model", "echo", "top_k", "prompt_logprobs"}) {
     for (const json& v : values) {
       json body = {{"prompt", "p"}, {"messages", {{{"role", "user"}, {"content", "c"}}}}};
       body[field] = v;
@@ -256,6 +290,73 @@ TEST(OpenAiResponseTest, ChunksAreOpenAiShapes) {
   EXPECT_TRUE(chunks[3]["choices"].empty());
   EXPECT_EQ(chunks[3]["usage"]["total_tokens"], 4);
   EXPECT_EQ(chunks[3]["id"], chunks[0]["id"]);
+}
+
+// The backend's prompt entries: the first bare (rank 0), then scored ones.
+google::protobuf::RepeatedPtrField<v1::Token> PromptEntries() {
+  google::protobuf::RepeatedPtrField<v1::Token> p;
+  v1::Token* a = p.Add();
+  a->set_id(10);
+  a->set_text("He");
+  v1::Token* b = p.Add();
+  b->set_id(31);  // above its alternative's id: key order is insertion order, not sorted
+  b->set_text("llo");
+  b->set_logprob(-2.5f);
+  b->set_rank(3);
+  for (auto [id, text, lp] : {std::tuple{12, " x", -0.5f}, std::tuple{31, "llo", -2.5f}}) {
+    v1::TopLogprob* t = b->add_top_logprobs();
+    t->set_token_id(id);
+    t->set_text(text);
+    t->set_logprob(lp);
+  }
+  return p;
+}
+
+TEST(OpenAiResponseTest, EchoLogprobsLeadWithThePromptAndNullFirst) {
+  OpenAiRequest req = Parse(Endpoint::kCompletions,
+                            {{"prompt", "Hello"}, {"echo", true}, {"logprobs", 1}, {"prompt_logprobs", 2}});
+  ChoiceResult c;
+  c.text = "Hello!";
+  c.prompt_tokens = PromptEntries();
+  v1::Token* g = c.tokens.Add();
+  g->set_text("!");
+  g->set_logprob(-1.0f);
+  c.finished.set_reason(v1::FINISH_REASON_LENGTH);
+  const json j = json::parse(RenderResponse(req, NewResponseHeader(Endpoint::kCompletions, "m"), {c}, {2, 1}));
+  const json& ch = j["choices"][0];
+  EXPECT_EQ(ch["text"], "Hello!");
+  const json& lp = ch["logprobs"];
+  EXPECT_EQ(lp["tokens"], json({"He", "llo", "!"}));
+  EXPECT_EQ(lp["token_logprobs"], json({nullptr, -2.5, -1.0}));
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  EXPECT_EQ(lp["top_logprobs"][1], json({{" x", -0.5}, {"llo", -2.5}}));  // logprobs 1: top 1 + itself
+  EXPECT_EQ(lp["text_offset"], json({0, 2, 5}));
+  const nlohmann::ordered_json plp = nlohmann::ordered_json::parse(
+      RenderResponse(req, NewResponseHeader(Endpoint::kCompletions, "m"), {c}, {2, 1}))["choices"][0]["prompt_logprobs"];
+  ASSERT_EQ(plp.size(), 2u);
+  EXPECT_TRUE(plp[0].is_null());
+  EXPECT_EQ(json(plp[1]["31"]), json({{"logprob", -2.5}, {"rank", 3}, {"decoded_token", "llo"}}));
+  EXPECT_EQ(json(plp[1]["12"]), json({{"logprob", -0.5}, {"rank", 1}, {"decoded_token", " x"}}));
+  EXPECT_EQ(plp[1].begin().key(), "31") << "the prompt token leads its entry";
+
+  // Streaming: the prompt chunk carries the same entries; offsets continue in the deltas.
+  ChunkWriter w(req, NewResponseHeader(Endpoint::kCompletions, "m"));
+  v1::GenerateResponse first;
+  first.set_prompt_text("Hello");
+  *first.mutable_prompt_logprobs() = PromptEntries();
+  std::string out;
+  int offset = 0;
+  w.Prompt(0, first, &offset, &out);
+  v1::GenerateResponse next;
+  *next.add_tokens() = *g;
+  w.Delta(0, "!", next, &offset, &out);
+  const size_t cut = out.find("\n\n");
+  const json p = json::parse(out.substr(6, cut - 6));
+  const json d = json::parse(out.substr(cut + 2 + 6, out.size() - cut - 2 - 6 - 2));
+  EXPECT_EQ(p["choices"][0]["text"], "Hello");
+  EXPECT_EQ(p["choices"][0]["logprobs"]["token_logprobs"], json({nullptr, -2.5}));
+  EXPECT_EQ(p["choices"][0]["prompt_logprobs"], json(plp));
+  EXPECT_EQ(d["choices"][0]["logprobs"]["text_offset"], json({5}));
 }
 
 TEST(GatewayOptionsTest, FlagsParseAndBadOnesAreNamed) {

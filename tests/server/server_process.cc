@@ -100,6 +100,11 @@ StreamResult GenerateAll(v1::Morserve::Stub* stub, const v1::GenerateRequest& re
     out.echoed.insert(out.echoed.end(), resp.prompt_ids().begin(), resp.prompt_ids().end());
     out.text += resp.text();
     out.prompt_text += resp.prompt_text();
+    if (resp.prompt_logprobs_size() > 0) {
+      out.prompt_logprob_messages.push_back(out.messages - 1);
+      out.prompt_logprobs.insert(out.prompt_logprobs.end(), resp.prompt_logprobs().begin(),
+                                 resp.prompt_logprobs().end());
+    }
     if (resp.has_finished()) out.finished = resp.finished();
   }
   out.status = reader->Finish();

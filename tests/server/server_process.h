@@ -66,6 +66,8 @@ struct StreamResult {
   std::vector<int> echoed;
   std::string text;         // the text deltas concatenated
   std::string prompt_text;  // echo with a tokenizer
+  std::vector<v1::Token> prompt_logprobs;      // with prompt_logprobs
+  std::vector<int> prompt_logprob_messages;    // indexes of the messages that carried them
 };
 StreamResult GenerateAll(v1::Morserve::Stub* stub, const v1::GenerateRequest& request,
                          int deadline_s = 60);

@@ -2,6 +2,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "engine/model/weights.h"
 #include "engine/reference/reference_model.h"
 #include "engine/tools/mkmodel.h"
@@ -20,6 +22,42 @@ std::string MakeModelDir(testing::TempDir& dir, const std::string& family) {
   const std::string path = dir.File(family);
   EXPECT_TRUE(WriteTinyModel(spec, path).ok());
   return path;
+}
+
+// --prompt-logprobs with --max-tokens 0: the prompt scored against the reference, nothing
+// generated.
+TEST(CliTest, GenerateScoresThePrompt) {
+  testing::TempDir dir;
+  const std::string model = MakeModelDir(dir, "mor-ec");
+  auto r = testing::RunCommand(testing::MorserveBinary() + " generate --model " + model +
+                               " --prompt-ids 5,6,7,8 --max-tokens 0 --prompt-logprobs 2 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json out = json::parse(r.output);
+  EXPECT_TRUE(out["tokens"].empty());
+  EXPECT_EQ(out["usage"]["completion_tokens"], 0);
+  const json& plp = out["prompt_logprobs"];
+  ASSERT_EQ(plp.size(), 4u) << r.output;
+  EXPECT_TRUE(plp[0].is_null());
+  auto weights = LoadModel(model);
+  ASSERT_TRUE(weights.ok());
+  ReferenceModel ref(*weights);
+  const std::vector<StepOutput> steps = ref.Forward({5, 6, 7, 8});
+  for (int i = 1; i < 4; ++i) {
+    const std::vector<float>& logits = steps[i - 1].logits;
+    double m = -INFINITY, z = 0, scale = 1;
+    for (float x : logits) {
+      m = std::max(m, static_cast<double>(x));
+      scale = std::max(scale, std::fabs(static_cast<double>(x)));
+    }
+    for (float x : logits) z += std::exp(x - m);
+    EXPECT_EQ(plp[i]["id"], 5 + i);
+    EXPECT_NEAR(plp[i]["logprob"].get<double>(), logits[5 + i] - m - std::log(z), 2e-4 * scale);
+    EXPECT_EQ(plp[i]["top_logprobs"].size(), 2u);
+  }
+  r = testing::RunCommand(testing::MorserveBinary() + " generate --model " + model +
+                          " --prompt-ids 5,6 --max-tokens 0");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("max_tokens"), std::string::npos) << r.output;
 }
 
 TEST(CliTest, GenerateMatchesReferenceForEveryFamily) {

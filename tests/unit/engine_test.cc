@@ -21,12 +21,7 @@ using ::testing::HasSubstr;
 
 constexpr double kLogitTolerance = 1e-4;
 
-TinyModelSpec Spec(const std::string& family) {
-  TinyModelSpec s;
-  s.family = family;
-  s.dtype = DType::kF32;
-  return s;
-}
+TinyModelSpec Spec(const std::string& family) { return testing::F32Spec(family); }
 
 // Checks engine results against the reference, request by request.
 void ExpectMatchesReference(const ModelWeights& weights, const Workload& w,

@@ -51,6 +51,13 @@ TEST(SamplingParamsTest, RejectsEachInvalidValueNamingTheField) {
       {"frequency_penalty", [](SamplingParams& p) { p.frequency_penalty = -2.5f; }},
       {"max_tokens", [](SamplingParams& p) { p.max_tokens = 0; }},
       {"max_tokens", [](SamplingParams& p) { p.max_tokens = -5; }},
+      {"max_tokens",
+       [](SamplingParams& p) {
+         p.max_tokens = -1;
+         p.prompt_logprobs = 0;
+       }},
+      {"prompt_logprobs", [](SamplingParams& p) { p.prompt_logprobs = -1; }},
+      {"prompt_logprobs", [](SamplingParams& p) { p.prompt_logprobs = kMaxLogprobs + 1; }},
       {"logprobs", [](SamplingParams& p) { p.logprobs = -1; }},
       {"logprobs", [](SamplingParams& p) { p.logprobs = kMaxLogprobs + 1; }},
       {"stop_token_ids",
@@ -95,6 +102,11 @@ TEST(SamplingParamsTest, AcceptsRangeBoundaries) {
       },
       [](SamplingParams& p) { p.seed = 0; },
       [](SamplingParams& p) { p.max_tokens = 1; },
+      [](SamplingParams& p) { p.prompt_logprobs = kMaxLogprobs; },
+      [](SamplingParams& p) {  // score the prompt only
+        p.max_tokens = 0;
+        p.prompt_logprobs = 0;
+      },
   };
   for (size_t i = 0; i < ok.size(); ++i) {
     SamplingParams p;

@@ -1,0 +1,178 @@
+// Prompt logprobs through the real server: `morserve serve` on 127.0.0.1 port 0 (a tiny MoR
+// model on a tokenizer `morserve mktokenizer` trains from this repo's README), generated gRPC
+// stubs as the client. GenerateRequest.prompt_logprobs puts one Token per prompt token on the
+// first message (the first bare, rank 0), equal to the in-process engine's values bit for bit
+// and to the reference's within the engine tests' stated tolerance, with each token's own
+// text under token_text; max_tokens 0 scores without generating; bad values are
+// INVALID_ARGUMENT naming the field.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+
+#include "engine/reference/reference_model.h"
+#include "engine/runtime/engine.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "tests/engine_harness.h"
+#include "tests/server/server_process.h"
+
+namespace morserve::testing {
+namespace {
+
+using grpc::StatusCode;
+
+class ServerPromptLogprobsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    const std::string tok_dir = dir_->File("tokenizer");
+    const std::string cmd = MorserveBinary() + " mktokenizer --corpus " + MORSERVE_FIXTURE_DIR +
+                            "/../../README.md --vocab-size 400 --out " + tok_dir + " > /dev/null";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    TinyModelSpec spec = F32Spec("mor-ec");
+    spec.max_pos = 128;
+    ASSERT_TRUE(UseTokenizer(tok_dir, &spec).ok());
+    model_dir_ = new std::string(dir_->File("mor-ec"));
+    ASSERT_TRUE(WriteTinyModel(spec, *model_dir_).ok());
+    server_ = new ServerProcess();
+    ASSERT_TRUE(server_->Start(*model_dir_, {})) << server_->output();
+    ASSERT_TRUE(server_->WaitHealth(true)) << server_->output();
+  }
+  static void TearDownTestSuite() {
+    if (server_ != nullptr) EXPECT_EQ(server_->Terminate(), 0) << server_->output();
+    delete server_;
+    delete model_dir_;
+    delete dir_;
+    server_ = nullptr;
+  }
+  void SetUp() override {
+    ASSERT_NE(server_, nullptr);
+    stub_ = server_->Stub();
+  }
+
+  static v1::GenerateRequest Scored(const std::vector<int>& prompt, int max_tokens, int k) {
+    v1::GenerateRequest r = TokenRequest(prompt, max_tokens);
+    r.set_prompt_logprobs(k);
+    return r;
+  }
+
+  // The in-process engine's prompt logprobs for the same prompt.
+  static std::vector<PromptTokenLogprob> EngineValues(const std::shared_ptr<const ModelWeights>& w,
+                                                      const std::vector<int>& prompt, int k) {
+    auto engine = Engine::Create(w, EngineConfig());
+    EXPECT_TRUE(engine.ok());
+    GenerateRequest r = Greedy(prompt, 1);
+    r.params.prompt_logprobs = k;
+    auto ch = (*engine)->Submit(r);
+    EXPECT_TRUE(ch.ok());
+    (*engine)->RunUntilIdle();
+    RunResult got = Collect(ch->get());
+    return got.prompt_logprobs.value_or(std::vector<PromptTokenLogprob>{});
+  }
+
+  static inline TempDir* dir_ = nullptr;
+  static inline std::string* model_dir_ = nullptr;
+  static inline ServerProcess* server_ = nullptr;
+  std::unique_ptr<v1::Morserve::Stub> stub_;
+};
+
+TEST_F(ServerPromptLogprobsTest, FirstMessageCarriesEngineAndReferenceValues) {
+  auto weights = LoadModel(*model_dir_);
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  auto tokenizer = Tokenizer::FromDirectory(*model_dir_);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  const std::vector<int> prompt = {5, 17, 42, 99, 3, 250, 7, 301, 64};
+  v1::GenerateRequest req = Scored(prompt, 4, 3);
+  req.set_token_text(true);
+  req.set_echo(true);
+  const StreamResult got = GenerateAll(stub_.get(), req);
+  ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+  EXPECT_EQ(got.prompt_logprob_messages, std::vector<int>{0}) << "only the first message";
+  EXPECT_EQ(got.tokens.size(), 4u);
+  ASSERT_EQ(got.prompt_logprobs.size(), prompt.size());
+
+  const v1::Token& first = got.prompt_logprobs[0];
+  EXPECT_EQ(first.id(), prompt[0]);
+  EXPECT_EQ(first.rank(), 0);
+  EXPECT_EQ(first.logprob(), 0.0f);
+  EXPECT_EQ(first.top_logprobs_size(), 0);
+  EXPECT_EQ(first.text(), (*tokenizer)->Decode({prompt[0]}, false));
+
+  const std::vector<PromptTokenLogprob> local = EngineValues(*weights, prompt, 3);
+  ASSERT_EQ(local.size(), prompt.size() - 1);
+  ReferenceModel ref(*weights);
+  const std::vector<StepOutput> outs = ref.Forward(prompt);
+  for (size_t i = 1; i < prompt.size(); ++i) {
+    SCOPED_TRACE(i);
+    const v1::Token& t = got.prompt_logprobs[i];
+    const PromptTokenLogprob& e = local[i - 1];
+    EXPECT_EQ(t.id(), prompt[i]);
+    EXPECT_EQ(t.logprob(), e.logprob);
+    EXPECT_EQ(t.rank(), e.rank);
+    EXPECT_GE(t.rank(), 1);
+    EXPECT_EQ(t.text(), (*tokenizer)->Decode({prompt[i]}, false));
+    ASSERT_EQ(t.top_logprobs_size(), 3);
+    for (int j = 0; j < 3; ++j) {
+      EXPECT_EQ(t.top_logprobs(j).token_id(), e.top_logprobs[j].token);
+      EXPECT_EQ(t.top_logprobs(j).logprob(), e.top_logprobs[j].logprob);
+      EXPECT_EQ(t.top_logprobs(j).text(), (*tokenizer)->Decode({e.top_logprobs[j].token}, false));
+    }
+    // The reference: log_softmax of position i - 1's logits at prompt[i], within
+    // 2e-4 * max(|logit|, 1) (prompt_logprobs_test explains the bound).
+    const std::vector<float>& logits = outs[i - 1].logits;
+    double m = -INFINITY, scale = 1.0, sum = 0.0;
+    for (float x : logits) {
+      m = std::max(m, static_cast<double>(x));
+      scale = std::max(scale, std::fabs(static_cast<double>(x)));
+    }
+    for (float x : logits) sum += std::exp(x - m);
+    EXPECT_NEAR(t.logprob(), logits[prompt[i]] - m - std::log(sum), 2e-4 * scale);
+  }
+}
+
+TEST_F(ServerPromptLogprobsTest, MaxTokensZeroIsOneFinalMessage) {
+  const std::vector<int> prompt = {9, 8, 7, 6, 5};
+  const StreamResult got = GenerateAll(stub_.get(), Scored(prompt, 0, 0));
+  ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+  EXPECT_EQ(got.messages, 1);
+  EXPECT_TRUE(got.tokens.empty());
+  ASSERT_EQ(got.prompt_logprobs.size(), prompt.size());
+  for (size_t i = 1; i < prompt.size(); ++i) {
+    EXPECT_EQ(got.prompt_logprobs[i].id(), prompt[i]);
+    EXPECT_LT(got.prompt_logprobs[i].logprob(), 0.0f);
+    EXPECT_EQ(got.prompt_logprobs[i].top_logprobs_size(), 0);
+  }
+  ASSERT_TRUE(got.finished.has_value());
+  EXPECT_EQ(got.finished->reason(), v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(got.finished->usage().prompt_tokens(), 5);
+  EXPECT_EQ(got.finished->usage().completion_tokens(), 0);
+  EXPECT_EQ(got.finished->usage().total_tokens(), 5);
+
+  // Without prompt_logprobs nothing is scored and no message carries them.
+  const StreamResult plain = GenerateAll(stub_.get(), TokenRequest(prompt, 2));
+  ASSERT_TRUE(plain.status.ok());
+  EXPECT_TRUE(plain.prompt_logprobs.empty());
+  EXPECT_EQ(plain.tokens.size(), 2u);
+}
+
+TEST_F(ServerPromptLogprobsTest, BadValuesAreInvalidArgumentNamingTheField) {
+  struct Case {
+    v1::GenerateRequest request;
+    std::string field;
+  };
+  v1::GenerateRequest zero_without = TokenRequest({1, 2, 3}, 0);
+  std::vector<Case> cases = {{Scored({1, 2, 3}, 2, 21), "prompt_logprobs"},
+                             {Scored({1, 2, 3}, 2, -1), "prompt_logprobs"},
+                             {zero_without, "max_tokens"},
+                             {Scored({1, 2, 3}, -2, 1), "max_tokens"}};
+  for (const Case& c : cases) {
+    const StreamResult got = GenerateAll(stub_.get(), c.request);
+    EXPECT_EQ(got.status.error_code(), StatusCode::INVALID_ARGUMENT) << c.field;
+    EXPECT_NE(got.status.error_message().find(c.field), std::string::npos)
+        << got.status.error_message();
+    EXPECT_EQ(got.messages, 0);
+  }
+}
+
+}  // namespace
+}  // namespace morserve::testing
