@@ -7,7 +7,9 @@
 // byte-level BPE tokenizer trained on the spot by `morserve mktokenizer`).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <fstream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -48,6 +50,14 @@ class LoadTestKeepAlive : public ::testing::Test {
     gateway_ = new GatewayProcess();
     ASSERT_TRUE(gateway_->Start({"--backend", server_->address(), "--served-model-name", "m"}))
         << gateway_->output();
+    // The gateway listens before its first health check marks the backend serving (that
+    // check has a 1 s deadline a loaded machine can miss): wait for its /health.
+    bool healthy = false;
+    for (int i = 0; i < 300 && !healthy; ++i) {
+      healthy = Curl("GET", gateway_->url() + "/health", "", {}).status == 200;
+      if (!healthy) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ASSERT_TRUE(healthy) << gateway_->output();
   }
   static void TearDownTestSuite() {
     delete gateway_;
@@ -56,7 +66,8 @@ class LoadTestKeepAlive : public ::testing::Test {
   }
 
   void SetUp() override {
-    if (!gateway_ || gateway_->port() == 0) GTEST_SKIP() << "set-up failed (see above)";
+    if (HasFatalFailure() || !gateway_ || gateway_->port() == 0)
+      GTEST_SKIP() << "set-up failed (see above)";
   }
 
   // One run through `proxy`: kRequests random prompts, kConcurrency at a time. --model is
