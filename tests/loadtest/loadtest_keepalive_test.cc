@@ -159,6 +159,22 @@ TEST_F(LoadTestKeepAlive, ServerThatClosesAfterEachResponseStillWorks) {
   EXPECT_EQ(c["dropped_closed_idle"], 0) << c.dump();  // never pooled: the header was honoured
 }
 
+// The proxy closes connections idle for 200 ms, unannounced (long enough not to cut a
+// response on a loaded machine); Poisson arrivals ~330 ms apart leave pooled connections
+// idle that long: they are found closed when taken (or, closed just as
+// one is taken, the request is re-sent) and new ones dialled; nothing fails.
+TEST_F(LoadTestKeepAlive, IdleConnectionsClosedByTheServerAreDroppedAndRedialled) {
+  TcpCountingProxy proxy;
+  ASSERT_TRUE(proxy.Start(gateway_->port(), false, 200));
+  const Json j = Run(proxy, "idleclose", {"--request-rate", "3", "--seed", "3"});
+  ExpectExactCounts(j);
+  const Json& c = j["target"]["connections"];
+  EXPECT_EQ(c["dialled"], proxy.accepted()) << c.dump();
+  EXPECT_GE(c["dropped_closed_idle"].get<int>() + c["retried"].get<int>(), 1) << c.dump();
+  EXPECT_EQ(c["reused"].get<int>() - c["retried"].get<int>() + proxy.accepted(), kRequests)
+      << c.dump();
+}
+
 TEST_F(LoadTestKeepAlive, NoKeepAliveIsRefusedForGrpc) {
   const CommandResult r = RunCommand(
       absl::StrCat(MORSERVE_LOADTEST_BINARY, " --grpc 127.0.0.1:1 --no-keep-alive 2>&1"));

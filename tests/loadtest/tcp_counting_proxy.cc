@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 
 namespace morserve::testing {
@@ -43,8 +44,9 @@ TcpCountingProxy::~TcpCountingProxy() {
   if (listen_fd_ >= 0) close(listen_fd_);
 }
 
-bool TcpCountingProxy::Start(int upstream_port, bool close_after_response) {
+bool TcpCountingProxy::Start(int upstream_port, bool close_after_response, int idle_close_ms) {
   upstream_port_ = upstream_port;
+  idle_close_ms_ = idle_close_ms;
   close_after_response_ = close_after_response;
   listen_fd_ = socket(AF_INET, SOCK_STREAM, 0);
   if (listen_fd_ < 0) return false;
@@ -75,16 +77,25 @@ void TcpCountingProxy::AcceptLoop() {
 }
 
 // Both directions on one thread: poll, forward what arrived, pass each EOF on as a
-// half-close; ends when both directions ended (or either errs, or the proxy stops).
+// half-close; ends when both directions ended (or either errs, the connection idled past
+// idle_close_ms, or the proxy stops).
 void TcpCountingProxy::Pump(int client) {
   const int upstream = ConnectLoopback(upstream_port_);
   bool up_open = upstream >= 0, down_open = upstream >= 0;
   bool head_edited = !close_after_response_;
   std::string head;  // the first request's bytes until its request line ends
   char buf[16384];
+  auto last = std::chrono::steady_clock::now();
   while (!stop_ && (up_open || down_open)) {
     pollfd p[2] = {{up_open ? client : -1, POLLIN, 0}, {down_open ? upstream : -1, POLLIN, 0}};
-    if (poll(p, 2, 50) <= 0) continue;
+    if (poll(p, 2, 5) <= 0) {
+      if (idle_close_ms_ > 0 && std::chrono::steady_clock::now() - last >
+                                    std::chrono::milliseconds(idle_close_ms_)) {
+        break;
+      }
+      continue;
+    }
+    last = std::chrono::steady_clock::now();
     if (p[0].revents) {
       const ssize_t n = recv(client, buf, sizeof buf, 0);
       if (n <= 0) {

@@ -2,7 +2,9 @@
 // connections its clients open. Bytes pass through unchanged, except with
 // `close_after_response`: it adds "Connection: close" to the head of each connection's first
 // request, so the real server answers with Connection: close and closes after that response
-// (a server that does not keep connections alive). Real sockets, one thread per connection.
+// (a server that does not keep connections alive); with `idle_close_ms` > 0 it closes a
+// connection that carried no bytes for that long (a server's idle timeout, unannounced).
+// Real sockets, one thread per connection.
 #pragma once
 
 #include <atomic>
@@ -19,7 +21,7 @@ class TcpCountingProxy {
   ~TcpCountingProxy();  // stops accepting, ends the open connections, joins the threads
 
   // Listens and forwards to 127.0.0.1:upstream_port; false on a socket error.
-  bool Start(int upstream_port, bool close_after_response);
+  bool Start(int upstream_port, bool close_after_response, int idle_close_ms = 0);
   int port() const { return port_; }
   int accepted() const { return accepted_.load(); }
 
@@ -29,6 +31,7 @@ class TcpCountingProxy {
 
   int listen_fd_ = -1, port_ = 0, upstream_port_ = 0;
   bool close_after_response_ = false;
+  int idle_close_ms_ = 0;
   std::atomic<bool> stop_{false};
   std::atomic<int> accepted_{0};
   std::thread acceptor_;
