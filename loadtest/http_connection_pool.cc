@@ -12,8 +12,7 @@ bool HttpConnectionPool::ClosedByPeer(Stream& stream) {
   // Between responses the server sends nothing: EOF, an error or stray bytes all mean the
   // connection cannot carry the next request.
   char byte;
-  const ssize_t n =
-      ::recv(stream.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  const ssize_t n = ::recv(stream.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
   return !(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
 }
 

@@ -23,7 +23,8 @@ class HttpConnectionPool {
  public:
   using Stream = boost::beast::tcp_stream;
 
-  HttpConnectionPool(bool keep_alive, int max_idle) : keep_alive_(keep_alive), max_idle_(max_idle) {}
+  HttpConnectionPool(bool keep_alive, int max_idle)
+      : keep_alive_(keep_alive), max_idle_(max_idle) {}
 
   bool keep_alive() const { return keep_alive_; }
 

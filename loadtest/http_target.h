@@ -18,8 +18,8 @@
 #include <thread>
 
 #include "loadtest/target.h"
-#include "nlohmann/json.hpp"
 #include "loadtest/url.h"
+#include "nlohmann/json.hpp"
 
 namespace morserve::loadtest {
 

@@ -73,8 +73,8 @@ absl::StatusOr<std::unique_ptr<Target>> MakeTarget(LoadTestOptions& o, nlohmann:
     o.model = *m;
   }
   *server = {{"model", o.model}};
-  auto t = std::make_unique<HttpTarget>(o.endpoint, o.model, o.api_key, o.send,
-                                        o.run.max_concurrency);
+  auto t =
+      std::make_unique<HttpTarget>(o.endpoint, o.model, o.api_key, o.send, o.run.max_concurrency);
   if (t->chat() && o.workload.kind != "jsonl") {
     return absl::InvalidArgumentError(
         "a chat endpoint takes text prompts: use --workload jsonl with \"prompt\" strings");

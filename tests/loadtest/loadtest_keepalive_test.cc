@@ -75,19 +75,28 @@ class LoadTestKeepAlive : public ::testing::Test {
   static Json Run(const TcpCountingProxy& proxy, const std::string& name,
                   std::vector<std::string> extra) {
     std::vector<std::string> args = {
-        "--url",          absl::StrCat("http://127.0.0.1:", proxy.port(), "/v1/completions"),
-        "--model",        "m",
-        "--input-len",    std::to_string(kInputLen),
-        "--output-len",   std::to_string(kOutputLen),
-        "--vocab-size",   "256",
-        "--num-requests", std::to_string(kRequests),
-        "--max-concurrency", std::to_string(kConcurrency),
-        "--logprobs",     "0",
-        "--no-progress",  "--out",
+        "--url",
+        absl::StrCat("http://127.0.0.1:", proxy.port(), "/v1/completions"),
+        "--model",
+        "m",
+        "--input-len",
+        std::to_string(kInputLen),
+        "--output-len",
+        std::to_string(kOutputLen),
+        "--vocab-size",
+        "256",
+        "--num-requests",
+        std::to_string(kRequests),
+        "--max-concurrency",
+        std::to_string(kConcurrency),
+        "--logprobs",
+        "0",
+        "--no-progress",
+        "--out",
         dir_->File(name + ".json")};
     args.insert(args.end(), extra.begin(), extra.end());
-    const CommandResult r = RunCommand(absl::StrCat(MORSERVE_LOADTEST_BINARY, " '",
-                                                    absl::StrJoin(args, "' '"), "' 2>&1"));
+    const CommandResult r = RunCommand(
+        absl::StrCat(MORSERVE_LOADTEST_BINARY, " '", absl::StrJoin(args, "' '"), "' 2>&1"));
     EXPECT_EQ(r.exit_code, 0) << r.output;
     std::ifstream in(dir_->File(name + ".json"));
     Json j = Json::parse(in, nullptr, false);

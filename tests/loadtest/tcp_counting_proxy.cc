@@ -89,8 +89,8 @@ void TcpCountingProxy::Pump(int client) {
   while (!stop_ && (up_open || down_open)) {
     pollfd p[2] = {{up_open ? client : -1, POLLIN, 0}, {down_open ? upstream : -1, POLLIN, 0}};
     if (poll(p, 2, 5) <= 0) {
-      if (idle_close_ms_ > 0 && std::chrono::steady_clock::now() - last >
-                                    std::chrono::milliseconds(idle_close_ms_)) {
+      if (idle_close_ms_ > 0 &&
+          std::chrono::steady_clock::now() - last > std::chrono::milliseconds(idle_close_ms_)) {
         break;
       }
       continue;
