@@ -6,10 +6,12 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <limits>
+#include <optional>
 #include <set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "loadtest/http_connection_pool.h"
 #include "loadtest/sse_parser.h"
 #include "nlohmann/json.hpp"
 
@@ -22,9 +24,11 @@ using tcp = asio::ip::tcp;
 
 class HttpCall;
 
-// The open calls; touched only on the I/O thread.
+// The open calls and the idle connections; touched only on the I/O thread.
 struct HttpTarget::Shared {
+  Shared(bool keep_alive, int max_idle) : pool(keep_alive, max_idle) {}
   std::set<std::shared_ptr<HttpCall>> open;
+  HttpConnectionPool pool;
 };
 
 void ApplyOpenAiEvent(const std::string& data, bool chat, double t, RequestRecord* r, bool* done) {
@@ -85,26 +89,41 @@ class HttpCall : public std::enable_shared_from_this<HttpCall> {
   HttpCall(asio::io_context& io, std::shared_ptr<HttpTarget::Shared> shared, const Url& url,
            http::request<http::string_body> req, bool chat, int timeout_s, RequestRecord record,
            Clock::time_point epoch, Target::Done done)
-      : shared_(std::move(shared)),
+      : io_(io),
+        shared_(std::move(shared)),
         url_(url),
         req_(std::move(req)),
         chat_(chat),
         timeout_s_(timeout_s),
         resolver_(io),
-        stream_(io),
         record_(std::move(record)),
         epoch_(epoch),
         done_(std::move(done)),
         sse_([this](const std::string& data) {
           ApplyOpenAiEvent(data, chat_, SecondsSince(sent_, Clock::now()), &record_, &saw_done_);
-        }) {
-    parser_.body_limit(std::numeric_limits<std::uint64_t>::max());  // streams have no size bound
-  }
+        }) {}
 
   void Start() {
     shared_->open.insert(shared_from_this());
     sent_ = Clock::now();
     record_.send_s = SecondsSince(epoch_, sent_);
+    deadline_ = sent_ + std::chrono::seconds(timeout_s_);
+    stream_ = shared_->pool.Take();
+    if (!stream_) return Dial();
+    reused_ = true;
+    Write();
+  }
+
+  void Cancel() {
+    cancelled_ = true;
+    resolver_.cancel();
+    if (stream_) stream_->cancel();
+  }
+
+ private:
+  void Dial() {
+    reused_ = false;
+    stream_ = std::make_unique<beast::tcp_stream>(io_);
     resolver_.async_resolve(
         url_.host, url_.port,
         [self = shared_from_this()](beast::error_code ec, tcp::resolver::results_type r) {
@@ -112,31 +131,49 @@ class HttpCall : public std::enable_shared_from_this<HttpCall> {
         });
   }
 
-  void Cancel() {
-    cancelled_ = true;
-    resolver_.cancel();
-    stream_.cancel();
-  }
-
- private:
   void OnResolve(beast::error_code ec, const tcp::resolver::results_type& results) {
     if (ec) return Fail("connect", ec);
-    stream_.expires_after(std::chrono::seconds(timeout_s_));
-    stream_.async_connect(
-        results, [self = shared_from_this()](beast::error_code ec, const tcp::endpoint&) {
-          if (ec) return self->Fail("connect", ec);
-          http::async_write(self->stream_, self->req_, [self](beast::error_code ec, size_t) {
-            if (ec) return self->Fail("write", ec);
-            http::async_read_header(self->stream_, self->buffer_, self->parser_,
-                                    [self](beast::error_code ec, size_t) { self->OnHeader(ec); });
-          });
-        });
+    if (cancelled_) return Complete("cancelled");
+    stream_->expires_at(deadline_);
+    stream_->async_connect(results,
+                           [self = shared_from_this()](beast::error_code ec, const tcp::endpoint&) {
+                             if (ec) return self->Fail("connect", ec);
+                             self->shared_->pool.CountDialled();
+                             self->Write();
+                           });
+  }
+
+  // The request on stream_ (new or reused), then the response header. The whole request,
+  // connect to last byte, has one --timeout deadline.
+  void Write() {
+    stream_->expires_at(deadline_);
+    buffer_.clear();
+    parser_.emplace();
+    parser_->body_limit(std::numeric_limits<std::uint64_t>::max());  // streams have no bound
+    http::async_write(*stream_, req_, [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (ec) return self->FailOrRedial("write", ec);
+      http::async_read_header(*self->stream_, self->buffer_, *self->parser_,
+                              [self](beast::error_code ec, size_t) { self->OnHeader(ec); });
+    });
+  }
+
+  // A reused connection the server closed just as it was taken fails before any response
+  // byte: the request was not processed, so it is sent again once on a new connection.
+  void FailOrRedial(const char* stage, beast::error_code ec) {
+    const bool closed = ec == http::error::end_of_stream || ec == asio::error::eof ||
+                        ec == asio::error::connection_reset || ec == asio::error::broken_pipe;
+    if (reused_ && closed && !cancelled_ && !parser_->got_some()) {
+      shared_->pool.CountRetried();
+      shared_->pool.Give(std::move(stream_), false);
+      return Dial();
+    }
+    Fail(stage, ec);
   }
 
   void OnHeader(beast::error_code ec) {
     if (ec == http::error::need_buffer) ec = {};  // body bytes came with the header
-    if (ec) return Fail("read", ec);
-    const int code = parser_.get().result_int();
+    if (ec) return FailOrRedial("read", ec);
+    const int code = parser_->get().result_int();
     if (code != 200) return Complete(absl::StrCat("http_", code));
     ReadBody();
   }
@@ -144,15 +181,15 @@ class HttpCall : public std::enable_shared_from_this<HttpCall> {
   // read_some, not read: read fills the whole buffer before it returns, which would hold
   // back the chunks of a slow stream and ruin their timing.
   void ReadBody() {
-    parser_.get().body().data = chunk_;
-    parser_.get().body().size = sizeof chunk_;
+    parser_->get().body().data = chunk_;
+    parser_->get().body().size = sizeof chunk_;
     http::async_read_some(
-        stream_, buffer_, parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
+        *stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
           if (ec == http::error::need_buffer) ec = {};
           if (ec) return self->Fail("read", ec);
-          const size_t got = sizeof self->chunk_ - self->parser_.get().body().size;
+          const size_t got = sizeof self->chunk_ - self->parser_->get().body().size;
           self->sse_.Feed(std::string_view(self->chunk_, got));
-          if (self->parser_.is_done()) return self->Complete("");
+          if (self->parser_->is_done()) return self->Complete("");
           self->ReadBody();
         });
   }
@@ -161,6 +198,13 @@ class HttpCall : public std::enable_shared_from_this<HttpCall> {
     if (cancelled_) return Complete("cancelled");
     if (ec == beast::error::timeout) return Complete("timeout");
     Complete(absl::StrCat(stage, "_error (", ec.message(), ")"));
+  }
+
+  // The connection goes back to the pool only after a response read to its end (chunked
+  // terminator included) that keeps it open, with no bytes beyond it.
+  bool Reusable() const {
+    return stream_ && parser_ && parser_->is_done() && parser_->keep_alive() &&
+           buffer_.size() == 0 && !cancelled_;
   }
 
   void Complete(std::string failure) {
@@ -172,42 +216,44 @@ class HttpCall : public std::enable_shared_from_this<HttpCall> {
     if (failure.empty() && record_.finish_reason == "error") failure = "finish_error";
     record_.failure = failure;
     record_.ok = failure.empty();
-    beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    shared_->pool.Give(std::move(stream_), Reusable());
     auto self = shared_from_this();  // keeps this alive past the erase
     shared_->open.erase(self);
     done_(std::move(record_));
   }
 
+  asio::io_context& io_;
   std::shared_ptr<HttpTarget::Shared> shared_;
   Url url_;
   http::request<http::string_body> req_;
   bool chat_;
   int timeout_s_;
   tcp::resolver resolver_;
-  beast::tcp_stream stream_;
+  std::unique_ptr<beast::tcp_stream> stream_;
   beast::flat_buffer buffer_;
-  http::response_parser<http::buffer_body> parser_;
+  std::optional<http::response_parser<http::buffer_body>> parser_;
   char chunk_[16384];
   RequestRecord record_;
-  Clock::time_point epoch_, sent_;
+  Clock::time_point epoch_, sent_, deadline_;
   Target::Done done_;
   SseParser sse_;
-  bool saw_done_ = false, cancelled_ = false, completed_ = false;
+  bool saw_done_ = false, cancelled_ = false, completed_ = false, reused_ = false;
 };
 
-HttpTarget::HttpTarget(Url url, std::string model, std::string api_key, SendOptions options)
+HttpTarget::HttpTarget(Url url, std::string model, std::string api_key, SendOptions options,
+                       int max_idle_connections)
     : url_(std::move(url)),
       model_(std::move(model)),
       api_key_(std::move(api_key)),
       options_(options),
       chat_(absl::StrContains(url_.target, "chat/completions")),
       work_(asio::make_work_guard(io_)),
-      shared_(std::make_shared<Shared>()),
+      shared_(std::make_shared<Shared>(options.keep_alive, max_idle_connections)),
       thread_([this] { io_.run(); }) {}
 
 HttpTarget::~HttpTarget() {
   CancelAll();
+  asio::post(io_, [shared = shared_] { shared->pool.CloseAll(); });
   work_.reset();
   thread_.join();
 }
@@ -246,6 +292,7 @@ void HttpTarget::Send(const RequestSpec& spec, RequestRecord record, Clock::time
   req.set(http::field::content_type, "application/json");
   req.set(http::field::accept, "text/event-stream");
   if (!api_key_.empty()) req.set(http::field::authorization, "Bearer " + api_key_);
+  if (!options_.keep_alive) req.keep_alive(false);  // Connection: close
   req.body() = Body(spec);
   req.prepare_payload();
   auto call =
@@ -253,6 +300,8 @@ void HttpTarget::Send(const RequestSpec& spec, RequestRecord record, Clock::time
                                  std::move(record), epoch, std::move(done));
   asio::post(io_, [call] { call->Start(); });
 }
+
+nlohmann::json HttpTarget::ConnectionStats() const { return shared_->pool.StatsJson(); }
 
 void HttpTarget::CancelAll() {
   asio::post(io_, [shared = shared_] {

@@ -1,8 +1,10 @@
 // Any OpenAI-compatible HTTP server as a load-test target: streamed POSTs to
 // /v1/completions (token-id or text prompts) or /v1/chat/completions (text prompts as one
 // user message) with stream_options.include_usage and vLLM's ignore_eos, over Boost.Beast's
-// async HTTP/1.1 client on one I/O thread (one connection per request, as vLLM's benchmark
-// does). Each SSE event with output is a chunk: with --logprobs its token count is the length
+// async HTTP/1.1 client on one I/O thread. Connections are kept alive and reused through a
+// pool (http_connection_pool.h), as aiohttp (vLLM's benchmark_serving), k6 and wrk do; with
+// SendOptions::keep_alive false every request sends Connection: close on a new connection.
+// Each SSE event with output is a chunk: with --logprobs its token count is the length
 // of its logprobs list (exact), otherwise one token per event with text (or a content event
 // before the finish), as vLLM's benchmark counts; the usage chunk gives the server's counts.
 // A server that sends no event for tokens without text (morserve-gateway on a model without
@@ -17,12 +19,15 @@
 
 #include "loadtest/target.h"
 #include "loadtest/url.h"
+#include "nlohmann/json.hpp"
 
 namespace morserve::loadtest {
 
 class HttpTarget : public Target {
  public:
-  HttpTarget(Url url, std::string model, std::string api_key, SendOptions options);
+  // At most `max_idle_connections` idle connections are kept (0: no bound).
+  HttpTarget(Url url, std::string model, std::string api_key, SendOptions options,
+             int max_idle_connections = 0);
   ~HttpTarget() override;  // cancels open requests and joins the I/O thread
 
   void Send(const RequestSpec& spec, RequestRecord record, Clock::time_point epoch,
@@ -30,6 +35,8 @@ class HttpTarget : public Target {
   void CancelAll() override;
   std::string Describe() const override;
   bool chat() const { return chat_; }
+  // The pool's counters: {"keep_alive", "dialled", "reused", "retried", "dropped_closed_idle"}.
+  nlohmann::json ConnectionStats() const;
 
   // The request body for `spec` (public for the unit test).
   std::string Body(const RequestSpec& spec) const;

@@ -73,7 +73,8 @@ absl::StatusOr<std::unique_ptr<Target>> MakeTarget(LoadTestOptions& o, nlohmann:
     o.model = *m;
   }
   *server = {{"model", o.model}};
-  auto t = std::make_unique<HttpTarget>(o.endpoint, o.model, o.api_key, o.send);
+  auto t =
+      std::make_unique<HttpTarget>(o.endpoint, o.model, o.api_key, o.send, o.run.max_concurrency);
   if (t->chat() && o.workload.kind != "jsonl") {
     return absl::InvalidArgumentError(
         "a chat endpoint takes text prompts: use --workload jsonl with \"prompt\" strings");
@@ -160,6 +161,8 @@ int RunCommand(const std::vector<std::string>& args) {
       {"cdf_ms", CdfJson(result->records)},
       {"throughput_over_time", ThroughputOverTime(result->records, 1.0)}};
   if (scraper) out["server_metrics"] = scraper->ToJson();
+  const auto* http = dynamic_cast<const HttpTarget*>(target->get());
+  if (http) out["target"]["connections"] = http->ConnectionStats();
   nlohmann::json cpu = nlohmann::json::array();
   for (size_t i = 0; i < o.cpu_pids.size(); ++i) {
     auto after = ProcessCpuSeconds(o.cpu_pids[i]);
@@ -181,6 +184,7 @@ int RunCommand(const std::vector<std::string>& args) {
   out["definitions"] = defs;
 
   std::printf("target: %s\n%s", (*target)->Describe().c_str(), FormatTable(stats, o.slo).c_str());
+  if (http) std::printf("http connections: %s\n", out["target"]["connections"].dump().c_str());
   for (const nlohmann::json& c : cpu) std::printf("cpu of pid %s\n", c.dump().c_str());
   if (result->hit_duration)
     std::printf("stopped at --duration: %d requests not sent\n", result->not_sent);

@@ -21,6 +21,8 @@ Target (loopback only unless --allow-remote-host):
   --api-key KEY               HTTP bearer token
   --logprobs N                HTTP: request logprobs (top N, 0..20) so each chunk's tokens are
                               counted exactly (default: off, one token per text chunk)
+  --no-keep-alive             HTTP: a new connection per request (Connection: close); default:
+                              keep-alive, idle connections reused (at most --max-concurrency)
 Workload:
   --workload random|jsonl|decode   (default random; decode = 1-token prompt, output ~ N(256, 64))
   --input-len D --output-len D     D: N | fixed:N | uniform:LO:HI | normal:MEAN:STD
@@ -89,6 +91,9 @@ absl::Status ParseTarget(const Flags& f, LoadTestOptions* o) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--url ", o->url, ": expected a /v1/completions or /v1/chat/completions endpoint"));
   }
+  o->send.keep_alive = !f.Has("no-keep-alive");
+  if (!o->send.keep_alive && o->url.empty())
+    return absl::InvalidArgumentError("--no-keep-alive: only for an HTTP target (--url)");
   if (f.Has("metrics-url")) {
     o->metrics_url = f.Get("metrics-url");
     auto m = ParseHttpUrl(o->metrics_url);
@@ -187,7 +192,7 @@ absl::StatusOr<LoadTestOptions> ParseLoadTestOptions(const std::vector<std::stri
                                "slo",          "metrics-url",  "scrape-interval-ms",
                                "cpu-pid",      "out",          "plots",
                                "label",        "logprobs"},
-                        {"allow-remote-host", "respect-eos", "no-progress"});
+                        {"allow-remote-host", "respect-eos", "no-progress", "no-keep-alive"});
   if (!f.ok()) return f.status();
   LoadTestOptions o;
   o.allow_remote_host = f->Has("allow-remote-host");
@@ -211,6 +216,7 @@ nlohmann::json ConfigJson(const LoadTestOptions& o) {
       {"ignore_eos", o.send.ignore_eos},
       {"temperature", o.send.temperature},
       {"logprobs", o.send.logprobs},
+      {"keep_alive", o.send.keep_alive},
       {"seed", w.seed}};
   if (w.kind == "random") j["input_len"] = w.input_len.Describe();
   if (w.kind != "decode" || w.output_len_given) j["output_len"] = w.output_len.Describe();

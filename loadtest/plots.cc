@@ -36,7 +36,7 @@ std::string Header(const std::string& svg, int w, int h) {
 std::string PlotClause(const std::vector<std::string>& parts) {
   std::string out;
   for (const std::string& p : parts) out += (out.empty() ? "plot " : ", ") + p;
-  return out.empty() ? "plot [0:1] [0:1] NaN notitle" : out;
+  return out.empty() ? "plot [0:1] [0:1] NaN title 'no data'" : out;
 }
 
 absl::Status RunGnuplot(const std::string& script) {

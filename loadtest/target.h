@@ -23,6 +23,8 @@ struct SendOptions {
   // HTTP: ask for logprobs (top N, 0 = the sampled token only) so that every chunk lists its
   // tokens; -1: not asked (vLLM's benchmark default; one token counted per text chunk).
   int logprobs = -1;
+  // HTTP: reuse connections (keep-alive pool); false: Connection: close, one per request.
+  bool keep_alive = true;
 };
 
 class Target {

@@ -1,10 +1,13 @@
 // The load tester's statistics on hand-made data: percentiles against values worked out by
 // hand (numpy's linear interpolation), and the report's TTFT / TPOT / ITL / E2E, throughput,
-// goodput and failure counts on synthetic request records with known timings.
+// goodput and failure counts on synthetic request records with known timings; and plots of
+// a run with an empty metric (every request one chunk: no ITL) still draw.
 #include <gtest/gtest.h>
 
+#include "loadtest/plots.h"
 #include "loadtest/report.h"
 #include "loadtest/stats.h"
+#include "tests/testutil.h"
 
 namespace morserve::loadtest {
 namespace {
@@ -135,6 +138,22 @@ TEST(ThroughputOverTime, OneSecondBins) {
   EXPECT_DOUBLE_EQ(t[1]["output_tokens_per_s"].get<double>(), 2);  // 1.2, 1.5
   EXPECT_DOUBLE_EQ(t[1]["requests_per_s"].get<double>(), 1);
   EXPECT_DOUBLE_EQ(t[2]["requests_per_s"].get<double>(), 1);
+}
+
+// A panel without data (here ITL, and no throughput bins) gets fixed ranges: gnuplot cannot
+// autoscale on no points and used to fail the whole plot ("all points y value undefined").
+TEST(Plots, EmptyMetricStillDraws) {
+  morserve::testing::TempDir dir;
+  std::vector<double> cdf(201);
+  for (int i = 0; i < 201; ++i) cdf[i] = 1 + i;
+  const nlohmann::json run = {
+      {"cdf_ms", {{"ttft", cdf}, {"tpot", cdf}, {"itl", nlohmann::json::array()}, {"e2e", cdf}}}};
+  auto svgs = WritePlots(dir.File("plots"), {{"a", run}});
+  ASSERT_TRUE(svgs.ok()) << svgs.status();
+  for (const std::string& svg : *svgs)
+    EXPECT_NE(morserve::testing::ReadFile(svg).find("<svg"), std::string::npos) << svg;
+  EXPECT_NE(morserve::testing::ReadFile(dir.File("plots/latency_cdf.svg")).find("no data"),
+            std::string::npos);
 }
 
 }  // namespace
