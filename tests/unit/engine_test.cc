@@ -116,7 +116,14 @@ std::vector<FamilyCase> BatchInvarianceFamilies() {
   TinyModelSpec early = Spec("early-exit");
   early.exit_kv = "propagate";
   early.exit_threshold = 0.2f;
-  return {{"mor-ec", Spec("mor-ec")}, {"early-exit-propagate", early}};
+  // K/V-only rows through per-loop attention copies and LoRA on q, k and v.
+  TinyModelSpec untied_lora = early;
+  untied_lora.untied_attention = true;
+  untied_lora.lora_rank = 4;
+  untied_lora.lora_targets = {"q_proj", "k_proj", "v_proj"};
+  return {{"mor-ec", Spec("mor-ec")},
+          {"early-exit-propagate", early},
+          {"early-exit-propagate-untied-lora", untied_lora}};
 }
 
 TEST_P(BatchInvarianceTest, AloneEqualsMixed) {
