@@ -157,29 +157,49 @@ void CpuLinear::BuildSlices(const float* w) {
   ThreadStream().wait();
 }
 
-// Runs one tile holding the same probe row at every position (and, for the accumulating
-// primitive, the same initial output row) and checks that all output rows are bit-identical.
+// Runs tiles of distinct random rows (and, for the accumulating primitive, distinct initial
+// output rows) twice, the second time rotated by `shift` positions, and checks that every row
+// gives the same bits at both positions. Distinct rows matter: a kernel that sums the last
+// rows of a tile in another order gives the same bits as the first rows surprisingly often
+// when K is small (a single probe row repeated over the tile let such a tile through for a
+// LoRA factor), so small matrices get many rounds; shift 1 first, so positions p and p + 1
+// are always compared and any split of the tile into code paths shows.
 bool CpuLinear::TilePositionInvariant() const {
   const size_t row_k = static_cast<size_t>(k_), row_n = static_cast<size_t>(n_);
-  std::vector<float> probe(row_k), init(row_n);
+  const int64_t work = static_cast<int64_t>(tile_m_) * k_ * n_;
+  const int rounds = static_cast<int>(std::clamp<int64_t>((int64_t{1} << 22) / work, 1, 64));
   uint32_t state = 12345;
   auto next = [&state] {
     state = state * 1664525u + 1013904223u;
     return static_cast<float>(state >> 8) / 8388608.0f - 1.0f;
   };
-  for (float& f : probe) f = next();
-  for (float& f : init) f = next();
-  std::vector<float> x(tile_m_ * row_k);
-  std::vector<uint16_t> x_bf16(tile_m_ * row_k);
-  for (int r = 0; r < tile_m_; ++r) std::copy(probe.begin(), probe.end(), &x[r * row_k]);
-  RoundRowsToBf16(x.data(), static_cast<int64_t>(x.size()), x_bf16.data());
-  void* src = compute_ == CpuCompute::kBF16 ? static_cast<void*>(x_bf16.data()) : x.data();
-  for (const bool accumulate : {false, true}) {
-    std::vector<float> y(tile_m_ * row_n);
-    for (int r = 0; r < tile_m_; ++r) std::copy(init.begin(), init.end(), &y[r * row_n]);
-    for (const Slice& s : slices_) Execute(s, src, y.data(), accumulate);
-    for (int r = 1; r < tile_m_; ++r) {
-      if (std::memcmp(&y[r * row_n], y.data(), row_n * sizeof(float)) != 0) return false;
+  const size_t tile_k = tile_m_ * row_k, tile_n = tile_m_ * row_n;
+  std::vector<float> x(2 * tile_k), init(tile_n), y(2 * tile_n);
+  std::vector<uint16_t> x_bf16(2 * tile_k);
+  for (int round = 0; round < rounds; ++round) {
+    const int shift = 1 + round % (tile_m_ - 1);
+    for (size_t i = 0; i < tile_k; ++i) x[i] = next();
+    for (float& f : init) f = next();
+    for (int r = 0; r < tile_m_; ++r) {
+      std::copy_n(&x[r * row_k], row_k, &x[tile_k + ((r + shift) % tile_m_) * row_k]);
+    }
+    RoundRowsToBf16(x.data(), static_cast<int64_t>(x.size()), x_bf16.data());
+    for (const bool accumulate : {false, true}) {
+      for (int copy = 0; copy < 2; ++copy) {
+        float* out = &y[copy * tile_n];
+        for (int r = 0; r < tile_m_; ++r) {
+          std::copy_n(&init[r * row_n], row_n, out + ((r + copy * shift) % tile_m_) * row_n);
+        }
+        void* src = compute_ == CpuCompute::kBF16 ? static_cast<void*>(&x_bf16[copy * tile_k])
+                                                  : static_cast<void*>(&x[copy * tile_k]);
+        for (const Slice& s : slices_) Execute(s, src, out, accumulate);
+      }
+      for (int r = 0; r < tile_m_; ++r) {
+        if (std::memcmp(&y[r * row_n], &y[tile_n + ((r + shift) % tile_m_) * row_n],
+                        row_n * sizeof(float)) != 0) {
+          return false;
+        }
+      }
     }
   }
   return true;

@@ -29,9 +29,9 @@ bool CpuSupportsBf16();
 class CpuLinear {
  public:
   // Rows per primitive call, tried in this order; the first tile size whose primitives pass a
-  // self-check at construction (the same row at every position of a tile gives the same bits:
-  // oneDNN's AVX2 sgemm handles the last rows of an 8-row call on a different code path, so
-  // this is not automatic) is used. Tile 1 always passes. F32 prefers 8 rows because padding
+  // self-check at construction (distinct random rows give the same bits at every position of a
+  // tile: oneDNN's AVX2 sgemm handles the last rows of an 8-row call on a different code path,
+  // so this is not automatic; see TilePositionInvariant) is used. Tile 1 always passes. F32 prefers 8 rows because padding
   // is paid in full by fp32 kernels at decode (M = 1); BF16 prefers 16, one AMX tile. Numbers
   // in tests/bench/cpu_linear_bench.cc.
   static constexpr int kTileCandidatesF32[] = {8, 16, 32, 4, 1};

@@ -116,7 +116,14 @@ std::vector<FamilyCase> BatchInvarianceFamilies() {
   TinyModelSpec early = Spec("early-exit");
   early.exit_kv = "propagate";
   early.exit_threshold = 0.2f;
-  return {{"mor-ec", Spec("mor-ec")}, {"early-exit-propagate", early}};
+  // K/V-only rows through per-loop attention copies and LoRA on q, k and v.
+  TinyModelSpec untied_lora = early;
+  untied_lora.untied_attention = true;
+  untied_lora.lora_rank = 4;
+  untied_lora.lora_targets = {"q_proj", "k_proj", "v_proj"};
+  return {{"mor-ec", Spec("mor-ec")},
+          {"early-exit-propagate", early},
+          {"early-exit-propagate-untied-lora", untied_lora}};
 }
 
 TEST_P(BatchInvarianceTest, AloneEqualsMixed) {
@@ -155,6 +162,26 @@ TEST_P(BatchInvarianceTest, AloneEqualsMixed) {
     }
     EXPECT_EQ(got.back().tokens, sampled_alone.tokens) << "seeded sampling, variant " << variant;
   }
+}
+
+// The same long prompt in one prefill chunk and in chunks of 3 (K/V-only rows then share
+// passes with other chunks' full rows in other groupings): bit-identical tokens and logits.
+TEST_P(BatchInvarianceTest, ChunkedPrefillEqualsWhole) {
+  testing::TempDir dir;
+  auto weights = testing::MakeModel(GetParam().spec, &dir);
+  ASSERT_NE(weights, nullptr);
+  const GenerateRequest probe = Greedy(testing::MakePrompts(1, 40, 40, weights->config.vocab_size, 5)[0], 6);
+  auto run = [&](int step_tokens) {
+    EngineConfig cfg = SmallConfig();
+    cfg.max_step_tokens = step_tokens;
+    auto engine = Engine::Create(weights, cfg);
+    EXPECT_TRUE(engine.ok());
+    return testing::RunStaggered(engine->get(), {probe}, {0})[0];
+  };
+  const RunResult whole = run(64), chunked = run(3);
+  EXPECT_EQ(chunked.tokens, whole.tokens);
+  ASSERT_EQ(chunked.logits.size(), whole.logits.size());
+  for (size_t t = 0; t < whole.logits.size(); ++t) EXPECT_EQ(chunked.logits[t], whole.logits[t]) << "token " << t;
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, BatchInvarianceTest, ::testing::ValuesIn(BatchInvarianceFamilies()),

@@ -187,12 +187,6 @@ TEST_P(PromptLogprobsFamilyTest, MatchReferenceInBothModesWithChunkedPrefill) {
   }
 }
 
-// Known exception, not of this feature: with early exit (propagate), untied attention copies
-// AND LoRA together, the engine's own generated-token logits already differ in the last bits
-// between chunkings and batches (either option alone is bit-identical). There the prompt
-// logprobs are held to the reference tolerance instead of bit identity.
-bool KnownBatchVariant(const std::string& name) { return name == "early-exit-propagate-untied-lora"; }
-
 // One long prompt alone in one chunk, alone in chunks of 3, and in chunks inside a busy
 // depth-wise batch (where MoR and early-exit neighbours run at other depths): bit-identical,
 // generated tokens' logits included.
@@ -210,11 +204,6 @@ TEST_P(PromptLogprobsFamilyTest, AloneChunkedAndBusyAreBitIdentical) {
   busy.arrivals.push_back(2);
   const RunResult mixed =
       RunEngine(weights, Config(BatchingMode::kDepthWise, 10), busy.requests, busy.arrivals).back();
-  if (KnownBatchVariant(GetParam().name)) {
-    ExpectMatchesReference(weights, probe, chunked, GetParam().name + " chunked");
-    ExpectMatchesReference(weights, probe, mixed, GetParam().name + " busy");
-    return;
-  }
   ExpectBitIdentical(whole, chunked, GetParam().name + " chunked");
   ExpectBitIdentical(whole, mixed, GetParam().name + " busy");
 }
