@@ -190,6 +190,9 @@ class CudaModelRunner : public ModelRunner {
   void QkvEpilogue(const StagedRows& s, int n, bool write_cache, bool emit_kv);
   const int32_t* Meta(size_t offset) const { return scratch_.meta.as<int32_t>() + offset; }
   void Ensure(DeviceBuffer& b, size_t bytes) { b.Reserve(bytes); }
+  // The layer scratch for `rows` rows: normed input, QKV, q (all rows); with `full` also the
+  // temporary K/V pair, attention output, projections and the MLP's buffers.
+  void EnsureLayerScratch(size_t rows, bool full);
 
   std::shared_ptr<const ModelWeights> w_;
   const ModelConfig& cfg_;
@@ -326,6 +329,21 @@ void CudaModelRunner::LoadHeadAndRouters() {
       tc_mlp_ = LoadHostMlp(r.token_choice, r.token_choice_w2);
     }
   }
+}
+
+void CudaModelRunner::EnsureLayerScratch(size_t rows, bool full) {
+  const size_t hs = cfg_.hidden_size, qd = cfg_.q_dim(), kvd = cfg_.kv_dim(),
+               inter = cfg_.intermediate_size;
+  Ensure(scratch_.a, rows * std::max(hs, inter) * sizeof(uint16_t));
+  Ensure(scratch_.qkv, rows * (qd + 2 * kvd) * sizeof(float));
+  Ensure(scratch_.q, rows * qd * sizeof(uint16_t));
+  if (!full) return;
+  Ensure(scratch_.k_tmp, rows * kvd * sizeof(uint16_t));
+  Ensure(scratch_.v_tmp, rows * kvd * sizeof(uint16_t));
+  Ensure(scratch_.attn, rows * qd * sizeof(uint16_t));
+  Ensure(scratch_.proj, rows * hs * sizeof(float));
+  Ensure(scratch_.gu, rows * 2 * inter * sizeof(float));
+  Ensure(scratch_.act, rows * inter * sizeof(uint16_t));
 }
 
 void CudaModelRunner::UploadRows(const float* h, int n, const StagedRows* staged) {
@@ -520,8 +538,7 @@ void CudaModelRunner::RunLayer(const LayerBatch& b) {
 void CudaModelRunner::RunRecurrentTiled(const LayerBatch& b) {
   const int n = b.n;
   if (n == 0) return;
-  const int hs = cfg_.hidden_size, qd = cfg_.q_dim(), kvd = cfg_.kv_dim(),
-            inter = cfg_.intermediate_size;
+  const int hs = cfg_.hidden_size, qd = cfg_.q_dim();
   const Segment& seg = w_->plan.segments[b.segment];
   RecurrentStaging st;  // rows in wave-major order, items and waves' loop runs: one upload
   std::string error;
@@ -531,15 +548,7 @@ void CudaModelRunner::RunRecurrentTiled(const LayerBatch& b) {
   counters_.full_rows += n;
   const DeviceLayer& L = layers_[seg.first_layer_slot + b.k];
   const size_t rows = static_cast<size_t>(n);
-  Ensure(scratch_.a, rows * std::max(hs, inter) * sizeof(uint16_t));
-  Ensure(scratch_.qkv, rows * (qd + 2 * kvd) * sizeof(float));
-  Ensure(scratch_.q, rows * qd * sizeof(uint16_t));
-  Ensure(scratch_.k_tmp, rows * kvd * sizeof(uint16_t));
-  Ensure(scratch_.v_tmp, rows * kvd * sizeof(uint16_t));
-  Ensure(scratch_.attn, rows * qd * sizeof(uint16_t));
-  Ensure(scratch_.proj, rows * hs * sizeof(float));
-  Ensure(scratch_.gu, rows * 2 * inter * sizeof(float));
-  Ensure(scratch_.act, rows * inter * sizeof(uint16_t));
+  EnsureLayerScratch(rows, /*full=*/true);
   Ensure(rec_ml_, rows * cfg_.num_heads * 2 * sizeof(float));
   Ensure(rec_acc_, rows * qd * sizeof(float));
   UploadRows(st.sub.h.data(), n, &s);
@@ -655,9 +664,7 @@ void CudaModelRunner::RunKvOnlyRows(const LayerBatch& b) {
   MORSERVE_CHECK(staged.ok(), std::string(staged.status().message()).c_str());
   const DeviceLayer& L = layers_[seg.first_layer_slot + b.k];
   const size_t rows = static_cast<size_t>(n);
-  Ensure(scratch_.a, rows * std::max(cfg_.hidden_size, cfg_.intermediate_size) * sizeof(uint16_t));
-  Ensure(scratch_.qkv, rows * (cfg_.q_dim() + 2 * cfg_.kv_dim()) * sizeof(float));
-  Ensure(scratch_.q, rows * cfg_.q_dim() * sizeof(uint16_t));
+  EnsureLayerScratch(rows, /*full=*/false);
   UploadRows(b.h, n, &*staged);
   Norm(L.in_norm, *staged, scratch_.h.as<float>(), scratch_.a.as<uint16_t>());
   Linear(L.qkv, *staged, scratch_.a.as<uint16_t>(), scratch_.qkv.as<float>());
@@ -694,18 +701,9 @@ void CudaModelRunner::RunFullRows(const LayerBatch& b) {
   const StagedRows& s = *staged;
   const DeviceLayer& L = layers_[seg.first_layer_slot + b.k];
   const LayerKvPlan& kv = *b.kv;
-  const int hs = cfg_.hidden_size, qd = cfg_.q_dim(), kvd = cfg_.kv_dim(),
-            inter = cfg_.intermediate_size;
+  const int hs = cfg_.hidden_size, inter = cfg_.intermediate_size;
   const size_t rows = static_cast<size_t>(n);
-  Ensure(scratch_.a, rows * std::max(hs, inter) * sizeof(uint16_t));
-  Ensure(scratch_.qkv, rows * (qd + 2 * kvd) * sizeof(float));
-  Ensure(scratch_.q, rows * qd * sizeof(uint16_t));
-  Ensure(scratch_.k_tmp, rows * kvd * sizeof(uint16_t));
-  Ensure(scratch_.v_tmp, rows * kvd * sizeof(uint16_t));
-  Ensure(scratch_.attn, rows * qd * sizeof(uint16_t));
-  Ensure(scratch_.proj, rows * hs * sizeof(float));
-  Ensure(scratch_.gu, rows * 2 * inter * sizeof(float));
-  Ensure(scratch_.act, rows * inter * sizeof(uint16_t));
+  EnsureLayerScratch(rows, /*full=*/true);
   UploadRows(b.h, n, &s);
   float* h = scratch_.h.as<float>();
   uint16_t* a = scratch_.a.as<uint16_t>();
