@@ -38,7 +38,8 @@ struct TileShape {
   static_assert(kTile % kKeysPerPass == 0 && (kMaxGroup * HD) % kThreads == 0, "shape");
 };
 
-// The CTA's shared memory for the fold (a kernel declares one as __shared__).
+// The CTA's shared memory for the fold (a kernel declares one as __shared__, with an int
+// "bad" flag beside it: inside the struct, tail padding would grow the kernels' smem).
 template <int HD>
 struct TileShared {
   __align__(16) uint16_t v[kTile][HD];
@@ -48,8 +49,44 @@ struct TileShared {
   float m[kMaxGroup];  // running max (base 2)
   float l[kMaxGroup];  // running sum
   float corr[kMaxGroup];
-  int bad;
 };
+
+// What the tile fold reads from a kernel's argument block (Args and RecurrentArgs extend it).
+struct TileArgs {
+  const uint16_t* q;
+  const uint16_t* k_cache;
+  const uint16_t* v_cache;
+  const int32_t* table_indptr;
+  const int32_t* table_blocks;
+  const int32_t* kv_len;
+  const uint16_t* extra_k;
+  const uint16_t* extra_v;
+  int n_heads;
+  int n_kv_heads;
+  int group;
+  int block_size;
+  int num_blocks;
+  float score_scale;  // scale * log2(e)
+};
+
+// The TileArgs of a validated launch; P: PagedAttentionParams or RecurrentAttentionParams.
+template <typename P>
+inline void FillTileArgs(const P& p, TileArgs& a) {
+  a.q = p.q;
+  a.k_cache = p.k_cache;
+  a.v_cache = p.v_cache;
+  a.table_indptr = p.table_indptr;
+  a.table_blocks = p.table_blocks;
+  a.kv_len = p.kv_len;
+  a.extra_k = p.extra_k;
+  a.extra_v = p.extra_v;
+  a.n_heads = p.n_heads;
+  a.n_kv_heads = p.n_kv_heads;
+  a.group = p.n_heads / p.n_kv_heads;
+  a.block_size = p.block_size;
+  a.num_blocks = p.num_blocks;
+  a.score_scale = p.scale * kLog2e;
+}
 
 template <int HD>
 using TileAcc = float[TileShape<HD>::kOutPerThread];
@@ -81,11 +118,11 @@ __device__ __forceinline__ void LoadGroupQuery(const uint16_t* q_row, int group,
 
 // 1. Where each key idx = tile + t (t < valid) lives: cache entry idx of the row when idx < len,
 // else the row's extra pair. Keys past `valid` get a safe address that is not read. A block id
-// out of range sets sh.bad. A: an argument block with the cache fields (Args, RecurrentArgs).
-template <int HD, typename A>
-__device__ __forceinline__ void LocateTile(const A& a, const int32_t* blocks, int row, int kvh,
-                                           int len, int tile, int valid, TileShared<HD>& sh,
-                                           int tid) {
+// out of range sets bad.
+template <int HD>
+__device__ __forceinline__ void LocateTile(const TileArgs& a, const int32_t* blocks, int row,
+                                           int kvh, int len, int tile, int valid,
+                                           TileShared<HD>& sh, int& bad, int tid) {
   if (tid >= kTile) return;
   const uint16_t* kp = a.k_cache;
   const uint16_t* vp = a.v_cache;
@@ -94,7 +131,7 @@ __device__ __forceinline__ void LocateTile(const A& a, const int32_t* blocks, in
     if (idx < len) {
       const int32_t blk = blocks[idx / a.block_size];
       if (blk < 0 || blk >= a.num_blocks) {
-        sh.bad = 1;
+        bad = 1;
       } else {
         const int64_t slot = static_cast<int64_t>(blk) * a.block_size + idx % a.block_size;
         const int64_t off = (slot * a.n_kv_heads + kvh) * HD;
@@ -204,12 +241,12 @@ __device__ __forceinline__ void AccumulateTile(int outs, int valid, const TileSh
 }
 
 // Folds keys [tile, tile + valid) of the row into (sh.m, sh.l, acc): steps 1 to 4 with the
-// CTA barriers between them. Every thread of the CTA calls it.
-template <int HD, typename A>
-__device__ __forceinline__ void FoldTile(const A& a, const int32_t* blocks, int row, int kvh,
+// CTA barriers between them (bad: the CTA's shared flag). Every thread of the CTA calls it.
+template <int HD>
+__device__ __forceinline__ void FoldTile(const TileArgs& a, const int32_t* blocks, int row, int kvh,
                                          int len, int tile, int valid, const GroupQuery& qreg,
-                                         TileShared<HD>& sh, TileAcc<HD>& acc, int tid) {
-  LocateTile<HD>(a, blocks, row, kvh, len, tile, valid, sh, tid);
+                                         TileShared<HD>& sh, int& bad, TileAcc<HD>& acc, int tid) {
+  LocateTile<HD>(a, blocks, row, kvh, len, tile, valid, sh, bad, tid);
   __syncthreads();
   LoadTileValues<HD>(valid, sh, tid);
   ScoreTile<HD>(qreg, a.group, valid, a.score_scale, sh, tid);

@@ -17,27 +17,13 @@
 namespace morserve::kernels {
 namespace {
 
-// Everything the kernels read, passed by value.
-struct Args {
-  const uint16_t* q;
-  const uint16_t* k_cache;
-  const uint16_t* v_cache;
-  const int32_t* table_indptr;
-  const int32_t* table_blocks;
-  const int32_t* kv_len;
-  const uint16_t* extra_k;
-  const uint16_t* extra_v;
+// Everything the kernels read, passed by value: the tile fold's fields, then the split's.
+struct Args : TileArgs {
   void* out;
   float* partial_acc;  // [rows][n_heads][max_chunks][head_dim]
   float* partial_ml;   // [rows][n_heads][max_chunks][2]: running max (base 2) and sum
-  int n_heads;
-  int n_kv_heads;
-  int group;
-  int block_size;
-  int num_blocks;
   int max_chunks;
   int chunk_len;
-  float score_scale;  // scale * log2(e)
 };
 
 // A row's entry count (visible + extra) and chunk count, or ok = false for a faulty row.
@@ -85,6 +71,7 @@ __global__ void __launch_bounds__(kThreads) AttnChunkKernel(const Args a) {
   const int end = min(info.total, begin + a.chunk_len);
 
   __shared__ TileShared<HD> sh;
+  __shared__ int s_bad;
   GroupQuery qreg;
   LoadGroupQuery<HD>(GroupRow<HD>(a.q, row, a.n_heads, kvh, group), group, tid, qreg);
   if (tid < kMaxGroup) {
@@ -92,7 +79,7 @@ __global__ void __launch_bounds__(kThreads) AttnChunkKernel(const Args a) {
     sh.l[tid] = 0.0f;
     sh.corr[tid] = 1.0f;
   }
-  if (tid == 0) sh.bad = 0;
+  if (tid == 0) s_bad = 0;
   TileAcc<HD> acc;
 #pragma unroll
   for (int i = 0; i < kOutPerThread; ++i) acc[i] = 0.0f;
@@ -100,10 +87,11 @@ __global__ void __launch_bounds__(kThreads) AttnChunkKernel(const Args a) {
 
   const int32_t* blocks = a.table_blocks + a.table_indptr[row];
   for (int tile = begin; tile < end; tile += kTile) {
-    FoldTile<HD>(a, blocks, row, kvh, info.len, tile, min(kTile, end - tile), qreg, sh, acc, tid);
+    const int valid = min(kTile, end - tile);
+    FoldTile<HD>(a, blocks, row, kvh, info.len, tile, valid, qreg, sh, s_bad, acc, tid);
   }
 
-  const bool bad = sh.bad != 0;
+  const bool bad = s_bad != 0;
   if (info.nchunks == 1) {
     StoreNormalized<HD>(out_row, acc, sh, outs, bad, /*nan_l_is_bad=*/false, tid);
     return;
@@ -156,26 +144,13 @@ __global__ void __launch_bounds__(HD) AttnCombineKernel(const Args a) {
 // The kernels' argument block for a validated launch (see paged_attention_forward).
 inline Args MakeArgs(const PagedAttentionParams& p, int max_chunks) {
   Args a;
-  a.q = p.q;
-  a.k_cache = p.k_cache;
-  a.v_cache = p.v_cache;
-  a.table_indptr = p.table_indptr;
-  a.table_blocks = p.table_blocks;
-  a.kv_len = p.kv_len;
-  a.extra_k = p.extra_k;
-  a.extra_v = p.extra_v;
+  FillTileArgs(p, a);
   a.out = p.out;
   const size_t partials = static_cast<size_t>(p.rows) * p.n_heads * max_chunks;
   a.partial_acc = p.workspace;
   a.partial_ml = p.workspace == nullptr ? nullptr : p.workspace + partials * p.head_dim;
-  a.n_heads = p.n_heads;
-  a.n_kv_heads = p.n_kv_heads;
-  a.group = p.n_heads / p.n_kv_heads;
-  a.block_size = p.block_size;
-  a.num_blocks = p.num_blocks;
   a.max_chunks = max_chunks;
   a.chunk_len = p.chunk_len;
-  a.score_scale = p.scale * kLog2e;
   return a;
 }
 

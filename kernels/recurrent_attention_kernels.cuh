@@ -18,49 +18,23 @@ namespace {
 
 static_assert(kRecurrentTile == kTile, "recurrent folds use the paged attention tile");
 
-struct RecurrentArgs {
-  const uint16_t* q;
-  const uint16_t* k_cache;
-  const uint16_t* v_cache;
-  const int32_t* table_indptr;
-  const int32_t* table_blocks;
-  const int32_t* kv_len;
-  const uint16_t* extra_k;
-  const uint16_t* extra_v;
+// Everything the kernels read, passed by value: the tile fold's fields, then the state's.
+struct RecurrentArgs : TileArgs {
   float* state_ml;
   float* state_acc;
   const RecurrentFoldItem* items;
   void* out;
   int rows;
-  int n_heads;
-  int n_kv_heads;
-  int group;
-  int block_size;
-  int num_blocks;
-  float score_scale;  // scale * log2(e)
 };
 
 inline RecurrentArgs MakeRecurrentArgs(const RecurrentAttentionParams& p) {
   RecurrentArgs a;
-  a.q = p.q;
-  a.k_cache = p.k_cache;
-  a.v_cache = p.v_cache;
-  a.table_indptr = p.table_indptr;
-  a.table_blocks = p.table_blocks;
-  a.kv_len = p.kv_len;
-  a.extra_k = p.extra_k;
-  a.extra_v = p.extra_v;
+  FillTileArgs(p, a);
   a.state_ml = p.state_ml;
   a.state_acc = p.state_acc;
   a.items = p.items;
   a.out = p.out;
   a.rows = p.rows;
-  a.n_heads = p.n_heads;
-  a.n_kv_heads = p.n_kv_heads;
-  a.group = p.n_heads / p.n_kv_heads;
-  a.block_size = p.block_size;
-  a.num_blocks = p.num_blocks;
-  a.score_scale = p.scale * kLog2e;
   return a;
 }
 
@@ -94,6 +68,7 @@ __global__ void __launch_bounds__(kThreads) RecurrentFoldKernel(const RecurrentA
   const bool ok = ib >= 0 && ie >= ib && len >= 0 && len <= capacity && begin >= 0 && range_ok;
 
   __shared__ TileShared<HD> sh;
+  __shared__ int s_bad;
   const bool fresh = (item.flags & kRecurrentFresh) != 0;
   GroupQuery qreg;
   LoadGroupQuery<HD>(GroupRow<HD>(a.q, row, a.n_heads, kvh, group), group, tid, qreg);
@@ -102,7 +77,7 @@ __global__ void __launch_bounds__(kThreads) RecurrentFoldKernel(const RecurrentA
     sh.l[tid] = fresh ? 0.0f : ml[2 * tid + 1];
     sh.corr[tid] = 1.0f;
   }
-  if (tid == 0) sh.bad = ok ? 0 : 1;
+  if (tid == 0) s_bad = ok ? 0 : 1;
   TileAcc<HD> acc;
 #pragma unroll
   for (int i = 0; i < kOutPerThread; ++i) {
@@ -114,10 +89,11 @@ __global__ void __launch_bounds__(kThreads) RecurrentFoldKernel(const RecurrentA
   // Entry len (the extra pair) is only reached by a finish tile.
   const int32_t* blocks = a.table_blocks + (ok ? ib : 0);
   for (int tile = begin; ok && tile < end; tile += kTile) {
-    FoldTile<HD>(a, blocks, row, kvh, len, tile, min(kTile, end - tile), qreg, sh, acc, tid);
+    const int valid = min(kTile, end - tile);
+    FoldTile<HD>(a, blocks, row, kvh, len, tile, valid, qreg, sh, s_bad, acc, tid);
   }
 
-  const bool bad = sh.bad != 0;
+  const bool bad = s_bad != 0;
   if constexpr (kFinish) {
     TO* out_row = GroupRow<HD>(static_cast<TO*>(a.out), row, a.n_heads, kvh, group);
     StoreNormalized<HD>(out_row, acc, sh, outs, bad, /*nan_l_is_bad=*/true, tid);
