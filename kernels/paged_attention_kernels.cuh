@@ -4,48 +4,26 @@
 // CUDA thread). Not a public header: the contract is in paged_attention.cuh. Everything here
 // is in an anonymous namespace of morserve::kernels (one copy per including file).
 //
-// Device helpers come from kernels/common.cuh under nvcc, or from tests/gpu/cuda_emu.h when
-// MORSERVE_CUDA_EMU is defined.
+// The per-tile arithmetic (query load, key lookup, scores, online softmax, acc fold) lives in
+// kernels/attention_tile.cuh, shared with the recurrent attention kernel.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
-#include "kernels/bf16_vector.cuh"
-#include "kernels/device_helpers.cuh"
+#include "kernels/attention_tile.cuh"
 #include "kernels/paged_attention.cuh"
 
 namespace morserve::kernels {
 namespace {
 
-constexpr int kThreads = 128;
-constexpr int kWarps = kThreads / 32;
-constexpr int kTile = kAttentionTile;
-constexpr int kMaxGroup = kAttentionMaxGroup;
-constexpr float kLog2e = 1.4426950408889634f;
-static_assert(kTile == 32, "the softmax step maps one key of a tile to one lane");
-
-// Everything the kernels read, passed by value.
-struct Args {
-  const uint16_t* q;
-  const uint16_t* k_cache;
-  const uint16_t* v_cache;
-  const int32_t* table_indptr;
-  const int32_t* table_blocks;
-  const int32_t* kv_len;
-  const uint16_t* extra_k;
-  const uint16_t* extra_v;
+// Everything the kernels read, passed by value: the tile fold's fields, then the split's.
+struct Args : TileArgs {
   void* out;
   float* partial_acc;  // [rows][n_heads][max_chunks][head_dim]
   float* partial_ml;   // [rows][n_heads][max_chunks][2]: running max (base 2) and sum
-  int n_heads;
-  int n_kv_heads;
-  int group;
-  int block_size;
-  int num_blocks;
   int max_chunks;
   int chunk_len;
-  float score_scale;  // scale * log2(e)
 };
 
 // A row's entry count (visible + extra) and chunk count, or ok = false for a faulty row.
@@ -69,25 +47,17 @@ __device__ __forceinline__ RowInfo GetRow(const Args& a, int row) {
   return info;
 }
 
-__device__ __forceinline__ float QuietNan() { return __int_as_float(0x7fc00000); }
-
 // One CTA per (row, kv head, chunk). HD: head_dim; TO: float or uint16_t (bf16 bits).
 template <int HD, typename TO>
 __global__ void __launch_bounds__(kThreads) AttnChunkKernel(const Args a) {
-  constexpr int kLanes = HD / 8;                   // lanes sharing one key (8 elements each)
-  constexpr int kKeysPerPass = kThreads / kLanes;  // keys scored at once by the CTA
-  constexpr int kPasses = kTile / kKeysPerPass;
-  constexpr int kOutPerThread = kMaxGroup * HD / kThreads;
-  static_assert(kTile % kKeysPerPass == 0 && (kMaxGroup * HD) % kThreads == 0, "shape");
-
+  constexpr int kOutPerThread = TileShape<HD>::kOutPerThread;
   const int row = blockIdx.x;
   const int kvh = blockIdx.y;
   const int chunk = blockIdx.z;
   const int tid = threadIdx.x;
   const int group = a.group;
   const int outs = group * HD;  // this CTA's outputs: heads kvh*group .. +group, all dims
-  const int64_t q_stride = static_cast<int64_t>(a.n_heads) * HD;
-  TO* out_row = static_cast<TO*>(a.out) + row * q_stride + static_cast<int64_t>(kvh) * group * HD;
+  TO* out_row = GroupRow<HD>(static_cast<TO*>(a.out), row, a.n_heads, kvh, group);
 
   const RowInfo info = GetRow(a, row);
   if (!info.ok) {
@@ -100,155 +70,30 @@ __global__ void __launch_bounds__(kThreads) AttnChunkKernel(const Args a) {
   const int begin = chunk * a.chunk_len;
   const int end = min(info.total, begin + a.chunk_len);
 
-  __shared__ __align__(16) uint16_t s_v[kTile][HD];
-  __shared__ float s_p[kMaxGroup][kTile];  // scores, then probabilities
-  __shared__ const uint16_t* s_kp[kTile];
-  __shared__ const uint16_t* s_vp[kTile];
-  __shared__ float s_m[kMaxGroup], s_l[kMaxGroup], s_corr[kMaxGroup];
+  __shared__ TileShared<HD> sh;
   __shared__ int s_bad;
-
-  // This thread's slice of the group's query vectors: key lane `lane_in_key` covers
-  // elements [8 * lane_in_key, 8 * lane_in_key + 8) of every head.
-  const int lane_in_key = tid % kLanes;
-  const int key_slot = tid / kLanes;
-  float qreg[kMaxGroup][8];
-  const uint16_t* q_row = a.q + row * q_stride + static_cast<int64_t>(kvh) * group * HD;
-#pragma unroll
-  for (int g = 0; g < kMaxGroup; ++g) {
-    if (g < group) {
-      const uint4 v = reinterpret_cast<const uint4*>(q_row + g * HD)[lane_in_key];
-      Widen8(v, qreg[g]);
-    }
-  }
+  GroupQuery qreg;
+  LoadGroupQuery<HD>(GroupRow<HD>(a.q, row, a.n_heads, kvh, group), group, tid, qreg);
   if (tid < kMaxGroup) {
-    s_m[tid] = -INFINITY;
-    s_l[tid] = 0.0f;
-    s_corr[tid] = 1.0f;
+    sh.m[tid] = -INFINITY;
+    sh.l[tid] = 0.0f;
+    sh.corr[tid] = 1.0f;
   }
   if (tid == 0) s_bad = 0;
-  float acc[kOutPerThread];
+  TileAcc<HD> acc;
 #pragma unroll
   for (int i = 0; i < kOutPerThread; ++i) acc[i] = 0.0f;
   __syncthreads();
 
   const int32_t* blocks = a.table_blocks + a.table_indptr[row];
-  const int warp = tid / 32;
-  const int lane = tid % 32;
   for (int tile = begin; tile < end; tile += kTile) {
     const int valid = min(kTile, end - tile);
-
-    // 1. Where each key of the tile lives (a cache slot or the row's extra pair).
-    if (tid < kTile) {
-      const uint16_t* kp = a.k_cache;  // a safe address for keys that are not read
-      const uint16_t* vp = a.v_cache;
-      if (tid < valid) {
-        const int idx = tile + tid;
-        if (idx < info.len) {
-          const int32_t blk = blocks[idx / a.block_size];
-          if (blk < 0 || blk >= a.num_blocks) {
-            s_bad = 1;
-          } else {
-            const int64_t slot = static_cast<int64_t>(blk) * a.block_size + idx % a.block_size;
-            const int64_t off = (slot * a.n_kv_heads + kvh) * HD;
-            kp = a.k_cache + off;
-            vp = a.v_cache + off;
-          }
-        } else {  // idx == len: the extra pair
-          const int64_t off = (static_cast<int64_t>(row) * a.n_kv_heads + kvh) * HD;
-          kp = a.extra_k + off;
-          vp = a.extra_v + off;
-        }
-      }
-      s_kp[tid] = kp;
-      s_vp[tid] = vp;
-    }
-    __syncthreads();
-
-    // 2a. The tile's values to shared memory, 16 bytes per load.
-    for (int c = tid; c < kTile * kLanes; c += kThreads) {
-      const int j = c / kLanes;
-      const int part = c % kLanes;
-      if (j < valid) {
-        reinterpret_cast<uint4*>(&s_v[j][0])[part] = reinterpret_cast<const uint4*>(s_vp[j])[part];
-      }
-    }
-    // 2b. Scores: kLanes lanes per key, each an 8-element dot, then a lane butterfly.
-#pragma unroll
-    for (int pass = 0; pass < kPasses; ++pass) {
-      const int j = pass * kKeysPerPass + key_slot;
-      float kf[8];
-      if (j < valid) {
-        Widen8(reinterpret_cast<const uint4*>(s_kp[j])[lane_in_key], kf);
-      } else {
-#pragma unroll
-        for (int e = 0; e < 8; ++e) kf[e] = 0.0f;
-      }
-#pragma unroll
-      for (int g = 0; g < kMaxGroup; ++g) {
-        if (g < group) {  // uniform over the CTA: every lane reaches the shuffles
-          float dot = 0.0f;
-#pragma unroll
-          for (int e = 0; e < 8; ++e) dot = fmaf(qreg[g][e], kf[e], dot);
-#pragma unroll
-          for (int off = kLanes / 2; off > 0; off >>= 1) {
-            dot += __shfl_xor_sync(0xffffffffu, dot, off);
-          }
-          if (lane_in_key == 0 && j < valid) s_p[g][j] = dot * a.score_scale;
-        }
-      }
-    }
-    __syncthreads();
-
-    // 3. Online softmax, one warp per head, one key per lane.
-    for (int g = warp; g < group; g += kWarps) {
-      const float m_old = s_m[g];
-      const float s = lane < valid ? s_p[g][lane] : -INFINITY;
-      float tmax = s;
-#pragma unroll
-      for (int off = 16; off > 0; off >>= 1)
-        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, off));
-      const float m_new = fmaxf(m_old, tmax);
-      const float pr = lane < valid ? exp2f(s - m_new) : 0.0f;
-      float psum = pr;
-#pragma unroll
-      for (int off = 16; off > 0; off >>= 1) psum += __shfl_xor_sync(0xffffffffu, psum, off);
-      const float corr = exp2f(m_old - m_new);  // 0 on the first tile (m_old = -inf)
-      s_p[g][lane] = pr;
-      __syncwarp();
-      if (lane == 0) {
-        s_m[g] = m_new;
-        s_l[g] = fmaf(s_l[g], corr, psum);
-        s_corr[g] = corr;
-      }
-    }
-    __syncthreads();
-
-    // 4. acc = acc * corr + sum_j p_j v_j, keys in order; output o = g * HD + d.
-#pragma unroll
-    for (int i = 0; i < kOutPerThread; ++i) {
-      const int o = tid + i * kThreads;
-      if (o < outs) {
-        const int g = o / HD;
-        const int d = o % HD;
-        float x = acc[i] * s_corr[g];
-        for (int j = 0; j < valid; ++j) x = fmaf(s_p[g][j], Bf16BitsToF32(s_v[j][d]), x);
-        acc[i] = x;
-      }
-    }
-    __syncthreads();
+    FoldTile<HD>(a, blocks, row, kvh, info.len, tile, valid, qreg, sh, s_bad, acc, tid);
   }
 
   const bool bad = s_bad != 0;
   if (info.nchunks == 1) {
-#pragma unroll
-    for (int i = 0; i < kOutPerThread; ++i) {
-      const int o = tid + i * kThreads;
-      if (o < outs) {
-        const float l = s_l[o / HD];
-        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-        StoreF32(out_row, o, bad ? QuietNan() : acc[i] * inv);
-      }
-    }
+    StoreNormalized<HD>(out_row, acc, sh, outs, bad, /*nan_l_is_bad=*/false, tid);
     return;
   }
 #pragma unroll
@@ -261,8 +106,8 @@ __global__ void __launch_bounds__(kThreads) AttnChunkKernel(const Args a) {
           (static_cast<int64_t>(row) * a.n_heads + kvh * group + g) * a.max_chunks + chunk;
       a.partial_acc[idx * HD + d] = acc[i];
       if (d == 0) {
-        a.partial_ml[2 * idx] = s_m[g];
-        a.partial_ml[2 * idx + 1] = bad ? QuietNan() : s_l[g];
+        a.partial_ml[2 * idx] = sh.m[g];
+        a.partial_ml[2 * idx + 1] = bad ? QuietNan() : sh.l[g];
       }
     }
   }
@@ -299,26 +144,13 @@ __global__ void __launch_bounds__(HD) AttnCombineKernel(const Args a) {
 // The kernels' argument block for a validated launch (see paged_attention_forward).
 inline Args MakeArgs(const PagedAttentionParams& p, int max_chunks) {
   Args a;
-  a.q = p.q;
-  a.k_cache = p.k_cache;
-  a.v_cache = p.v_cache;
-  a.table_indptr = p.table_indptr;
-  a.table_blocks = p.table_blocks;
-  a.kv_len = p.kv_len;
-  a.extra_k = p.extra_k;
-  a.extra_v = p.extra_v;
+  FillTileArgs(p, a);
   a.out = p.out;
   const size_t partials = static_cast<size_t>(p.rows) * p.n_heads * max_chunks;
   a.partial_acc = p.workspace;
   a.partial_ml = p.workspace == nullptr ? nullptr : p.workspace + partials * p.head_dim;
-  a.n_heads = p.n_heads;
-  a.n_kv_heads = p.n_kv_heads;
-  a.group = p.n_heads / p.n_kv_heads;
-  a.block_size = p.block_size;
-  a.num_blocks = p.num_blocks;
   a.max_chunks = max_chunks;
   a.chunk_len = p.chunk_len;
-  a.score_scale = p.scale * kLog2e;
   return a;
 }
 

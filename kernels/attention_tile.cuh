@@ -1,0 +1,278 @@
+// The per-tile arithmetic of attention over a paged KV cache, the one definition that both
+// AttnChunkKernel (paged_attention_kernels.cuh) and RecurrentFoldKernel
+// (recurrent_attention_kernels.cuh) call: the GQA group's query load, where a tile's keys live,
+// the value tile load to shared memory, the q.k scores, the online-softmax update of (m, l) and
+// the acc = acc * corr + sum_j p_j v_j fold, and the final acc / l. Because both kernels run
+// these same functions, a recurrent row's output is bitwise paged attention's run as one split
+// chunk by construction (the emulator tests check it). Not a public header; everything is in an
+// anonymous namespace (one copy per including file).
+//
+// Device helpers come from kernels/common.cuh under nvcc, or from tests/gpu/cuda_emu.h when
+// MORSERVE_CUDA_EMU is defined.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/bf16_vector.cuh"
+#include "kernels/device_helpers.cuh"
+#include "kernels/paged_attention.cuh"
+
+namespace morserve::kernels {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kWarps = kThreads / 32;
+constexpr int kTile = kAttentionTile;
+constexpr int kMaxGroup = kAttentionMaxGroup;
+constexpr float kLog2e = 1.4426950408889634f;
+static_assert(kTile == 32, "the softmax step maps one key of a tile to one lane");
+
+// How a CTA of kThreads threads splits a tile for head_dim HD.
+template <int HD>
+struct TileShape {
+  static constexpr int kLanes = HD / 8;                   // lanes sharing one key (8 elements)
+  static constexpr int kKeysPerPass = kThreads / kLanes;  // keys scored at once by the CTA
+  static constexpr int kPasses = kTile / kKeysPerPass;
+  static constexpr int kOutPerThread = kMaxGroup * HD / kThreads;
+  static_assert(kTile % kKeysPerPass == 0 && (kMaxGroup * HD) % kThreads == 0, "shape");
+};
+
+// The CTA's shared memory for the fold (a kernel declares one as __shared__, with an int
+// "bad" flag beside it: inside the struct, tail padding would grow the kernels' smem).
+template <int HD>
+struct TileShared {
+  __align__(16) uint16_t v[kTile][HD];
+  float p[kMaxGroup][kTile];  // scores, then probabilities
+  const uint16_t* kp[kTile];
+  const uint16_t* vp[kTile];
+  float m[kMaxGroup];  // running max (base 2)
+  float l[kMaxGroup];  // running sum
+  float corr[kMaxGroup];
+};
+
+// What the tile fold reads from a kernel's argument block (Args and RecurrentArgs extend it).
+struct TileArgs {
+  const uint16_t* q;
+  const uint16_t* k_cache;
+  const uint16_t* v_cache;
+  const int32_t* table_indptr;
+  const int32_t* table_blocks;
+  const int32_t* kv_len;
+  const uint16_t* extra_k;
+  const uint16_t* extra_v;
+  int n_heads;
+  int n_kv_heads;
+  int group;
+  int block_size;
+  int num_blocks;
+  float score_scale;  // scale * log2(e)
+};
+
+// The TileArgs of a validated launch; P: PagedAttentionParams or RecurrentAttentionParams.
+template <typename P>
+inline void FillTileArgs(const P& p, TileArgs& a) {
+  a.q = p.q;
+  a.k_cache = p.k_cache;
+  a.v_cache = p.v_cache;
+  a.table_indptr = p.table_indptr;
+  a.table_blocks = p.table_blocks;
+  a.kv_len = p.kv_len;
+  a.extra_k = p.extra_k;
+  a.extra_v = p.extra_v;
+  a.n_heads = p.n_heads;
+  a.n_kv_heads = p.n_kv_heads;
+  a.group = p.n_heads / p.n_kv_heads;
+  a.block_size = p.block_size;
+  a.num_blocks = p.num_blocks;
+  a.score_scale = p.scale * kLog2e;
+}
+
+template <int HD>
+using TileAcc = float[TileShape<HD>::kOutPerThread];
+using GroupQuery = float[kMaxGroup][8];
+
+__device__ __forceinline__ float QuietNan() { return __int_as_float(0x7fc00000); }
+
+// The first element of the GQA group of kv head kvh in `row` of a [rows][n_heads][HD] tensor.
+template <int HD, typename T>
+__device__ __forceinline__ T* GroupRow(T* base, int row, int n_heads, int kvh, int group) {
+  const int64_t q_stride = static_cast<int64_t>(n_heads) * HD;
+  return base + row * q_stride + static_cast<int64_t>(kvh) * group * HD;
+}
+
+// This thread's slice of the group's query vectors: key lane `tid % kLanes` covers elements
+// [8 * lane, 8 * lane + 8) of every head.
+template <int HD>
+__device__ __forceinline__ void LoadGroupQuery(const uint16_t* q_row, int group, int tid,
+                                               GroupQuery& qreg) {
+  const int lane_in_key = tid % TileShape<HD>::kLanes;
+#pragma unroll
+  for (int g = 0; g < kMaxGroup; ++g) {
+    if (g < group) {
+      const uint4 v = reinterpret_cast<const uint4*>(q_row + g * HD)[lane_in_key];
+      Widen8(v, qreg[g]);
+    }
+  }
+}
+
+// 1. Where each key idx = tile + t (t < valid) lives: cache entry idx of the row when idx < len,
+// else the row's extra pair. Keys past `valid` get a safe address that is not read. A block id
+// out of range sets bad.
+template <int HD>
+__device__ __forceinline__ void LocateTile(const TileArgs& a, const int32_t* blocks, int row,
+                                           int kvh, int len, int tile, int valid,
+                                           TileShared<HD>& sh, int& bad, int tid) {
+  if (tid >= kTile) return;
+  const uint16_t* kp = a.k_cache;
+  const uint16_t* vp = a.v_cache;
+  if (tid < valid) {
+    const int idx = tile + tid;
+    if (idx < len) {
+      const int32_t blk = blocks[idx / a.block_size];
+      if (blk < 0 || blk >= a.num_blocks) {
+        bad = 1;
+      } else {
+        const int64_t slot = static_cast<int64_t>(blk) * a.block_size + idx % a.block_size;
+        const int64_t off = (slot * a.n_kv_heads + kvh) * HD;
+        kp = a.k_cache + off;
+        vp = a.v_cache + off;
+      }
+    } else {  // idx == len: the extra pair
+      const int64_t off = (static_cast<int64_t>(row) * a.n_kv_heads + kvh) * HD;
+      kp = a.extra_k + off;
+      vp = a.extra_v + off;
+    }
+  }
+  sh.kp[tid] = kp;
+  sh.vp[tid] = vp;
+}
+
+// 2a. The tile's values to shared memory, 16 bytes per load.
+template <int HD>
+__device__ __forceinline__ void LoadTileValues(int valid, TileShared<HD>& sh, int tid) {
+  constexpr int kLanes = TileShape<HD>::kLanes;
+  for (int c = tid; c < kTile * kLanes; c += kThreads) {
+    const int j = c / kLanes;
+    const int part = c % kLanes;
+    if (j < valid) {
+      reinterpret_cast<uint4*>(&sh.v[j][0])[part] = reinterpret_cast<const uint4*>(sh.vp[j])[part];
+    }
+  }
+}
+
+// 2b. Scores: kLanes lanes per key, each an 8-element dot, then a lane butterfly.
+template <int HD>
+__device__ __forceinline__ void ScoreTile(const GroupQuery& qreg, int group, int valid,
+                                          float score_scale, TileShared<HD>& sh, int tid) {
+  using S = TileShape<HD>;
+  const int lane_in_key = tid % S::kLanes;
+  const int key_slot = tid / S::kLanes;
+#pragma unroll
+  for (int pass = 0; pass < S::kPasses; ++pass) {
+    const int j = pass * S::kKeysPerPass + key_slot;
+    float kf[8];
+    if (j < valid) {
+      Widen8(reinterpret_cast<const uint4*>(sh.kp[j])[lane_in_key], kf);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) kf[e] = 0.0f;
+    }
+#pragma unroll
+    for (int g = 0; g < kMaxGroup; ++g) {
+      if (g < group) {  // uniform over the CTA: every lane reaches the shuffles
+        float dot = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) dot = fmaf(qreg[g][e], kf[e], dot);
+#pragma unroll
+        for (int off = S::kLanes / 2; off > 0; off >>= 1) {
+          dot += __shfl_xor_sync(0xffffffffu, dot, off);
+        }
+        if (lane_in_key == 0 && j < valid) sh.p[g][j] = dot * score_scale;
+      }
+    }
+  }
+}
+
+// 3. Online softmax, one warp per head, one key per lane: scores become probabilities and
+// (m, l) and the acc correction are updated.
+template <int HD>
+__device__ __forceinline__ void SoftmaxTile(int group, int valid, TileShared<HD>& sh, int tid) {
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  for (int g = warp; g < group; g += kWarps) {
+    const float m_old = sh.m[g];
+    const float s = lane < valid ? sh.p[g][lane] : -INFINITY;
+    float tmax = s;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+      tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, off));
+    const float m_new = fmaxf(m_old, tmax);
+    const float pr = lane < valid ? exp2f(s - m_new) : 0.0f;
+    float psum = pr;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) psum += __shfl_xor_sync(0xffffffffu, psum, off);
+    const float corr = exp2f(m_old - m_new);  // 0 on the first tile (m_old = -inf)
+    sh.p[g][lane] = pr;
+    __syncwarp();
+    if (lane == 0) {
+      sh.m[g] = m_new;
+      sh.l[g] = fmaf(sh.l[g], corr, psum);
+      sh.corr[g] = corr;
+    }
+  }
+}
+
+// 4. acc = acc * corr + sum_j p_j v_j, keys in order; output o = g * HD + d.
+template <int HD>
+__device__ __forceinline__ void AccumulateTile(int outs, int valid, const TileShared<HD>& sh,
+                                               TileAcc<HD>& acc, int tid) {
+#pragma unroll
+  for (int i = 0; i < TileShape<HD>::kOutPerThread; ++i) {
+    const int o = tid + i * kThreads;
+    if (o < outs) {
+      const int g = o / HD;
+      const int d = o % HD;
+      float x = acc[i] * sh.corr[g];
+      for (int j = 0; j < valid; ++j) x = fmaf(sh.p[g][j], Bf16BitsToF32(sh.v[j][d]), x);
+      acc[i] = x;
+    }
+  }
+}
+
+// Folds keys [tile, tile + valid) of the row into (sh.m, sh.l, acc): steps 1 to 4 with the
+// CTA barriers between them (bad: the CTA's shared flag). Every thread of the CTA calls it.
+template <int HD>
+__device__ __forceinline__ void FoldTile(const TileArgs& a, const int32_t* blocks, int row, int kvh,
+                                         int len, int tile, int valid, const GroupQuery& qreg,
+                                         TileShared<HD>& sh, int& bad, TileAcc<HD>& acc, int tid) {
+  LocateTile<HD>(a, blocks, row, kvh, len, tile, valid, sh, bad, tid);
+  __syncthreads();
+  LoadTileValues<HD>(valid, sh, tid);
+  ScoreTile<HD>(qreg, a.group, valid, a.score_scale, sh, tid);
+  __syncthreads();
+  SoftmaxTile<HD>(a.group, valid, sh, tid);
+  __syncthreads();
+  AccumulateTile<HD>(a.group * HD, valid, sh, acc, tid);
+  __syncthreads();
+}
+
+// out = acc / l per head (0 where l is not positive); NaN where `bad`, or where l is NaN and
+// nan_l_is_bad.
+template <int HD, typename TO>
+__device__ __forceinline__ void StoreNormalized(TO* out_row, const TileAcc<HD>& acc,
+                                                const TileShared<HD>& sh, int outs, bool bad,
+                                                bool nan_l_is_bad, int tid) {
+#pragma unroll
+  for (int i = 0; i < TileShape<HD>::kOutPerThread; ++i) {
+    const int o = tid + i * kThreads;
+    if (o < outs) {
+      const float l = sh.l[o / HD];
+      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      StoreF32(out_row, o, (bad || (nan_l_is_bad && isnan(l))) ? QuietNan() : acc[i] * inv);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace morserve::kernels
