@@ -15,8 +15,9 @@
 //           tile, then write softmax(...)·V = acc / l to out (bf16 or fp32).
 // The schedule (which items run when) is the caller's: engine/cuda/recurrent_schedule.h.
 //
-// Exactness: a tile's fold is op for op the split kernel's (paged_attention_kernels.cuh:
-// per-lane 8-element dots, lane butterfly, warp max/sum, exp2f, key-ordered PV fmas), and
+// Exactness: a tile's fold is the split kernel's own code (kernels/attention_tile.cuh
+// FoldTile: per-lane 8-element dots, lane butterfly, warp max/sum, exp2f, key-ordered PV
+// fmas, called by both kernels), and
 // tiles are aligned at multiples of kRecurrentTile from entry 0. So when every tile below a
 // row's own tile has been merged exactly once in increasing order, the row's output is bit for
 // bit paged_attention's for that row with one split chunk (chunk_len >= kv_len + 1) and the

@@ -24,6 +24,7 @@
 
 #include "engine/cpu/chunk_attention.h"
 #include "engine/cpu/recurrent_prefill.h"
+#include "kernels/paged_attention_kernels.cuh"  // the kernel the fold must equal
 #include "kernels/recurrent_attention_kernels.cuh"
 #include "tests/gpu/recurrent_attention_problem.h"
 
