@@ -172,6 +172,9 @@ class CudaModelRunner : public ModelRunner {
   void RunKvOnlyRows(const LayerBatch& b);
   // A batch with both kinds: K/V-only rows first, then the full rows.
   void RunMixedRows(const LayerBatch& b);
+  // Rows `rows` of b as full rows in a sub-batch of their own (`sub` is reused scratch), their
+  // h written back into b.h.
+  void RunFullSubBatch(const LayerBatch& b, const std::vector<int>& rows, SubBatch* sub);
   void LoadLayers();
   void LoadHeadAndRouters();
   // Copies host h [n, hidden] and the staged metadata to the device (async on stream_).
@@ -525,13 +528,8 @@ void CudaModelRunner::RunLayer(const LayerBatch& b) {
                  "chunk_indptr does not span the batch");
   const std::vector<std::vector<int>> waves = RecurrentWaves(kv.chunk_indptr, b.n);
   if (waves.size() <= 1) return RunFullRows(b);
-  const int hs = cfg_.hidden_size;
   SubBatch sub;
-  for (const std::vector<int>& rows : waves) {
-    MakeSubBatch(b, rows, hs, &sub);
-    RunFullRows(sub.b);
-    ScatterSubBatch(sub, rows, hs, b.h);
-  }
+  for (const std::vector<int>& rows : waves) RunFullSubBatch(b, rows, &sub);
 }
 
 // Recurrent layer, tiled: see the declaration and engine/cuda/recurrent_schedule.h.
@@ -645,14 +643,17 @@ void CudaModelRunner::RunMixedRows(const LayerBatch& b) {
   MORSERVE_CHECK(!b.kv->recurrent, "K/V-only rows on a recurrent layer");
   std::vector<int> full, kv_rows;
   for (int i = 0; i < b.n; ++i) (b.kv_only[i] ? kv_rows : full).push_back(i);
-  const int hs = cfg_.hidden_size;
   SubBatch sub;
-  MakeSubBatch(b, kv_rows, hs, &sub);
-  RunKvOnlyRows(sub.b);
-  if (full.empty()) return;
-  MakeSubBatch(b, full, hs, &sub);
-  RunFullRows(sub.b);
-  ScatterSubBatch(sub, full, hs, b.h);
+  MakeSubBatch(b, kv_rows, cfg_.hidden_size, &sub);
+  RunKvOnlyRows(sub.b);  // h unchanged: nothing to scatter back
+  if (!full.empty()) RunFullSubBatch(b, full, &sub);
+}
+
+void CudaModelRunner::RunFullSubBatch(const LayerBatch& b, const std::vector<int>& rows,
+                                      SubBatch* sub) {
+  MakeSubBatch(b, rows, cfg_.hidden_size, sub);
+  RunFullRows(sub->b);
+  ScatterSubBatch(*sub, rows, cfg_.hidden_size, b.h);
 }
 
 void CudaModelRunner::RunKvOnlyRows(const LayerBatch& b) {

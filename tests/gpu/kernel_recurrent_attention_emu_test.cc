@@ -106,26 +106,11 @@ std::vector<uint8_t> EmulatePagedOneChunk(const Problem& p, DType t) {
   std::vector<uint8_t> out = t == DType::kBF16
                                  ? Bytes<uint16_t>(p.rows * static_cast<size_t>(p.q_dim()))
                                  : Bytes<float>(p.rows * static_cast<size_t>(p.q_dim()));
-  PagedAttentionParams pp;
-  pp.q = p.q.data();
-  pp.k_cache = p.k_cache.data();
-  pp.v_cache = p.v_cache.data();
-  pp.table_indptr = p.indptr.data();
-  pp.table_blocks = p.blocks.data();
-  pp.kv_len = p.kv_len.data();
-  pp.extra_k = p.extra_k.data();
-  pp.extra_v = p.extra_v.data();
+  const AttentionInputs in = {p.q.data(),       p.k_cache.data(), p.v_cache.data(),
+                             p.extra_k.data(), p.extra_v.data(), p.indptr.data(),
+                             p.blocks.data(),  p.kv_len.data()};
+  PagedAttentionParams pp = PagedOneChunkParams(p, in, t);
   pp.out = out.data();
-  pp.out_dtype = t;
-  pp.rows = p.rows;
-  pp.n_heads = p.shape.n_heads;
-  pp.n_kv_heads = p.shape.n_kv_heads;
-  pp.head_dim = p.shape.head_dim;
-  pp.block_size = p.shape.block_size;
-  pp.num_blocks = p.num_blocks;
-  pp.max_kv_len = p.max_kv_len;
-  pp.chunk_len = (p.max_kv_len + 1 + kTile - 1) / kTile * kTile;  // one chunk for every row
-  pp.scale = 1.0f / std::sqrt(static_cast<float>(p.shape.head_dim));
   EXPECT_EQ(PagedAttentionMaxChunks(pp.max_kv_len, true, pp.chunk_len), 1);
   const Args a = MakeArgs(pp, 1);
   const EmuDim3 grid{static_cast<unsigned>(p.rows), static_cast<unsigned>(p.shape.n_kv_heads), 1};

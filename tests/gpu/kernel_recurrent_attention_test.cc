@@ -129,26 +129,11 @@ std::vector<uint8_t> RunPagedOneChunk(const Problem& p, DType t) {
   const size_t esize = t == DType::kBF16 ? 2 : 4;
   DeviceBuffer<uint8_t> out(static_cast<size_t>(p.rows) * p.q_dim() * esize);
   EXPECT_EQ(out.Poison(), cudaSuccess);
-  PagedAttentionParams pp;
-  pp.q = d.q.get();
-  pp.k_cache = d.k_cache.get();
-  pp.v_cache = d.v_cache.get();
-  pp.table_indptr = d.indptr.get();
-  pp.table_blocks = d.blocks.get();
-  pp.kv_len = d.kv_len.get();
-  pp.extra_k = d.extra_k.get();
-  pp.extra_v = d.extra_v.get();
+  const AttentionInputs in = {d.q.get(),       d.k_cache.get(), d.v_cache.get(),
+                             d.extra_k.get(), d.extra_v.get(), d.indptr.get(),
+                             d.blocks.get(),  d.kv_len.get()};
+  PagedAttentionParams pp = PagedOneChunkParams(p, in, t);
   pp.out = out.get();
-  pp.out_dtype = t;
-  pp.rows = p.rows;
-  pp.n_heads = p.shape.n_heads;
-  pp.n_kv_heads = p.shape.n_kv_heads;
-  pp.head_dim = p.shape.head_dim;
-  pp.block_size = p.shape.block_size;
-  pp.num_blocks = p.num_blocks;
-  pp.max_kv_len = p.max_kv_len;
-  pp.chunk_len = (p.max_kv_len + 1 + kAttentionTile - 1) / kAttentionTile * kAttentionTile;
-  pp.scale = 1.0f / std::sqrt(static_cast<float>(p.shape.head_dim));
   EXPECT_EQ(PagedAttentionWorkspaceFloats(p.rows, p.shape.n_heads, p.shape.head_dim, p.max_kv_len,
                                           true, pp.chunk_len),
             0u);

@@ -93,4 +93,17 @@ inline void Drive(const Problem& p, const Items& it, const Backend& b) {
   }
 }
 
+// Paged attention over the problem with one split chunk per row over the complete cache and
+// each row's extra pair (the naive path the tiled fold must equal bit for bit); out is the
+// launch's to set.
+inline PagedAttentionParams PagedOneChunkParams(const Problem& p,
+                                                const attention_test::AttentionInputs& in,
+                                                DType out_dtype) {
+  PagedAttentionParams pp = attention_test::LaunchParams(p, in, out_dtype);
+  pp.extra_k = in.extra_k;  // recurrent rows always attend to their temporary pair
+  pp.extra_v = in.extra_v;
+  pp.chunk_len = (p.max_kv_len + 1 + kAttentionTile - 1) / kAttentionTile * kAttentionTile;
+  return pp;
+}
+
 }  // namespace morserve::kernels::recurrent_test
