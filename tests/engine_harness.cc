@@ -177,6 +177,14 @@ double MaxRelDiff(const std::vector<float>& a, const std::vector<float>& b) {
   return m;
 }
 
+double MaxScaledDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return INFINITY;
+  double scale = 1, m = 0;
+  for (float v : b) scale = std::max(scale, std::fabs(static_cast<double>(v)));
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(static_cast<double>(a[i]) - b[i]));
+  return m / scale;
+}
+
 TinyModelSpec GpuModelSpec(const std::string& family) {
   TinyModelSpec s;
   s.family = family;
@@ -232,7 +240,7 @@ void CompareWithReference(const std::vector<RefRun>& refs,
       }
       ++tally->compared;
       ASSERT_EQ(got[i].tokens[t], want[t]) << label << " request " << i << " token " << t;
-      EXPECT_LE(MaxRelDiff(got[i].logits[t], o.logits), kGpuLogitTolerance)
+      EXPECT_LE(MaxScaledDiff(got[i].logits[t], o.logits), kGpuLogitTolerance)
           << label << " request " << i << " token " << t;
     }
   }
