@@ -196,8 +196,8 @@ void Compute(const Problem& pr, float alpha, const void* a, const void* b, float
   std::vector<float> panel(static_cast<size_t>(k * kPanel));
   for (int64_t i0 = 0; i0 < m; i0 += kPanel) {
     const int64_t rows = std::min(kPanel, m - i0);
-    for (int64_t p = 0; p < k; ++p) {
-      for (int64_t r = 0; r < kPanel; ++r) {
+    for (int64_t r = 0; r < kPanel; ++r) {  // row by row: contiguous reads for op T
+      for (int64_t p = 0; p < k; ++p) {
         panel[p * kPanel + r] =
             r < rows ? LoadF32(pr.a->type, a, OpIndex(pr.trans_a, i0 + r, p, pr.a->ld)) : 0.0f;
       }
