@@ -1,16 +1,17 @@
 // LtGemm (cuBLASLt, bf16 in, fp32 accumulate) against a CPU GEMM in double on fresh random
 // inputs with poisoned outputs, for the engine's shapes (SmolLM-360M: hidden 960, fused QKV
 // 1600, fused gate/up 5120, down from 2560, a vocab-wide lm_head) at decode and prefill row
-// counts. Error bound per element: |got - ref| <= tol * sum_k |x_k w_k| with tol 1e-2 for
-// bf16 output (one bf16 rounding) and 1e-3 for fp32 output (fp32 accumulation over k). The
-// algorithm cache, batch invariance across m (rows bitwise equal at m = 1, 7, 64) and
-// parameter validation are tested too.
-#include <cmath>
+// counts. The problem and the check (|got - ref| <= tol * sum_k |x_k w_k|, tol 1e-2 for bf16
+// output, 1e-3 for fp32) are tests/gpu/gemm_problem.h, shared with the test on the CPU
+// cuBLASLt emulation (kernel_gemm_emu_test). The algorithm cache, batch invariance across m
+// (rows bitwise equal at m = 1, 7, 64), graph capture and parameter validation are tested too.
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "engine/model/dtype.h"
 #include "kernels/gemm.cuh"
+#include "tests/gpu/gemm_problem.h"
 #include "tests/gpu/gpu_testutil.h"
 
 namespace morserve::kernels {
@@ -18,13 +19,7 @@ namespace {
 
 using ::morserve::testing::DeviceBuffer;
 using ::morserve::testing::FreshSeed;
-
-std::vector<uint16_t> RandomBf16(size_t n, std::mt19937_64& rng, float stddev) {
-  std::normal_distribution<float> dist(0.0f, stddev);
-  std::vector<uint16_t> out(n);
-  for (uint16_t& v : out) v = F32ToBf16(dist(rng));
-  return out;
-}
+using ::morserve::testing::GemmProblem;
 
 #define MORSERVE_LT_EXPECT_OK(expr)                         \
   do {                                                      \
@@ -40,9 +35,9 @@ class GemmTest : public ::testing::Test {
     MORSERVE_LT_EXPECT_OK(gemm_.Init());
   }
 
-  // Runs y = x · w^T for one shape and dtype and returns y as fp32 (raw bits kept in *raw).
+  // Runs y = x · w^T for one shape and dtype into poisoned memory; y's bytes in *raw.
   void Compute(const DeviceBuffer<uint16_t>& x, const DeviceBuffer<uint16_t>& w, int m, int n,
-               int k, DType y_dtype, std::vector<float>* y, std::vector<uint8_t>* raw) {
+               int k, DType y_dtype, std::vector<uint8_t>* raw) {
     const size_t esize = y_dtype == DType::kBF16 ? 2 : 4;
     DeviceBuffer<uint8_t> dy(static_cast<size_t>(m) * n * esize);
     ASSERT_TRUE(dy.ok());
@@ -58,54 +53,25 @@ class GemmTest : public ::testing::Test {
     MORSERVE_LT_EXPECT_OK(gemm_.Run(p, nullptr));
     MORSERVE_CUDA_OK(cudaDeviceSynchronize());
     MORSERVE_CUDA_OK(dy.Download(raw));
-    y->resize(static_cast<size_t>(m) * n);
-    for (size_t i = 0; i < y->size(); ++i) {
-      if (y_dtype == DType::kBF16) {
-        uint16_t b;
-        std::memcpy(&b, raw->data() + 2 * i, 2);
-        (*y)[i] = Bf16ToF32(b);
-      } else {
-        std::memcpy(&(*y)[i], raw->data() + 4 * i, 4);
-      }
-    }
+  }
+
+  // Uploads a problem's x and w.
+  void Upload(const GemmProblem& pr, DeviceBuffer<uint16_t>* dx, DeviceBuffer<uint16_t>* dw) {
+    ASSERT_TRUE(dx->ok() && dw->ok());
+    MORSERVE_CUDA_OK(dx->Upload(pr.x.bits));
+    MORSERVE_CUDA_OK(dw->Upload(pr.w.bits));
   }
 
   void CheckShape(int m, int n, int k) {
     const uint64_t seed = FreshSeed();
-    SCOPED_TRACE("m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
-                 " seed=" + std::to_string(seed));
-    std::mt19937_64 rng(seed);
-    const std::vector<uint16_t> x = RandomBf16(static_cast<size_t>(m) * k, rng, 1.0f);
-    const std::vector<uint16_t> w = RandomBf16(static_cast<size_t>(n) * k, rng, 0.05f);
-    DeviceBuffer<uint16_t> dx(x.size()), dw(w.size());
-    ASSERT_TRUE(dx.ok() && dw.ok());
-    MORSERVE_CUDA_OK(dx.Upload(x));
-    MORSERVE_CUDA_OK(dw.Upload(w));
-    std::vector<float> xf(x.size()), wf(w.size());
-    for (size_t i = 0; i < x.size(); ++i) xf[i] = Bf16ToF32(x[i]);
-    for (size_t i = 0; i < w.size(); ++i) wf[i] = Bf16ToF32(w[i]);
+    const GemmProblem pr = GemmProblem::Make(seed, m, n, k);
+    SCOPED_TRACE(pr.Describe(seed));
+    DeviceBuffer<uint16_t> dx(pr.x.bits.size()), dw(pr.w.bits.size());
+    ASSERT_NO_FATAL_FAILURE(Upload(pr, &dx, &dw));
     for (DType y_dtype : {DType::kBF16, DType::kF32}) {
-      SCOPED_TRACE(y_dtype == DType::kBF16 ? "y=bf16" : "y=f32");
-      std::vector<float> y;
       std::vector<uint8_t> raw;
-      ASSERT_NO_FATAL_FAILURE(Compute(dx, dw, m, n, k, y_dtype, &y, &raw));
-      const double tol = y_dtype == DType::kBF16 ? 1e-2 : 1e-3;
-      for (int r = 0; r < m; ++r) {
-        for (int c = 0; c < n; ++c) {
-          double ref = 0, mag = 0;
-          const float* xr = &xf[static_cast<size_t>(r) * k];
-          const float* wc = &wf[static_cast<size_t>(c) * k];
-          for (int i = 0; i < k; ++i) {
-            const double t = static_cast<double>(xr[i]) * wc[i];
-            ref += t;
-            mag += std::abs(t);
-          }
-          const double got = y[static_cast<size_t>(r) * n + c];
-          ASSERT_TRUE(std::abs(got - ref) <= tol * mag)
-              << "y[" << r << ", " << c << "] = " << got << ", want " << ref << " (sum |x w| "
-              << mag << ")";
-        }
-      }
+      ASSERT_NO_FATAL_FAILURE(Compute(dx, dw, m, n, k, y_dtype, &raw));
+      ASSERT_NO_FATAL_FAILURE(pr.Check(y_dtype, raw));
     }
   }
 
@@ -137,20 +103,17 @@ TEST_F(GemmTest, AlgorithmsAreCachedPerShape) {
 TEST_F(GemmTest, RowsAreBatchInvariantAcrossM) {
   const uint64_t seed = FreshSeed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
-  std::mt19937_64 rng(seed);
   for (auto [n, k] : {std::pair{1600, 960}, std::pair{960, 2560}, std::pair{5120, 960}}) {
-    SCOPED_TRACE("n=" + std::to_string(n) + " k=" + std::to_string(k));
     const int max_m = 64;
-    DeviceBuffer<uint16_t> dx(static_cast<size_t>(max_m) * k), dw(static_cast<size_t>(n) * k);
-    ASSERT_TRUE(dx.ok() && dw.ok());
-    MORSERVE_CUDA_OK(dx.Upload(RandomBf16(static_cast<size_t>(max_m) * k, rng, 1.0f)));
-    MORSERVE_CUDA_OK(dw.Upload(RandomBf16(static_cast<size_t>(n) * k, rng, 0.05f)));
+    const GemmProblem pr = GemmProblem::Make(seed + n + k, max_m, n, k);
+    SCOPED_TRACE(pr.Describe(seed + n + k));
+    DeviceBuffer<uint16_t> dx(pr.x.bits.size()), dw(pr.w.bits.size());
+    ASSERT_NO_FATAL_FAILURE(Upload(pr, &dx, &dw));
     for (DType y_dtype : {DType::kBF16, DType::kF32}) {
-      std::vector<float> full, part;
       std::vector<uint8_t> full_raw, part_raw;
-      ASSERT_NO_FATAL_FAILURE(Compute(dx, dw, max_m, n, k, y_dtype, &full, &full_raw));
+      ASSERT_NO_FATAL_FAILURE(Compute(dx, dw, max_m, n, k, y_dtype, &full_raw));
       for (int m : {1, 7}) {
-        ASSERT_NO_FATAL_FAILURE(Compute(dx, dw, m, n, k, y_dtype, &part, &part_raw));
+        ASSERT_NO_FATAL_FAILURE(Compute(dx, dw, m, n, k, y_dtype, &part_raw));
         ASSERT_EQ(0, std::memcmp(part_raw.data(), full_raw.data(), part_raw.size()))
             << "rows 0.." << m - 1 << " differ between m = " << m << " and m = " << max_m
             << (y_dtype == DType::kBF16 ? " (bf16 out)" : " (fp32 out)");
@@ -164,13 +127,11 @@ TEST_F(GemmTest, RowsAreBatchInvariantAcrossM) {
 TEST_F(GemmTest, CapturedInGraphMatchesDirectRun) {
   const uint64_t seed = FreshSeed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
-  std::mt19937_64 rng(seed);
   const int m = 16, n = 1600, k = 960;
-  DeviceBuffer<uint16_t> dx(static_cast<size_t>(m) * k), dw(static_cast<size_t>(n) * k),
-      dy(static_cast<size_t>(m) * n);
-  ASSERT_TRUE(dx.ok() && dw.ok() && dy.ok());
-  MORSERVE_CUDA_OK(dx.Upload(RandomBf16(static_cast<size_t>(m) * k, rng, 1.0f)));
-  MORSERVE_CUDA_OK(dw.Upload(RandomBf16(static_cast<size_t>(n) * k, rng, 0.05f)));
+  const GemmProblem pr = GemmProblem::Make(seed, m, n, k);
+  DeviceBuffer<uint16_t> dx(pr.x.bits.size()), dw(pr.w.bits.size()), dy(static_cast<size_t>(m) * n);
+  ASSERT_TRUE(dy.ok());
+  ASSERT_NO_FATAL_FAILURE(Upload(pr, &dx, &dw));
   MORSERVE_LT_EXPECT_OK(gemm_.Prepare(m, n, k, DType::kBF16));
   GemmParams p;
   p.x = dx.get();
@@ -193,9 +154,8 @@ TEST_F(GemmTest, CapturedInGraphMatchesDirectRun) {
   MORSERVE_CUDA_OK(cudaStreamSynchronize(stream));
   std::vector<uint16_t> from_graph;
   MORSERVE_CUDA_OK(dy.Download(&from_graph));
-  std::vector<float> direct;
   std::vector<uint8_t> direct_raw;
-  ASSERT_NO_FATAL_FAILURE(Compute(dx, dw, m, n, k, DType::kBF16, &direct, &direct_raw));
+  ASSERT_NO_FATAL_FAILURE(Compute(dx, dw, m, n, k, DType::kBF16, &direct_raw));
   ASSERT_EQ(0, std::memcmp(direct_raw.data(), from_graph.data(), direct_raw.size()));
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);

@@ -1,0 +1,500 @@
+// LtGemm (kernels/gemm.cu's host code, compiled as C++ into this test) on the CPU cuBLASLt
+// emulation (kernels/emu/cublaslt_emu.cc, target morserve_cublaslt_emu), with host buffers:
+// - the GPU test's problems and check (tests/gpu/gemm_problem.h) for the engine's shapes
+//   (o_proj, fused QKV, fused gate/up, down, a vocab-wide lm_head, a tiny k), poisoned outputs;
+// - rows bitwise equal alone, inside m = 7 and m = 64, and in the runner's per-loop groups
+//   (Gemm on x + begin * k, the LoRA-variant path of CudaModelRunner::Linear);
+// - the algorithm cache; validation before the library;
+// - the emulation's own contract, called directly: every transpose pair, alpha/beta with C and
+//   padded leading dimensions against a double reference; the k-order fp32 sum bit for bit;
+//   the heuristic's one no-split-K algorithm; and the errors a runner bug would get from
+//   cuBLASLt (bad ld, shapes that do not chain, null and misaligned pointers, unsupported types
+//   and attributes), as statuses, not crashes.
+// Needs no device and links no CUDA library.
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "engine/cuda/cublaslt_loader.h"
+#include "kernels/gemm.cuh"
+#include "tests/gpu/gemm_problem.h"
+
+// gemm.cu's own CUDA runtime calls are Init's workspace cudaMalloc and the destructor's
+// cudaFree. This test links no cudart; until the emulated one (kernels/emu, branch emurun) is
+// linked here, these two stand in over host memory (the emulated algorithm needs no workspace,
+// so nothing reads it).
+extern "C" cudaError_t CUDARTAPI cudaMalloc(void** devPtr, size_t size) {
+  if (devPtr == nullptr) return cudaErrorInvalidValue;
+  *devPtr = std::aligned_alloc(256, (size + 255) / 256 * 256);
+  return *devPtr != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+extern "C" cudaError_t CUDARTAPI cudaFree(void* devPtr) {
+  std::free(devPtr);
+  return cudaSuccess;
+}
+
+namespace morserve::kernels {
+namespace {
+
+using ::morserve::testing::GemmProblem;
+
+uint64_t FreshSeed() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
+
+#define MORSERVE_LT_EXPECT_OK(expr)                         \
+  do {                                                      \
+    const cublasStatus_t morserve_st_ = (expr);             \
+    ASSERT_EQ(morserve_st_, CUBLAS_STATUS_SUCCESS)          \
+        << #expr << ": " << GemmStatusString(morserve_st_); \
+  } while (0)
+
+// Element bytes of y.
+size_t YBytes(DType t) { return t == DType::kBF16 ? 2 : 4; }
+
+class GemmEmuTest : public ::testing::Test {
+ protected:
+  void SetUp() override { MORSERVE_LT_EXPECT_OK(gemm_.Init()); }
+
+  // y = x · w^T for rows [row0, row0 + m) of the problem's x, into poisoned memory (0xFF: NaN
+  // in bf16 and fp32); y's bytes in *raw.
+  void Compute(const GemmProblem& pr, int row0, int m, DType y_dtype, std::vector<uint8_t>* raw) {
+    raw->assign(static_cast<size_t>(m) * pr.n * YBytes(y_dtype), 0xFF);
+    GemmParams p;
+    p.x = pr.x.bits.data() + static_cast<size_t>(row0) * pr.k;
+    p.w = pr.w.bits.data();
+    p.y = raw->data();
+    p.y_dtype = y_dtype;
+    p.m = m;
+    p.n = pr.n;
+    p.k = pr.k;
+    // operator new's alignment (16 on x86-64) and k % 8 == 0 keep these 16-byte aligned.
+    ASSERT_EQ(reinterpret_cast<uintptr_t>(p.x) % 16, 0u);
+    ASSERT_EQ(reinterpret_cast<uintptr_t>(p.w) % 16, 0u);
+    ASSERT_EQ(reinterpret_cast<uintptr_t>(p.y) % 16, 0u);
+    MORSERVE_LT_EXPECT_OK(gemm_.Run(p, nullptr));
+  }
+
+  void CheckShape(int m, int n, int k) {
+    const uint64_t seed = FreshSeed();
+    const GemmProblem pr = GemmProblem::Make(seed, m, n, k);
+    SCOPED_TRACE(pr.Describe(seed));
+    for (DType y_dtype : {DType::kBF16, DType::kF32}) {
+      std::vector<uint8_t> raw;
+      ASSERT_NO_FATAL_FAILURE(Compute(pr, 0, m, y_dtype, &raw));
+      ASSERT_NO_FATAL_FAILURE(pr.Check(y_dtype, raw));
+    }
+  }
+
+  LtGemm gemm_;
+};
+
+TEST_F(GemmEmuTest, MatchesCpuGemm) {
+  ASSERT_NO_FATAL_FAILURE(CheckShape(1, 960, 960));    // o_proj, decode
+  ASSERT_NO_FATAL_FAILURE(CheckShape(7, 1600, 960));   // fused QKV (15 + 2 * 5 heads of 64)
+  ASSERT_NO_FATAL_FAILURE(CheckShape(64, 5120, 960));  // fused gate/up
+  ASSERT_NO_FATAL_FAILURE(CheckShape(33, 960, 2560));  // down_proj
+  ASSERT_NO_FATAL_FAILURE(CheckShape(3, 49152, 576));  // lm_head (SmolLM-135M width)
+  ASSERT_NO_FATAL_FAILURE(CheckShape(200, 64, 8));     // tiny k
+  ASSERT_NO_FATAL_FAILURE(CheckShape(5, 24, 16));      // a tiny model's projections
+}
+
+// A row's bits must not depend on how many rows share the GEMM nor where they start (the
+// engine's batches change every step; the runner runs per-loop groups of rows on x + begin).
+TEST_F(GemmEmuTest, RowsAreBatchInvariantAcrossMAndGroups) {
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  const int max_m = 64;
+  for (auto [n, k] : {std::pair{1600, 960}, std::pair{960, 2560}, std::pair{5120, 960}}) {
+    const GemmProblem pr = GemmProblem::Make(seed + n + k, max_m, n, k);
+    SCOPED_TRACE(pr.Describe(seed + n + k));
+    for (DType y_dtype : {DType::kBF16, DType::kF32}) {
+      SCOPED_TRACE(y_dtype == DType::kBF16 ? "y=bf16" : "y=f32");
+      const size_t row_bytes = static_cast<size_t>(n) * YBytes(y_dtype);
+      std::vector<uint8_t> full, part;
+      ASSERT_NO_FATAL_FAILURE(Compute(pr, 0, max_m, y_dtype, &full));
+      for (int m : {1, 7}) {
+        ASSERT_NO_FATAL_FAILURE(Compute(pr, 0, m, y_dtype, &part));
+        ASSERT_EQ(0, std::memcmp(part.data(), full.data(), part.size()))
+            << "rows 0.." << m - 1 << " differ between m = " << m << " and m = " << max_m;
+      }
+      // Loop groups as CudaModelRunner::Linear runs them, and single rows alone.
+      for (auto [begin, count] : {std::pair{0, 5}, std::pair{5, 1}, std::pair{6, 31},
+                                  std::pair{37, 27}, std::pair{13, 1}, std::pair{63, 1}}) {
+        ASSERT_NO_FATAL_FAILURE(Compute(pr, begin, count, y_dtype, &part));
+        ASSERT_EQ(0, std::memcmp(part.data(), full.data() + begin * row_bytes, part.size()))
+            << "rows " << begin << ".." << begin + count - 1 << " as their own GEMM differ";
+      }
+    }
+  }
+}
+
+TEST_F(GemmEmuTest, AlgorithmsAreCachedPerShape) {
+  EXPECT_EQ(gemm_.num_cached_shapes(), 0u);
+  MORSERVE_LT_EXPECT_OK(gemm_.Prepare(8, 960, 960, DType::kBF16));
+  MORSERVE_LT_EXPECT_OK(gemm_.Prepare(8, 960, 960, DType::kBF16));
+  EXPECT_EQ(gemm_.num_cached_shapes(), 1u);
+  MORSERVE_LT_EXPECT_OK(gemm_.Prepare(8, 960, 960, DType::kF32));
+  MORSERVE_LT_EXPECT_OK(gemm_.Prepare(16, 960, 960, DType::kBF16));
+  EXPECT_EQ(gemm_.num_cached_shapes(), 3u);
+  EXPECT_EQ(gemm_.Init(), CUBLAS_STATUS_INVALID_VALUE);  // a second Init
+}
+
+TEST_F(GemmEmuTest, RunRejectsBadParams) {
+  alignas(16) uint16_t buf[64] = {};
+  GemmParams p;
+  p.x = buf;
+  p.w = buf;
+  p.y = buf;
+  p.m = 1;
+  p.n = 8;
+  p.k = 8;
+  MORSERVE_LT_EXPECT_OK(gemm_.Run(p, nullptr));
+  GemmParams bad = p;
+  bad.n = 12;  // not a multiple of 8
+  EXPECT_EQ(gemm_.Run(bad, nullptr), CUBLAS_STATUS_INVALID_VALUE);
+  bad = p;
+  bad.y = buf + 1;  // not 16-byte aligned
+  EXPECT_EQ(gemm_.Run(bad, nullptr), CUBLAS_STATUS_INVALID_VALUE);
+  bad = p;
+  bad.w = nullptr;
+  EXPECT_EQ(gemm_.Run(bad, nullptr), CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_EQ(gemm_.num_cached_shapes(), 1u);
+}
+
+// ---- The emulation's contract, through the cublasLt* API directly ----
+
+// The objects of one D = alpha op(A) op(B) + beta C, destroyed with it.
+struct LtProblem {
+  cublasLtHandle_t handle = nullptr;
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  ~LtProblem() {
+    for (cublasLtMatrixLayout_t l : {a, b, c, d}) {
+      if (l != nullptr) cublasLtMatrixLayoutDestroy(l);
+    }
+    if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
+    if (pref != nullptr) cublasLtMatmulPreferenceDestroy(pref);
+    if (handle != nullptr) cublasLtDestroy(handle);
+  }
+};
+
+void SetOps(cublasLtMatmulDesc_t desc, cublasOperation_t ta, cublasOperation_t tb) {
+  MORSERVE_LT_EXPECT_OK(
+      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  MORSERVE_LT_EXPECT_OK(
+      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+}
+
+// A column-major rows x cols matrix of dtype t with leading dimension ld: fp32 values (bf16:
+// rounded) for the reference and the bytes the library reads.
+struct Matrix {
+  int rows = 0, cols = 0, ld = 0;
+  cudaDataType_t type = CUDA_R_32F;
+  std::vector<float> values;  // [cols * ld], column-major
+  std::vector<uint8_t> bytes;
+
+  static Matrix Random(int rows, int cols, int ld, cudaDataType_t t, std::mt19937_64& rng) {
+    Matrix mtx;
+    mtx.rows = rows;
+    mtx.cols = cols;
+    mtx.ld = ld;
+    mtx.type = t;
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    const size_t count = static_cast<size_t>(cols) * ld;
+    mtx.values.resize(count);
+    mtx.bytes.resize(count * (t == CUDA_R_16BF ? 2 : 4));
+    for (size_t i = 0; i < count; ++i) {
+      if (t == CUDA_R_16BF) {
+        const uint16_t h = F32ToBf16(dist(rng));
+        mtx.values[i] = Bf16ToF32(h);
+        std::memcpy(mtx.bytes.data() + 2 * i, &h, 2);
+      } else {
+        mtx.values[i] = dist(rng);
+        std::memcpy(mtx.bytes.data() + 4 * i, &mtx.values[i], 4);
+      }
+    }
+    return mtx;
+  }
+  float At(int r, int c) const { return values[static_cast<size_t>(c) * ld + r]; }
+  // Element (r, c) of `bytes`, widened to fp32.
+  float Read(int r, int c) const {
+    return ::morserve::testing::ReadKernelOutput(type == CUDA_R_16BF ? DType::kBF16 : DType::kF32,
+                                                 bytes, static_cast<size_t>(c) * ld + r);
+  }
+};
+
+TEST(CublasLtEmuTest, EveryTransposeWithScalesAndPaddedLdMatchesDouble) {
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const int m = 13, n = 7, k = 24;
+  const float alpha = 0.5f, beta = -2.0f;
+  struct Types {
+    cudaDataType_t ab, cd;
+  };
+  for (Types types : {Types{CUDA_R_16BF, CUDA_R_16BF}, Types{CUDA_R_16BF, CUDA_R_32F},
+                      Types{CUDA_R_32F, CUDA_R_32F}}) {
+    for (cublasOperation_t ta : {CUBLAS_OP_N, CUBLAS_OP_T}) {
+      for (cublasOperation_t tb : {CUBLAS_OP_N, CUBLAS_OP_T}) {
+        SCOPED_TRACE("ab=" + std::to_string(types.ab) + " cd=" + std::to_string(types.cd) +
+                     " ta=" + std::to_string(ta) + " tb=" + std::to_string(tb));
+        const int a_rows = ta == CUBLAS_OP_N ? m : k, a_cols = ta == CUBLAS_OP_N ? k : m;
+        const int b_rows = tb == CUBLAS_OP_N ? k : n, b_cols = tb == CUBLAS_OP_N ? n : k;
+        const Matrix A = Matrix::Random(a_rows, a_cols, a_rows + 3, types.ab, rng);
+        const Matrix B = Matrix::Random(b_rows, b_cols, b_rows + 1, types.ab, rng);
+        const Matrix C = Matrix::Random(m, n, m + 2, types.cd, rng);
+        Matrix D = C;
+        std::fill(D.bytes.begin(), D.bytes.end(), 0xFF);  // padding must stay poisoned
+        LtProblem lt;
+        MORSERVE_LT_EXPECT_OK(cublasLtCreate(&lt.handle));
+        MORSERVE_LT_EXPECT_OK(cublasLtMatmulDescCreate(&lt.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+        ASSERT_NO_FATAL_FAILURE(SetOps(lt.desc, ta, tb));
+        MORSERVE_LT_EXPECT_OK(cublasLtMatrixLayoutCreate(&lt.a, A.type, A.rows, A.cols, A.ld));
+        MORSERVE_LT_EXPECT_OK(cublasLtMatrixLayoutCreate(&lt.b, B.type, B.rows, B.cols, B.ld));
+        MORSERVE_LT_EXPECT_OK(cublasLtMatrixLayoutCreate(&lt.c, C.type, C.rows, C.cols, C.ld));
+        MORSERVE_LT_EXPECT_OK(cublasLtMatmul(lt.handle, lt.desc, &alpha, A.bytes.data(), lt.a,
+                                             B.bytes.data(), lt.b, &beta, C.bytes.data(), lt.c,
+                                             D.bytes.data(), lt.c, nullptr, nullptr, 0, nullptr));
+        for (int j = 0; j < n; ++j) {
+          for (int i = 0; i < D.ld; ++i) {
+            const float got = D.Read(i, j);
+            if (i >= m) {
+              ASSERT_TRUE(std::isnan(got)) << "D padding (" << i << ", " << j << ") written";
+              continue;
+            }
+            double ref = 0, mag = 0;
+            for (int p = 0; p < k; ++p) {
+              const double av = ta == CUBLAS_OP_N ? A.At(i, p) : A.At(p, i);
+              const double bv = tb == CUBLAS_OP_N ? B.At(p, j) : B.At(j, p);
+              ref += av * bv;
+              mag += std::abs(av * bv);
+            }
+            const double cv = C.At(i, j);
+            ref = alpha * ref + beta * cv;
+            mag = std::abs(alpha) * mag + std::abs(beta * cv);
+            const double tol = types.cd == CUDA_R_16BF ? 1e-2 : 1e-5;
+            ASSERT_LE(std::abs(got - ref), tol * mag)
+                << "D(" << i << ", " << j << ") = " << got << ", want " << ref;
+          }
+        }
+      }
+    }
+  }
+}
+
+// The documented arithmetic, bit for bit: each output is ((0 + p_0) + p_1) + ... in fp32 with
+// p_i = a_i * b_i rounded to fp32 (this file is built with -ffp-contract=off), then rounded to
+// nearest even for bf16 output. fp32 inputs show the order; bf16 output shows the rounding.
+TEST(CublasLtEmuTest, SumIsFp32InKOrderThenRoundedToNearestEven) {
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const int m = 70, n = 3, k = 257;  // m over one 64-row panel
+  struct Types {
+    cudaDataType_t ab, cd;
+  };
+  for (Types types : {Types{CUDA_R_32F, CUDA_R_32F}, Types{CUDA_R_16BF, CUDA_R_16BF},
+                      Types{CUDA_R_16BF, CUDA_R_32F}}) {
+    SCOPED_TRACE("ab=" + std::to_string(types.ab) + " cd=" + std::to_string(types.cd));
+    const Matrix A = Matrix::Random(k, m, k, types.ab, rng);  // op T: A^T is m x k
+    const Matrix B = Matrix::Random(k, n, k, types.ab, rng);
+    Matrix D = Matrix::Random(m, n, m, types.cd, rng);
+    LtProblem lt;
+    MORSERVE_LT_EXPECT_OK(cublasLtCreate(&lt.handle));
+    MORSERVE_LT_EXPECT_OK(cublasLtMatmulDescCreate(&lt.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    ASSERT_NO_FATAL_FAILURE(SetOps(lt.desc, CUBLAS_OP_T, CUBLAS_OP_N));
+    MORSERVE_LT_EXPECT_OK(cublasLtMatrixLayoutCreate(&lt.a, types.ab, k, m, k));
+    MORSERVE_LT_EXPECT_OK(cublasLtMatrixLayoutCreate(&lt.b, types.ab, k, n, k));
+    MORSERVE_LT_EXPECT_OK(cublasLtMatrixLayoutCreate(&lt.c, types.cd, m, n, m));
+    const float alpha = 1.0f, beta = 0.0f;
+    MORSERVE_LT_EXPECT_OK(cublasLtMatmul(lt.handle, lt.desc, &alpha, A.bytes.data(), lt.a,
+                                         B.bytes.data(), lt.b, &beta, nullptr, lt.c, D.bytes.data(),
+                                         lt.c, nullptr, nullptr, 0, nullptr));
+    for (int j = 0; j < n; ++j) {
+      for (int i = 0; i < m; ++i) {
+        float acc = 0.0f;
+        for (int p = 0; p < k; ++p) {
+          const float prod = A.At(p, i) * B.At(p, j);
+          acc = acc + prod;
+        }
+        const float want = types.cd == CUDA_R_16BF ? Bf16ToF32(F32ToBf16(acc)) : acc;
+        const float got = D.Read(i, j);
+        uint32_t want_bits, got_bits;
+        std::memcpy(&want_bits, &want, 4);
+        std::memcpy(&got_bits, &got, 4);
+        ASSERT_EQ(got_bits, want_bits) << "D(" << i << ", " << j << ") = " << got << ", want "
+                                       << want << " (fp32 sum " << acc << ")";
+      }
+    }
+  }
+}
+
+// gemm.cu's heuristic request: one algorithm, no split-K, no workspace, and its config reads.
+TEST(CublasLtEmuTest, HeuristicGivesOneNoSplitKAlgorithm) {
+  LtProblem lt;
+  MORSERVE_LT_EXPECT_OK(cublasLtCreate(&lt.handle));
+  MORSERVE_LT_EXPECT_OK(cublasLtMatmulDescCreate(&lt.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  ASSERT_NO_FATAL_FAILURE(SetOps(lt.desc, CUBLAS_OP_T, CUBLAS_OP_N));
+  MORSERVE_LT_EXPECT_OK(cublasLtMatrixLayoutCreate(&lt.a, CUDA_R_16BF, 64, 32, 64));
+  MORSERVE_LT_EXPECT_OK(cublasLtMatrixLayoutCreate(&lt.b, CUDA_R_16BF, 64, 5, 64));
+  MORSERVE_LT_EXPECT_OK(cublasLtMatrixLayoutCreate(&lt.c, CUDA_R_16BF, 32, 5, 32));
+  MORSERVE_LT_EXPECT_OK(cublasLtMatmulPreferenceCreate(&lt.pref));
+  const uint32_t mask = CUBLASLT_REDUCTION_SCHEME_NONE, align = 16;
+  MORSERVE_LT_EXPECT_OK(cublasLtMatmulPreferenceSetAttribute(
+      lt.pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask, sizeof(mask)));
+  MORSERVE_LT_EXPECT_OK(cublasLtMatmulPreferenceSetAttribute(
+      lt.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align, sizeof(align)));
+  cublasLtMatmulHeuristicResult_t results[4] = {};
+  int found = -1;
+  MORSERVE_LT_EXPECT_OK(cublasLtMatmulAlgoGetHeuristic(lt.handle, lt.desc, lt.a, lt.b, lt.c, lt.c,
+                                                       lt.pref, 4, results, &found));
+  ASSERT_EQ(found, 1);
+  EXPECT_EQ(results[0].state, CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(results[0].workspaceSize, 0u);
+  int32_t splits = 0;
+  uint32_t scheme = 99;
+  size_t written = 0;
+  MORSERVE_LT_EXPECT_OK(cublasLtMatmulAlgoConfigGetAttribute(
+      &results[0].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, nullptr, 0, &written));
+  EXPECT_EQ(written, sizeof(splits));
+  MORSERVE_LT_EXPECT_OK(cublasLtMatmulAlgoConfigGetAttribute(
+      &results[0].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof(splits), &written));
+  MORSERVE_LT_EXPECT_OK(cublasLtMatmulAlgoConfigGetAttribute(
+      &results[0].algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof(scheme), &written));
+  EXPECT_EQ(splits, 1);
+  EXPECT_EQ(scheme, static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_NONE));
+  EXPECT_EQ(cublasLtMatmulAlgoConfigGetAttribute(&results[0].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+                                                 &splits, 8, &written),
+            CUBLAS_STATUS_INVALID_VALUE);  // wrong size
+  const cublasLtMatmulAlgo_t zero{};
+  EXPECT_EQ(cublasLtMatmulAlgoConfigGetAttribute(&zero, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits,
+                                                 sizeof(splits), &written),
+            CUBLAS_STATUS_INVALID_VALUE);  // not an algorithm from the heuristic
+
+  // The algorithm needs what the preference promised: B 16-byte aligned, A/C/D 256 (default).
+  alignas(256) static uint16_t a[64 * 32], b[64 * 5 + 8], c[32 * 5];
+  const float alpha = 1.0f, beta = 0.0f;
+  MORSERVE_LT_EXPECT_OK(cublasLtMatmul(lt.handle, lt.desc, &alpha, a, lt.a, b + 8, lt.b, &beta, c,
+                                       lt.c, c, lt.c, &results[0].algo, nullptr, 0, nullptr));
+  EXPECT_EQ(cublasLtMatmul(lt.handle, lt.desc, &alpha, a, lt.a, b + 4, lt.b, &beta, c, lt.c, c,
+                           lt.c, &results[0].algo, nullptr, 0, nullptr),
+            CUBLAS_STATUS_INVALID_VALUE);  // B 8-byte aligned
+  EXPECT_EQ(cublasLtMatmul(lt.handle, lt.desc, &alpha, a + 8, lt.a, b, lt.b, &beta, c, lt.c, c,
+                           lt.c, &results[0].algo, nullptr, 0, nullptr),
+            CUBLAS_STATUS_INVALID_VALUE);  // A 16-byte aligned, the algorithm assumed 256
+}
+
+// What a runner bug would hand cuBLASLt gets cuBLASLt's status, not a crash or a silent result.
+TEST(CublasLtEmuTest, BadArgumentsGetErrorStatuses) {
+  LtProblem lt;
+  MORSERVE_LT_EXPECT_OK(cublasLtCreate(&lt.handle));
+  MORSERVE_LT_EXPECT_OK(cublasLtMatmulDescCreate(&lt.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  ASSERT_NO_FATAL_FAILURE(SetOps(lt.desc, CUBLAS_OP_T, CUBLAS_OP_N));
+  MORSERVE_LT_EXPECT_OK(cublasLtMatmulPreferenceCreate(&lt.pref));
+  alignas(256) static uint16_t a[16 * 8], b[16 * 4], d[8 * 4];
+  const float alpha = 1.0f, beta = 0.0f;
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  // op_T(A) 8 x 16, B 16 x 4, D 8 x 4: `ok` is the good layout of each, `bad` a wrong one.
+  auto expect = [&](cublasStatus_t want, uint64_t a_rows, uint64_t a_cols, int64_t lda,
+                    uint64_t b_rows, uint64_t b_cols, int64_t ldb, uint64_t d_rows, uint64_t d_cols,
+                    int64_t ldd, const char* what) {
+    SCOPED_TRACE(what);
+    cublasLtMatrixLayout_t la, lb, ld;
+    MORSERVE_LT_EXPECT_OK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, a_rows, a_cols, lda));
+    MORSERVE_LT_EXPECT_OK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, b_rows, b_cols, ldb));
+    MORSERVE_LT_EXPECT_OK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, d_rows, d_cols, ldd));
+    EXPECT_EQ(cublasLtMatmulAlgoGetHeuristic(lt.handle, lt.desc, la, lb, ld, ld, lt.pref, 1,
+                                             &result, &found),
+              want);
+    EXPECT_EQ(cublasLtMatmul(lt.handle, lt.desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld, nullptr,
+                             nullptr, 0, nullptr),
+              want);
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(ld);
+  };
+  expect(CUBLAS_STATUS_SUCCESS, 16, 8, 16, 16, 4, 16, 8, 4, 8, "good");
+  expect(CUBLAS_STATUS_INVALID_VALUE, 16, 8, 15, 16, 4, 16, 8, 4, 8, "lda < rows");
+  expect(CUBLAS_STATUS_INVALID_VALUE, 16, 8, 16, 16, 4, 8, 8, 4, 8, "ldb < rows");
+  expect(CUBLAS_STATUS_INVALID_VALUE, 16, 8, 16, 16, 4, 16, 8, 4, 7, "ldd < rows");
+  expect(CUBLAS_STATUS_INVALID_VALUE, 16, 8, 16, 8, 4, 16, 8, 4, 8, "k of A and B differ");
+  expect(CUBLAS_STATUS_INVALID_VALUE, 16, 8, 16, 16, 4, 16, 4, 4, 8, "D rows != op(A) rows");
+  expect(CUBLAS_STATUS_INVALID_VALUE, 16, 8, 16, 16, 4, 16, 8, 2, 8, "D cols != B cols");
+
+  cublasLtMatrixLayout_t la, lb, ld, lh;
+  MORSERVE_LT_EXPECT_OK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, 16, 8, 16));
+  MORSERVE_LT_EXPECT_OK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, 16, 4, 16));
+  MORSERVE_LT_EXPECT_OK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, 8, 4, 8));
+  MORSERVE_LT_EXPECT_OK(cublasLtMatrixLayoutCreate(&lh, CUDA_R_32F, 16, 4, 16));
+  auto matmul = [&](cublasLtHandle_t h, const void* al, const void* pa, const void* pb, void* pd,
+                    cublasLtMatrixLayout_t lbb) {
+    return cublasLtMatmul(h, lt.desc, al, pa, la, pb, lbb, &beta, pd, ld, pd, ld, nullptr, nullptr,
+                          0, nullptr);
+  };
+  EXPECT_EQ(matmul(nullptr, &alpha, a, b, d, lb), CUBLAS_STATUS_NOT_INITIALIZED);
+  EXPECT_EQ(matmul(lt.handle, nullptr, a, b, d, lb), CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_EQ(matmul(lt.handle, &alpha, nullptr, b, d, lb), CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_EQ(matmul(lt.handle, &alpha, a, b, nullptr, lb), CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_EQ(matmul(lt.handle, &alpha, a, b, d, nullptr), CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_EQ(matmul(lt.handle, &alpha, a, b, d, lh), CUBLAS_STATUS_NOT_SUPPORTED);  // bf16 x f32
+  const float one = 1.0f;  // beta 1 with no C
+  EXPECT_EQ(cublasLtMatmul(lt.handle, lt.desc, &alpha, a, la, b, lb, &one, nullptr, ld, d, ld,
+                           nullptr, nullptr, 0, nullptr),
+            CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_EQ(cublasLtMatmul(lt.handle, lt.desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld, nullptr,
+                           nullptr, 64, nullptr),
+            CUBLAS_STATUS_INVALID_VALUE);  // a workspace size with no workspace
+  EXPECT_EQ(cublasLtMatmulAlgoGetHeuristic(lt.handle, lt.desc, la, lb, ld, ld, lt.pref, 0, &result,
+                                           &found),
+            CUBLAS_STATUS_INVALID_VALUE);  // zero algorithms requested
+  for (cublasLtMatrixLayout_t l : {la, lb, ld, lh}) cublasLtMatrixLayoutDestroy(l);
+
+  // Unsupported parts say so.
+  cublasLtMatrixLayout_t half;
+  EXPECT_EQ(cublasLtMatrixLayoutCreate(&half, CUDA_R_16F, 8, 8, 8), CUBLAS_STATUS_NOT_SUPPORTED);
+  cublasLtMatmulDesc_t other;
+  EXPECT_EQ(cublasLtMatmulDescCreate(&other, CUBLAS_COMPUTE_16F, CUDA_R_16F),
+            CUBLAS_STATUS_NOT_SUPPORTED);
+  const uint32_t epilogue = CUBLASLT_EPILOGUE_RELU;
+  EXPECT_EQ(cublasLtMatmulDescSetAttribute(lt.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                           sizeof(epilogue)),
+            CUBLAS_STATUS_NOT_SUPPORTED);
+  const cublasOperation_t conj = CUBLAS_OP_C;
+  EXPECT_EQ(
+      cublasLtMatmulDescSetAttribute(lt.desc, CUBLASLT_MATMUL_DESC_TRANSA, &conj, sizeof(conj)),
+      CUBLAS_STATUS_NOT_SUPPORTED);
+  const uint64_t wide = 0;
+  EXPECT_EQ(
+      cublasLtMatmulDescSetAttribute(lt.desc, CUBLASLT_MATMUL_DESC_TRANSA, &wide, sizeof(wide)),
+      CUBLAS_STATUS_INVALID_VALUE);  // the attribute is an int32_t
+  const uint32_t waves = 1;
+  EXPECT_EQ(cublasLtMatmulPreferenceSetAttribute(lt.pref, CUBLASLT_MATMUL_PREF_MAX_WAVES_COUNT,
+                                                 &waves, sizeof(waves)),
+            CUBLAS_STATUS_NOT_SUPPORTED);
+  EXPECT_EQ(cublasLtCreate(nullptr), CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_EQ(cublasLtDestroy(nullptr), CUBLAS_STATUS_NOT_INITIALIZED);
+}
+
+TEST(CublasLtEmuTest, VersionStatusStringsAndLoader) {
+  EXPECT_EQ(cublasLtGetVersion() / 10000, static_cast<size_t>(CUBLAS_VER_MAJOR));
+  EXPECT_STREQ(GemmStatusString(CUBLAS_STATUS_INVALID_VALUE), "CUBLAS_STATUS_INVALID_VALUE");
+  EXPECT_STREQ(GemmStatusString(CUBLAS_STATUS_NOT_SUPPORTED), "CUBLAS_STATUS_NOT_SUPPORTED");
+  EXPECT_EQ(cuda::LoadCublasLt(), "");
+  EXPECT_TRUE(cuda::CublasLtLoaded());
+  EXPECT_NE(std::string(cuda::CublasLtSoname()).find("emu"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace morserve::kernels
