@@ -66,7 +66,6 @@ struct RunResult {
   int prompt_logprob_events = 0;  // events that carried prompt logprobs (must be one)
 };
 
-
 // Submits requests[i] at step arrival_step[i] (driving Engine::Step), runs until all finish.
 std::vector<RunResult> RunStaggered(Engine* engine, const std::vector<GenerateRequest>& requests,
                                     const std::vector<int>& arrival_step);
@@ -105,6 +104,11 @@ struct Tally {
 struct RefRun {
   std::vector<int> tokens;
   std::vector<StepOutput> outs;
+  // A prompt position (before the last) whose early-exit confidence after some loop is within
+  // kGpuMargin of the threshold: bf16 rounding may exit there at another loop, which changes
+  // the cache every later position reads, and no generated token's loop count shows it.
+  // CompareWithReference compares no step of such a request (it still counts as generated).
+  bool unclear_prompt = false;
 };
 
 // The reference's greedy run of every request.

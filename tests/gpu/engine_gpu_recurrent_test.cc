@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "tests/engine_harness.h"
+#include "tests/gpu/engine_gpu_workloads.h"
 #include "tests/gpu/gpu_testutil.h"
 
 namespace morserve {
@@ -38,7 +39,7 @@ namespace {
 using testing::Greedy;
 using testing::RunResult;
 
-const std::vector<int> kPromptLengths = {1, 2, 7, 31, 32, 33, 64, 100, 129, 255, 256, 300};
+const std::vector<int> kPromptLengths = testing::RecurrentPromptLengths();
 constexpr double kTiledNaiveTolerance = testing::kGpuLogitTolerance;
 
 struct ModelCase {

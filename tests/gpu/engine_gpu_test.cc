@@ -27,6 +27,7 @@
 
 #include "engine/reference/reference_model.h"
 #include "tests/engine_harness.h"
+#include "tests/gpu/engine_gpu_workloads.h"
 #include "tests/gpu/gpu_testutil.h"
 
 namespace morserve {
@@ -40,8 +41,8 @@ using testing::RunResult;
 using testing::Workload;
 
 using testing::CompareWithReference;
-using testing::RefRun;
 using testing::ReferenceRuns;
+using testing::RefRun;
 using testing::Tally;
 
 constexpr double kMaxLoopFlips = 0.05;
@@ -86,7 +87,7 @@ TEST_P(EngineGpuTest, DepthAndSequenceWiseMatchReference) {
   testing::TempDir dir;
   auto weights = testing::MakeModel(GetParam().spec, &dir);
   ASSERT_NE(weights, nullptr);
-  const Workload w = MakeWorkload(weights->config.vocab_size);
+  const Workload w = MakeWorkload(weights->config.vocab_size, testing::EngineGpuRequests());
   const std::vector<RefRun> refs = ReferenceRuns(weights, w.requests);
   for (BatchingMode mode : {BatchingMode::kDepthWise, BatchingMode::kSequenceWise}) {
     const EngineConfig cfg = GpuConfig(mode);
@@ -157,7 +158,7 @@ INSTANTIATE_TEST_SUITE_P(Families, EngineGpuInvarianceTest,
 TEST(EngineGpuErrorTest, UnsupportedHeadDimIsAClearError) {
   MORSERVE_SKIP_WITHOUT_GPU();
   TinyModelSpec s = Spec("vanilla");
-  s.hidden = 64;  // head_dim 16
+  s.hidden = 16 * s.heads;  // head_dim 16
   testing::TempDir dir;
   auto weights = testing::MakeModel(s, &dir);
   ASSERT_NE(weights, nullptr);
