@@ -202,17 +202,38 @@ inline EmuDim3 threadIdx, blockIdx, blockDim, gridDim;
 
 namespace cuda_emu {
 
+// Makes fiber t the current thread (its threadIdx from the launch's block shape).
+inline void Enter(Launch& l, int t) {
+  l.current = t;
+  const unsigned u = static_cast<unsigned>(t);
+  threadIdx = {u % blockDim.x, u / blockDim.x % blockDim.y, u / (blockDim.x * blockDim.y)};
+}
+
+// Leaves the current fiber for the next runnable one of this round (a higher index), or for
+// the scheduler when none is left: one switch per hand-over instead of two.
+inline void Yield(Launch& l) {
+  const int from = l.current;
+  for (int t = from + 1; t < l.threads; ++t) {
+    if (l.fibers[t].state == Fiber::kRunnable) {
+      Enter(l, t);
+      Switch(&l.fibers[from].ctx, l.fibers[t].ctx);
+      return;
+    }
+  }
+  Switch(&l.fibers[from].ctx, l.scheduler);
+}
+
 inline void Park(Fiber::State why) {
   Launch& l = *Current();
   l.fibers[l.current].state = why;
-  Switch(&l.fibers[l.current].ctx, l.scheduler);
+  Yield(l);
 }
 
 inline void FiberMain() {
   Launch& l = *Current();
   (*l.body)();
   l.fibers[l.current].state = Fiber::kDone;
-  Switch(&l.fibers[l.current].ctx, l.scheduler);  // never resumed
+  Yield(l);  // never resumed
 }
 
 // Releases barriers whose participants have all arrived; false when nothing could move.
@@ -257,23 +278,25 @@ inline cudaError_t Check(EmuDim3 grid, EmuDim3 block, size_t dynamic_smem) {
 }
 
 // Runs one block: every thread of it as a fiber until all are done.
-inline void RunBlock(Launch& l, EmuDim3 block) {
+inline void RunBlock(Launch& l) {
   for (int t = 0; t < l.threads; ++t) {
     Fiber& f = l.fibers[t];
     f.state = Fiber::kRunnable;
     f.ctx = MakeContext(f.stack, kStackBytes, FiberMain);
   }
   for (;;) {
-    bool ran = false, done = true;
+    // One round: the runnable fibers in index order, each handing over to the next (Yield).
+    bool ran = false;
     for (int t = 0; t < l.threads; ++t) {
       if (l.fibers[t].state == Fiber::kRunnable) {
-        l.current = t;
-        threadIdx = {t % block.x, t / block.x % block.y, t / (block.x * block.y)};
+        Enter(l, t);
         Switch(&l.scheduler, l.fibers[t].ctx);
         ran = true;
+        break;
       }
-      done = done && l.fibers[t].state == Fiber::kDone;
     }
+    bool done = true;
+    for (const Fiber& f : l.fibers) done = done && f.state == Fiber::kDone;
     if (done) return;
     if (!Release(l) && !ran) {
       std::fprintf(stderr,
@@ -308,7 +331,7 @@ inline cudaError_t Run(EmuDim3 grid, EmuDim3 block, size_t dynamic_smem,
     for (unsigned y = 0; y < grid.y; ++y) {
       for (unsigned x = 0; x < grid.x; ++x) {
         blockIdx = {x, y, z};
-        RunBlock(l, block);
+        RunBlock(l);
       }
     }
   }
