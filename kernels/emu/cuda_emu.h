@@ -5,8 +5,7 @@
 // MORSERVE_LAUNCH (kernels/launch.cuh), which lands in Launcher below.
 //
 // Each CUDA thread of a block is a fiber (its own stack) on the calling OS thread; blocks run one
-// after another, synchronously (a stream is ignored: every launch has finished when it
-// returns). __syncthreads() parks a fiber until every live thread of the block has arrived;
+// after another. __syncthreads() parks a fiber until every live thread of the block has arrived;
 // __syncwarp() and the shuffles do the same per warp (a shuffle publishes the value, waits for
 // the warp, reads its partner's value, and waits again). A barrier that can never be released
 // (threads of a block or warp waiting at different barriers, i.e. a divergent __syncthreads or
@@ -22,9 +21,11 @@
 // GPU. Static __shared__ memory over 48 KiB is not checked here: ptxas rejects it when nvcc
 // builds morserve_kernels (CI's CUDA build).
 //
-// What it does not model: timing, concurrency between blocks or streams, memory ordering
-// beyond the barriers, fast-math intrinsics' exact rounding (host libm is used). Include it
-// before a kernel header; it defines MORSERVE_CUDA_EMU.
+// Launches and async copies on a created stream are deferred to the next synchronisation
+// (stream order, see Submit below); everything else is synchronous. What it does not model:
+// timing, concurrency between blocks or streams, memory ordering beyond the barriers, fast-math
+// intrinsics' exact rounding (host libm is used). Include it before a kernel header; it defines
+// MORSERVE_CUDA_EMU.
 #pragma once
 
 #ifndef MORSERVE_CUDA_EMU
@@ -42,6 +43,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <tuple>
@@ -344,25 +346,85 @@ inline cudaError_t Run(EmuDim3 grid, int threads, const std::function<void()>& b
   return Run(grid, EmuDim3(static_cast<unsigned>(threads)), 0, body);
 }
 
+// Stream order. Work on a created stream (launches, async copies: kernels/emu/
+// cuda_runtime_emu.cc) waits in that stream's queue and runs, in order, at the next
+// synchronisation that covers it (cudaStreamSynchronize, cudaDeviceSynchronize, cudaFree,
+// a legacy-stream call for blocking streams, an emulated cuBLASLt call on the stream). So
+// host code that reads a result, or refills a pinned buffer an async copy still has to read,
+// before synchronising gets the stale bytes a GPU may give it, instead of working by luck.
+// Work on the legacy stream (nullptr) runs at once.
+struct StreamQueues {
+  std::mutex mu;
+  std::map<cudaStream_t, std::vector<std::function<void()>>> pending;
+};
+
+inline StreamQueues& Queues() {
+  static StreamQueues* q = new StreamQueues;  // never destroyed: used by static destructors
+  return *q;
+}
+
+inline void Submit(cudaStream_t stream, std::function<void()> op) {
+  if (stream == nullptr) {
+    op();
+    return;
+  }
+  StreamQueues& q = Queues();
+  std::lock_guard<std::mutex> lock(q.mu);
+  q.pending[stream].push_back(std::move(op));
+}
+
+// Runs the work queued on `stream` (nothing for the legacy stream, which never queues).
+inline void SyncStream(cudaStream_t stream) {
+  StreamQueues& q = Queues();
+  std::vector<std::function<void()>> ops;
+  {
+    std::lock_guard<std::mutex> lock(q.mu);
+    auto it = q.pending.find(stream);
+    if (it == q.pending.end()) return;
+    ops.swap(it->second);
+    q.pending.erase(it);
+  }
+  for (auto& op : ops) op();
+}
+
+// Runs the work queued on every stream.
+inline void SyncAll() {
+  std::vector<cudaStream_t> streams;
+  {
+    StreamQueues& q = Queues();
+    std::lock_guard<std::mutex> lock(q.mu);
+    for (const auto& [s, ops] : q.pending) streams.push_back(s);
+  }
+  for (cudaStream_t s : streams) SyncStream(s);
+}
+
 // What MORSERVE_LAUNCH(grid, block, smem, stream, kernel)(args...) builds: the launch
-// configuration and a callable that calls the kernel; operator() copies the arguments (a
-// kernel takes them by value, as a launch does) and runs the grid.
+// configuration and a callable that calls the kernel; operator() checks the configuration
+// (a refused launch is cudaGetLastError's error at once, as on a GPU), copies the arguments (a
+// kernel takes them by value, as a launch does) and runs the grid in stream order (Submit).
 template <typename Kernel>
 struct Launcher {
   EmuDim3 grid, block;
   size_t smem;
+  cudaStream_t stream;
   Kernel kernel;
   template <typename... Args>
   void operator()(Args&&... args) const {
-    const std::tuple<std::decay_t<Args>...> copy(std::forward<Args>(args)...);
-    Run(grid, block, smem, [&] { std::apply(kernel, copy); });
+    if (cudaError_t e = Check(grid, block, smem); e != cudaSuccess) {
+      LastError() = e;
+      return;
+    }
+    Submit(stream, [grid = grid, block = block, smem = smem, kernel = kernel,
+                    copy = std::tuple<std::decay_t<Args>...>(std::forward<Args>(args)...)] {
+      Run(grid, block, smem, [&] { std::apply(kernel, copy); });
+    });
   }
 };
 
 template <typename Kernel>
-Launcher<Kernel> MakeLauncher(EmuDim3 grid, EmuDim3 block, size_t smem, cudaStream_t,
+Launcher<Kernel> MakeLauncher(EmuDim3 grid, EmuDim3 block, size_t smem, cudaStream_t stream,
                               Kernel kernel) {
-  return Launcher<Kernel>{grid, block, smem, std::move(kernel)};
+  return Launcher<Kernel>{grid, block, smem, stream, std::move(kernel)};
 }
 
 template <typename T>

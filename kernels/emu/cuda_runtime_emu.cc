@@ -7,8 +7,12 @@
 //   - every copy and memset must lie inside one live allocation on its device side (an
 //     out-of-bounds copy is cudaErrorInvalidValue, as on a GPU), and cudaFree of a pointer
 //     cudaMalloc did not return is an error;
-//   - work is synchronous (kernels run when launched, kernels/emu/cuda_emu.h), so streams are
-//     handles that are checked, and synchronisation has nothing to wait for;
+//   - stream order as on a GPU (cuda_emu.h's Submit): launches and cudaMemcpyAsync on a
+//     created stream wait until a synchronisation covers them (cudaStreamSynchronize,
+//     cudaDeviceSynchronize, cudaFree and cudaFreeHost, which synchronise the device, and for
+//     streams created without cudaStreamNonBlocking, the legacy-stream calls cudaMemcpy and
+//     cudaMemset); the legacy stream (nullptr) runs at once. A missing synchronisation shows
+//     up as stale bytes, not as luck;
 //   - one device, reported as an H100 (compute capability 9.0, 80 GiB, 132 SMs).
 // The launch error a bad configuration leaves (cuda_emu::LastError) is what cudaGetLastError
 // returns and clears.
@@ -20,6 +24,7 @@
 #include <mutex>
 #include <set>
 #include <utility>
+#include <vector>
 
 #include "kernels/emu/cuda_emu.h"
 
@@ -33,7 +38,7 @@ struct Memory {
   std::map<uintptr_t, size_t> device;  // base -> bytes
   size_t device_bytes = 0;
   std::set<void*> pinned;
-  std::set<cudaStream_t> streams;
+  std::map<cudaStream_t, unsigned> streams;  // handle -> creation flags
 };
 
 Memory& Mem() {
@@ -53,6 +58,19 @@ bool InDevice(const Memory& m, const void* p, size_t n) {
 bool KnownStream(Memory& m, cudaStream_t s) {
   std::lock_guard<std::mutex> lock(m.mu);
   return s == nullptr || m.streams.count(s) > 0;
+}
+
+// What the legacy stream waits for: the work of the streams created blocking.
+void SyncBlockingStreams() {
+  Memory& m = Mem();
+  std::vector<cudaStream_t> blocking;
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    for (const auto& [s, flags] : m.streams) {
+      if (flags == cudaStreamDefault) blocking.push_back(s);
+    }
+  }
+  for (cudaStream_t s : blocking) cuda_emu::SyncStream(s);
 }
 
 // The device sides a copy of `kind` must have inside allocations.
@@ -96,6 +114,7 @@ cudaError_t cudaMalloc(void** devPtr, size_t size) {
 
 cudaError_t cudaFree(void* devPtr) {
   if (devPtr == nullptr) return cudaSuccess;
+  cuda_emu::SyncAll();  // cudaFree synchronises the device
   Memory& m = Mem();
   std::lock_guard<std::mutex> lock(m.mu);
   auto it = m.device.find(reinterpret_cast<uintptr_t>(devPtr));
@@ -118,6 +137,7 @@ cudaError_t cudaMallocHost(void** ptr, size_t size) {
 
 cudaError_t cudaFreeHost(void* ptr) {
   if (ptr == nullptr) return cudaSuccess;
+  cuda_emu::SyncAll();  // as cudaFree
   Memory& m = Mem();
   std::lock_guard<std::mutex> lock(m.mu);
   if (m.pinned.erase(ptr) == 0) return cudaErrorInvalidValue;
@@ -127,14 +147,18 @@ cudaError_t cudaFreeHost(void* ptr) {
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
   if (cudaError_t e = CheckCopy(dst, src, count, kind); e != cudaSuccess) return e;
+  SyncBlockingStreams();
   if (count > 0) std::memmove(dst, src, count);
   return cudaSuccess;
 }
 
+// Checked now; the bytes move when the stream's work runs (a pinned source is read then).
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
                             cudaStream_t stream) {
   if (!KnownStream(Mem(), stream)) return cudaErrorInvalidResourceHandle;
-  return cudaMemcpy(dst, src, count, kind);
+  if (cudaError_t e = CheckCopy(dst, src, count, kind); e != cudaSuccess) return e;
+  if (count > 0) cuda_emu::Submit(stream, [=] { std::memmove(dst, src, count); });
+  return cudaSuccess;
 }
 
 cudaError_t cudaMemset(void* devPtr, int value, size_t count) {
@@ -144,6 +168,7 @@ cudaError_t cudaMemset(void* devPtr, int value, size_t count) {
     std::lock_guard<std::mutex> lock(m.mu);
     if (!InDevice(m, devPtr, count)) return cudaErrorInvalidValue;
   }
+  SyncBlockingStreams();
   std::memset(devPtr, value, count);
   return cudaSuccess;
 }
@@ -164,7 +189,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* pStream, unsigned int flags)
   *pStream = reinterpret_cast<cudaStream_t>(new char);  // a unique handle
   Memory& m = Mem();
   std::lock_guard<std::mutex> lock(m.mu);
-  m.streams.insert(*pStream);
+  m.streams[*pStream] = flags;
   return cudaSuccess;
 }
 
@@ -173,6 +198,8 @@ cudaError_t cudaStreamCreate(cudaStream_t* pStream) {
 }
 
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  if (stream == nullptr || !KnownStream(Mem(), stream)) return cudaErrorInvalidResourceHandle;
+  cuda_emu::SyncStream(stream);  // its work still completes
   Memory& m = Mem();
   std::lock_guard<std::mutex> lock(m.mu);
   if (m.streams.erase(stream) == 0) return cudaErrorInvalidResourceHandle;
@@ -181,10 +208,19 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
-  return KnownStream(Mem(), stream) ? cudaSuccess : cudaErrorInvalidResourceHandle;
+  if (!KnownStream(Mem(), stream)) return cudaErrorInvalidResourceHandle;
+  if (stream == nullptr) {
+    SyncBlockingStreams();
+  } else {
+    cuda_emu::SyncStream(stream);
+  }
+  return cudaSuccess;
 }
 
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void) {
+  cuda_emu::SyncAll();
+  return cudaSuccess;
+}
 
 cudaError_t cudaGetDeviceCount(int* count) {
   if (count == nullptr) return cudaErrorInvalidValue;
