@@ -102,9 +102,11 @@ cudaError_t cudaMalloc(void** devPtr, size_t size) {
     std::lock_guard<std::mutex> lock(m.mu);
     if (m.device_bytes + rounded > kDeviceBytes) return cudaErrorMemoryAllocation;
   }
-  void* p = std::aligned_alloc(kAlignment, rounded);
-  if (p == nullptr) return cudaErrorMemoryAllocation;
-  std::memset(p, 0xFF, rounded);  // poison: NaN in fp32 and bf16
+  // Exactly `size` bytes (not the rounded size), so AddressSanitizer builds catch a kernel or
+  // copy that runs even one byte past an allocation.
+  void* p = nullptr;
+  if (posix_memalign(&p, kAlignment, size) != 0) return cudaErrorMemoryAllocation;
+  std::memset(p, 0xFF, size);  // poison: NaN in fp32 and bf16
   std::lock_guard<std::mutex> lock(m.mu);
   m.device[reinterpret_cast<uintptr_t>(p)] = size;
   m.device_bytes += rounded;
