@@ -6,10 +6,8 @@
 
 namespace morserve {
 
-absl::StatusOr<TextStream> TextStream::Create(const Tokenizer& tokenizer,
-                                              bool skip_special_tokens,
-                                              std::vector<std::string> stop,
-                                              int min_tokens) {
+absl::StatusOr<TextStream> TextStream::Create(const Tokenizer& tokenizer, bool skip_special_tokens,
+                                              std::vector<std::string> stop, int min_tokens) {
   absl::StatusOr<IncrementalDetokenizer> d =
       IncrementalDetokenizer::Create(tokenizer, skip_special_tokens);
   if (!d.ok()) return d.status();

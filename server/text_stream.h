@@ -53,8 +53,8 @@ class TextStream {
   std::string pending_;  // decoded, not yet sent: may still begin a stop string
   int matched_ = -1;     // index into stop_
   int min_tokens_ = 0;
-  int pushed_ = 0;           // tokens pushed so far
-  size_t protected_ = 0;     // leading bytes of pending_ from the first min_tokens tokens
+  int pushed_ = 0;        // tokens pushed so far
+  size_t protected_ = 0;  // leading bytes of pending_ from the first min_tokens tokens
 };
 
 }  // namespace morserve

@@ -127,9 +127,7 @@ void Sampler::Constrain(const SampleInput& in) {
   const SamplingParams& p = *in.params;
   const int vocab = static_cast<int>(work_.size());
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  auto check = [vocab](int id, const char* what) {
-    MORSERVE_CHECK(id >= 0 && id < vocab, what);
-  };
+  auto check = [vocab](int id, const char* what) { MORSERVE_CHECK(id >= 0 && id < vocab, what); };
   if (p.allowed_token_ids) {
     kept_.clear();
     for (int id : *p.allowed_token_ids) {

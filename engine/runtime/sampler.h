@@ -27,8 +27,9 @@
 // order, and the same inputs give the same token bit for bit.
 //
 // Logprobs follow vLLM's default (logprobs_mode = "raw_logprobs"): log_softmax of the raw
-// model logits, before allowed ids, bias, min_tokens, penalties, temperature and filtering. The chosen token's logprob is
-// always returned; `logprobs` alternatives (descending, ties to lowest id) on request.
+// model logits, before allowed ids, bias, min_tokens, penalties, temperature and filtering. The
+// chosen token's logprob is always returned; `logprobs` alternatives (descending, ties to lowest
+// id) on request.
 #pragma once
 
 #include <cstdint>

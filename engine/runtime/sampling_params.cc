@@ -87,8 +87,8 @@ absl::Status ValidateLogitBias(const SamplingParams& p, int vocab_size) {
                                                 vocab_size, ")"));
     }
     if (!InClosed(bias, -kMaxLogitBias, kMaxLogitBias)) {
-      return Invalid("logit_bias", absl::StrCat("bias of token ", id, " must be in [-100, 100], got ",
-                                                bias));
+      return Invalid("logit_bias",
+                     absl::StrCat("bias of token ", id, " must be in [-100, 100], got ", bias));
     }
     if (!seen.insert(id).second) {
       return Invalid("logit_bias", absl::StrCat("token id ", id, " appears more than once"));
@@ -102,9 +102,9 @@ absl::Status ValidateAllowed(const SamplingParams& p, int vocab_size) {
   if (p.allowed_token_ids->empty()) return Invalid("allowed_token_ids", "must not be empty");
   for (int id : *p.allowed_token_ids) {
     if (!InVocab(id, vocab_size)) {
-      return Invalid("allowed_token_ids", absl::StrCat("contains ", id,
-                                                       ", outside the vocabulary [0, ",
-                                                       vocab_size, ")"));
+      return Invalid(
+          "allowed_token_ids",
+          absl::StrCat("contains ", id, ", outside the vocabulary [0, ", vocab_size, ")"));
     }
   }
   return absl::OkStatus();
@@ -133,8 +133,7 @@ absl::Status ValidateMinTokens(const SamplingParams& p, absl::Span<const int> eo
 
 }  // namespace
 
-absl::Status Validate(const SamplingParams& params, int vocab_size,
-                      absl::Span<const int> eos_ids) {
+absl::Status Validate(const SamplingParams& params, int vocab_size, absl::Span<const int> eos_ids) {
   if (absl::Status s = ValidateFilters(params); !s.ok()) return s;
   if (absl::Status s = ValidatePenalties(params); !s.ok()) return s;
   if (absl::Status s = ValidateOutput(params, vocab_size); !s.ok()) return s;

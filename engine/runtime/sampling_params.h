@@ -54,7 +54,7 @@ struct SamplingParams {
   std::optional<int> prompt_logprobs;  // none: the prompt is not scored
   bool ignore_eos = false;
   int min_tokens = 0;  // EOS and stop_token_ids banned while fewer have been generated
-  std::vector<std::pair<int, float>> logit_bias;  // (token id, bias), ids distinct
+  std::vector<std::pair<int, float>> logit_bias;      // (token id, bias), ids distinct
   std::optional<std::vector<int>> allowed_token_ids;  // none: every token
 
   bool greedy() const { return temperature < kGreedyTemperature; }

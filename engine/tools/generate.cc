@@ -67,7 +67,8 @@ absl::Status ApplyTokenConstraints(const Flags& f, SamplingParams* p) {
     p->allowed_token_ids.emplace();
     for (const std::string& s : f.GetList("allowed-ids")) {
       int v;
-      if (!absl::SimpleAtoi(s, &v)) return absl::InvalidArgumentError("--allowed-ids: not an integer: " + s);
+      if (!absl::SimpleAtoi(s, &v))
+        return absl::InvalidArgumentError("--allowed-ids: not an integer: " + s);
       p->allowed_token_ids->push_back(v);
     }
   }
@@ -149,9 +150,10 @@ int Fail(const absl::Status& s) {
 }  // namespace
 
 int GenerateCommand(const Args& args) {
-  std::set<std::string> value_flags = {"model", "prompt-ids", "prompt", "max-tokens", "temperature",
-                                       "top-k", "top-p", "min-p", "seed", "logprobs", "prompt-logprobs",
-                                       "stop-ids", "min-tokens", "logit-bias", "allowed-ids"};
+  std::set<std::string> value_flags = {"model",       "prompt-ids", "prompt",          "max-tokens",
+                                       "temperature", "top-k",      "top-p",           "min-p",
+                                       "seed",        "logprobs",   "prompt-logprobs", "stop-ids",
+                                       "min-tokens",  "logit-bias", "allowed-ids"};
   value_flags.insert(EngineFlagNames().begin(), EngineFlagNames().end());
   auto flags = Flags::Parse(args, value_flags, {"json", "ignore-eos", "help"});
   if (!flags.ok()) {

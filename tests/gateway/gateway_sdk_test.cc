@@ -49,7 +49,7 @@ struct SdkCase {
   std::vector<std::string> stop;
   int logprobs = -1;  // completions: logprobs; chat: top_logprobs (with logprobs: true)
   bool echo = false;  // completions: the prompt (and its logprobs) before the output
-  std::map<int, float> logit_bias;  // OpenAI's
+  std::map<int, float> logit_bias;     // OpenAI's
   std::vector<int> allowed_token_ids;  // vLLM's (a top-level field: the SDKs' extra_body)
   int min_tokens = 0;                  // vLLM's
 };
@@ -99,7 +99,8 @@ v1::GenerateRequest GrpcRequest(const SdkCase& c, int k) {
   r.mutable_sampling()->set_temperature(static_cast<float>(c.temperature));
   if (c.seed) r.mutable_sampling()->set_seed(*c.seed + k);
   for (const std::string& s : c.stop) r.add_stop(s);
-  for (const auto& [id, bias] : c.logit_bias) (*r.mutable_sampling()->mutable_logit_bias())[id] = bias;
+  for (const auto& [id, bias] : c.logit_bias)
+    (*r.mutable_sampling()->mutable_logit_bias())[id] = bias;
   for (int id : c.allowed_token_ids) r.mutable_sampling()->mutable_allowed_token_ids()->add_ids(id);
   r.set_min_tokens(c.min_tokens);
   if (c.logprobs >= 0) r.set_logprobs(c.logprobs);
@@ -269,15 +270,26 @@ TEST_F(GatewaySdkTest, SdkAnswersEqualTheGrpcServers) {
 TEST_F(GatewaySdkTest, TokenConstraintsEqualTheGrpcServers) {
   const int x = 22691;  // any id of the 128256-token vocabulary
   std::vector<SdkCase> cases = {
-      {.name = "completion +100 bias", .prompt = "Bias", .max_tokens = 5, .logprobs = 1,
+      {.name = "completion +100 bias",
+       .prompt = "Bias",
+       .max_tokens = 5,
+       .logprobs = 1,
        .logit_bias = {{x, 100.0f}}},
-      {.name = "chat stream +100 bias", .chat = true, .stream = true, .prompt = "Bias chat",
-       .max_tokens = 4, .logit_bias = {{x, 100.0f}}},
-      {.name = "completion stream allowed ids seeded", .stream = true, .prompt = "Allowed",
-       .n = 2, .temperature = 1.0, .seed = 7, .logit_bias = {{400, -1.5f}},
+      {.name = "chat stream +100 bias",
+       .chat = true,
+       .stream = true,
+       .prompt = "Bias chat",
+       .max_tokens = 4,
+       .logit_bias = {{x, 100.0f}}},
+      {.name = "completion stream allowed ids seeded",
+       .stream = true,
+       .prompt = "Allowed",
+       .n = 2,
+       .temperature = 1.0,
+       .seed = 7,
+       .logit_bias = {{400, -1.5f}},
        .allowed_token_ids = {300, 400, 500, 600}},
-      {.name = "chat min_tokens", .chat = true, .prompt = "Min", .max_tokens = 5,
-       .min_tokens = 5},
+      {.name = "chat min_tokens", .chat = true, .prompt = "Min", .max_tokens = 5, .min_tokens = 5},
   };
   json got = RunSdk(cases);
   ASSERT_TRUE(got.is_array() && got.size() == cases.size()) << got.dump();

@@ -166,11 +166,10 @@ TEST_F(GatewayTokenConstraintsTest, AllowedIdsAndBiasEqualTheGrpcServer) {
   });
   ASSERT_EQ(want.tokens.size(), 6u);
   for (int t : want.tokens) EXPECT_NE(std::find(allowed.begin(), allowed.end(), t), allowed.end());
-  const HttpResult got = Post("/v1/completions",
-                              Completion({{"temperature", 0.9},
-                                          {"seed", 5},
-                                          {"allowed_token_ids", allowed},
-                                          {"logit_bias", {{"61", -2.0}}}}));
+  const HttpResult got = Post("/v1/completions", Completion({{"temperature", 0.9},
+                                                             {"seed", 5},
+                                                             {"allowed_token_ids", allowed},
+                                                             {"logit_bias", {{"61", -2.0}}}}));
   ASSERT_EQ(got.status, 200) << got.body;
   EXPECT_EQ(got.Json()["choices"][0]["text"], tokenizer_->Decode(want.tokens, true));
 }

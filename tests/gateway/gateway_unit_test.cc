@@ -176,23 +176,23 @@ TEST(OpenAiRequestTest, TokenConstraintsMapToTheProto) {
     EXPECT_EQ(plain.calls[0].min_tokens(), 0);
   }
   const std::string head = R"({"prompt": "x", )";
-  for (const auto& [field, value] : std::vector<std::pair<std::string, std::string>>{
-           {"logit_bias", R"({"12": 100.5})"},
-           {"logit_bias", R"({"12": -101})"},
-           {"logit_bias", R"({"abc": 1})"},
-           {"logit_bias", R"({"1.5": 1})"},
-           {"logit_bias", R"({"": 1})"},
-           {"logit_bias", R"({"-": 1})"},
-           {"logit_bias", R"({"99999999999": 1})"},
-           {"logit_bias", R"({"3": "high"})"},
-           {"logit_bias", R"([1, 2])"},
-           {"logit_bias", R"(5)"},
-           {"allowed_token_ids", R"([])"},
-           {"allowed_token_ids", R"([1, "a"])"},
-           {"allowed_token_ids", R"(3)"},
-           {"min_tokens", R"(-1)"},
-           {"min_tokens", R"(2.5)"},
-           {"min_tokens", R"("3")"}}) {
+  for (const auto& [field, value] :
+       std::vector<std::pair<std::string, std::string>>{{"logit_bias", R"({"12": 100.5})"},
+                                                        {"logit_bias", R"({"12": -101})"},
+                                                        {"logit_bias", R"({"abc": 1})"},
+                                                        {"logit_bias", R"({"1.5": 1})"},
+                                                        {"logit_bias", R"({"": 1})"},
+                                                        {"logit_bias", R"({"-": 1})"},
+                                                        {"logit_bias", R"({"99999999999": 1})"},
+                                                        {"logit_bias", R"({"3": "high"})"},
+                                                        {"logit_bias", R"([1, 2])"},
+                                                        {"logit_bias", R"(5)"},
+                                                        {"allowed_token_ids", R"([])"},
+                                                        {"allowed_token_ids", R"([1, "a"])"},
+                                                        {"allowed_token_ids", R"(3)"},
+                                                        {"min_tokens", R"(-1)"},
+                                                        {"min_tokens", R"(2.5)"},
+                                                        {"min_tokens", R"("3")"}}) {
     const std::string body = head + "\"" + field + "\": " + value + "}";
     const ApiError e = ParseError(Endpoint::kCompletions, body);
     EXPECT_EQ(e.http_status, 400) << body;
@@ -273,10 +273,10 @@ TEST(OpenAiRequestTest, MutatedBodiesGiveARequestOrA400) {
   // Each field with a value of each JSON type.
   const std::vector<json> values = {
       nullptr, true, -1, 2.5, "s", json::array(), json::object(), json::array({1, "x"}), 1e300};
-  for (const char* field : {"prompt", "messages", "n", "seed", "stop", "logprobs", "top_logprobs",
-                            "max_tokens", "temperature", "stream_options", "stop_token_ids",
-                            "ignore_eos", "model", "echo", "top_k", "prompt_logprobs",
-                            "logit_bias", "allowed_token_ids", "min_tokens"}) {
+  for (const char* field :
+       {"prompt", "messages", "n", "seed", "stop", "logprobs", "top_logprobs", "max_tokens",
+        "temperature", "stream_options", "stop_token_ids", "ignore_eos", "model", "echo", "top_k",
+        "prompt_logprobs", "logit_bias", "allowed_token_ids", "min_tokens"}) {
     for (const json& v : values) {
       json body = {{"prompt", "p"}, {"messages", {{{"role", "user"}, {"content", "c"}}}}};
       body[field] = v;

@@ -3,6 +3,8 @@
 // string across tokens, one inside a multi-byte character, held-back text released), and a
 // property over random streams: the output is the text before the first stop string found,
 // token by token, and the stream stops at the token that completed it.
+#include "server/text_stream.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,7 +15,6 @@
 #include "engine/tokenizer/bpe.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
-#include "server/text_stream.h"
 
 namespace morserve {
 namespace {
@@ -67,8 +68,8 @@ struct Streamed {
   std::string stop;
 };
 
-Streamed StreamText(const Tokenizer& tok, const std::vector<int>& ids, std::vector<std::string> stop,
-             bool skip = true, int min_tokens = 0) {
+Streamed StreamText(const Tokenizer& tok, const std::vector<int>& ids,
+                    std::vector<std::string> stop, bool skip = true, int min_tokens = 0) {
   auto ts = TextStream::Create(tok, skip, std::move(stop), min_tokens);
   EXPECT_TRUE(ts.ok()) << ts.status();
   Streamed out;

@@ -67,7 +67,8 @@ TEST(SamplerConstraintsTest, MinusHundredBansAndPlusHundredForcesAtTemperatureOn
   SamplingParams banned;
   banned.logit_bias = {{best, -100.0f}};
   SamplingParams forced;
-  const int weak = static_cast<int>(std::min_element(logits.begin(), logits.end()) - logits.begin());
+  const int weak =
+      static_cast<int>(std::min_element(logits.begin(), logits.end()) - logits.begin());
   forced.logit_bias = {{weak, 100.0f}};
   for (uint64_t seed = 0; seed < 2000; ++seed) {
     ASSERT_NE(sampler.Sample(Input(logits, banned, seed)).token, best) << "seed " << seed;
@@ -88,8 +89,8 @@ TEST(SamplerConstraintsTest, BiasComesBeforeThePenalties) {
   const std::vector<float> logits = {2.0f, 1.0f, 0.5f};
   const std::vector<int> output = {0, 1};
   const absl::Span<const float> row = sampler.ProcessLogits(Input(logits, p, 0, output));
-  EXPECT_FLOAT_EQ(row[0], (2.0f + 2.0f) / 2.0f - 0.5f);   // biased 4 > 0: divided
-  EXPECT_FLOAT_EQ(row[1], (1.0f - 3.0f) * 2.0f - 0.5f);   // biased -2 <= 0: multiplied
+  EXPECT_FLOAT_EQ(row[0], (2.0f + 2.0f) / 2.0f - 0.5f);  // biased 4 > 0: divided
+  EXPECT_FLOAT_EQ(row[1], (1.0f - 3.0f) * 2.0f - 0.5f);  // biased -2 <= 0: multiplied
   EXPECT_FLOAT_EQ(row[2], 0.5f);
 }
 

@@ -69,15 +69,39 @@ TEST(SamplingParamsTest, RejectsEachInvalidValueNamingTheField) {
        [](SamplingParams& p) {
          p.stop = {"ok", ""};
        }},
-      {"logit_bias", [](SamplingParams& p) { p.logit_bias = {{3, 1.0f}, {kVocab, 1.0f}}; }},
-      {"logit_bias", [](SamplingParams& p) { p.logit_bias = {{-1, 1.0f}}; }},
-      {"logit_bias", [](SamplingParams& p) { p.logit_bias = {{3, 100.5f}}; }},
-      {"logit_bias", [](SamplingParams& p) { p.logit_bias = {{3, -101.0f}}; }},
-      {"logit_bias", [](SamplingParams& p) { p.logit_bias = {{3, kNaN}}; }},
-      {"logit_bias", [](SamplingParams& p) { p.logit_bias = {{3, -kInf}}; }},
-      {"logit_bias", [](SamplingParams& p) { p.logit_bias = {{3, 1.0f}, {3, 2.0f}}; }},
+      {"logit_bias",
+       [](SamplingParams& p) {
+         p.logit_bias = {{3, 1.0f}, {kVocab, 1.0f}};
+       }},
+      {"logit_bias",
+       [](SamplingParams& p) {
+         p.logit_bias = {{-1, 1.0f}};
+       }},
+      {"logit_bias",
+       [](SamplingParams& p) {
+         p.logit_bias = {{3, 100.5f}};
+       }},
+      {"logit_bias",
+       [](SamplingParams& p) {
+         p.logit_bias = {{3, -101.0f}};
+       }},
+      {"logit_bias",
+       [](SamplingParams& p) {
+         p.logit_bias = {{3, kNaN}};
+       }},
+      {"logit_bias",
+       [](SamplingParams& p) {
+         p.logit_bias = {{3, -kInf}};
+       }},
+      {"logit_bias",
+       [](SamplingParams& p) {
+         p.logit_bias = {{3, 1.0f}, {3, 2.0f}};
+       }},
       {"allowed_token_ids", [](SamplingParams& p) { p.allowed_token_ids.emplace(); }},
-      {"allowed_token_ids", [](SamplingParams& p) { p.allowed_token_ids = {{0, kVocab}}; }},
+      {"allowed_token_ids",
+       [](SamplingParams& p) {
+         p.allowed_token_ids = {{0, kVocab}};
+       }},
       {"allowed_token_ids", [](SamplingParams& p) { p.allowed_token_ids = {{-3}}; }},
       {"min_tokens", [](SamplingParams& p) { p.min_tokens = -1; }},
       {"min_tokens", [](SamplingParams& p) { p.min_tokens = p.max_tokens + 1; }},
@@ -125,8 +149,12 @@ TEST(SamplingParamsTest, AcceptsRangeBoundaries) {
         p.max_tokens = 0;
         p.prompt_logprobs = 0;
       },
-      [](SamplingParams& p) { p.logit_bias = {{0, -100.0f}, {kVocab - 1, 100.0f}, {5, 0.0f}}; },
-      [](SamplingParams& p) { p.allowed_token_ids = {{0, kVocab - 1, 0}}; },
+      [](SamplingParams& p) {
+        p.logit_bias = {{0, -100.0f}, {kVocab - 1, 100.0f}, {5, 0.0f}};
+      },
+      [](SamplingParams& p) {
+        p.allowed_token_ids = {{0, kVocab - 1, 0}};
+      },
       [](SamplingParams& p) { p.min_tokens = p.max_tokens; },
       [](SamplingParams& p) {  // min_tokens with allowed ids that are not eos
         p.min_tokens = 3;
