@@ -180,6 +180,55 @@ std::optional<ApiError> ParseStop(const json& body, v1::GenerateRequest* r) {
   return std::nullopt;
 }
 
+// OpenAI's logit_bias: {"<token id>": bias in [-100, 100]}. The backend checks the ids
+// against the vocabulary.
+std::optional<ApiError> ParseLogitBias(const json& body, v1::SamplingParams* s) {
+  const json* lb = Field(body, "logit_bias");
+  if (lb == nullptr) return std::nullopt;
+  if (!lb->is_object()) return TypeError("logit_bias", "an object mapping token ids to biases");
+  for (const auto& [key, value] : lb->items()) {
+    int64_t id = 0;
+    const bool digits = !key.empty() && key.size() <= 11 &&
+                        std::all_of(key.begin() + (key[0] == '-'), key.end(),
+                                    [](char c) { return c >= '0' && c <= '9'; }) &&
+                        key != "-";
+    if (digits) id = std::stoll(key);
+    if (!digits || id < std::numeric_limits<int32_t>::min() ||
+        id > std::numeric_limits<int32_t>::max()) {
+      return InvalidRequest(
+          absl::StrCat("logit_bias: key \"", key, "\" is not a token id (an integer)"),
+          "logit_bias");
+    }
+    if (!value.is_number()) {
+      return InvalidRequest(absl::StrCat("logit_bias: bias of token ", key, " must be a number"),
+                            "logit_bias");
+    }
+    const double bias = value.get<double>();
+    if (!(bias >= -100.0 && bias <= 100.0)) {
+      return InvalidRequest(absl::StrCat("logit_bias: bias of token ", key,
+                                         " must be in [-100, 100], got ", value.dump()),
+                            "logit_bias");
+    }
+    (*s->mutable_logit_bias())[static_cast<int32_t>(id)] = static_cast<float>(bias);
+  }
+  return std::nullopt;
+}
+
+// vLLM's allowed_token_ids (a non-empty array of ids) and min_tokens (>= 0; the backend
+// checks it against max_tokens, which may be set from the context only there).
+std::optional<ApiError> ParseTokenConstraints(const json& body, v1::GenerateRequest* r) {
+  if (auto e = ParseLogitBias(body, r->mutable_sampling())) return e;
+  if (const json* ids = Field(body, "allowed_token_ids")) {
+    std::vector<int32_t> v;
+    if (!AsIds(*ids, &v)) return TypeError("allowed_token_ids", "a non-empty array of token ids");
+    r->mutable_sampling()->mutable_allowed_token_ids()->mutable_ids()->Add(v.begin(), v.end());
+  }
+  std::optional<int64_t> i;
+  if (auto e = GetInt(body, "min_tokens", 0, std::numeric_limits<int32_t>::max(), &i)) return e;
+  if (i) r->set_min_tokens(static_cast<int32_t>(*i));
+  return std::nullopt;
+}
+
 std::optional<ApiError> ParseSampling(const json& body, v1::GenerateRequest* r) {
   v1::SamplingParams* s = r->mutable_sampling();
   std::optional<double> d;
@@ -220,6 +269,7 @@ std::optional<ApiError> ParseSampling(const json& body, v1::GenerateRequest* r) 
     }
     r->mutable_stop_token_ids()->Add(v.begin(), v.end());
   }
+  if (auto e = ParseTokenConstraints(body, r)) return e;
   return ParseStop(body, r);
 }
 
