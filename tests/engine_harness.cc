@@ -119,6 +119,18 @@ Workload MakeWorkload(int vocab, int count) {
   return w;
 }
 
+RunResult RunAlone(const std::shared_ptr<const ModelWeights>& weights,
+                   const GenerateRequest& request) {
+  auto engine = Engine::Create(weights, EngineConfig());
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  if (!engine.ok()) return RunResult();
+  auto ch = (*engine)->Submit(request);
+  EXPECT_TRUE(ch.ok()) << ch.status();
+  if (!ch.ok()) return RunResult();
+  (*engine)->RunUntilIdle();
+  return Collect(ch->get());
+}
+
 RunResult Collect(EventChannel* channel) {
   RunResult r;
   for (RequestEvent& e : channel->DrainUntilFinal()) {

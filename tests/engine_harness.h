@@ -73,6 +73,11 @@ std::vector<RunResult> RunStaggered(Engine* engine, const std::vector<GenerateRe
 
 RunResult Collect(EventChannel* channel);
 
+// `request` alone on a fresh in-process engine (EngineConfig defaults), run to the end; the
+// same conversion a server makes, so tests compare a server's answer with it.
+RunResult RunAlone(const std::shared_ptr<const ModelWeights>& weights,
+                   const GenerateRequest& request);
+
 GenerateRequest Greedy(const std::vector<int>& prompt, int max_tokens);
 
 // Largest |a - b| / max(|b|, 1) over the vectors.

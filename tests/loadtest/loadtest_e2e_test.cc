@@ -16,6 +16,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/gateway/gateway_process.h"
 #include "tests/server/server_process.h"
+#include "tests/server/test_models.h"
 #include "tests/testutil.h"
 
 namespace morserve::testing {
@@ -66,23 +67,10 @@ class LoadTestE2E : public ::testing::Test {
     mor.max_pos = 256;
     ASSERT_TRUE(WriteTinyModel(mor, dir_->File("mor")).ok());
     // Slow enough on one thread that requests are still open when --duration ends.
-    TinyModelSpec slow;
-    slow.family = "vanilla";
-    slow.hidden = 512;
-    slow.intermediate = 2048;
-    slow.heads = 8;
-    slow.kv_heads = 4;
-    slow.layers = 6;
-    slow.max_pos = 4096;
-    ASSERT_TRUE(WriteTinyModel(slow, dir_->File("slow")).ok());
+    ASSERT_TRUE(WriteTinyModel(SlowVanillaSpec(), dir_->File("slow")).ok());
   }
   static void TearDownTestSuite() { delete dir_; }
 
-  static void StartOrDie(ServerProcess* server, const std::string& model,
-                         std::vector<std::string> extra = {}) {
-    ASSERT_TRUE(server->Start(model, extra)) << server->output();
-    ASSERT_TRUE(server->WaitHealth(true)) << server->output();
-  }
   static std::string MetricsUrl(const ServerProcess& s) {
     return absl::StrCat("http://127.0.0.1:", s.metrics_port(), "/metrics");
   }
