@@ -80,6 +80,14 @@ RunResult RunAlone(const std::shared_ptr<const ModelWeights>& weights,
 
 GenerateRequest Greedy(const std::vector<int>& prompt, int max_tokens);
 
+// The reference's log_softmax(logits)[token] (in double) and max(|logit|, 1): the engine's
+// prompt logprobs are within 2e-4 * scale of it (prompt_logprobs_test explains the bound).
+struct RefLogprob {
+  double logprob = 0;
+  double scale = 1;
+};
+RefLogprob ReferenceLogprob(const std::vector<float>& logits, int token);
+
 // Largest |a - b| / max(|b|, 1) over the vectors.
 double MaxRelDiff(const std::vector<float>& a, const std::vector<float>& b);
 

@@ -32,9 +32,8 @@ bool GatewayProcess::Start(const std::vector<std::string>& extra, int timeout_s)
 }
 
 void GatewayStack::Start(const TinyModelSpec& spec) {
-  ASSERT_NO_FATAL_FAILURE(model_.Start(spec));
-  ServerProcess& server = model_.server();
-  ASSERT_TRUE(gateway_.Start({"--backend", server.address(), "--health-interval-ms", "200"}))
+  ASSERT_NO_FATAL_FAILURE(ServedTextModel::Start(spec));
+  ASSERT_TRUE(gateway_.Start({"--backend", server().address(), "--health-interval-ms", "200"}))
       << gateway_.output();
   // Until its first health check the gateway knows no serving backend (503).
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
@@ -46,7 +45,7 @@ void GatewayStack::Start(const TinyModelSpec& spec) {
 
 void GatewayStack::Stop() {
   if (gateway_.pid() > 0) EXPECT_EQ(gateway_.Terminate(), 0) << gateway_.output();
-  model_.Stop();
+  ServedTextModel::Stop();
 }
 
 nlohmann::json HttpResult::Json() const {

@@ -56,15 +56,14 @@ std::string GatewayBinary();
 
 // A ServedTextModel with `morserve-gateway` in front (--health-interval-ms 200, 127.0.0.1
 // port 0), for a test suite.
-class GatewayStack {
+class GatewayStack : public ServedTextModel {
  public:
-  ServedTextModel& model() { return model_; }
   // Starts the model's server (ServedTextModel::Start), then the gateway, and waits until the
   // gateway's /health is 200 (its first health check saw the backend serving); fatal test
   // failures with the output (ASSERT_NO_FATAL_FAILURE).
-  void Start(const TinyModelSpec& spec);
+  void Start(const TinyModelSpec& spec) override;
   // Terminates the gateway, then the server (those started); each must exit 0.
-  void Stop();
+  void Stop() override;
 
   GatewayProcess& gateway() { return gateway_; }
   // POST `body` to the gateway's `path` with curl.
@@ -73,7 +72,6 @@ class GatewayStack {
   }
 
  private:
-  ServedTextModel model_;
   GatewayProcess gateway_;
 };
 

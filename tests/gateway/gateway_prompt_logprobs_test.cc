@@ -18,6 +18,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/engine_harness.h"
 #include "tests/gateway/gateway_process.h"
+#include "tests/server/served_suite.h"
 #include "tests/server/test_models.h"
 
 namespace morserve::testing {
@@ -25,25 +26,11 @@ namespace {
 
 using nlohmann::json;
 
-class GatewayPromptLogprobsTest : public ::testing::Test {
+class GatewayPromptLogprobsTest : public ServedSuite<GatewayPromptLogprobsTest, GatewayStack> {
  protected:
-  static void SetUpTestSuite() {
-    stack_ = new GatewayStack();
-    absl::StatusOr<TinyModelSpec> spec = ReadmeTokenizerSpec(stack_->model().dir(), "mor-ec");
-    ASSERT_TRUE(spec.ok()) << spec.status();
-    ASSERT_NO_FATAL_FAILURE(stack_->Start(*spec));
-  }
-  static void TearDownTestSuite() {
-    if (stack_ != nullptr) stack_->Stop();
-    delete stack_;
-    stack_ = nullptr;
-  }
-  void SetUp() override {
-    ASSERT_NE(stack_, nullptr);
-    stub_ = stack_->model().server().Stub();
-  }
+  static void SetUpTestSuite() { StartSuite("mor-ec"); }
 
-  static HttpResult Post(const json& body) { return stack_->Post("/v1/completions", body); }
+  static HttpResult Post(const json& body) { return served_->Post("/v1/completions", body); }
 
   // What the gateway asks the backend for a greedy echo request with logprobs k.
   StreamResult Grpc(const std::string& prompt, int max_tokens, int k) {
@@ -61,14 +48,11 @@ class GatewayPromptLogprobsTest : public ::testing::Test {
     return r;
   }
 
-  static const Tokenizer& Tok() { return stack_->model().tokenizer(); }
-
-  static inline GatewayStack* stack_ = nullptr;
-  std::unique_ptr<v1::Morserve::Stub> stub_;
+  static const Tokenizer& Tok() { return served_->tokenizer(); }
 };
 
 json EchoBody(const std::string& prompt, int max_tokens, int logprobs) {
-  return {{"prompt", prompt}, {"echo", true},         {"logprobs", logprobs},
+  return {{"prompt", prompt},         {"echo", true},     {"logprobs", logprobs},
           {"max_tokens", max_tokens}, {"temperature", 0}, {"ignore_eos", true}};
 }
 
@@ -147,7 +131,7 @@ TEST_F(GatewayPromptLogprobsTest, LoglikelihoodRequestSumsToTheReference) {
   const StreamResult want = Grpc(prompt, 0, 1);
   ASSERT_EQ(want.prompt_logprobs.size(), ids.size());
   EXPECT_TRUE(want.tokens.empty());
-  auto weights = LoadModel(stack_->model().model_dir());
+  auto weights = LoadModel(served_->model_dir());
   ASSERT_TRUE(weights.ok()) << weights.status();
   ReferenceModel ref(*weights);
   const std::vector<StepOutput> outs = ref.Forward(ids);
@@ -156,14 +140,9 @@ TEST_F(GatewayPromptLogprobsTest, LoglikelihoodRequestSumsToTheReference) {
   for (size_t i = ids.size() - 4; i < ids.size(); ++i) {
     sum_http += lp["token_logprobs"][i].get<double>();
     sum_grpc += want.prompt_logprobs[i].logprob();
-    const std::vector<float>& logits = outs[i - 1].logits;
-    double m = -INFINITY, z = 0;
-    for (float x : logits) {
-      m = std::max(m, static_cast<double>(x));
-      scale = std::max(scale, std::fabs(static_cast<double>(x)));
-    }
-    for (float x : logits) z += std::exp(x - m);
-    sum_ref += logits[ids[i]] - m - std::log(z);
+    const RefLogprob r = ReferenceLogprob(outs[i - 1].logits, ids[i]);
+    scale = std::max(scale, r.scale);
+    sum_ref += r.logprob;
   }
   EXPECT_DOUBLE_EQ(sum_http, sum_grpc);
   // Four terms, each within the engine's 2e-4 * max(|logit|, 1) (prompt_logprobs_test).
@@ -219,8 +198,8 @@ TEST_F(GatewayPromptLogprobsTest, VllmPromptLogprobsField) {
   ASSERT_TRUE(want.status.ok()) << want.status.error_message();
   for (bool stream : {false, true}) {
     SCOPED_TRACE(stream);
-    json body = {{"prompt", ids}, {"prompt_logprobs", 3}, {"max_tokens", 2}, {"temperature", 0},
-                 {"ignore_eos", true}, {"stream", stream}};
+    json body = {{"prompt", ids},    {"prompt_logprobs", 3}, {"max_tokens", 2},
+                 {"temperature", 0}, {"ignore_eos", true},   {"stream", stream}};
     HttpResult r = Post(body);
     ASSERT_EQ(r.status, 200) << r.body;
     // Parsed keeping key order: the prompt token leads its entry.
@@ -263,7 +242,7 @@ TEST_F(GatewayPromptLogprobsTest, ChatPromptLogprobsScoreTheRenderedPrompt) {
   const std::vector<int> ids = Tok().Encode(
       "system: Answer briefly.\nuser: What does the gateway serve?\nassistant:", false);
   const int k = 3;
-  auto weights = LoadModel(stack_->model().model_dir());
+  auto weights = LoadModel(served_->model_dir());
   ASSERT_TRUE(weights.ok()) << weights.status();
   GenerateRequest local = Greedy(ids, 1);
   local.params.prompt_logprobs = k;
@@ -276,7 +255,7 @@ TEST_F(GatewayPromptLogprobsTest, ChatPromptLogprobsScoreTheRenderedPrompt) {
     SCOPED_TRACE(n);
     const json body = {{"messages", messages}, {"prompt_logprobs", k}, {"max_tokens", 3},
                        {"temperature", 0},     {"ignore_eos", true},   {"n", n}};
-    HttpResult r = stack_->Post("/v1/chat/completions", body);
+    HttpResult r = served_->Post("/v1/chat/completions", body);
     ASSERT_EQ(r.status, 200) << r.body;
     const nlohmann::ordered_json j = nlohmann::ordered_json::parse(r.body);
     EXPECT_EQ(j["object"], "chat.completion");
@@ -305,22 +284,14 @@ TEST_F(GatewayPromptLogprobsTest, ChatPromptLogprobsScoreTheRenderedPrompt) {
         EXPECT_EQ(alt["logprob"].get<double>(), e.top_logprobs[t].logprob);
         if (e.top_logprobs[t].token != ids[i]) EXPECT_EQ(alt["rank"], t + 1);
       }
-      // The reference: log_softmax of position i - 1's logits at ids[i], within
-      // 2e-4 * max(|logit|, 1) (prompt_logprobs_test explains the bound).
-      const std::vector<float>& logits = outs[i - 1].logits;
-      double m = -INFINITY, scale = 1.0, z = 0.0;
-      for (float x : logits) {
-        m = std::max(m, static_cast<double>(x));
-        scale = std::max(scale, std::fabs(static_cast<double>(x)));
-      }
-      for (float x : logits) z += std::exp(x - m);
-      EXPECT_NEAR(plp[i][key]["logprob"].get<double>(), logits[ids[i]] - m - std::log(z),
-                  2e-4 * scale);
+      // The reference: log_softmax of position i - 1's logits at ids[i].
+      const RefLogprob ref_lp = ReferenceLogprob(outs[i - 1].logits, ids[i]);
+      EXPECT_NEAR(plp[i][key]["logprob"].get<double>(), ref_lp.logprob, 2e-4 * ref_lp.scale);
     }
   }
   // Without the field: no list.
-  HttpResult plain = stack_->Post("/v1/chat/completions",
-                                  {{"messages", messages}, {"max_tokens", 1}, {"temperature", 0}});
+  HttpResult plain = served_->Post("/v1/chat/completions",
+                                   {{"messages", messages}, {"max_tokens", 1}, {"temperature", 0}});
   ASSERT_EQ(plain.status, 200) << plain.body;
   EXPECT_FALSE(plain.Json().contains("prompt_logprobs")) << plain.body;
 }
@@ -333,7 +304,7 @@ TEST_F(GatewayPromptLogprobsTest, ChatPromptLogprobsStreamAndBadValues) {
     json body = {
         {"messages", messages}, {"max_tokens", 3}, {"temperature", 0}, {"ignore_eos", true}};
     body.update(extra);
-    return stack_->Post("/v1/chat/completions", body);
+    return served_->Post("/v1/chat/completions", body);
   };
   for (const json& bad :
        {json{{"prompt_logprobs", 2}, {"stream", true}}, json{{"prompt_logprobs", 21}},

@@ -14,6 +14,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/engine_harness.h"
 #include "tests/gateway/gateway_process.h"
+#include "tests/server/served_suite.h"
 #include "tests/server/test_models.h"
 
 namespace morserve::testing {
@@ -23,31 +24,13 @@ using nlohmann::json;
 
 const std::vector<int> kPrompt = {5, 17, 42, 99, 3, 250, 7};
 
-class GatewayTokenConstraintsTest : public ::testing::Test {
+class GatewayTokenConstraintsTest : public ServedSuite<GatewayTokenConstraintsTest, GatewayStack> {
  protected:
-  static void SetUpTestSuite() {
-    stack_ = new GatewayStack();
-    absl::StatusOr<TinyModelSpec> spec = ReadmeTokenizerSpec(stack_->model().dir(), "vanilla");
-    ASSERT_TRUE(spec.ok()) << spec.status();
-    const absl::StatusOr<int> first =
-        EosAtGreedyFirstToken(kPrompt, stack_->model().dir().File("probe"), &*spec);
-    ASSERT_TRUE(first.ok()) << first.status();
-    first_ = *first;
-    vocab_ = spec->vocab;
-    ASSERT_NO_FATAL_FAILURE(stack_->Start(*spec));
-  }
-  static void TearDownTestSuite() {
-    if (stack_ != nullptr) stack_->Stop();
-    delete stack_;
-    stack_ = nullptr;
-  }
-  void SetUp() override {
-    ASSERT_NE(stack_, nullptr);
-    stub_ = stack_->model().server().Stub();
-  }
+  // The same weights with eos = the greedy first token of kPrompt.
+  static void SetUpTestSuite() { StartSuiteWithEosAt("vanilla", kPrompt, &first_, &vocab_); }
 
   static HttpResult Post(const std::string& path, const json& body) {
-    return stack_->Post(path, body);
+    return served_->Post(path, body);
   }
   static json Completion(json extra) {
     json body = {{"prompt", kPrompt}, {"max_tokens", 6}, {"temperature", 0}, {"ignore_eos", true}};
@@ -78,12 +61,10 @@ class GatewayTokenConstraintsTest : public ::testing::Test {
     EXPECT_EQ(j["error"]["type"], "invalid_request_error") << got.body;
   }
 
-  static const Tokenizer& Tok() { return stack_->model().tokenizer(); }
+  static const Tokenizer& Tok() { return served_->tokenizer(); }
 
-  static inline GatewayStack* stack_ = nullptr;
   static inline int first_ = -1;
   static inline int vocab_ = 0;
-  std::unique_ptr<v1::Morserve::Stub> stub_;
 };
 
 TEST_F(GatewayTokenConstraintsTest, LargeBiasGivesOneTokenOnBothEndpoints) {

@@ -12,6 +12,7 @@
 #include "engine/reference/reference_model.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "tests/engine_harness.h"
+#include "tests/server/served_suite.h"
 #include "tests/server/server_process.h"
 #include "tests/server/test_models.h"
 
@@ -20,23 +21,9 @@ namespace {
 
 using grpc::StatusCode;
 
-class ServerPromptLogprobsTest : public ::testing::Test {
+class ServerPromptLogprobsTest : public ServedSuite<ServerPromptLogprobsTest, ServedTextModel> {
  protected:
-  static void SetUpTestSuite() {
-    served_ = new ServedTextModel();
-    absl::StatusOr<TinyModelSpec> spec = ReadmeTokenizerSpec(served_->dir(), "mor-ec");
-    ASSERT_TRUE(spec.ok()) << spec.status();
-    ASSERT_NO_FATAL_FAILURE(served_->Start(*spec));
-  }
-  static void TearDownTestSuite() {
-    if (served_ != nullptr) served_->Stop();
-    delete served_;
-    served_ = nullptr;
-  }
-  void SetUp() override {
-    ASSERT_NE(served_, nullptr);
-    stub_ = served_->server().Stub();
-  }
+  static void SetUpTestSuite() { StartSuite("mor-ec"); }
 
   static v1::GenerateRequest Scored(const std::vector<int>& prompt, int max_tokens, int k) {
     v1::GenerateRequest r = TokenRequest(prompt, max_tokens);
@@ -51,9 +38,6 @@ class ServerPromptLogprobsTest : public ::testing::Test {
     r.params.prompt_logprobs = k;
     return RunAlone(w, r).prompt_logprobs.value_or(std::vector<PromptTokenLogprob>{});
   }
-
-  static inline ServedTextModel* served_ = nullptr;
-  std::unique_ptr<v1::Morserve::Stub> stub_;
 };
 
 TEST_F(ServerPromptLogprobsTest, FirstMessageCarriesEngineAndReferenceValues) {
@@ -97,16 +81,9 @@ TEST_F(ServerPromptLogprobsTest, FirstMessageCarriesEngineAndReferenceValues) {
       EXPECT_EQ(t.top_logprobs(j).logprob(), e.top_logprobs[j].logprob);
       EXPECT_EQ(t.top_logprobs(j).text(), (*tokenizer)->Decode({e.top_logprobs[j].token}, false));
     }
-    // The reference: log_softmax of position i - 1's logits at prompt[i], within
-    // 2e-4 * max(|logit|, 1) (prompt_logprobs_test explains the bound).
-    const std::vector<float>& logits = outs[i - 1].logits;
-    double m = -INFINITY, scale = 1.0, sum = 0.0;
-    for (float x : logits) {
-      m = std::max(m, static_cast<double>(x));
-      scale = std::max(scale, std::fabs(static_cast<double>(x)));
-    }
-    for (float x : logits) sum += std::exp(x - m);
-    EXPECT_NEAR(t.logprob(), logits[prompt[i]] - m - std::log(sum), 2e-4 * scale);
+    // The reference: log_softmax of position i - 1's logits at prompt[i].
+    const RefLogprob r = ReferenceLogprob(outs[i - 1].logits, prompt[i]);
+    EXPECT_NEAR(t.logprob(), r.logprob, 2e-4 * r.scale);
   }
 }
 

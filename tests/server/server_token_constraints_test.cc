@@ -12,6 +12,7 @@
 
 #include "engine/tokenizer/tokenizer.h"
 #include "tests/engine_harness.h"
+#include "tests/server/served_suite.h"
 #include "tests/server/server_process.h"
 #include "tests/server/test_models.h"
 
@@ -22,34 +23,13 @@ using grpc::StatusCode;
 
 const std::vector<int> kPrompt = {5, 17, 42, 99, 3, 250, 7};
 
-class ServerTokenConstraintsTest : public ::testing::Test {
+class ServerTokenConstraintsTest : public ServedSuite<ServerTokenConstraintsTest, ServedTextModel> {
  protected:
-  static void SetUpTestSuite() {
-    served_ = new ServedTextModel();
-    absl::StatusOr<TinyModelSpec> spec = ReadmeTokenizerSpec(served_->dir(), "vanilla");
-    ASSERT_TRUE(spec.ok()) << spec.status();
-    // The same weights with eos = the greedy first token of kPrompt.
-    const absl::StatusOr<int> first =
-        EosAtGreedyFirstToken(kPrompt, served_->dir().File("probe"), &*spec);
-    ASSERT_TRUE(first.ok()) << first.status();
-    first_ = *first;
-    vocab_ = spec->vocab;
-    ASSERT_NO_FATAL_FAILURE(served_->Start(*spec));
-  }
-  static void TearDownTestSuite() {
-    if (served_ != nullptr) served_->Stop();
-    delete served_;
-    served_ = nullptr;
-  }
-  void SetUp() override {
-    ASSERT_NE(served_, nullptr);
-    stub_ = served_->server().Stub();
-  }
+  // The same weights with eos = the greedy first token of kPrompt.
+  static void SetUpTestSuite() { StartSuiteWithEosAt("vanilla", kPrompt, &first_, &vocab_); }
 
-  static inline ServedTextModel* served_ = nullptr;
   static inline int first_ = -1;
   static inline int vocab_ = 0;
-  std::unique_ptr<v1::Morserve::Stub> stub_;
 };
 
 TEST_F(ServerTokenConstraintsTest, LargeBiasMakesGreedyOutputOneToken) {

@@ -37,15 +37,17 @@ absl::StatusOr<int> EosAtGreedyFirstToken(const std::vector<int>& prompt,
                                           const std::string& probe_dir, TinyModelSpec* spec);
 
 // A text-taking tiny model in the real `morserve serve` (127.0.0.1 port 0), for a test
-// suite: its files live in dir() (ReadmeTokenizerSpec(dir(), ...) trains the tokenizer there).
+// suite (tests/server/served_suite.h): its files live in dir() (ReadmeTokenizerSpec(dir(),
+// ...) trains the tokenizer there).
 class ServedTextModel {
  public:
   const TempDir& dir() const { return dir_; }
   // Writes `spec` to dir()/model with kPlainChatTemplate, loads its tokenizer and starts the
   // server, waiting until it serves; fatal test failures (ASSERT_NO_FATAL_FAILURE).
-  void Start(const TinyModelSpec& spec);
+  virtual void Start(const TinyModelSpec& spec);
   // Terminates the server (when it was started); it must exit 0.
-  void Stop();
+  virtual void Stop();
+  virtual ~ServedTextModel() = default;
 
   const std::string& model_dir() const { return model_dir_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
