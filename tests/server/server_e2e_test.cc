@@ -26,16 +26,10 @@ class ServerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir();
-    TinyModelSpec mor;
-    mor.family = "mor-ec";
-    mor.max_pos = 256;
     mor_dir_ = new std::string(dir_->File("mor-ec"));
-    ASSERT_TRUE(WriteTinyModel(mor, *mor_dir_).ok());
-    TinyModelSpec vanilla;
-    vanilla.family = "vanilla";
-    vanilla.max_pos = 256;
+    ASSERT_TRUE(WriteTinyModel(ServingSpec("mor-ec"), *mor_dir_).ok());
     vanilla_dir_ = new std::string(dir_->File("vanilla"));
-    ASSERT_TRUE(WriteTinyModel(vanilla, *vanilla_dir_).ok());
+    ASSERT_TRUE(WriteTinyModel(ServingSpec("vanilla"), *vanilla_dir_).ok());
     // Wide enough that a long generation takes seconds on one thread: cancellation and
     // draining land mid-stream, never after the request finished on its own.
     slow_dir_ = new std::string(dir_->File("slow"));

@@ -12,6 +12,13 @@
 
 namespace morserve::testing {
 
+TinyModelSpec ServingSpec(const std::string& family) {
+  TinyModelSpec spec;
+  spec.family = family;
+  spec.max_pos = 256;
+  return spec;
+}
+
 TinyModelSpec SlowVanillaSpec() {
   TinyModelSpec slow;
   slow.family = "vanilla";

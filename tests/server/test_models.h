@@ -18,6 +18,9 @@
 
 namespace morserve::testing {
 
+// mkmodel's default tiny model of `family` (bf16) with max_pos 256: the e2e tests' models.
+TinyModelSpec ServingSpec(const std::string& family);
+
 // Vanilla, hidden 512, intermediate 2048, 8 heads (4 kv), 6 layers, max_pos 4096, bf16.
 TinyModelSpec SlowVanillaSpec();
 
