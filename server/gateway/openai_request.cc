@@ -273,6 +273,31 @@ std::optional<ApiError> ParseSampling(const json& body, v1::GenerateRequest* r) 
   return ParseStop(body, r);
 }
 
+// vLLM's prompt_logprobs (0..20, both endpoints; -1, vLLM's whole vocabulary, is refused).
+std::optional<ApiError> ParsePromptLogprobs(const json& body, OpenAiRequest* out) {
+  std::optional<int64_t> i;
+  if (auto e = GetInt(body, "prompt_logprobs", 0, kMaxLogprobs, &i)) return e;
+  out->prompt_logprobs = i ? static_cast<int>(*i) : -1;
+  return std::nullopt;
+}
+
+// Chat: prompt_logprobs scores the rendered chat prompt; as vLLM, a stream takes only 0, and
+// gets none (the response's top-level list has no place among the chunks).
+std::optional<ApiError> ParseChatPromptLogprobs(const json& body, OpenAiRequest* out,
+                                                v1::GenerateRequest* r) {
+  if (auto e = ParsePromptLogprobs(body, out)) return e;
+  if (out->stream && out->prompt_logprobs > 0) {
+    return InvalidRequest("prompt_logprobs: not available with stream (as vLLM)",
+                          "prompt_logprobs");
+  }
+  if (out->stream) out->prompt_logprobs = -1;
+  if (out->prompt_logprobs >= 0) {
+    r->set_prompt_logprobs(out->prompt_logprobs);
+    r->set_token_text(true);
+  }
+  return std::nullopt;
+}
+
 // Completions: logprobs, echo and vLLM's prompt_logprobs. The backend scores the prompt for
 // the larger of echo's logprobs and prompt_logprobs; echo with max_tokens 0 and neither still
 // has it scored (k 0), since the backend takes max_tokens 0 only with prompt logprobs.
@@ -284,9 +309,7 @@ std::optional<ApiError> ParseCompletionLogprobs(const json& body, bool no_output
   out->logprobs = i ? static_cast<int>(*i) : -1;
   if (auto e = GetBool(body, "echo", &b)) return e;
   out->echo = b.value_or(false);
-  i.reset();
-  if (auto e = GetInt(body, "prompt_logprobs", 0, kMaxLogprobs, &i)) return e;
-  out->prompt_logprobs = i ? static_cast<int>(*i) : -1;
+  if (auto e = ParsePromptLogprobs(body, out)) return e;
   int k = std::max(out->prompt_logprobs, out->echo_logprobs() ? out->logprobs : -1);
   if (k < 0 && out->echo && no_output) k = 0;
   if (k >= 0) {
@@ -335,6 +358,9 @@ std::optional<ApiError> ParseOutput(const json& body, OpenAiRequest* out, v1::Ge
     b.reset();
     if (auto e = GetBool(*so, "include_usage", &b)) return e;
     out->include_usage = b.value_or(false);
+  }
+  if (chat) {
+    if (auto e = ParseChatPromptLogprobs(body, out, r)) return e;
   }
   if (out->logprobs >= 0) {
     r->set_logprobs(out->logprobs);
@@ -396,6 +422,8 @@ std::optional<ApiError> ParseOpenAiRequest(Endpoint endpoint, std::string_view t
       if (base.sampling().has_seed()) {
         call.mutable_sampling()->set_seed(base.sampling().seed() + static_cast<uint64_t>(k));
       }
+      // Chat's prompt logprobs are the response's, not a choice's: the first call scores.
+      if (endpoint == Endpoint::kChat && k > 0) call.clear_prompt_logprobs();
     }
   }
   return std::nullopt;

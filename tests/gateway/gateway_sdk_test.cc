@@ -52,6 +52,7 @@ struct SdkCase {
   std::map<int, float> logit_bias;     // OpenAI's
   std::vector<int> allowed_token_ids;  // vLLM's (a top-level field: the SDKs' extra_body)
   int min_tokens = 0;                  // vLLM's
+  int prompt_logprobs = -1;            // vLLM's (chat: a top-level list in the response)
 };
 
 json OpenAiBody(const SdkCase& c) {
@@ -80,6 +81,7 @@ json OpenAiBody(const SdkCase& c) {
   }
   if (!c.allowed_token_ids.empty()) p["allowed_token_ids"] = c.allowed_token_ids;
   if (c.min_tokens > 0) p["min_tokens"] = c.min_tokens;
+  if (c.prompt_logprobs >= 0) p["prompt_logprobs"] = c.prompt_logprobs;
   if (c.stream) p["stream_options"] = {{"include_usage", true}};
   return {{"name", c.name}, {"chat", c.chat}, {"stream", c.stream}, {"params", p}};
 }
@@ -349,6 +351,41 @@ TEST_F(GatewaySdkTest, LoglikelihoodRequestsEqualTheGrpcServers) {
     EXPECT_NEAR(sdk, grpc, 1e-6) << cases[c].name;
     EXPECT_LT(sdk, 0.0);
     EXPECT_EQ(got[c]["usage"]["completion_tokens"], 0);
+  }
+}
+
+// vLLM's prompt_logprobs on chat through the SDK (a top-level field both ways: extra_body in
+// the request, an extra property of the parsed completion): one list for the rendered chat
+// prompt, equal to the gRPC server's prompt logprobs for the same chat input; n = 2 keeps
+// one list and the choices equal the gRPC server's.
+TEST_F(GatewaySdkTest, ChatPromptLogprobsEqualTheGrpcServers) {
+  const SdkCase c = {.name = "chat prompt_logprobs",
+                     .chat = true,
+                     .prompt = "Which server scores chat prompts?",
+                     .n = 2,
+                     .max_tokens = 3,
+                     .prompt_logprobs = 2};
+  json got = RunSdk({c});
+  ASSERT_TRUE(got.is_array() && got.size() == 1) << got.dump();
+  ExpectSameAsGrpc(c, got[0]);
+  v1::GenerateRequest r = GrpcRequest(c, 0);
+  r.set_prompt_logprobs(2);
+  r.set_token_text(true);
+  const StreamResult want = GenerateAll(stub_.get(), r);
+  ASSERT_TRUE(want.status.ok()) << want.status.error_message();
+  const json& plp = got[0]["prompt_logprobs"];
+  ASSERT_EQ(plp.size(), want.prompt_logprobs.size()) << got[0].dump();
+  ASSERT_GT(plp.size(), 3u);
+  EXPECT_TRUE(plp[0].is_null());
+  for (size_t i = 1; i < plp.size(); ++i) {
+    const v1::Token& t = want.prompt_logprobs[i];
+    const json& e = plp[i][std::to_string(t.id())];
+    EXPECT_NEAR(e["logprob"].get<double>(), t.logprob(), 1e-6) << i;
+    EXPECT_EQ(e["rank"], t.rank()) << i;
+    EXPECT_EQ(e["decoded_token"], t.text()) << i;
+    for (const v1::TopLogprob& a : t.top_logprobs()) {
+      EXPECT_NEAR(plp[i][std::to_string(a.token_id())]["logprob"].get<double>(), a.logprob(), 1e-6);
+    }
   }
 }
 

@@ -8,17 +8,14 @@
 // bad values are 400s naming the field (the gateway's checks and the backend's).
 #include <gtest/gtest.h>
 
-#include <chrono>
-#include <cstdlib>
-#include <fstream>
-#include <thread>
+#include <algorithm>
 
-#include "engine/runtime/engine.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "tests/engine_harness.h"
 #include "tests/gateway/gateway_process.h"
-#include "tests/server/server_process.h"
+#include "tests/server/served_suite.h"
+#include "tests/server/test_models.h"
 
 namespace morserve::testing {
 namespace {
@@ -26,68 +23,14 @@ namespace {
 using nlohmann::json;
 
 const std::vector<int> kPrompt = {5, 17, 42, 99, 3, 250, 7};
-constexpr char kChatTemplate[] =
-    "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
-    "{% if add_generation_prompt %}assistant:{% endif %}";
 
-class GatewayTokenConstraintsTest : public ::testing::Test {
+class GatewayTokenConstraintsTest : public ServedSuite<GatewayTokenConstraintsTest, GatewayStack> {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir();
-    const std::string tok_dir = dir_->File("tokenizer");
-    const std::string cmd = MorserveBinary() + " mktokenizer --corpus " + MORSERVE_FIXTURE_DIR +
-                            "/../../README.md --vocab-size 400 --out " + tok_dir + " > /dev/null";
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-    TinyModelSpec spec = F32Spec("vanilla");
-    spec.max_pos = 128;
-    ASSERT_TRUE(UseTokenizer(tok_dir, &spec).ok());
-    const std::string probe_dir = dir_->File("probe");
-    ASSERT_TRUE(WriteTinyModel(spec, probe_dir).ok());
-    auto probe = LoadModel(probe_dir);
-    ASSERT_TRUE(probe.ok()) << probe.status();
-    auto engine = Engine::Create(*probe, EngineConfig());
-    ASSERT_TRUE(engine.ok());
-    auto ch = (*engine)->Submit(Greedy(kPrompt, 1));
-    ASSERT_TRUE(ch.ok());
-    (*engine)->RunUntilIdle();
-    first_ = Collect(ch->get()).tokens.at(0);
-    vocab_ = (*probe)->config.vocab_size;
-    spec.eos_token_ids = {first_};
-    model_dir_ = new std::string(dir_->File("model"));
-    ASSERT_TRUE(WriteTinyModel(spec, *model_dir_).ok());
-    std::ofstream(*model_dir_ + "/chat_template.jinja") << kChatTemplate;
-    auto tok = Tokenizer::FromDirectory(*model_dir_);
-    ASSERT_TRUE(tok.ok()) << tok.status();
-    tokenizer_ = tok->release();
-    server_ = new ServerProcess();
-    gateway_ = new GatewayProcess();
-    ASSERT_TRUE(server_->Start(*model_dir_, {}) && server_->WaitHealth(true)) << server_->output();
-    ASSERT_TRUE(gateway_->Start({"--backend", server_->address(), "--health-interval-ms", "200"}))
-        << gateway_->output();
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (Curl("GET", gateway_->url() + "/health").status != 200) {
-      ASSERT_LT(std::chrono::steady_clock::now(), end) << "the gateway never saw the backend";
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  }
-  static void TearDownTestSuite() {
-    if (gateway_ != nullptr) EXPECT_EQ(gateway_->Terminate(), 0) << gateway_->output();
-    if (server_ != nullptr) EXPECT_EQ(server_->Terminate(), 0) << server_->output();
-    delete gateway_;
-    delete server_;
-    delete tokenizer_;
-    delete model_dir_;
-    delete dir_;
-    gateway_ = nullptr;
-    server_ = nullptr;
-  }
-  void SetUp() override {
-    ASSERT_NE(gateway_, nullptr);
-    stub_ = server_->Stub();
-  }
+  // The same weights with eos = the greedy first token of kPrompt.
+  static void SetUpTestSuite() { StartSuiteWithEosAt("vanilla", kPrompt, &first_, &vocab_); }
 
   static HttpResult Post(const std::string& path, const json& body) {
-    return Curl("POST", gateway_->url() + path, body.dump());
+    return served_->Post(path, body);
   }
   static json Completion(json extra) {
     json body = {{"prompt", kPrompt}, {"max_tokens", 6}, {"temperature", 0}, {"ignore_eos", true}};
@@ -118,14 +61,10 @@ class GatewayTokenConstraintsTest : public ::testing::Test {
     EXPECT_EQ(j["error"]["type"], "invalid_request_error") << got.body;
   }
 
-  static inline TempDir* dir_ = nullptr;
-  static inline std::string* model_dir_ = nullptr;
-  static inline Tokenizer* tokenizer_ = nullptr;
-  static inline ServerProcess* server_ = nullptr;
-  static inline GatewayProcess* gateway_ = nullptr;
+  static const Tokenizer& Tok() { return served_->tokenizer(); }
+
   static inline int first_ = -1;
   static inline int vocab_ = 0;
-  std::unique_ptr<v1::Morserve::Stub> stub_;
 };
 
 TEST_F(GatewayTokenConstraintsTest, LargeBiasGivesOneTokenOnBothEndpoints) {
@@ -133,12 +72,12 @@ TEST_F(GatewayTokenConstraintsTest, LargeBiasGivesOneTokenOnBothEndpoints) {
   const json bias = {{"logit_bias", {{std::to_string(x), 100}}}};
   HttpResult got = Post("/v1/completions", Completion(bias));
   ASSERT_EQ(got.status, 200) << got.body;
-  EXPECT_EQ(got.Json()["choices"][0]["text"], tokenizer_->Decode(std::vector<int>(6, x), true));
+  EXPECT_EQ(got.Json()["choices"][0]["text"], Tok().Decode(std::vector<int>(6, x), true));
   EXPECT_EQ(got.Json()["usage"]["completion_tokens"], 6);
   got = Post("/v1/chat/completions", Chat(bias));
   ASSERT_EQ(got.status, 200) << got.body;
   EXPECT_EQ(got.Json()["choices"][0]["message"]["content"],
-            tokenizer_->Decode(std::vector<int>(5, x), true));
+            Tok().Decode(std::vector<int>(5, x), true));
   // Streamed: the same text in deltas.
   json stream = Completion(bias);
   stream["stream"] = true;
@@ -150,10 +89,10 @@ TEST_F(GatewayTokenConstraintsTest, LargeBiasGivesOneTokenOnBothEndpoints) {
     const json c = json::parse(d);
     if (!c["choices"].empty()) text += c["choices"][0]["text"].get<std::string>();
   }
-  EXPECT_EQ(text, tokenizer_->Decode(std::vector<int>(6, x), true));
+  EXPECT_EQ(text, Tok().Decode(std::vector<int>(6, x), true));
   // Without the bias the output differs (the bias is what made it).
   got = Post("/v1/completions", Completion(json::object()));
-  EXPECT_NE(got.Json()["choices"][0]["text"], tokenizer_->Decode(std::vector<int>(6, x), true));
+  EXPECT_NE(got.Json()["choices"][0]["text"], Tok().Decode(std::vector<int>(6, x), true));
 }
 
 TEST_F(GatewayTokenConstraintsTest, AllowedIdsAndBiasEqualTheGrpcServer) {
@@ -171,7 +110,7 @@ TEST_F(GatewayTokenConstraintsTest, AllowedIdsAndBiasEqualTheGrpcServer) {
                                                              {"allowed_token_ids", allowed},
                                                              {"logit_bias", {{"61", -2.0}}}}));
   ASSERT_EQ(got.status, 200) << got.body;
-  EXPECT_EQ(got.Json()["choices"][0]["text"], tokenizer_->Decode(want.tokens, true));
+  EXPECT_EQ(got.Json()["choices"][0]["text"], Tok().Decode(want.tokens, true));
 }
 
 TEST_F(GatewayTokenConstraintsTest, MinTokensHoldsEosBack) {

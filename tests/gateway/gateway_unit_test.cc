@@ -229,6 +229,34 @@ TEST(OpenAiRequestTest, PromptLogprobsMapToTheProto) {
   EXPECT_EQ(Parse(Endpoint::kCompletions, {{"prompt", "p"}, {"prompt_logprobs", 4}}).prompt_logprobs, 4);
 }
 
+// Chat takes vLLM's prompt_logprobs: the first choice's call asks the backend (the list is
+// the response's, not a choice's); with stream only 0, which asks for nothing (as vLLM).
+TEST(OpenAiRequestTest, ChatPromptLogprobsMapToTheFirstCall) {
+  const json msgs = {{{"role", "user"}, {"content", "x"}}};
+  OpenAiRequest r = Parse(Endpoint::kChat, {{"messages", msgs}, {"prompt_logprobs", 3}, {"n", 3}});
+  EXPECT_EQ(r.prompt_logprobs, 3);
+  ASSERT_EQ(r.calls.size(), 3u);
+  EXPECT_EQ(r.calls[0].prompt_logprobs(), 3);
+  EXPECT_TRUE(r.calls[0].token_text());
+  EXPECT_FALSE(r.calls[1].has_prompt_logprobs());
+  EXPECT_FALSE(r.calls[2].has_prompt_logprobs());
+  EXPECT_EQ(r.logprobs, -1) << "independent of the output's logprobs";
+  r = Parse(Endpoint::kChat, {{"messages", msgs}, {"prompt_logprobs", 0}, {"stream", true}});
+  EXPECT_EQ(r.prompt_logprobs, -1);
+  EXPECT_FALSE(r.calls[0].has_prompt_logprobs());
+  EXPECT_FALSE(Parse(Endpoint::kChat, {{"messages", msgs}}).calls[0].has_prompt_logprobs());
+  for (const std::string bad : {"21", "-1", "\"2\"", "1.5"}) {
+    const ApiError e = ParseError(
+        Endpoint::kChat, R"({"messages": [{"role": "user"}], "prompt_logprobs": )" + bad + "}");
+    EXPECT_EQ(e.http_status, 400) << bad;
+    EXPECT_EQ(e.param, "prompt_logprobs") << bad;
+  }
+  const ApiError e = ParseError(
+      Endpoint::kChat, R"({"messages": [{"role": "user"}], "prompt_logprobs": 1, "stream": true})");
+  EXPECT_EQ(e.param, "prompt_logprobs");
+  EXPECT_NE(e.message.find("stream"), std::string::npos) << e.message;
+}
+
 // Malformed bodies never crash or throw: byte mutations of valid bodies (and JSON values of
 // every type in every field) parse to a request or to a 400.
 TEST(OpenAiRequestTest, MutatedBodiesGiveARequestOrA400) {
@@ -411,6 +439,34 @@ TEST(OpenAiResponseTest, EchoLogprobsLeadWithThePromptAndNullFirst) {
   EXPECT_EQ(p["choices"][0]["logprobs"]["token_logprobs"], json({nullptr, -2.5}));
   EXPECT_EQ(p["choices"][0]["prompt_logprobs"], json(plp));
   EXPECT_EQ(d["choices"][0]["logprobs"]["text_offset"], json({5}));
+}
+
+// Chat: one prompt_logprobs list at the top level (after usage, as vLLM), from the first
+// choice; the choices carry none.
+TEST(OpenAiResponseTest, ChatPromptLogprobsAreTopLevel) {
+  OpenAiRequest req = Parse(
+      Endpoint::kChat,
+      {{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"prompt_logprobs", 1}, {"n", 2}});
+  std::vector<ChoiceResult> choices(2);
+  choices[0].text = "a";
+  choices[0].prompt_tokens = PromptEntries();
+  choices[1].text = "b";
+  const nlohmann::ordered_json j = nlohmann::ordered_json::parse(
+      RenderResponse(req, NewResponseHeader(Endpoint::kChat, "m"), choices, {2, 2}));
+  ASSERT_TRUE(j.contains("prompt_logprobs")) << j.dump();
+  EXPECT_EQ(std::prev(j.end()).key(), "prompt_logprobs");
+  const auto& plp = j["prompt_logprobs"];
+  ASSERT_EQ(plp.size(), 2u);
+  EXPECT_TRUE(plp[0].is_null());
+  EXPECT_EQ(plp[1].begin().key(), "31");
+  EXPECT_EQ(json(plp[1]["31"]), json({{"logprob", -2.5}, {"rank", 3}, {"decoded_token", "llo"}}));
+  EXPECT_EQ(json(plp[1]["12"]), json({{"logprob", -0.5}, {"rank", 1}, {"decoded_token", " x"}}));
+  EXPECT_EQ(plp[1].size(), 2u) << "top 1 plus the prompt token";
+  for (const auto& ch : j["choices"]) EXPECT_FALSE(ch.contains("prompt_logprobs")) << ch.dump();
+  req.prompt_logprobs = -1;
+  EXPECT_FALSE(
+      json::parse(RenderResponse(req, NewResponseHeader(Endpoint::kChat, "m"), choices, {2, 2}))
+          .contains("prompt_logprobs"));
 }
 
 TEST(GatewayOptionsTest, FlagsParseAndBadOnesAreNamed) {

@@ -8,13 +8,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <functional>
 
-#include "engine/runtime/engine.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "tests/engine_harness.h"
+#include "tests/server/served_suite.h"
 #include "tests/server/server_process.h"
+#include "tests/server/test_models.h"
 
 namespace morserve::testing {
 namespace {
@@ -23,59 +23,13 @@ using grpc::StatusCode;
 
 const std::vector<int> kPrompt = {5, 17, 42, 99, 3, 250, 7};
 
-// The in-process engine's greedy run of `r` (the same conversion the server makes).
-RunResult EngineRun(const std::shared_ptr<const ModelWeights>& w, const GenerateRequest& r) {
-  auto engine = Engine::Create(w, EngineConfig());
-  EXPECT_TRUE(engine.ok());
-  auto ch = (*engine)->Submit(r);
-  EXPECT_TRUE(ch.ok()) << ch.status();
-  (*engine)->RunUntilIdle();
-  return Collect(ch->get());
-}
-
-class ServerTokenConstraintsTest : public ::testing::Test {
+class ServerTokenConstraintsTest : public ServedSuite<ServerTokenConstraintsTest, ServedTextModel> {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir();
-    const std::string tok_dir = dir_->File("tokenizer");
-    const std::string cmd = MorserveBinary() + " mktokenizer --corpus " + MORSERVE_FIXTURE_DIR +
-                            "/../../README.md --vocab-size 400 --out " + tok_dir + " > /dev/null";
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-    TinyModelSpec spec = F32Spec("vanilla");
-    spec.max_pos = 128;
-    ASSERT_TRUE(UseTokenizer(tok_dir, &spec).ok());
-    // The same weights with eos = the greedy first token of kPrompt.
-    const std::string probe_dir = dir_->File("probe");
-    ASSERT_TRUE(WriteTinyModel(spec, probe_dir).ok());
-    auto probe = LoadModel(probe_dir);
-    ASSERT_TRUE(probe.ok()) << probe.status();
-    first_ = EngineRun(*probe, Greedy(kPrompt, 1)).tokens.at(0);
-    vocab_ = (*probe)->config.vocab_size;
-    spec.eos_token_ids = {first_};
-    model_dir_ = new std::string(dir_->File("model"));
-    ASSERT_TRUE(WriteTinyModel(spec, *model_dir_).ok());
-    server_ = new ServerProcess();
-    ASSERT_TRUE(server_->Start(*model_dir_, {})) << server_->output();
-    ASSERT_TRUE(server_->WaitHealth(true)) << server_->output();
-  }
-  static void TearDownTestSuite() {
-    if (server_ != nullptr) EXPECT_EQ(server_->Terminate(), 0) << server_->output();
-    delete server_;
-    delete model_dir_;
-    delete dir_;
-    server_ = nullptr;
-  }
-  void SetUp() override {
-    ASSERT_NE(server_, nullptr);
-    stub_ = server_->Stub();
-  }
+  // The same weights with eos = the greedy first token of kPrompt.
+  static void SetUpTestSuite() { StartSuiteWithEosAt("vanilla", kPrompt, &first_, &vocab_); }
 
-  static inline TempDir* dir_ = nullptr;
-  static inline std::string* model_dir_ = nullptr;
-  static inline ServerProcess* server_ = nullptr;
   static inline int first_ = -1;
   static inline int vocab_ = 0;
-  std::unique_ptr<v1::Morserve::Stub> stub_;
 };
 
 TEST_F(ServerTokenConstraintsTest, LargeBiasMakesGreedyOutputOneToken) {
@@ -85,13 +39,13 @@ TEST_F(ServerTokenConstraintsTest, LargeBiasMakesGreedyOutputOneToken) {
   const StreamResult got = GenerateAll(stub_.get(), r);
   ASSERT_TRUE(got.status.ok()) << got.status.error_message();
   EXPECT_EQ(got.tokens, std::vector<int>(6, x));
-  auto tokenizer = Tokenizer::FromDirectory(*model_dir_);
+  auto tokenizer = Tokenizer::FromDirectory(served_->model_dir());
   ASSERT_TRUE(tokenizer.ok());
   EXPECT_EQ(got.text, (*tokenizer)->Decode(std::vector<int>(6, x), true));
 }
 
 TEST_F(ServerTokenConstraintsTest, EqualTheInProcessEngineBitForBit) {
-  auto weights = LoadModel(*model_dir_);
+  auto weights = LoadModel(served_->model_dir());
   ASSERT_TRUE(weights.ok());
   const std::vector<int> allowed = {11, 60, 61, 200, vocab_ - 1};
   v1::GenerateRequest r = TokenRequest(kPrompt, 8);
@@ -110,7 +64,7 @@ TEST_F(ServerTokenConstraintsTest, EqualTheInProcessEngineBitForBit) {
   local.params.allowed_token_ids = allowed;
   local.params.logit_bias = {{60, -3.5f}, {vocab_ - 1, 1.25f}};
   local.params.logprobs = 2;
-  const RunResult want = EngineRun(*weights, local);
+  const RunResult want = RunAlone(*weights, local);
   EXPECT_EQ(got.tokens, want.tokens);
   ASSERT_EQ(got.tokens.size(), 8u);
   for (int t : got.tokens) {
@@ -151,7 +105,7 @@ TEST_F(ServerTokenConstraintsTest, MinTokensHoldsEosBackExactlyUntilTheCount) {
 // must end in the text of a later token (vLLM's detokenizer rule). Each run is compared with
 // the same request without the stop string (min_tokens also bans eos, which changes tokens).
 TEST_F(ServerTokenConstraintsTest, StopStringsMatchOnlyPastMinTokens) {
-  auto tokenizer = Tokenizer::FromDirectory(*model_dir_);
+  auto tokenizer = Tokenizer::FromDirectory(served_->model_dir());
   ASSERT_TRUE(tokenizer.ok());
   for (int min_tokens : {0, 2, 6}) {
     v1::GenerateRequest r = TokenRequest(kPrompt, 12);
