@@ -105,7 +105,8 @@ void GenerateReactor::Begin(const v1::GenerateRequest& request) {
   }
   if (state_->text.tokenizer != nullptr) {
     absl::StatusOr<TextStream> text = TextStream::Create(
-        *state_->text.tokenizer, parsed_.skip_special_tokens, parsed_.stop);
+        *state_->text.tokenizer, parsed_.skip_special_tokens, parsed_.stop,
+        parsed_.request.params.min_tokens);
     if (!text.ok()) return FinishWith(ToGrpc(text.status()));
     text_.emplace(*std::move(text));
   }

@@ -1,6 +1,8 @@
 // Generate request parsing (see request_parse.h).
 #include "server/request_parse.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 
@@ -22,6 +24,13 @@ void ApplySampling(const v1::SamplingParams& s, SamplingParams* p) {
   if (s.has_presence_penalty()) p->presence_penalty = s.presence_penalty();
   if (s.has_frequency_penalty()) p->frequency_penalty = s.frequency_penalty();
   if (s.has_seed()) p->seed = s.seed();
+  // Sorted by id: the map's order is unspecified, and validation names the first bad id.
+  p->logit_bias.assign(s.logit_bias().begin(), s.logit_bias().end());
+  std::sort(p->logit_bias.begin(), p->logit_bias.end());
+  if (s.has_allowed_token_ids()) {
+    p->allowed_token_ids.emplace(s.allowed_token_ids().ids().begin(),
+                                 s.allowed_token_ids().ids().end());
+  }
 }
 
 }  // namespace
@@ -110,6 +119,7 @@ absl::StatusOr<ParsedGenerate> ParseGenerateRequest(const v1::GenerateRequest& i
   }
   r.params.stop_token_ids.assign(in.stop_token_ids().begin(), in.stop_token_ids().end());
   r.params.ignore_eos = in.ignore_eos();
+  r.params.min_tokens = in.min_tokens();
   r.params.logprobs = in.logprobs();
   if (in.has_prompt_logprobs()) r.params.prompt_logprobs = in.prompt_logprobs();
   if (in.token_text() && text.tokenizer == nullptr) return NoTokenizer("token_text");

@@ -6,17 +6,17 @@
 
 namespace morserve {
 
-absl::StatusOr<TextStream> TextStream::Create(const Tokenizer& tokenizer,
-                                              bool skip_special_tokens,
-                                              std::vector<std::string> stop) {
+absl::StatusOr<TextStream> TextStream::Create(const Tokenizer& tokenizer, bool skip_special_tokens,
+                                              std::vector<std::string> stop, int min_tokens) {
   absl::StatusOr<IncrementalDetokenizer> d =
       IncrementalDetokenizer::Create(tokenizer, skip_special_tokens);
   if (!d.ok()) return d.status();
-  return TextStream(*std::move(d), std::move(stop));
+  return TextStream(*std::move(d), std::move(stop), min_tokens);
 }
 
-TextStream::TextStream(IncrementalDetokenizer detokenizer, std::vector<std::string> stop)
-    : detokenizer_(std::move(detokenizer)), stop_(std::move(stop)) {
+TextStream::TextStream(IncrementalDetokenizer detokenizer, std::vector<std::string> stop,
+                       int min_tokens)
+    : detokenizer_(std::move(detokenizer)), stop_(std::move(stop)), min_tokens_(min_tokens) {
   for (const std::string& s : stop_) longest_stop_ = std::max(longest_stop_, s.size());
 }
 
@@ -28,13 +28,19 @@ const std::string& TextStream::stop_string() const {
 std::string TextStream::Push(int id) {
   if (stopped()) return "";
   pending_ += detokenizer_.Push(id);
+  if (++pushed_ <= min_tokens_) protected_ = pending_.size();
   return Release(/*at_end=*/false);
 }
 
 std::string TextStream::Finish() {
   if (stopped()) return "";
-  pending_ += detokenizer_.Flush();
+  pending_ += detokenizer_.Flush();  // the last token's text
+  if (pushed_ <= min_tokens_) protected_ = pending_.size();
   return Release(/*at_end=*/true);
+}
+
+size_t TextStream::SearchFrom(const std::string& stop) const {
+  return protected_ >= stop.size() ? protected_ - stop.size() + 1 : 0;
 }
 
 std::string TextStream::Release(bool at_end) {
@@ -42,7 +48,7 @@ std::string TextStream::Release(bool at_end) {
   // (it would have been held back), so searching pending_ alone is enough.
   size_t best = std::string::npos;
   for (size_t k = 0; k < stop_.size(); ++k) {
-    const size_t at = pending_.find(stop_[k]);
+    const size_t at = pending_.find(stop_[k], SearchFrom(stop_[k]));
     if (at < best) {
       best = at;
       matched_ = static_cast<int>(k);
@@ -68,6 +74,7 @@ std::string TextStream::Release(bool at_end) {
   }
   out = pending_.substr(0, pending_.size() - hold);
   pending_.erase(0, pending_.size() - hold);
+  protected_ -= std::min(protected_, out.size());
   return out;
 }
 

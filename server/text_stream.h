@@ -7,6 +7,9 @@
 //     only at the start of a stop-string prefix, itself a character start).
 //   - Text that could be the beginning of a stop string is held back until a later token
 //     decides it, so a match spanning token boundaries is never half sent.
+//   - min_tokens (vLLM's): the text of the first min_tokens tokens is protected; a match
+//     must end after it (it may start inside it), as vLLM's detokenizer checks only text
+//     that later tokens add, looking back a stop string's length.
 //   - Without a match, the deltas of Push() and Finish() concatenate to
 //     Tokenizer::Decode(all ids, skip_special_tokens); with one, to the prefix of that text
 //     before the earliest match.
@@ -26,7 +29,7 @@ class TextStream {
  public:
   // `stop` strings must be non-empty. Fails as IncrementalDetokenizer::Create does.
   static absl::StatusOr<TextStream> Create(const Tokenizer& tokenizer, bool skip_special_tokens,
-                                           std::vector<std::string> stop);
+                                           std::vector<std::string> stop, int min_tokens = 0);
 
   // The text this token makes final (possibly empty). Once stopped(), always empty.
   std::string Push(int id);
@@ -38,7 +41,9 @@ class TextStream {
   const std::string& stop_string() const;
 
  private:
-  TextStream(IncrementalDetokenizer detokenizer, std::vector<std::string> stop);
+  TextStream(IncrementalDetokenizer detokenizer, std::vector<std::string> stop, int min_tokens);
+  // Where stop_[k] may start in pending_ so that its match ends after the protected text.
+  size_t SearchFrom(const std::string& stop) const;
   // Moves the decided part of pending_ out; at the end nothing is held back.
   std::string Release(bool at_end);
 
@@ -47,6 +52,9 @@ class TextStream {
   size_t longest_stop_ = 0;
   std::string pending_;  // decoded, not yet sent: may still begin a stop string
   int matched_ = -1;     // index into stop_
+  int min_tokens_ = 0;
+  int pushed_ = 0;        // tokens pushed so far
+  size_t protected_ = 0;  // leading bytes of pending_ from the first min_tokens tokens
 };
 
 }  // namespace morserve

@@ -120,6 +120,30 @@ Workload MakeWorkload(int vocab, int count) {
   return w;
 }
 
+RefLogprob ReferenceLogprob(const std::vector<float>& logits, int token) {
+  RefLogprob r;
+  double m = -INFINITY, z = 0;
+  for (float x : logits) {
+    m = std::max(m, static_cast<double>(x));
+    r.scale = std::max(r.scale, std::fabs(static_cast<double>(x)));
+  }
+  for (float x : logits) z += std::exp(x - m);
+  r.logprob = logits[token] - m - std::log(z);
+  return r;
+}
+
+RunResult RunAlone(const std::shared_ptr<const ModelWeights>& weights,
+                   const GenerateRequest& request) {
+  auto engine = Engine::Create(weights, EngineConfig());
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  if (!engine.ok()) return RunResult();
+  auto ch = (*engine)->Submit(request);
+  EXPECT_TRUE(ch.ok()) << ch.status();
+  if (!ch.ok()) return RunResult();
+  (*engine)->RunUntilIdle();
+  return Collect(ch->get());
+}
+
 RunResult Collect(EventChannel* channel) {
   RunResult r;
   for (RequestEvent& e : channel->DrainUntilFinal()) {

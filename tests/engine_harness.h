@@ -72,7 +72,20 @@ std::vector<RunResult> RunStaggered(Engine* engine, const std::vector<GenerateRe
 
 RunResult Collect(EventChannel* channel);
 
+// `request` alone on a fresh in-process engine (EngineConfig defaults), run to the end; the
+// same conversion a server makes, so tests compare a server's answer with it.
+RunResult RunAlone(const std::shared_ptr<const ModelWeights>& weights,
+                   const GenerateRequest& request);
+
 GenerateRequest Greedy(const std::vector<int>& prompt, int max_tokens);
+
+// The reference's log_softmax(logits)[token] (in double) and max(|logit|, 1): the engine's
+// prompt logprobs are within 2e-4 * scale of it (prompt_logprobs_test explains the bound).
+struct RefLogprob {
+  double logprob = 0;
+  double scale = 1;
+};
+RefLogprob ReferenceLogprob(const std::vector<float>& logits, int token);
 
 // Largest |a - b| / max(|b|, 1) over the vectors.
 double MaxRelDiff(const std::vector<float>& a, const std::vector<float>& b);

@@ -88,7 +88,7 @@ absl::Status Engine::Validate(const GenerateRequest& r) const {
                                                       " tokens do not fit the context of ", context,
                                                       " tokens (one must remain for the output)"));
   }
-  if (auto s = morserve::Validate(r.params, c.vocab_size); !s.ok()) return s;
+  if (auto s = morserve::Validate(r.params, c.vocab_size, c.eos_token_ids); !s.ok()) return s;
   if (static_cast<int64_t>(r.prompt.size()) + r.params.max_tokens > context) {
     return absl::InvalidArgumentError(absl::StrCat(
         "max_tokens: ", r.params.max_tokens, " plus the prompt's ", r.prompt.size(),
@@ -363,6 +363,7 @@ bool Engine::Emit(Sequence* seq, const Row& row) {
   in.params = &p;
   in.prompt_ids = absl::MakeConstSpan(seq->tokens.data(), seq->num_prompt);
   in.output_ids = absl::MakeConstSpan(seq->tokens.data() + seq->num_prompt, seq->num_generated());
+  in.eos_ids = eos_;
   in.seed = seq->seed;
   SampleResult s = sampler_.Sample(in);
   seq->tokens.push_back(s.token);

@@ -103,7 +103,7 @@ SampleResult Sampler::Sample(const SampleInput& in) {
   MORSERVE_CHECK(in.params != nullptr, "SampleInput.params is null");
   MORSERVE_CHECK(!in.logits.empty(), "empty logits row");
   const SamplingParams& p = *in.params;
-  Penalize(in);
+  ProcessLogits(in);
   SampleResult result;
   if (p.greedy()) {
     result.token = Argmax();
@@ -116,13 +116,49 @@ SampleResult Sampler::Sample(const SampleInput& in) {
   return result;
 }
 
-absl::Span<const float> Sampler::Penalize(const SampleInput& in) {
-  const SamplingParams& p = *in.params;
-  const int vocab = static_cast<int>(in.logits.size());
+absl::Span<const float> Sampler::ProcessLogits(const SampleInput& in) {
   work_.assign(in.logits.begin(), in.logits.end());
+  Constrain(in);
+  Penalize(in);
+  return work_;
+}
+
+void Sampler::Constrain(const SampleInput& in) {
+  const SamplingParams& p = *in.params;
+  const int vocab = static_cast<int>(work_.size());
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  auto check = [vocab](int id, const char* what) { MORSERVE_CHECK(id >= 0 && id < vocab, what); };
+  if (p.allowed_token_ids) {
+    kept_.clear();
+    for (int id : *p.allowed_token_ids) {
+      check(id, "allowed token id outside the vocabulary");
+      kept_.push_back(work_[id]);
+    }
+    std::fill(work_.begin(), work_.end(), kNegInf);
+    for (size_t i = 0; i < kept_.size(); ++i) work_[(*p.allowed_token_ids)[i]] = kept_[i];
+  }
+  for (const auto& [id, bias] : p.logit_bias) {
+    check(id, "logit_bias token id outside the vocabulary");
+    work_[id] += bias;
+  }
+  if (static_cast<int64_t>(in.output_ids.size()) < p.min_tokens) {
+    // A config's eos id outside the vocabulary can never be sampled: nothing to ban.
+    for (int id : in.eos_ids) {
+      if (id >= 0 && id < vocab) work_[id] = kNegInf;
+    }
+    for (int id : p.stop_token_ids) {
+      check(id, "stop token id outside the vocabulary");
+      work_[id] = kNegInf;
+    }
+  }
+}
+
+void Sampler::Penalize(const SampleInput& in) {
+  const SamplingParams& p = *in.params;
+  const int vocab = static_cast<int>(work_.size());
   const bool repetition = p.repetition_penalty != 1.0f;
   const bool output_only = p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f;
-  if (!repetition && !output_only) return work_;
+  if (!repetition && !output_only) return;
   if (static_cast<int>(seen_.size()) < vocab) {
     seen_.resize(vocab, 0);
     counts_.resize(vocab, 0);
@@ -149,7 +185,6 @@ absl::Span<const float> Sampler::Penalize(const SampleInput& in) {
     counts_[id] = 0;
   }
   touched_.clear();
-  return work_;
 }
 
 int Sampler::Argmax() const {

@@ -1,7 +1,13 @@
 // CPU sampler for one row of logits (spec/models.md section 6).
 //
-// Pipeline, in vLLM's order as the spec fixes it:
-//   penalties -> temperature -> top_k -> top_p -> min_p -> sample.
+// Pipeline, in vLLM v1's order (its Sampler.apply_logits_processors, then sampling):
+//   allowed_token_ids -> logit_bias -> min_tokens -> penalties -> temperature -> top_k ->
+//   top_p -> min_p -> sample.
+// - allowed_token_ids: every other id's logit becomes -inf.
+// - logit_bias: added to the logit (so a repetition penalty then divides or multiplies the
+//   biased value, as in vLLM). -inf stays -inf whatever the bias.
+// - min_tokens: while fewer than min_tokens tokens have been generated (output_ids.size()),
+//   the eos ids and stop_token_ids are -inf. Validate() guarantees something stays finite.
 // - Repetition penalty (HF/vLLM): for every token id present in prompt or output, a logit
 //   > 0 is divided by the penalty and a logit <= 0 is multiplied by it. Then frequency
 //   (logit -= f * count in output) and presence (logit -= p if count > 0) on output only.
@@ -21,8 +27,9 @@
 // order, and the same inputs give the same token bit for bit.
 //
 // Logprobs follow vLLM's default (logprobs_mode = "raw_logprobs"): log_softmax of the raw
-// model logits, before penalties, temperature and filtering. The chosen token's logprob is
-// always returned; `logprobs` alternatives (descending, ties to lowest id) on request.
+// model logits, before allowed ids, bias, min_tokens, penalties, temperature and filtering. The
+// chosen token's logprob is always returned; `logprobs` alternatives (descending, ties to lowest
+// id) on request.
 #pragma once
 
 #include <cstdint>
@@ -66,20 +73,24 @@ struct SampleInput {
   const SamplingParams* params = nullptr;
   absl::Span<const int> prompt_ids;  // for the repetition penalty
   absl::Span<const int> output_ids;  // generated so far; its size is the RNG step
+  absl::Span<const int> eos_ids;     // the model's end-of-sequence ids (for min_tokens)
   uint64_t seed = 0;                 // ResolveSeed() at request creation
 };
 
 // Holds scratch buffers so that a step's rows reuse memory; not thread safe,
-// use one per thread. Token ids in the history must lie in [0, vocab) (checked,
-// abort otherwise).
+// use one per thread. Token ids in the history and in the parameters must lie in
+// [0, vocab) (checked, abort otherwise: Validate() refuses them first).
 class Sampler {
  public:
   SampleResult Sample(const SampleInput& in);
-  // The penalty stage alone: the row after repetition, frequency and presence penalties. The view
-  // is into scratch memory and is valid until the next call on this object.
-  absl::Span<const float> Penalize(const SampleInput& in);
+  // Every stage before temperature: the row after allowed ids, bias, min_tokens and the
+  // repetition, frequency and presence penalties (greedy takes its argmax). The view is into
+  // scratch memory and is valid until the next call on this object.
+  absl::Span<const float> ProcessLogits(const SampleInput& in);
 
  private:
+  void Constrain(const SampleInput& in);
+  void Penalize(const SampleInput& in);
   int Argmax() const;
   int SampleFiltered(const SamplingParams& p, double u);
   void TopK(int k);
@@ -94,6 +105,7 @@ class Sampler {
   std::vector<int> cand_;      // candidate ids still in play
   std::vector<double> prob_;   // unnormalised probability by id, valid for cand_ only
   std::vector<int> order_;     // scratch for ranking (top_p probe, top-n logprobs)
+  std::vector<float> kept_;    // logits of allowed_token_ids while the row is masked
 };
 
 }  // namespace morserve

@@ -3,7 +3,9 @@
 // in range", so a NaN never slips through a negated comparison.
 #include "engine/runtime/sampling_params.h"
 
+#include <algorithm>
 #include <cmath>
+#include <unordered_set>
 
 #include "absl/strings/str_cat.h"
 
@@ -75,12 +77,69 @@ absl::Status ValidateOutput(const SamplingParams& p, int vocab_size) {
   return absl::OkStatus();
 }
 
+bool InVocab(int id, int vocab_size) { return id >= 0 && id < vocab_size; }
+
+absl::Status ValidateLogitBias(const SamplingParams& p, int vocab_size) {
+  std::unordered_set<int> seen;
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (!InVocab(id, vocab_size)) {
+      return Invalid("logit_bias", absl::StrCat("token id ", id, " is outside the vocabulary [0, ",
+                                                vocab_size, ")"));
+    }
+    if (!InClosed(bias, -kMaxLogitBias, kMaxLogitBias)) {
+      return Invalid("logit_bias",
+                     absl::StrCat("bias of token ", id, " must be in [-100, 100], got ", bias));
+    }
+    if (!seen.insert(id).second) {
+      return Invalid("logit_bias", absl::StrCat("token id ", id, " appears more than once"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateAllowed(const SamplingParams& p, int vocab_size) {
+  if (!p.allowed_token_ids) return absl::OkStatus();
+  if (p.allowed_token_ids->empty()) return Invalid("allowed_token_ids", "must not be empty");
+  for (int id : *p.allowed_token_ids) {
+    if (!InVocab(id, vocab_size)) {
+      return Invalid(
+          "allowed_token_ids",
+          absl::StrCat("contains ", id, ", outside the vocabulary [0, ", vocab_size, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// min_tokens bans the EOS ids and stop_token_ids until it is met; with allowed_token_ids
+// holding nothing else, no token could be sampled.
+absl::Status ValidateMinTokens(const SamplingParams& p, absl::Span<const int> eos_ids) {
+  if (p.min_tokens < 0 || p.min_tokens > p.max_tokens) {
+    return Invalid("min_tokens", absl::StrCat("must be in [0, max_tokens = ", p.max_tokens,
+                                              "], got ", p.min_tokens));
+  }
+  if (p.min_tokens == 0 || !p.allowed_token_ids) return absl::OkStatus();
+  auto banned = [&](int id) {
+    return std::find(eos_ids.begin(), eos_ids.end(), id) != eos_ids.end() ||
+           std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), id) !=
+               p.stop_token_ids.end();
+  };
+  if (std::all_of(p.allowed_token_ids->begin(), p.allowed_token_ids->end(), banned)) {
+    return Invalid("min_tokens",
+                   "cannot be met: every id in allowed_token_ids is an end-of-sequence or stop "
+                   "token, which min_tokens bans");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-absl::Status Validate(const SamplingParams& params, int vocab_size) {
+absl::Status Validate(const SamplingParams& params, int vocab_size, absl::Span<const int> eos_ids) {
   if (absl::Status s = ValidateFilters(params); !s.ok()) return s;
   if (absl::Status s = ValidatePenalties(params); !s.ok()) return s;
-  return ValidateOutput(params, vocab_size);
+  if (absl::Status s = ValidateOutput(params, vocab_size); !s.ok()) return s;
+  if (absl::Status s = ValidateLogitBias(params, vocab_size); !s.ok()) return s;
+  if (absl::Status s = ValidateAllowed(params, vocab_size); !s.ok()) return s;
+  return ValidateMinTokens(params, eos_ids);
 }
 
 }  // namespace morserve

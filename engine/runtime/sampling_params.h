@@ -11,20 +11,32 @@
 //   - prompt_logprobs (vLLM's): unset, or the top alternatives to report for every prompt
 //     token after the first, 0..kMaxLogprobs. With it max_tokens may be 0 (score the prompt,
 //     generate nothing: lm-eval's loglikelihood requests).
+//   - allowed_token_ids (vLLM's): when set, non-empty ids in the vocabulary; every other
+//     token's logit is -inf before anything else.
+//   - logit_bias (OpenAI's): (token id, bias in [-100, 100]) pairs, each id at most once,
+//     added to the logit before the penalties (and before greedy's argmax).
+//   - min_tokens (vLLM's): 0..max_tokens; until that many tokens have been generated the
+//     end-of-sequence ids and stop_token_ids are banned (-inf, even with ignore_eos, as
+//     vLLM does) and stop strings cannot end the request (the server's TextStream).
+//   Reported logprobs stay those of the raw model output (vLLM's default), so none of these
+//   three changes a reported logprob; they change which token is chosen.
 // Validate() is the only gate: the sampler assumes validated parameters.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 
 namespace morserve {
 
 inline constexpr float kGreedyTemperature = 1e-5f;
 inline constexpr int kMaxLogprobs = 20;
+inline constexpr float kMaxLogitBias = 100.0f;  // OpenAI's range is [-100, 100]
 
 struct SamplingParams {
   float temperature = 1.0f;  // 0: greedy
@@ -41,11 +53,18 @@ struct SamplingParams {
   int logprobs = 0;  // top-n alternatives to report, 0..kMaxLogprobs
   std::optional<int> prompt_logprobs;  // none: the prompt is not scored
   bool ignore_eos = false;
+  int min_tokens = 0;  // EOS and stop_token_ids banned while fewer have been generated
+  std::vector<std::pair<int, float>> logit_bias;      // (token id, bias), ids distinct
+  std::optional<std::vector<int>> allowed_token_ids;  // none: every token
 
   bool greedy() const { return temperature < kGreedyTemperature; }
 };
 
-// INVALID_ARGUMENT naming the first offending field, OK otherwise.
-absl::Status Validate(const SamplingParams& params, int vocab_size);
+// INVALID_ARGUMENT naming the first offending field, OK otherwise. `eos_ids` are the
+// model's end-of-sequence ids: with min_tokens > 0, allowed_token_ids made only of them and
+// stop_token_ids would leave nothing to sample, which is refused here rather than in the
+// sampler.
+absl::Status Validate(const SamplingParams& params, int vocab_size,
+                      absl::Span<const int> eos_ids = {});
 
 }  // namespace morserve

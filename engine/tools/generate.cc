@@ -24,7 +24,7 @@ constexpr char kUsage[] =
     "usage: morserve generate --model DIR (--prompt-ids 1,2,3 | --prompt TEXT)\n"
     "         [--max-tokens 16] [--temperature 0] [--top-k 0] [--top-p 1] [--min-p 0]\n"
     "         [--seed S] [--logprobs N] [--prompt-logprobs K] [--stop-ids a,b] [--ignore-eos]\n"
-    "         [--json]\n"
+    "         [--min-tokens N] [--logit-bias ID:BIAS,...] [--allowed-ids a,b] [--json]\n"
     "         [engine flags: --mode depth|sequence --compute f32|bf16 --max-batch N ...]\n";
 
 absl::StatusOr<std::vector<int>> PromptFromFlags(const Flags& f, const ModelConfig& c,
@@ -45,6 +45,34 @@ absl::StatusOr<std::vector<int>> PromptFromFlags(const Flags& f, const ModelConf
   }
   for (unsigned char ch : f.Get("prompt")) ids.push_back(ch);
   return ids;
+}
+
+// --min-tokens N, --logit-bias ID:BIAS,... and --allowed-ids a,b (ranges: the engine's
+// Validate, so its errors name min_tokens / logit_bias / allowed_token_ids).
+absl::Status ApplyTokenConstraints(const Flags& f, SamplingParams* p) {
+  auto min_tokens = f.GetInt("min-tokens", 0);
+  if (!min_tokens.ok()) return min_tokens.status();
+  p->min_tokens = *min_tokens;
+  for (const std::string& s : f.GetList("logit-bias")) {
+    const size_t colon = s.find(':');
+    int id;
+    float bias;
+    if (colon == std::string::npos || !absl::SimpleAtoi(s.substr(0, colon), &id) ||
+        !absl::SimpleAtof(s.substr(colon + 1), &bias)) {
+      return absl::InvalidArgumentError("--logit-bias: expected ID:BIAS, got " + s);
+    }
+    p->logit_bias.emplace_back(id, bias);
+  }
+  if (f.Has("allowed-ids")) {
+    p->allowed_token_ids.emplace();
+    for (const std::string& s : f.GetList("allowed-ids")) {
+      int v;
+      if (!absl::SimpleAtoi(s, &v))
+        return absl::InvalidArgumentError("--allowed-ids: not an integer: " + s);
+      p->allowed_token_ids->push_back(v);
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ApplySampling(const Flags& f, SamplingParams* p) {
@@ -80,7 +108,7 @@ absl::Status ApplySampling(const Flags& f, SamplingParams* p) {
     if (!absl::SimpleAtoi(s, &v)) return absl::InvalidArgumentError("--stop-ids: not an integer: " + s);
     p->stop_token_ids.push_back(v);
   }
-  return absl::OkStatus();
+  return ApplyTokenConstraints(f, p);
 }
 
 nlohmann::json EventsToJson(const std::vector<RequestEvent>& events, const std::vector<int>& prompt) {
@@ -122,9 +150,10 @@ int Fail(const absl::Status& s) {
 }  // namespace
 
 int GenerateCommand(const Args& args) {
-  std::set<std::string> value_flags = {"model", "prompt-ids", "prompt", "max-tokens", "temperature",
-                                       "top-k", "top-p", "min-p", "seed", "logprobs", "prompt-logprobs",
-                                       "stop-ids"};
+  std::set<std::string> value_flags = {"model",       "prompt-ids", "prompt",          "max-tokens",
+                                       "temperature", "top-k",      "top-p",           "min-p",
+                                       "seed",        "logprobs",   "prompt-logprobs", "stop-ids",
+                                       "min-tokens",  "logit-bias", "allowed-ids"};
   value_flags.insert(EngineFlagNames().begin(), EngineFlagNames().end());
   auto flags = Flags::Parse(args, value_flags, {"json", "ignore-eos", "help"});
   if (!flags.ok()) {

@@ -180,6 +180,55 @@ std::optional<ApiError> ParseStop(const json& body, v1::GenerateRequest* r) {
   return std::nullopt;
 }
 
+// OpenAI's logit_bias: {"<token id>": bias in [-100, 100]}. The backend checks the ids
+// against the vocabulary.
+std::optional<ApiError> ParseLogitBias(const json& body, v1::SamplingParams* s) {
+  const json* lb = Field(body, "logit_bias");
+  if (lb == nullptr) return std::nullopt;
+  if (!lb->is_object()) return TypeError("logit_bias", "an object mapping token ids to biases");
+  for (const auto& [key, value] : lb->items()) {
+    int64_t id = 0;
+    const bool digits = !key.empty() && key.size() <= 11 &&
+                        std::all_of(key.begin() + (key[0] == '-'), key.end(),
+                                    [](char c) { return c >= '0' && c <= '9'; }) &&
+                        key != "-";
+    if (digits) id = std::stoll(key);
+    if (!digits || id < std::numeric_limits<int32_t>::min() ||
+        id > std::numeric_limits<int32_t>::max()) {
+      return InvalidRequest(
+          absl::StrCat("logit_bias: key \"", key, "\" is not a token id (an integer)"),
+          "logit_bias");
+    }
+    if (!value.is_number()) {
+      return InvalidRequest(absl::StrCat("logit_bias: bias of token ", key, " must be a number"),
+                            "logit_bias");
+    }
+    const double bias = value.get<double>();
+    if (!(bias >= -100.0 && bias <= 100.0)) {
+      return InvalidRequest(absl::StrCat("logit_bias: bias of token ", key,
+                                         " must be in [-100, 100], got ", value.dump()),
+                            "logit_bias");
+    }
+    (*s->mutable_logit_bias())[static_cast<int32_t>(id)] = static_cast<float>(bias);
+  }
+  return std::nullopt;
+}
+
+// vLLM's allowed_token_ids (a non-empty array of ids) and min_tokens (>= 0; the backend
+// checks it against max_tokens, which may be set from the context only there).
+std::optional<ApiError> ParseTokenConstraints(const json& body, v1::GenerateRequest* r) {
+  if (auto e = ParseLogitBias(body, r->mutable_sampling())) return e;
+  if (const json* ids = Field(body, "allowed_token_ids")) {
+    std::vector<int32_t> v;
+    if (!AsIds(*ids, &v)) return TypeError("allowed_token_ids", "a non-empty array of token ids");
+    r->mutable_sampling()->mutable_allowed_token_ids()->mutable_ids()->Add(v.begin(), v.end());
+  }
+  std::optional<int64_t> i;
+  if (auto e = GetInt(body, "min_tokens", 0, std::numeric_limits<int32_t>::max(), &i)) return e;
+  if (i) r->set_min_tokens(static_cast<int32_t>(*i));
+  return std::nullopt;
+}
+
 std::optional<ApiError> ParseSampling(const json& body, v1::GenerateRequest* r) {
   v1::SamplingParams* s = r->mutable_sampling();
   std::optional<double> d;
@@ -220,7 +269,33 @@ std::optional<ApiError> ParseSampling(const json& body, v1::GenerateRequest* r) 
     }
     r->mutable_stop_token_ids()->Add(v.begin(), v.end());
   }
+  if (auto e = ParseTokenConstraints(body, r)) return e;
   return ParseStop(body, r);
+}
+
+// vLLM's prompt_logprobs (0..20, both endpoints; -1, vLLM's whole vocabulary, is refused).
+std::optional<ApiError> ParsePromptLogprobs(const json& body, OpenAiRequest* out) {
+  std::optional<int64_t> i;
+  if (auto e = GetInt(body, "prompt_logprobs", 0, kMaxLogprobs, &i)) return e;
+  out->prompt_logprobs = i ? static_cast<int>(*i) : -1;
+  return std::nullopt;
+}
+
+// Chat: prompt_logprobs scores the rendered chat prompt; as vLLM, a stream takes only 0, and
+// gets none (the response's top-level list has no place among the chunks).
+std::optional<ApiError> ParseChatPromptLogprobs(const json& body, OpenAiRequest* out,
+                                                v1::GenerateRequest* r) {
+  if (auto e = ParsePromptLogprobs(body, out)) return e;
+  if (out->stream && out->prompt_logprobs > 0) {
+    return InvalidRequest("prompt_logprobs: not available with stream (as vLLM)",
+                          "prompt_logprobs");
+  }
+  if (out->stream) out->prompt_logprobs = -1;
+  if (out->prompt_logprobs >= 0) {
+    r->set_prompt_logprobs(out->prompt_logprobs);
+    r->set_token_text(true);
+  }
+  return std::nullopt;
 }
 
 // Completions: logprobs, echo and vLLM's prompt_logprobs. The backend scores the prompt for
@@ -234,9 +309,7 @@ std::optional<ApiError> ParseCompletionLogprobs(const json& body, bool no_output
   out->logprobs = i ? static_cast<int>(*i) : -1;
   if (auto e = GetBool(body, "echo", &b)) return e;
   out->echo = b.value_or(false);
-  i.reset();
-  if (auto e = GetInt(body, "prompt_logprobs", 0, kMaxLogprobs, &i)) return e;
-  out->prompt_logprobs = i ? static_cast<int>(*i) : -1;
+  if (auto e = ParsePromptLogprobs(body, out)) return e;
   int k = std::max(out->prompt_logprobs, out->echo_logprobs() ? out->logprobs : -1);
   if (k < 0 && out->echo && no_output) k = 0;
   if (k >= 0) {
@@ -285,6 +358,9 @@ std::optional<ApiError> ParseOutput(const json& body, OpenAiRequest* out, v1::Ge
     b.reset();
     if (auto e = GetBool(*so, "include_usage", &b)) return e;
     out->include_usage = b.value_or(false);
+  }
+  if (chat) {
+    if (auto e = ParseChatPromptLogprobs(body, out, r)) return e;
   }
   if (out->logprobs >= 0) {
     r->set_logprobs(out->logprobs);
@@ -346,6 +422,8 @@ std::optional<ApiError> ParseOpenAiRequest(Endpoint endpoint, std::string_view t
       if (base.sampling().has_seed()) {
         call.mutable_sampling()->set_seed(base.sampling().seed() + static_cast<uint64_t>(k));
       }
+      // Chat's prompt logprobs are the response's, not a choice's: the first call scores.
+      if (endpoint == Endpoint::kChat && k > 0) call.clear_prompt_logprobs();
     }
   }
   return std::nullopt;

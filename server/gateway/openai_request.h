@@ -1,11 +1,14 @@
 // Parsing and type-checking of OpenAI /v1/completions and /v1/chat/completions bodies (plus
-// vLLM's extra sampling fields) into the gRPC GenerateRequests the gateway sends: one per
-// choice, choice index = prompt index * n + sample index, seeds seed, seed+1, ... per prompt.
-// Unknown fields are ignored as OpenAI does; null counts as absent. Completions may ask for
-// prompt logprobs (echo with logprobs, or vLLM's prompt_logprobs) and for max_tokens 0 with
-// them or with echo (the prompt alone, scored by the backend, nothing generated). Range checks that the
-// backend makes (temperature, top_p, penalties, max_tokens against the context) are left to
-// it, so there is one source of truth; its INVALID_ARGUMENT comes back as a 400.
+// vLLM's extra sampling fields: min_tokens, allowed_token_ids, ...; OpenAI's logit_bias) into
+// the gRPC GenerateRequests the gateway sends: one per choice, choice index = prompt index *
+// n + sample index, seeds seed, seed+1, ... per prompt. Unknown fields are ignored as OpenAI
+// does; null counts as absent. Completions may ask for prompt logprobs (echo with logprobs,
+// or vLLM's prompt_logprobs) and for max_tokens 0 with them or with echo (the prompt alone,
+// scored by the backend, nothing generated). Chat takes vLLM's prompt_logprobs for the
+// rendered chat prompt (not with stream, as vLLM; only the first choice's call asks the
+// backend, the response carries one list). Range checks that the backend makes
+// (temperature, top_p, penalties, max_tokens against the context) are left to it, so there
+// is one source of truth; its INVALID_ARGUMENT comes back as a 400.
 #pragma once
 
 #include <optional>
@@ -30,7 +33,8 @@ struct OpenAiRequest {
   bool include_usage = false;  // stream_options.include_usage
   bool echo = false;           // completions: the prompt's text before the output
   int logprobs = -1;           // completions: logprobs (0..20); chat: top_logprobs; -1: none
-  int prompt_logprobs = -1;    // completions: vLLM's prompt_logprobs (0..20); -1: none
+  // vLLM's prompt_logprobs (0..20); -1: none. Chat: never with stream (a 400, or 0 dropped).
+  int prompt_logprobs = -1;
   // Completions with echo and logprobs: the prompt tokens' entries lead the logprobs object
   // (the first with null logprob and top_logprobs, as OpenAI's legacy API and vLLM).
   bool echo_logprobs() const { return echo && logprobs >= 0; }

@@ -204,13 +204,17 @@ std::string RenderResponse(const OpenAiRequest& req, const ResponseHeader& h,
     choice["logprobs"] = Logprobs(req, c.prompt_tokens, c.tokens, &offset);
     choice["finish_reason"] = FinishReasonName(c.finished.reason());
     choice["stop_reason"] = StopReason(c.finished);
-    if (req.prompt_logprobs >= 0) {
+    if (!chat && req.prompt_logprobs >= 0) {
       choice["prompt_logprobs"] = PromptLogprobsJson(c.prompt_tokens, req.prompt_logprobs);
     }
     list.push_back(std::move(choice));
   }
   out["choices"] = std::move(list);
   out["usage"] = UsageJson(usage);
+  // Chat (vLLM): one list for the rendered prompt, at the top level, from the first choice.
+  if (chat && req.prompt_logprobs >= 0 && !choices.empty()) {
+    out["prompt_logprobs"] = PromptLogprobsJson(choices[0].prompt_tokens, req.prompt_logprobs);
+  }
   return Dump(out);
 }
 

@@ -4,7 +4,8 @@
 // error event, `data: [DONE]`). Logprobs: the legacy completions object (tokens,
 // token_logprobs, top_logprobs, text_offset; with echo the prompt's entries first, the first
 // of them null) and chat's content list (token, logprob, bytes, top_logprobs), from each
-// Token's own text (the backend's token_text); vLLM's per-choice prompt_logprobs list.
+// Token's own text (the backend's token_text); vLLM's prompt_logprobs list (per choice on
+// completions, once at the top level of a chat completion).
 //
 // The per-token streaming path writes JSON by hand into one reused string (a fixed prefix per
 // request plus the escaped delta) instead of building a JSON tree per chunk.

@@ -3,10 +3,12 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <regex>
 #include <sstream>
+#include <thread>
 
 #include "tests/testutil.h"
 
@@ -27,6 +29,23 @@ bool GatewayProcess::Start(const std::vector<std::string>& extra, int timeout_s)
   if (!port) return false;
   port_ = std::stoi((*port)[1]);
   return true;
+}
+
+void GatewayStack::Start(const TinyModelSpec& spec) {
+  ASSERT_NO_FATAL_FAILURE(ServedTextModel::Start(spec));
+  ASSERT_TRUE(gateway_.Start({"--backend", server().address(), "--health-interval-ms", "200"}))
+      << gateway_.output();
+  // Until its first health check the gateway knows no serving backend (503).
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (Curl("GET", gateway_.url() + "/health").status != 200) {
+    ASSERT_LT(std::chrono::steady_clock::now(), end) << "the gateway never saw the backend serving";
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+void GatewayStack::Stop() {
+  if (gateway_.pid() > 0) EXPECT_EQ(gateway_.Terminate(), 0) << gateway_.output();
+  ServedTextModel::Stop();
 }
 
 nlohmann::json HttpResult::Json() const {

@@ -1,6 +1,7 @@
 // Test helpers for the gateway: `morserve-gateway` as a subprocess (a ChildProcess: port 0,
-// the port read from its one stdout line, SIGTERM to stop, SIGKILL if it outlives the test)
-// and `curl` as the HTTP client (status code and body of one request).
+// the port read from its one stdout line, SIGTERM to stop, SIGKILL if it outlives the test),
+// `curl` as the HTTP client (status code and body of one request), and GatewayStack: a
+// text-taking tiny model in the real server with the real gateway in front, for a test suite.
 #pragma once
 
 #include <sys/types.h>
@@ -10,6 +11,8 @@
 
 #include "nlohmann/json.hpp"
 #include "tests/child_process.h"
+#include "tests/server/server_process.h"
+#include "tests/server/test_models.h"
 
 namespace morserve::testing {
 
@@ -50,5 +53,26 @@ HttpResult Curl(const std::string& method, const std::string& url, const std::st
 std::vector<std::string> SseData(const std::string& body);
 
 std::string GatewayBinary();
+
+// A ServedTextModel with `morserve-gateway` in front (--health-interval-ms 200, 127.0.0.1
+// port 0), for a test suite.
+class GatewayStack : public ServedTextModel {
+ public:
+  // Starts the model's server (ServedTextModel::Start), then the gateway, and waits until the
+  // gateway's /health is 200 (its first health check saw the backend serving); fatal test
+  // failures with the output (ASSERT_NO_FATAL_FAILURE).
+  void Start(const TinyModelSpec& spec) override;
+  // Terminates the gateway, then the server (those started); each must exit 0.
+  void Stop() override;
+
+  GatewayProcess& gateway() { return gateway_; }
+  // POST `body` to the gateway's `path` with curl.
+  HttpResult Post(const std::string& path, const nlohmann::json& body) {
+    return Curl("POST", gateway_.url() + path, body.dump());
+  }
+
+ private:
+  GatewayProcess gateway_;
+};
 
 }  // namespace morserve::testing

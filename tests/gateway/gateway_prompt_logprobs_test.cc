@@ -5,78 +5,32 @@
 // gRPC server's prompt logprobs, then the generated tokens; max_tokens 0 with echo is
 // lm-eval's loglikelihood request, whose summed logprob equals the gRPC server's and the
 // reference implementation's; streaming gives the same entries; vLLM's prompt_logprobs field
-// in its shape; bad values are 400s naming the field.
+// in its shape, on /v1/chat/completions too (the rendered chat prompt, one top-level list,
+// equal to the in-process engine's values); bad values are 400s naming the field.
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <cmath>
-#include <cstdlib>
-#include <filesystem>
 #include <map>
-#include <thread>
 
 #include "engine/reference/reference_model.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/tools/mkmodel.h"
 #include "nlohmann/json.hpp"
+#include "tests/engine_harness.h"
 #include "tests/gateway/gateway_process.h"
-#include "tests/server/server_process.h"
-#include "tests/testutil.h"
+#include "tests/server/served_suite.h"
+#include "tests/server/test_models.h"
 
 namespace morserve::testing {
 namespace {
 
 using nlohmann::json;
 
-class GatewayPromptLogprobsTest : public ::testing::Test {
+class GatewayPromptLogprobsTest : public ServedSuite<GatewayPromptLogprobsTest, GatewayStack> {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir();
-    const std::string tok_dir = dir_->File("tokenizer");
-    const std::string cmd = MorserveBinary() + " mktokenizer --corpus " + MORSERVE_FIXTURE_DIR +
-                            "/../../README.md --vocab-size 400 --out " + tok_dir + " > /dev/null";
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-    TinyModelSpec spec;
-    spec.family = "mor-ec";
-    spec.dtype = DType::kF32;
-    spec.max_pos = 128;
-    ASSERT_TRUE(UseTokenizer(tok_dir, &spec).ok());
-    model_dir_ = new std::string(dir_->File("mor-tiny"));
-    ASSERT_TRUE(WriteTinyModel(spec, *model_dir_).ok());
-    auto tok = Tokenizer::FromDirectory(*model_dir_);
-    ASSERT_TRUE(tok.ok()) << tok.status();
-    tokenizer_ = tok->release();
-    server_ = new ServerProcess();
-    gateway_ = new GatewayProcess();
-    ASSERT_TRUE(server_->Start(*model_dir_, {}) && server_->WaitHealth(true)) << server_->output();
-    ASSERT_TRUE(gateway_->Start({"--backend", server_->address(), "--health-interval-ms", "200"}))
-        << gateway_->output();
-    // Until its first health check the gateway knows no serving backend (503).
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (Curl("GET", gateway_->url() + "/health").status != 200) {
-      ASSERT_LT(std::chrono::steady_clock::now(), end) << "the gateway never saw the backend serving";
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  }
-  static void TearDownTestSuite() {
-    if (gateway_ != nullptr) EXPECT_EQ(gateway_->Terminate(), 0) << gateway_->output();
-    if (server_ != nullptr) EXPECT_EQ(server_->Terminate(), 0) << server_->output();
-    delete gateway_;
-    delete server_;
-    delete tokenizer_;
-    delete model_dir_;
-    delete dir_;
-    gateway_ = nullptr;
-    server_ = nullptr;
-  }
-  void SetUp() override {
-    ASSERT_NE(gateway_, nullptr);
-    stub_ = server_->Stub();
-  }
+  static void SetUpTestSuite() { StartSuite("mor-ec"); }
 
-  static HttpResult Post(const json& body) {
-    return Curl("POST", gateway_->url() + "/v1/completions", body.dump());
-  }
+  static HttpResult Post(const json& body) { return served_->Post("/v1/completions", body); }
 
   // What the gateway asks the backend for a greedy echo request with logprobs k.
   StreamResult Grpc(const std::string& prompt, int max_tokens, int k) {
@@ -94,16 +48,11 @@ class GatewayPromptLogprobsTest : public ::testing::Test {
     return r;
   }
 
-  static inline TempDir* dir_ = nullptr;
-  static inline std::string* model_dir_ = nullptr;
-  static inline Tokenizer* tokenizer_ = nullptr;
-  static inline ServerProcess* server_ = nullptr;
-  static inline GatewayProcess* gateway_ = nullptr;
-  std::unique_ptr<v1::Morserve::Stub> stub_;
+  static const Tokenizer& Tok() { return served_->tokenizer(); }
 };
 
 json EchoBody(const std::string& prompt, int max_tokens, int logprobs) {
-  return {{"prompt", prompt}, {"echo", true},         {"logprobs", logprobs},
+  return {{"prompt", prompt},         {"echo", true},     {"logprobs", logprobs},
           {"max_tokens", max_tokens}, {"temperature", 0}, {"ignore_eos", true}};
 }
 
@@ -143,7 +92,7 @@ void ExpectEchoLogprobs(const json& lp, const StreamResult& want, const std::vec
 
 TEST_F(GatewayPromptLogprobsTest, EchoLogprobsLeadWithThePromptAndEqualTheGrpcServer) {
   const std::string prompt = "The gateway scores every prompt token";
-  const std::vector<int> ids = tokenizer_->Encode(prompt, true);
+  const std::vector<int> ids = Tok().Encode(prompt, true);
   const StreamResult want = Grpc(prompt, 3, 2);
   HttpResult r = Post(EchoBody(prompt, 3, 2));
   ASSERT_EQ(r.status, 200) << r.body;
@@ -168,7 +117,7 @@ TEST_F(GatewayPromptLogprobsTest, EchoLogprobsLeadWithThePromptAndEqualTheGrpcSe
 // continuation's summed logprob is the gRPC server's and the reference's.
 TEST_F(GatewayPromptLogprobsTest, LoglikelihoodRequestSumsToTheReference) {
   const std::string prompt = "Question: what is served here? Answer: recursive models";
-  const std::vector<int> ids = tokenizer_->Encode(prompt, true);
+  const std::vector<int> ids = Tok().Encode(prompt, true);
   HttpResult r = Post(EchoBody(prompt, 0, 1));
   ASSERT_EQ(r.status, 200) << r.body;
   const json j = r.Json();
@@ -182,7 +131,7 @@ TEST_F(GatewayPromptLogprobsTest, LoglikelihoodRequestSumsToTheReference) {
   const StreamResult want = Grpc(prompt, 0, 1);
   ASSERT_EQ(want.prompt_logprobs.size(), ids.size());
   EXPECT_TRUE(want.tokens.empty());
-  auto weights = LoadModel(*model_dir_);
+  auto weights = LoadModel(served_->model_dir());
   ASSERT_TRUE(weights.ok()) << weights.status();
   ReferenceModel ref(*weights);
   const std::vector<StepOutput> outs = ref.Forward(ids);
@@ -191,14 +140,9 @@ TEST_F(GatewayPromptLogprobsTest, LoglikelihoodRequestSumsToTheReference) {
   for (size_t i = ids.size() - 4; i < ids.size(); ++i) {
     sum_http += lp["token_logprobs"][i].get<double>();
     sum_grpc += want.prompt_logprobs[i].logprob();
-    const std::vector<float>& logits = outs[i - 1].logits;
-    double m = -INFINITY, z = 0;
-    for (float x : logits) {
-      m = std::max(m, static_cast<double>(x));
-      scale = std::max(scale, std::fabs(static_cast<double>(x)));
-    }
-    for (float x : logits) z += std::exp(x - m);
-    sum_ref += logits[ids[i]] - m - std::log(z);
+    const RefLogprob r = ReferenceLogprob(outs[i - 1].logits, ids[i]);
+    scale = std::max(scale, r.scale);
+    sum_ref += r.logprob;
   }
   EXPECT_DOUBLE_EQ(sum_http, sum_grpc);
   // Four terms, each within the engine's 2e-4 * max(|logit|, 1) (prompt_logprobs_test).
@@ -254,8 +198,8 @@ TEST_F(GatewayPromptLogprobsTest, VllmPromptLogprobsField) {
   ASSERT_TRUE(want.status.ok()) << want.status.error_message();
   for (bool stream : {false, true}) {
     SCOPED_TRACE(stream);
-    json body = {{"prompt", ids}, {"prompt_logprobs", 3}, {"max_tokens", 2}, {"temperature", 0},
-                 {"ignore_eos", true}, {"stream", stream}};
+    json body = {{"prompt", ids},    {"prompt_logprobs", 3}, {"max_tokens", 2},
+                 {"temperature", 0}, {"ignore_eos", true},   {"stream", stream}};
     HttpResult r = Post(body);
     ASSERT_EQ(r.status, 200) << r.body;
     // Parsed keeping key order: the prompt token leads its entry.
@@ -286,6 +230,107 @@ TEST_F(GatewayPromptLogprobsTest, VllmPromptLogprobsField) {
       }
     }
   }
+}
+
+// Chat completions (vLLM's extension): prompt_logprobs scores the rendered chat prompt (the
+// template's text, encoded without special tokens) and comes once, at the response's top
+// level: the in-process engine's values bit for bit, the reference's within the engine's
+// tolerance; with n = 2 still one list (the choices carry none).
+TEST_F(GatewayPromptLogprobsTest, ChatPromptLogprobsScoreTheRenderedPrompt) {
+  const json messages = {{{"role", "system"}, {"content", "Answer briefly."}},
+                         {{"role", "user"}, {"content", "What does the gateway serve?"}}};
+  const std::vector<int> ids = Tok().Encode(
+      "system: Answer briefly.\nuser: What does the gateway serve?\nassistant:", false);
+  const int k = 3;
+  auto weights = LoadModel(served_->model_dir());
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  GenerateRequest local = Greedy(ids, 1);
+  local.params.prompt_logprobs = k;
+  const std::vector<PromptTokenLogprob> want =
+      RunAlone(*weights, local).prompt_logprobs.value_or(std::vector<PromptTokenLogprob>{});
+  ASSERT_EQ(want.size(), ids.size() - 1);
+  ReferenceModel ref(*weights);
+  const std::vector<StepOutput> outs = ref.Forward(ids);
+  for (int n : {1, 2}) {
+    SCOPED_TRACE(n);
+    const json body = {{"messages", messages}, {"prompt_logprobs", k}, {"max_tokens", 3},
+                       {"temperature", 0},     {"ignore_eos", true},   {"n", n}};
+    HttpResult r = served_->Post("/v1/chat/completions", body);
+    ASSERT_EQ(r.status, 200) << r.body;
+    const nlohmann::ordered_json j = nlohmann::ordered_json::parse(r.body);
+    EXPECT_EQ(j["object"], "chat.completion");
+    EXPECT_EQ(j["usage"]["prompt_tokens"], ids.size()) << "the rendered prompt is scored";
+    ASSERT_EQ(j["choices"].size(), static_cast<size_t>(n));
+    for (const auto& ch : j["choices"]) {
+      EXPECT_FALSE(ch.contains("prompt_logprobs")) << "top level only";
+      EXPECT_TRUE(ch["logprobs"].is_null());
+      EXPECT_EQ(ch["message"]["content"], j["choices"][0]["message"]["content"]);
+    }
+    const nlohmann::ordered_json& plp = j["prompt_logprobs"];
+    ASSERT_EQ(plp.size(), ids.size()) << r.body;
+    EXPECT_TRUE(plp[0].is_null());
+    for (size_t i = 1; i < ids.size(); ++i) {
+      SCOPED_TRACE(i);
+      const PromptTokenLogprob& e = want[i - 1];
+      const std::string key = std::to_string(ids[i]);
+      EXPECT_EQ(plp[i].begin().key(), key) << "the prompt token leads its entry";
+      EXPECT_EQ(plp[i][key]["logprob"].get<double>(), e.logprob);
+      EXPECT_EQ(plp[i][key]["rank"], e.rank);
+      EXPECT_EQ(plp[i][key]["decoded_token"], Tok().Decode({ids[i]}, false));
+      ASSERT_EQ(e.top_logprobs.size(), static_cast<size_t>(k));
+      EXPECT_EQ(plp[i].size(), static_cast<size_t>(e.rank <= k ? k : k + 1));
+      for (int t = 0; t < k; ++t) {
+        const auto& alt = plp[i][std::to_string(e.top_logprobs[t].token)];
+        EXPECT_EQ(alt["logprob"].get<double>(), e.top_logprobs[t].logprob);
+        if (e.top_logprobs[t].token != ids[i]) EXPECT_EQ(alt["rank"], t + 1);
+      }
+      // The reference: log_softmax of position i - 1's logits at ids[i].
+      const RefLogprob ref_lp = ReferenceLogprob(outs[i - 1].logits, ids[i]);
+      EXPECT_NEAR(plp[i][key]["logprob"].get<double>(), ref_lp.logprob, 2e-4 * ref_lp.scale);
+    }
+  }
+  // Without the field: no list.
+  HttpResult plain = served_->Post("/v1/chat/completions",
+                                   {{"messages", messages}, {"max_tokens", 1}, {"temperature", 0}});
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  EXPECT_FALSE(plain.Json().contains("prompt_logprobs")) << plain.body;
+}
+
+// Chat streams (as vLLM): prompt_logprobs > 0 is a 400 naming the field; 0 streams without
+// them; bad values are 400s naming the field.
+TEST_F(GatewayPromptLogprobsTest, ChatPromptLogprobsStreamAndBadValues) {
+  const json messages = {{{"role", "user"}, {"content", "hello there"}}};
+  auto chat = [&](json extra) {
+    json body = {
+        {"messages", messages}, {"max_tokens", 3}, {"temperature", 0}, {"ignore_eos", true}};
+    body.update(extra);
+    return served_->Post("/v1/chat/completions", body);
+  };
+  for (const json& bad :
+       {json{{"prompt_logprobs", 2}, {"stream", true}}, json{{"prompt_logprobs", 21}},
+        json{{"prompt_logprobs", -1}}, json{{"prompt_logprobs", "2"}}}) {
+    const HttpResult r = chat(bad);
+    EXPECT_EQ(r.status, 400) << bad << " " << r.body;
+    const json e = r.Json()["error"];
+    ASSERT_TRUE(e.is_object()) << r.body;
+    EXPECT_EQ(e["param"], "prompt_logprobs") << r.body;
+    EXPECT_NE(e["message"].get<std::string>().find("prompt_logprobs"), std::string::npos);
+  }
+  const HttpResult r = chat({{"prompt_logprobs", 0}, {"stream", true}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::vector<std::string> data = SseData(r.body);
+  ASSERT_GE(data.size(), 3u) << r.body;
+  EXPECT_EQ(data.back(), "[DONE]");
+  std::string text;
+  for (size_t i = 0; i + 1 < data.size(); ++i) {
+    const json c = json::parse(data[i]);
+    EXPECT_FALSE(c.contains("prompt_logprobs")) << data[i];
+    EXPECT_FALSE(c["choices"][0].contains("prompt_logprobs")) << data[i];
+    text += c["choices"][0]["delta"].value("content", "");
+  }
+  const HttpResult whole = chat(json::object());
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  EXPECT_EQ(text, whole.Json()["choices"][0]["message"]["content"]);
 }
 
 TEST_F(GatewayPromptLogprobsTest, BadValuesAre400sNamingTheField) {

@@ -1,15 +1,17 @@
 // The official `openai` npm SDK against the real gateway (tests/gateway/sdk_client.mjs,
 // installed into tests/gateway/node_modules by this test), compared with the gRPC server's
 // own answers to the same requests: completions and chat completions, streaming and not,
-// n > 1 (seeded: choice k is seed + k), stop sequences, logprobs and usage. Greedy or
-// seeded sampling makes both sides deterministic.
+// n > 1 (seeded: choice k is seed + k), stop sequences, logprobs, usage, and logit_bias /
+// allowed_token_ids / min_tokens. Greedy or seeded sampling makes both sides deterministic.
 //
 // MORSERVE_SKIP_NPM_TESTS=1 skips it (the SDK and the tokenizer files come from npm).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -47,6 +49,10 @@ struct SdkCase {
   std::vector<std::string> stop;
   int logprobs = -1;  // completions: logprobs; chat: top_logprobs (with logprobs: true)
   bool echo = false;  // completions: the prompt (and its logprobs) before the output
+  std::map<int, float> logit_bias;     // OpenAI's
+  std::vector<int> allowed_token_ids;  // vLLM's (a top-level field: the SDKs' extra_body)
+  int min_tokens = 0;                  // vLLM's
+  int prompt_logprobs = -1;            // vLLM's (chat: a top-level list in the response)
 };
 
 json OpenAiBody(const SdkCase& c) {
@@ -69,6 +75,13 @@ json OpenAiBody(const SdkCase& c) {
     p["logprobs"] = c.logprobs;
   }
   if (c.echo) p["echo"] = true;
+  if (!c.logit_bias.empty()) {
+    p["logit_bias"] = json::object();
+    for (const auto& [id, bias] : c.logit_bias) p["logit_bias"][std::to_string(id)] = bias;
+  }
+  if (!c.allowed_token_ids.empty()) p["allowed_token_ids"] = c.allowed_token_ids;
+  if (c.min_tokens > 0) p["min_tokens"] = c.min_tokens;
+  if (c.prompt_logprobs >= 0) p["prompt_logprobs"] = c.prompt_logprobs;
   if (c.stream) p["stream_options"] = {{"include_usage", true}};
   return {{"name", c.name}, {"chat", c.chat}, {"stream", c.stream}, {"params", p}};
 }
@@ -88,6 +101,10 @@ v1::GenerateRequest GrpcRequest(const SdkCase& c, int k) {
   r.mutable_sampling()->set_temperature(static_cast<float>(c.temperature));
   if (c.seed) r.mutable_sampling()->set_seed(*c.seed + k);
   for (const std::string& s : c.stop) r.add_stop(s);
+  for (const auto& [id, bias] : c.logit_bias)
+    (*r.mutable_sampling()->mutable_logit_bias())[id] = bias;
+  for (int id : c.allowed_token_ids) r.mutable_sampling()->mutable_allowed_token_ids()->add_ids(id);
+  r.set_min_tokens(c.min_tokens);
   if (c.logprobs >= 0) r.set_logprobs(c.logprobs);
   if (c.echo) {
     r.set_echo(true);
@@ -249,6 +266,48 @@ TEST_F(GatewaySdkTest, SdkAnswersEqualTheGrpcServers) {
   for (size_t i = 0; i < cases.size(); ++i) ExpectSameAsGrpc(cases[i], got[i]);
 }
 
+// logit_bias, allowed_token_ids and min_tokens as the SDK sends them (unknown params go into
+// the body as they are): the gateway's answers equal the gRPC server's, and +100 on one id
+// makes every generated token that id.
+TEST_F(GatewaySdkTest, TokenConstraintsEqualTheGrpcServers) {
+  const int x = 22691;  // any id of the 128256-token vocabulary
+  std::vector<SdkCase> cases = {
+      {.name = "completion +100 bias",
+       .prompt = "Bias",
+       .max_tokens = 5,
+       .logprobs = 1,
+       .logit_bias = {{x, 100.0f}}},
+      {.name = "chat stream +100 bias",
+       .chat = true,
+       .stream = true,
+       .prompt = "Bias chat",
+       .max_tokens = 4,
+       .logit_bias = {{x, 100.0f}}},
+      {.name = "completion stream allowed ids seeded",
+       .stream = true,
+       .prompt = "Allowed",
+       .n = 2,
+       .temperature = 1.0,
+       .seed = 7,
+       .logit_bias = {{400, -1.5f}},
+       .allowed_token_ids = {300, 400, 500, 600}},
+      {.name = "chat min_tokens", .chat = true, .prompt = "Min", .max_tokens = 5, .min_tokens = 5},
+  };
+  json got = RunSdk(cases);
+  ASSERT_TRUE(got.is_array() && got.size() == cases.size()) << got.dump();
+  for (size_t i = 0; i < cases.size(); ++i) ExpectSameAsGrpc(cases[i], got[i]);
+  for (size_t i : {0, 1}) {
+    const StreamResult want = GenerateAll(stub_.get(), GrpcRequest(cases[i], 0));
+    EXPECT_EQ(want.tokens, std::vector<int>(cases[i].max_tokens, x)) << cases[i].name;
+  }
+  const std::vector<int>& allowed = cases[2].allowed_token_ids;
+  for (int k = 0; k < 2; ++k) {
+    for (int t : GenerateAll(stub_.get(), GrpcRequest(cases[2], k)).tokens) {
+      EXPECT_NE(std::find(allowed.begin(), allowed.end(), t), allowed.end()) << t;
+    }
+  }
+}
+
 // lm-evaluation-harness's loglikelihood request through the SDK: echo, logprobs, max_tokens 0
 // (and 1, which lm-eval also sends); the prompt's entries lead, the first null, and the
 // continuation's summed logprob is the gRPC server's.
@@ -292,6 +351,41 @@ TEST_F(GatewaySdkTest, LoglikelihoodRequestsEqualTheGrpcServers) {
     EXPECT_NEAR(sdk, grpc, 1e-6) << cases[c].name;
     EXPECT_LT(sdk, 0.0);
     EXPECT_EQ(got[c]["usage"]["completion_tokens"], 0);
+  }
+}
+
+// vLLM's prompt_logprobs on chat through the SDK (a top-level field both ways: extra_body in
+// the request, an extra property of the parsed completion): one list for the rendered chat
+// prompt, equal to the gRPC server's prompt logprobs for the same chat input; n = 2 keeps
+// one list and the choices equal the gRPC server's.
+TEST_F(GatewaySdkTest, ChatPromptLogprobsEqualTheGrpcServers) {
+  const SdkCase c = {.name = "chat prompt_logprobs",
+                     .chat = true,
+                     .prompt = "Which server scores chat prompts?",
+                     .n = 2,
+                     .max_tokens = 3,
+                     .prompt_logprobs = 2};
+  json got = RunSdk({c});
+  ASSERT_TRUE(got.is_array() && got.size() == 1) << got.dump();
+  ExpectSameAsGrpc(c, got[0]);
+  v1::GenerateRequest r = GrpcRequest(c, 0);
+  r.set_prompt_logprobs(2);
+  r.set_token_text(true);
+  const StreamResult want = GenerateAll(stub_.get(), r);
+  ASSERT_TRUE(want.status.ok()) << want.status.error_message();
+  const json& plp = got[0]["prompt_logprobs"];
+  ASSERT_EQ(plp.size(), want.prompt_logprobs.size()) << got[0].dump();
+  ASSERT_GT(plp.size(), 3u);
+  EXPECT_TRUE(plp[0].is_null());
+  for (size_t i = 1; i < plp.size(); ++i) {
+    const v1::Token& t = want.prompt_logprobs[i];
+    const json& e = plp[i][std::to_string(t.id())];
+    EXPECT_NEAR(e["logprob"].get<double>(), t.logprob(), 1e-6) << i;
+    EXPECT_EQ(e["rank"], t.rank()) << i;
+    EXPECT_EQ(e["decoded_token"], t.text()) << i;
+    for (const v1::TopLogprob& a : t.top_logprobs()) {
+      EXPECT_NEAR(plp[i][std::to_string(a.token_id())]["logprob"].get<double>(), a.logprob(), 1e-6);
+    }
   }
 }
 

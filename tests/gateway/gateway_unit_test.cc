@@ -148,6 +148,58 @@ TEST(OpenAiRequestTest, BadFieldsNameTheField) {
   EXPECT_EQ(ParseError(Endpoint::kCompletions, "{\"prompt\": \"x\", \"model\": 3}").param, "model");
 }
 
+// OpenAI's logit_bias and vLLM's allowed_token_ids / min_tokens on both endpoints: values
+// reach the proto as given; malformed ones are 400s naming the field (ids against the
+// vocabulary and min_tokens against max_tokens are the backend's checks).
+TEST(OpenAiRequestTest, TokenConstraintsMapToTheProto) {
+  for (Endpoint ep : {Endpoint::kCompletions, Endpoint::kChat}) {
+    const json body = {{"prompt", "p"},
+                       {"messages", {{{"role", "user"}, {"content", "c"}}}},
+                       {"logit_bias", {{"50256", -100}, {"7", 2.5}, {"0", 100.0}}},
+                       {"allowed_token_ids", {7, 9, 7}},
+                       {"min_tokens", 3}};
+    const OpenAiRequest r = Parse(ep, body);
+    const v1::GenerateRequest& call = r.calls[0];
+    const auto& bias = call.sampling().logit_bias();
+    ASSERT_EQ(bias.size(), 3u);
+    EXPECT_EQ(bias.at(50256), -100.0f);
+    EXPECT_EQ(bias.at(7), 2.5f);
+    EXPECT_EQ(bias.at(0), 100.0f);
+    ASSERT_TRUE(call.sampling().has_allowed_token_ids());
+    EXPECT_EQ(std::vector<int>(call.sampling().allowed_token_ids().ids().begin(),
+                               call.sampling().allowed_token_ids().ids().end()),
+              (std::vector<int>{7, 9, 7}));
+    EXPECT_EQ(call.min_tokens(), 3);
+    const OpenAiRequest plain = Parse(ep, {{"prompt", "p"}, {"messages", body["messages"]}});
+    EXPECT_TRUE(plain.calls[0].sampling().logit_bias().empty());
+    EXPECT_FALSE(plain.calls[0].sampling().has_allowed_token_ids());
+    EXPECT_EQ(plain.calls[0].min_tokens(), 0);
+  }
+  const std::string head = R"({"prompt": "x", )";
+  for (const auto& [field, value] :
+       std::vector<std::pair<std::string, std::string>>{{"logit_bias", R"({"12": 100.5})"},
+                                                        {"logit_bias", R"({"12": -101})"},
+                                                        {"logit_bias", R"({"abc": 1})"},
+                                                        {"logit_bias", R"({"1.5": 1})"},
+                                                        {"logit_bias", R"({"": 1})"},
+                                                        {"logit_bias", R"({"-": 1})"},
+                                                        {"logit_bias", R"({"99999999999": 1})"},
+                                                        {"logit_bias", R"({"3": "high"})"},
+                                                        {"logit_bias", R"([1, 2])"},
+                                                        {"logit_bias", R"(5)"},
+                                                        {"allowed_token_ids", R"([])"},
+                                                        {"allowed_token_ids", R"([1, "a"])"},
+                                                        {"allowed_token_ids", R"(3)"},
+                                                        {"min_tokens", R"(-1)"},
+                                                        {"min_tokens", R"(2.5)"},
+                                                        {"min_tokens", R"("3")"}}) {
+    const std::string body = head + "\"" + field + "\": " + value + "}";
+    const ApiError e = ParseError(Endpoint::kCompletions, body);
+    EXPECT_EQ(e.http_status, 400) << body;
+    EXPECT_EQ(e.param, field) << body << ": " << e.message;
+  }
+}
+
 // Prompt logprobs: echo with logprobs and vLLM's prompt_logprobs ask the backend to score
 // the prompt (the larger k of both); echo with max_tokens 0 scores with k 0 (the backend
 // takes max_tokens 0 only so); plain max_tokens 0 goes through for the backend to refuse.
@@ -177,12 +229,41 @@ TEST(OpenAiRequestTest, PromptLogprobsMapToTheProto) {
   EXPECT_EQ(Parse(Endpoint::kCompletions, {{"prompt", "p"}, {"prompt_logprobs", 4}}).prompt_logprobs, 4);
 }
 
+// Chat takes vLLM's prompt_logprobs: the first choice's call asks the backend (the list is
+// the response's, not a choice's); with stream only 0, which asks for nothing (as vLLM).
+TEST(OpenAiRequestTest, ChatPromptLogprobsMapToTheFirstCall) {
+  const json msgs = {{{"role", "user"}, {"content", "x"}}};
+  OpenAiRequest r = Parse(Endpoint::kChat, {{"messages", msgs}, {"prompt_logprobs", 3}, {"n", 3}});
+  EXPECT_EQ(r.prompt_logprobs, 3);
+  ASSERT_EQ(r.calls.size(), 3u);
+  EXPECT_EQ(r.calls[0].prompt_logprobs(), 3);
+  EXPECT_TRUE(r.calls[0].token_text());
+  EXPECT_FALSE(r.calls[1].has_prompt_logprobs());
+  EXPECT_FALSE(r.calls[2].has_prompt_logprobs());
+  EXPECT_EQ(r.logprobs, -1) << "independent of the output's logprobs";
+  r = Parse(Endpoint::kChat, {{"messages", msgs}, {"prompt_logprobs", 0}, {"stream", true}});
+  EXPECT_EQ(r.prompt_logprobs, -1);
+  EXPECT_FALSE(r.calls[0].has_prompt_logprobs());
+  EXPECT_FALSE(Parse(Endpoint::kChat, {{"messages", msgs}}).calls[0].has_prompt_logprobs());
+  for (const std::string bad : {"21", "-1", "\"2\"", "1.5"}) {
+    const ApiError e = ParseError(
+        Endpoint::kChat, R"({"messages": [{"role": "user"}], "prompt_logprobs": )" + bad + "}");
+    EXPECT_EQ(e.http_status, 400) << bad;
+    EXPECT_EQ(e.param, "prompt_logprobs") << bad;
+  }
+  const ApiError e = ParseError(
+      Endpoint::kChat, R"({"messages": [{"role": "user"}], "prompt_logprobs": 1, "stream": true})");
+  EXPECT_EQ(e.param, "prompt_logprobs");
+  EXPECT_NE(e.message.find("stream"), std::string::npos) << e.message;
+}
+
 // Malformed bodies never crash or throw: byte mutations of valid bodies (and JSON values of
 // every type in every field) parse to a request or to a 400.
 TEST(OpenAiRequestTest, MutatedBodiesGiveARequestOrA400) {
   const std::vector<std::string> seeds = {
       R"({"prompt": ["a", [1, 2]], "n": 2, "seed": 3, "stop": ["x"], "logprobs": 1,
-          "stream": true, "stream_options": {"include_usage": true}, "max_tokens": 4})",
+          "stream": true, "stream_options": {"include_usage": true}, "max_tokens": 4,
+          "logit_bias": {"5": -100, "17": 2.5}, "allowed_token_ids": [5, 9], "min_tokens": 2})",
       R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
           "logprobs": true, "top_logprobs": 2, "max_completion_tokens": 3, "top_k": 5})"};
   std::mt19937 rng(7);
@@ -220,9 +301,10 @@ TEST(OpenAiRequestTest, MutatedBodiesGiveARequestOrA400) {
   // Each field with a value of each JSON type.
   const std::vector<json> values = {
       nullptr, true, -1, 2.5, "s", json::array(), json::object(), json::array({1, "x"}), 1e300};
-  for (const char* field : {"prompt", "messages", "n", "seed", "stop", "logprobs", "top_logprobs",
-                            "max_tokens", "temperature", "stream_options", "stop_token_ids",
-                            "ignore_eos", "model", "echo", "top_k", "prompt_logprobs"}) {
+  for (const char* field :
+       {"prompt", "messages", "n", "seed", "stop", "logprobs", "top_logprobs", "max_tokens",
+        "temperature", "stream_options", "stop_token_ids", "ignore_eos", "model", "echo", "top_k",
+        "prompt_logprobs", "logit_bias", "allowed_token_ids", "min_tokens"}) {
     for (const json& v : values) {
       json body = {{"prompt", "p"}, {"messages", {{{"role", "user"}, {"content", "c"}}}}};
       body[field] = v;
@@ -357,6 +439,34 @@ TEST(OpenAiResponseTest, EchoLogprobsLeadWithThePromptAndNullFirst) {
   EXPECT_EQ(p["choices"][0]["logprobs"]["token_logprobs"], json({nullptr, -2.5}));
   EXPECT_EQ(p["choices"][0]["prompt_logprobs"], json(plp));
   EXPECT_EQ(d["choices"][0]["logprobs"]["text_offset"], json({5}));
+}
+
+// Chat: one prompt_logprobs list at the top level (after usage, as vLLM), from the first
+// choice; the choices carry none.
+TEST(OpenAiResponseTest, ChatPromptLogprobsAreTopLevel) {
+  OpenAiRequest req = Parse(
+      Endpoint::kChat,
+      {{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"prompt_logprobs", 1}, {"n", 2}});
+  std::vector<ChoiceResult> choices(2);
+  choices[0].text = "a";
+  choices[0].prompt_tokens = PromptEntries();
+  choices[1].text = "b";
+  const nlohmann::ordered_json j = nlohmann::ordered_json::parse(
+      RenderResponse(req, NewResponseHeader(Endpoint::kChat, "m"), choices, {2, 2}));
+  ASSERT_TRUE(j.contains("prompt_logprobs")) << j.dump();
+  EXPECT_EQ(std::prev(j.end()).key(), "prompt_logprobs");
+  const auto& plp = j["prompt_logprobs"];
+  ASSERT_EQ(plp.size(), 2u);
+  EXPECT_TRUE(plp[0].is_null());
+  EXPECT_EQ(plp[1].begin().key(), "31");
+  EXPECT_EQ(json(plp[1]["31"]), json({{"logprob", -2.5}, {"rank", 3}, {"decoded_token", "llo"}}));
+  EXPECT_EQ(json(plp[1]["12"]), json({{"logprob", -0.5}, {"rank", 1}, {"decoded_token", " x"}}));
+  EXPECT_EQ(plp[1].size(), 2u) << "top 1 plus the prompt token";
+  for (const auto& ch : j["choices"]) EXPECT_FALSE(ch.contains("prompt_logprobs")) << ch.dump();
+  req.prompt_logprobs = -1;
+  EXPECT_FALSE(
+      json::parse(RenderResponse(req, NewResponseHeader(Endpoint::kChat, "m"), choices, {2, 2}))
+          .contains("prompt_logprobs"));
 }
 
 TEST(GatewayOptionsTest, FlagsParseAndBadOnesAreNamed) {

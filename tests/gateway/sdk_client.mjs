@@ -1,6 +1,7 @@
 // Runs OpenAI requests through the official `openai` npm SDK against morserve-gateway and
 // writes what the SDK returned, normalized per choice (text, finish reason, logprob tokens and
-// values) plus usage, for gateway_sdk_test to compare with the gRPC server's answers.
+// values) plus usage (and a chat completion's top-level prompt_logprobs), for
+// gateway_sdk_test to compare with the gRPC server's answers.
 // usage: node sdk_client.mjs BASE_URL CASES.json OUT.json
 import { readFileSync, writeFileSync } from "node:fs";
 import OpenAI from "openai";
@@ -33,6 +34,7 @@ async function runCase(c) {
   const choices = [];
   let usage = null;
   let chunks = 0;
+  let promptLogprobs = null;
   if (!c.stream) {
     const r = await api.create(c.params);
     for (const ch of r.choices) {
@@ -42,6 +44,7 @@ async function runCase(c) {
       addLogprobs(slot, ch.logprobs);
     }
     usage = r.usage;
+    promptLogprobs = r.prompt_logprobs ?? null; // vLLM's chat extension (top level)
   } else {
     const stream = await api.create({ ...c.params, stream: true });
     for await (const chunk of stream) {
@@ -55,7 +58,7 @@ async function runCase(c) {
       }
     }
   }
-  return { name: c.name, choices, usage, chunks };
+  return { name: c.name, choices, usage, chunks, prompt_logprobs: promptLogprobs };
 }
 
 const results = [];

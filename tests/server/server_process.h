@@ -1,7 +1,7 @@
 // The real `morserve serve` as a subprocess for end-to-end tests: started on 127.0.0.1 with
 // port 0 (the ports are read from its stdout), stopped with SIGTERM, killed if it outlives
 // the test (the process itself is a ChildProcess). Plus small clients: gRPC stubs, a
-// one-shot HTTP GET, a free-port finder.
+// one-shot HTTP GET, a free-port finder. The models the tests serve: test_models.h.
 #pragma once
 
 #include <sys/types.h>
@@ -54,6 +54,11 @@ class ServerProcess {
   int metrics_port_ = 0;
   std::shared_ptr<grpc::Channel> channel_;
 };
+
+// Starts `server` on `model` (port 0) and waits until it serves; a fatal test failure with
+// its output otherwise (call under ASSERT_NO_FATAL_FAILURE).
+void StartOrDie(ServerProcess* server, const std::string& model,
+                const std::vector<std::string>& extra = {});
 
 // Result of one Generate call read to the end.
 struct StreamResult {

@@ -8,47 +8,22 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
 
 #include "engine/reference/reference_model.h"
-#include "engine/runtime/engine.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "tests/engine_harness.h"
+#include "tests/server/served_suite.h"
 #include "tests/server/server_process.h"
+#include "tests/server/test_models.h"
 
 namespace morserve::testing {
 namespace {
 
 using grpc::StatusCode;
 
-class ServerPromptLogprobsTest : public ::testing::Test {
+class ServerPromptLogprobsTest : public ServedSuite<ServerPromptLogprobsTest, ServedTextModel> {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir();
-    const std::string tok_dir = dir_->File("tokenizer");
-    const std::string cmd = MorserveBinary() + " mktokenizer --corpus " + MORSERVE_FIXTURE_DIR +
-                            "/../../README.md --vocab-size 400 --out " + tok_dir + " > /dev/null";
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-    TinyModelSpec spec = F32Spec("mor-ec");
-    spec.max_pos = 128;
-    ASSERT_TRUE(UseTokenizer(tok_dir, &spec).ok());
-    model_dir_ = new std::string(dir_->File("mor-ec"));
-    ASSERT_TRUE(WriteTinyModel(spec, *model_dir_).ok());
-    server_ = new ServerProcess();
-    ASSERT_TRUE(server_->Start(*model_dir_, {})) << server_->output();
-    ASSERT_TRUE(server_->WaitHealth(true)) << server_->output();
-  }
-  static void TearDownTestSuite() {
-    if (server_ != nullptr) EXPECT_EQ(server_->Terminate(), 0) << server_->output();
-    delete server_;
-    delete model_dir_;
-    delete dir_;
-    server_ = nullptr;
-  }
-  void SetUp() override {
-    ASSERT_NE(server_, nullptr);
-    stub_ = server_->Stub();
-  }
+  static void SetUpTestSuite() { StartSuite("mor-ec"); }
 
   static v1::GenerateRequest Scored(const std::vector<int>& prompt, int max_tokens, int k) {
     v1::GenerateRequest r = TokenRequest(prompt, max_tokens);
@@ -59,27 +34,16 @@ class ServerPromptLogprobsTest : public ::testing::Test {
   // The in-process engine's prompt logprobs for the same prompt.
   static std::vector<PromptTokenLogprob> EngineValues(const std::shared_ptr<const ModelWeights>& w,
                                                       const std::vector<int>& prompt, int k) {
-    auto engine = Engine::Create(w, EngineConfig());
-    EXPECT_TRUE(engine.ok());
     GenerateRequest r = Greedy(prompt, 1);
     r.params.prompt_logprobs = k;
-    auto ch = (*engine)->Submit(r);
-    EXPECT_TRUE(ch.ok());
-    (*engine)->RunUntilIdle();
-    RunResult got = Collect(ch->get());
-    return got.prompt_logprobs.value_or(std::vector<PromptTokenLogprob>{});
+    return RunAlone(w, r).prompt_logprobs.value_or(std::vector<PromptTokenLogprob>{});
   }
-
-  static inline TempDir* dir_ = nullptr;
-  static inline std::string* model_dir_ = nullptr;
-  static inline ServerProcess* server_ = nullptr;
-  std::unique_ptr<v1::Morserve::Stub> stub_;
 };
 
 TEST_F(ServerPromptLogprobsTest, FirstMessageCarriesEngineAndReferenceValues) {
-  auto weights = LoadModel(*model_dir_);
+  auto weights = LoadModel(served_->model_dir());
   ASSERT_TRUE(weights.ok()) << weights.status();
-  auto tokenizer = Tokenizer::FromDirectory(*model_dir_);
+  auto tokenizer = Tokenizer::FromDirectory(served_->model_dir());
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
   const std::vector<int> prompt = {5, 17, 42, 99, 3, 250, 7, 301, 64};
   v1::GenerateRequest req = Scored(prompt, 4, 3);
@@ -117,16 +81,9 @@ TEST_F(ServerPromptLogprobsTest, FirstMessageCarriesEngineAndReferenceValues) {
       EXPECT_EQ(t.top_logprobs(j).logprob(), e.top_logprobs[j].logprob);
       EXPECT_EQ(t.top_logprobs(j).text(), (*tokenizer)->Decode({e.top_logprobs[j].token}, false));
     }
-    // The reference: log_softmax of position i - 1's logits at prompt[i], within
-    // 2e-4 * max(|logit|, 1) (prompt_logprobs_test explains the bound).
-    const std::vector<float>& logits = outs[i - 1].logits;
-    double m = -INFINITY, scale = 1.0, sum = 0.0;
-    for (float x : logits) {
-      m = std::max(m, static_cast<double>(x));
-      scale = std::max(scale, std::fabs(static_cast<double>(x)));
-    }
-    for (float x : logits) sum += std::exp(x - m);
-    EXPECT_NEAR(t.logprob(), logits[prompt[i]] - m - std::log(sum), 2e-4 * scale);
+    // The reference: log_softmax of position i - 1's logits at prompt[i].
+    const RefLogprob r = ReferenceLogprob(outs[i - 1].logits, prompt[i]);
+    EXPECT_NEAR(t.logprob(), r.logprob, 2e-4 * r.scale);
   }
 }
 

@@ -3,8 +3,11 @@
 // string across tokens, one inside a multi-byte character, held-back text released), and a
 // property over random streams: the output is the text before the first stop string found,
 // token by token, and the stream stops at the token that completed it.
+#include "server/text_stream.h"
+
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -12,7 +15,6 @@
 #include "engine/tokenizer/bpe.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
-#include "server/text_stream.h"
 
 namespace morserve {
 namespace {
@@ -66,9 +68,9 @@ struct Streamed {
   std::string stop;
 };
 
-Streamed StreamText(const Tokenizer& tok, const std::vector<int>& ids, std::vector<std::string> stop,
-             bool skip = true) {
-  auto ts = TextStream::Create(tok, skip, std::move(stop));
+Streamed StreamText(const Tokenizer& tok, const std::vector<int>& ids,
+                    std::vector<std::string> stop, bool skip = true, int min_tokens = 0) {
+  auto ts = TextStream::Create(tok, skip, std::move(stop), min_tokens);
   EXPECT_TRUE(ts.ok()) << ts.status();
   Streamed out;
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -203,6 +205,70 @@ TEST(TextStream, RandomStreamsMatchTheTokenByTokenReference) {
     stops_seen += ref_at >= 0;
   }
   EXPECT_GT(stops_seen, 500);
+}
+
+// vLLM's min_tokens: the first min_tokens tokens' text is never matched on its own; a match
+// may start inside it but must end in a later token's text.
+TEST(TextStream, MinTokensProtectsTheFirstTokensText) {
+  auto tok = ByteTokenizer();
+  EXPECT_EQ(StreamText(*tok, Bytes("Hello world"), {"o"}).text, "Hell");
+  Streamed got = StreamText(*tok, Bytes("Hello world"), {"o"}, true, 5);
+  EXPECT_EQ(got.text, "Hello w");
+  EXPECT_EQ(got.stopped_at, 7);
+  // "bc" starting in the protected "ab" and ending in token 2's "c" matches...
+  got = StreamText(*tok, Bytes("abcd"), {"bc"}, true, 2);
+  EXPECT_EQ(got.text, "a");
+  EXPECT_EQ(got.stopped_at, 2);
+  // ...but not when it ends inside the protected "abc".
+  got = StreamText(*tok, Bytes("abcd"), {"bc"}, true, 3);
+  EXPECT_EQ(got.text, "abcd");
+  EXPECT_EQ(got.stopped_at, -1);
+  // Fewer tokens than min_tokens: nothing can match, the whole text comes out.
+  got = StreamText(*tok, Bytes("xox"), {"o"}, true, 10);
+  EXPECT_EQ(got.text, "xox");
+  EXPECT_EQ(got.deltas, (std::vector<std::string>{"x", "o", "x", ""}));
+}
+
+// Random streams with min_tokens against vLLM's rule: after token n > min_tokens, a stop
+// string matches where it ends past the text of the first min_tokens tokens.
+TEST(TextStream, RandomStreamsWithMinTokensMatchTheReference) {
+  auto tok = ByteTokenizer();
+  std::mt19937 rng(11);
+  const std::vector<int> alphabet = {'a', 'b', 'c', ' ', 256, 257};
+  int stops_seen = 0;
+  for (int iter = 0; iter < 2000; ++iter) {
+    std::vector<int> ids(1 + rng() % 20);
+    for (int& id : ids) id = alphabet[rng() % alphabet.size()];
+    std::vector<std::string> stop(1 + rng() % 2);
+    for (std::string& s : stop) {
+      s.resize(1 + rng() % 3);
+      for (char& c : s) c = "abc "[rng() % 4];
+    }
+    const int min_tokens = static_cast<int>(rng() % 8);
+    const size_t first = std::min<size_t>(min_tokens, ids.size());
+    const size_t kept =
+        tok->Decode(std::vector<int>(ids.begin(), ids.begin() + first), true).size();
+    std::string ref;
+    int ref_at = -1;
+    for (size_t n = min_tokens + 1; n <= ids.size() && ref_at < 0; ++n) {
+      const std::string text = tok->Decode(std::vector<int>(ids.begin(), ids.begin() + n), true);
+      size_t best = std::string::npos;
+      for (const std::string& s : stop) {
+        const size_t at = text.find(s, kept >= s.size() ? kept - s.size() + 1 : 0);
+        best = std::min(best, at);
+      }
+      if (best != std::string::npos) {
+        ref = text.substr(0, best);
+        ref_at = static_cast<int>(n - 1);
+      }
+    }
+    if (ref_at < 0) ref = tok->Decode(ids, true);
+    Streamed got = StreamText(*tok, ids, stop, true, min_tokens);
+    ASSERT_EQ(got.text, ref) << "iteration " << iter;
+    ASSERT_EQ(got.stopped_at, ref_at) << "iteration " << iter;
+    stops_seen += ref_at >= 0;
+  }
+  EXPECT_GT(stops_seen, 300);
 }
 
 }  // namespace

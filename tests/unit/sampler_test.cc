@@ -86,7 +86,7 @@ TEST(SamplerTest, PenaltiesFollowTheExactFormulas) {
   const std::vector<float> logits = {2.0f, -1.0f, 0.5f, 3.0f, -2.0f, 0.0f, 0.0f};
   const std::vector<int> prompt = {0, 1, 6};
   const std::vector<int> output = {2, 2, 4, 1};
-  const absl::Span<const float> got = sampler.Penalize(Input(logits, p, 0, output, prompt));
+  const absl::Span<const float> got = sampler.ProcessLogits(Input(logits, p, 0, output, prompt));
   // id: prompt/output count -> repetition (divide positive, multiply non-positive), then frequency
   // * count and presence on output tokens only.
   const std::vector<float> want = {
@@ -102,14 +102,14 @@ TEST(SamplerTest, PenaltiesFollowTheExactFormulas) {
   for (size_t i = 0; i < want.size(); ++i) EXPECT_FLOAT_EQ(got[i], want[i]) << "id " << i;
 
   // Scratch state is reset: the same call with no history leaves the logits unchanged.
-  const absl::Span<const float> clean = sampler.Penalize(Input(logits, p, 0));
+  const absl::Span<const float> clean = sampler.ProcessLogits(Input(logits, p, 0));
   for (size_t i = 0; i < logits.size(); ++i) EXPECT_EQ(clean[i], logits[i]) << "id " << i;
 
   // Repetition penalty < 1 rewards: positive logits grow, negative shrink toward zero.
   SamplingParams reward;
   reward.repetition_penalty = 0.5f;
   const std::vector<int> both = {0, 1};
-  const absl::Span<const float> r = sampler.Penalize(Input(logits, reward, 0, {}, both));
+  const absl::Span<const float> r = sampler.ProcessLogits(Input(logits, reward, 0, {}, both));
   EXPECT_FLOAT_EQ(r[0], 4.0f);
   EXPECT_FLOAT_EQ(r[1], -0.5f);
 }
@@ -122,7 +122,7 @@ TEST(SamplerTest, PresenceAndFrequencyIgnorePromptTokens) {
   const std::vector<float> logits = {1.0f, 1.0f, 1.0f};
   const std::vector<int> prompt = {0, 0, 1};
   const std::vector<int> output = {1};
-  const absl::Span<const float> got = sampler.Penalize(Input(logits, p, 0, output, prompt));
+  const absl::Span<const float> got = sampler.ProcessLogits(Input(logits, p, 0, output, prompt));
   EXPECT_FLOAT_EQ(got[0], 1.0f);
   EXPECT_FLOAT_EQ(got[1], -1.0f);
   EXPECT_FLOAT_EQ(got[2], 1.0f);

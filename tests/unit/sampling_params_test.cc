@@ -69,6 +69,48 @@ TEST(SamplingParamsTest, RejectsEachInvalidValueNamingTheField) {
        [](SamplingParams& p) {
          p.stop = {"ok", ""};
        }},
+      {"logit_bias",
+       [](SamplingParams& p) {
+         p.logit_bias = {{3, 1.0f}, {kVocab, 1.0f}};
+       }},
+      {"logit_bias",
+       [](SamplingParams& p) {
+         p.logit_bias = {{-1, 1.0f}};
+       }},
+      {"logit_bias",
+       [](SamplingParams& p) {
+         p.logit_bias = {{3, 100.5f}};
+       }},
+      {"logit_bias",
+       [](SamplingParams& p) {
+         p.logit_bias = {{3, -101.0f}};
+       }},
+      {"logit_bias",
+       [](SamplingParams& p) {
+         p.logit_bias = {{3, kNaN}};
+       }},
+      {"logit_bias",
+       [](SamplingParams& p) {
+         p.logit_bias = {{3, -kInf}};
+       }},
+      {"logit_bias",
+       [](SamplingParams& p) {
+         p.logit_bias = {{3, 1.0f}, {3, 2.0f}};
+       }},
+      {"allowed_token_ids", [](SamplingParams& p) { p.allowed_token_ids.emplace(); }},
+      {"allowed_token_ids",
+       [](SamplingParams& p) {
+         p.allowed_token_ids = {{0, kVocab}};
+       }},
+      {"allowed_token_ids", [](SamplingParams& p) { p.allowed_token_ids = {{-3}}; }},
+      {"min_tokens", [](SamplingParams& p) { p.min_tokens = -1; }},
+      {"min_tokens", [](SamplingParams& p) { p.min_tokens = p.max_tokens + 1; }},
+      {"min_tokens",
+       [](SamplingParams& p) {
+         p.max_tokens = 0;
+         p.prompt_logprobs = 0;
+         p.min_tokens = 1;
+       }},
   };
   for (const Case& c : cases) {
     SamplingParams p;
@@ -107,12 +149,45 @@ TEST(SamplingParamsTest, AcceptsRangeBoundaries) {
         p.max_tokens = 0;
         p.prompt_logprobs = 0;
       },
+      [](SamplingParams& p) {
+        p.logit_bias = {{0, -100.0f}, {kVocab - 1, 100.0f}, {5, 0.0f}};
+      },
+      [](SamplingParams& p) {
+        p.allowed_token_ids = {{0, kVocab - 1, 0}};
+      },
+      [](SamplingParams& p) { p.min_tokens = p.max_tokens; },
+      [](SamplingParams& p) {  // min_tokens with allowed ids that are not eos
+        p.min_tokens = 3;
+        p.allowed_token_ids = {{7}};
+      },
   };
   for (size_t i = 0; i < ok.size(); ++i) {
     SamplingParams p;
     ok[i](p);
     EXPECT_TRUE(Validate(p, kVocab).ok()) << "case " << i << ": " << Validate(p, kVocab);
   }
+}
+
+// min_tokens bans the eos ids and stop_token_ids; allowed ids made only of those would leave
+// nothing to sample before min_tokens is met.
+TEST(SamplingParamsTest, MinTokensNeedsAnAllowedIdThatIsNotEosOrStop) {
+  const std::vector<int> eos = {2};
+  SamplingParams p;
+  p.min_tokens = 1;
+  p.allowed_token_ids = {{2}};
+  absl::Status s = Validate(p, kVocab, eos);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message().find("min_tokens"), 0u) << s;
+  p.stop_token_ids = {5};
+  p.allowed_token_ids = {{2, 5}};
+  EXPECT_EQ(Validate(p, kVocab, eos).code(), absl::StatusCode::kInvalidArgument);
+  p.allowed_token_ids = {{2, 5, 6}};
+  EXPECT_TRUE(Validate(p, kVocab, eos).ok());
+  p.allowed_token_ids = {{2, 5}};
+  p.min_tokens = 0;  // nothing banned: eos and stop may end the request at once
+  EXPECT_TRUE(Validate(p, kVocab, eos).ok());
+  p.min_tokens = 1;
+  EXPECT_TRUE(Validate(p, kVocab, {}).ok()) << "without eos ids only the stop id 5 is banned";
 }
 
 TEST(SamplingParamsTest, ReportsTheFirstInvalidField) {
