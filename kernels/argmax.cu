@@ -1,6 +1,7 @@
 // Greedy argmax launcher; the kernel is in argmax_kernels.cuh, the contract in argmax.cuh.
 #include "kernels/argmax.cuh"
 #include "kernels/argmax_kernels.cuh"
+#include "kernels/launch.cuh"
 #include "kernels/logit_rows.cuh"
 
 namespace morserve::kernels {
@@ -14,11 +15,11 @@ cudaError_t argmax_forward(const ArgmaxParams& p, cudaStream_t stream) {
   if (p.rows == 0) return cudaSuccess;
   if (p.logits == nullptr || p.token == nullptr) return cudaErrorInvalidValue;
   if (p.dtype == DType::kBF16) {
-    ArgmaxKernel<uint16_t><<<p.rows, kThreads, 0, stream>>>(static_cast<const uint16_t*>(p.logits),
-                                                            stride, p.vocab, p.token, p.max_logit);
+    MORSERVE_LAUNCH(p.rows, kThreads, 0, stream, ArgmaxKernel<uint16_t>)
+    (static_cast<const uint16_t*>(p.logits), stride, p.vocab, p.token, p.max_logit);
   } else {
-    ArgmaxKernel<float><<<p.rows, kThreads, 0, stream>>>(static_cast<const float*>(p.logits),
-                                                         stride, p.vocab, p.token, p.max_logit);
+    MORSERVE_LAUNCH(p.rows, kThreads, 0, stream, ArgmaxKernel<float>)
+    (static_cast<const float*>(p.logits), stride, p.vocab, p.token, p.max_logit);
   }
   return cudaGetLastError();
 }

@@ -7,7 +7,7 @@
 // chunk by construction (the emulator tests check it). Not a public header; everything is in an
 // anonymous namespace (one copy per including file).
 //
-// Device helpers come from kernels/common.cuh under nvcc, or from tests/gpu/cuda_emu.h when
+// Device helpers come from kernels/common.cuh under nvcc, or from kernels/emu/cuda_emu.h when
 // MORSERVE_CUDA_EMU is defined.
 #pragma once
 

@@ -1,5 +1,5 @@
 // Vector loads of bf16 data shared by kernel bodies (paged attention, LoRA shrink). Compiled by
-// nvcc, or on the CPU by tests/gpu/cuda_emu.h (MORSERVE_CUDA_EMU); include it after either.
+// nvcc, or on the CPU by kernels/emu/cuda_emu.h (MORSERVE_CUDA_EMU); include it after either.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // CTA-wide reductions and warp scans shared by kernel bodies. Like the *_kernels.cuh headers it is
-// compiled by nvcc, or on the CPU by tests/gpu/cuda_emu.h (MORSERVE_CUDA_EMU), so it uses nothing
+// compiled by nvcc, or on the CPU by kernels/emu/cuda_emu.h (MORSERVE_CUDA_EMU), so it uses nothing
 // but the CUDA keywords and intrinsics the emulator defines; include it after either.
 #pragma once
 

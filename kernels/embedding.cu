@@ -1,6 +1,7 @@
 // Embedding gather launcher and kernel; the contract is in embedding.cuh.
 #include "kernels/common.cuh"
 #include "kernels/embedding.cuh"
+#include "kernels/launch.cuh"
 
 namespace morserve::kernels {
 namespace {
@@ -50,15 +51,15 @@ cudaError_t embedding_forward(const EmbeddingParams& p, cudaStream_t stream) {
   if (p.rows == 0) return cudaSuccess;
   if (p.table == nullptr || p.ids == nullptr || p.out == nullptr) return cudaErrorInvalidValue;
   if (p.out_dtype == DType::kF32) {
-    EmbeddingKernel<float><<<p.rows, kThreads, 0, stream>>>(
-        p.table, p.ids, static_cast<float*>(p.out), p.dim, p.vocab);
+    MORSERVE_LAUNCH(p.rows, kThreads, 0, stream, EmbeddingKernel<float>)
+    (p.table, p.ids, static_cast<float*>(p.out), p.dim, p.vocab);
   } else if (p.dim % 8 == 0 && Aligned16(p.table) && Aligned16(p.out)) {
-    EmbeddingCopyVec<<<p.rows, kThreads, 0, stream>>>(reinterpret_cast<const uint4*>(p.table),
-                                                      p.ids, static_cast<uint4*>(p.out), p.dim / 8,
-                                                      p.vocab);
+    MORSERVE_LAUNCH(p.rows, kThreads, 0, stream, EmbeddingCopyVec)
+    (reinterpret_cast<const uint4*>(p.table), p.ids, static_cast<uint4*>(p.out), p.dim / 8,
+     p.vocab);
   } else {
-    EmbeddingKernel<uint16_t><<<p.rows, kThreads, 0, stream>>>(
-        p.table, p.ids, static_cast<uint16_t*>(p.out), p.dim, p.vocab);
+    MORSERVE_LAUNCH(p.rows, kThreads, 0, stream, EmbeddingKernel<uint16_t>)
+    (p.table, p.ids, static_cast<uint16_t*>(p.out), p.dim, p.vocab);
   }
   return cudaGetLastError();
 }

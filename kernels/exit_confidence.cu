@@ -2,6 +2,7 @@
 // exit_confidence.cuh.
 #include "kernels/exit_confidence.cuh"
 #include "kernels/exit_confidence_kernels.cuh"
+#include "kernels/launch.cuh"
 #include "kernels/logit_rows.cuh"
 
 namespace morserve::kernels {
@@ -17,11 +18,11 @@ cudaError_t exit_confidence_forward(const ExitConfidenceParams& p, cudaStream_t 
     return cudaErrorInvalidValue;
   }
   if (p.dtype == DType::kBF16) {
-    ExitConfidenceKernel<uint16_t><<<p.rows, kThreads, 0, stream>>>(
-        static_cast<const uint16_t*>(p.logits), stride, p.vocab, p.threshold, p.exit, p.max_prob);
+    MORSERVE_LAUNCH(p.rows, kThreads, 0, stream, ExitConfidenceKernel<uint16_t>)
+    (static_cast<const uint16_t*>(p.logits), stride, p.vocab, p.threshold, p.exit, p.max_prob);
   } else {
-    ExitConfidenceKernel<float><<<p.rows, kThreads, 0, stream>>>(
-        static_cast<const float*>(p.logits), stride, p.vocab, p.threshold, p.exit, p.max_prob);
+    MORSERVE_LAUNCH(p.rows, kThreads, 0, stream, ExitConfidenceKernel<float>)
+    (static_cast<const float*>(p.logits), stride, p.vocab, p.threshold, p.exit, p.max_prob);
   }
   return cudaGetLastError();
 }

@@ -2,6 +2,7 @@
 // in expert_router.cuh.
 #include "kernels/expert_router.cuh"
 #include "kernels/expert_router_kernels.cuh"
+#include "kernels/launch.cuh"
 
 namespace morserve::kernels {
 
@@ -19,9 +20,9 @@ cudaError_t expert_router_forward(const ExpertRouterParams& p, cudaStream_t stre
     return cudaErrorInvalidValue;
   }
   if (p.w_dtype == DType::kBF16) {
-    ExpertRouterKernel<uint16_t><<<p.rows, kThreads, 0, stream>>>(p);
+    MORSERVE_LAUNCH(p.rows, kThreads, 0, stream, ExpertRouterKernel<uint16_t>)(p);
   } else {
-    ExpertRouterKernel<float><<<p.rows, kThreads, 0, stream>>>(p);
+    MORSERVE_LAUNCH(p.rows, kThreads, 0, stream, ExpertRouterKernel<float>)(p);
   }
   return cudaGetLastError();
 }

@@ -1,6 +1,7 @@
 // Segmented LoRA expand-and-add launcher (validation, dispatch on t's dtype and the rank's
 // shared-memory pass width); the kernel is in lora_expand_kernels.cuh, the contract in
 // lora_expand.cuh.
+#include "kernels/launch.cuh"
 #include "kernels/lora_expand.cuh"
 #include "kernels/lora_expand_kernels.cuh"
 
@@ -9,10 +10,10 @@ namespace {
 
 template <typename TT, int kChunk>
 cudaError_t Launch(const LoraExpandParams& p, cudaStream_t stream) {
-  LoraExpandKernel<TT, kChunk>
-      <<<LoraExpandGrid(p.rows, p.num_segments, p.out), kExpandThreads, 0, stream>>>(
-          static_cast<const TT*>(p.t), p.b, p.y, p.seg_indptr, p.seg_loop, p.num_segments, p.rows,
-          p.out, p.rank, p.num_loops);
+  MORSERVE_LAUNCH(LoraExpandGrid(p.rows, p.num_segments, p.out), kExpandThreads, 0, stream,
+                  LoraExpandKernel<TT, kChunk>)
+  (static_cast<const TT*>(p.t), p.b, p.y, p.seg_indptr, p.seg_loop, p.num_segments, p.rows, p.out,
+   p.rank, p.num_loops);
   return cudaGetLastError();
 }
 

@@ -1,5 +1,6 @@
 // Segmented LoRA shrink launcher (validation, dtype dispatch); the kernel is in
 // lora_shrink_kernels.cuh, the contract in lora_shrink.cuh.
+#include "kernels/launch.cuh"
 #include "kernels/lora_shrink.cuh"
 #include "kernels/lora_shrink_kernels.cuh"
 
@@ -10,10 +11,10 @@ bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 template <typename TT>
 cudaError_t Launch(const LoraShrinkParams& p, cudaStream_t stream) {
-  LoraShrinkKernel<TT>
-      <<<LoraShrinkGrid(p.rows, p.num_segments, p.rank), kShrinkThreads, 0, stream>>>(
-          p.x, p.a, static_cast<TT*>(p.t), p.seg_indptr, p.seg_loop, p.num_segments, p.rows, p.in,
-          p.rank, p.num_loops);
+  MORSERVE_LAUNCH(LoraShrinkGrid(p.rows, p.num_segments, p.rank), kShrinkThreads, 0, stream,
+                  LoraShrinkKernel<TT>)
+  (p.x, p.a, static_cast<TT*>(p.t), p.seg_indptr, p.seg_loop, p.num_segments, p.rows, p.in, p.rank,
+   p.num_loops);
   return cudaGetLastError();
 }
 

@@ -2,6 +2,7 @@
 // in paged_attention_kernels.cuh, the contract in paged_attention.cuh.
 #include <cmath>
 
+#include "kernels/launch.cuh"
 #include "kernels/paged_attention.cuh"
 #include "kernels/paged_attention_kernels.cuh"
 
@@ -10,10 +11,12 @@ namespace {
 
 template <int HD, typename TO>
 cudaError_t Launch(const Args& a, int rows, int max_chunks, cudaStream_t stream) {
-  AttnChunkKernel<HD, TO><<<dim3(rows, a.n_kv_heads, max_chunks), kThreads, 0, stream>>>(a);
+  MORSERVE_LAUNCH(dim3(rows, a.n_kv_heads, max_chunks), kThreads, 0, stream,
+                  AttnChunkKernel<HD, TO>)
+  (a);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || max_chunks == 1) return err;
-  AttnCombineKernel<HD, TO><<<dim3(rows, a.n_heads), HD, 0, stream>>>(a);
+  MORSERVE_LAUNCH(dim3(rows, a.n_heads), HD, 0, stream, AttnCombineKernel<HD, TO>)(a);
   return cudaGetLastError();
 }
 

@@ -1,4 +1,5 @@
 // QKV epilogue launcher; the kernel is in qkv_rope_kernels.cuh, the contract in qkv_rope.cuh.
+#include "kernels/launch.cuh"
 #include "kernels/qkv_rope.cuh"
 #include "kernels/qkv_rope_kernels.cuh"
 
@@ -17,9 +18,9 @@ cudaError_t qkv_rope_forward(const QkvRopeParams& p, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   }
   if (p.qkv_dtype == DType::kBF16) {
-    QkvRopeKernel<uint16_t><<<p.rows, kThreads, 0, stream>>>(p);
+    MORSERVE_LAUNCH(p.rows, kThreads, 0, stream, QkvRopeKernel<uint16_t>)(p);
   } else {
-    QkvRopeKernel<float><<<p.rows, kThreads, 0, stream>>>(p);
+    MORSERVE_LAUNCH(p.rows, kThreads, 0, stream, QkvRopeKernel<float>)(p);
   }
   return cudaGetLastError();
 }

@@ -2,6 +2,7 @@
 // recurrent_attention_kernels.cuh, the contract in recurrent_attention.cuh.
 #include <cmath>
 
+#include "kernels/launch.cuh"
 #include "kernels/recurrent_attention.cuh"
 #include "kernels/recurrent_attention_kernels.cuh"
 
@@ -36,7 +37,9 @@ cudaError_t Validate(const RecurrentAttentionParams& p, bool finish) {
 template <int HD, bool kFinish, typename TO>
 cudaError_t Launch(const RecurrentAttentionParams& p, cudaStream_t stream) {
   const RecurrentArgs a = MakeRecurrentArgs(p);
-  RecurrentFoldKernel<HD, kFinish, TO><<<dim3(p.num_items, p.n_kv_heads), kThreads, 0, stream>>>(a);
+  MORSERVE_LAUNCH(dim3(p.num_items, p.n_kv_heads), kThreads, 0, stream,
+                  RecurrentFoldKernel<HD, kFinish, TO>)
+  (a);
   return cudaGetLastError();
 }
 

@@ -1,5 +1,6 @@
 // RMSNorm launcher and kernel; the contract is in rmsnorm.cuh.
 #include "kernels/common.cuh"
+#include "kernels/launch.cuh"
 #include "kernels/rmsnorm.cuh"
 
 namespace morserve::kernels {
@@ -57,11 +58,11 @@ cudaError_t Launch(const RmsNormParams& p, cudaStream_t stream) {
   const auto* w = static_cast<const TW*>(p.weight);
   auto* out = static_cast<TO*>(p.out);
   if (p.residual != nullptr) {
-    RmsNormKernel<TX, TW, TO, true>
-        <<<p.rows, kThreads, 0, stream>>>(x, w, p.residual, out, p.dim, p.eps);
+    MORSERVE_LAUNCH(p.rows, kThreads, 0, stream, RmsNormKernel<TX, TW, TO, true>)
+    (x, w, p.residual, out, p.dim, p.eps);
   } else {
-    RmsNormKernel<TX, TW, TO, false>
-        <<<p.rows, kThreads, 0, stream>>>(x, w, nullptr, out, p.dim, p.eps);
+    MORSERVE_LAUNCH(p.rows, kThreads, 0, stream, RmsNormKernel<TX, TW, TO, false>)
+    (x, w, nullptr, out, p.dim, p.eps);
   }
   return cudaGetLastError();
 }

@@ -1,5 +1,6 @@
 // Device sampling launcher; the kernel is in sampling_kernels.cuh, the contract in
 // sampling.cuh.
+#include "kernels/launch.cuh"
 #include "kernels/sampling.cuh"
 #include "kernels/sampling_kernels.cuh"
 
@@ -17,7 +18,7 @@ cudaError_t sampling_forward(const DeviceSamplingParams& p, cudaStream_t stream)
   }
   Args a{p.logits, stride,  p.vocab, p.temperature, p.top_k,
          p.top_p,  p.min_p, p.seed,  p.step,        p.token};
-  SampleKernel<<<p.rows, kThreads, 0, stream>>>(a);
+  MORSERVE_LAUNCH(p.rows, kThreads, 0, stream, SampleKernel)(a);
   return cudaGetLastError();
 }
 

@@ -1,5 +1,6 @@
 // Gated residual add launcher; the kernel is in scale_add_kernels.cuh, the contract in
 // scale_add.cuh.
+#include "kernels/launch.cuh"
 #include "kernels/scale_add.cuh"
 #include "kernels/scale_add_kernels.cuh"
 
@@ -14,11 +15,11 @@ cudaError_t scale_add_forward(const ScaleAddParams& p, cudaStream_t stream) {
   const int64_t n = static_cast<int64_t>(p.rows) * p.dim;
   const unsigned grid = GridStrideBlocks(n, kThreads, kMaxBlocks);
   if (p.b_dtype == DType::kBF16) {
-    ScaleAddKernel<uint16_t>
-        <<<grid, kThreads, 0, stream>>>(p.h, static_cast<const uint16_t*>(p.b), p.scale, n, p.dim);
+    MORSERVE_LAUNCH(grid, kThreads, 0, stream, ScaleAddKernel<uint16_t>)
+    (p.h, static_cast<const uint16_t*>(p.b), p.scale, n, p.dim);
   } else {
-    ScaleAddKernel<float>
-        <<<grid, kThreads, 0, stream>>>(p.h, static_cast<const float*>(p.b), p.scale, n, p.dim);
+    MORSERVE_LAUNCH(grid, kThreads, 0, stream, ScaleAddKernel<float>)
+    (p.h, static_cast<const float*>(p.b), p.scale, n, p.dim);
   }
   return cudaGetLastError();
 }

@@ -1,4 +1,5 @@
 // SwiGLU launcher; the kernel is in swiglu_kernels.cuh, the contract in swiglu.cuh.
+#include "kernels/launch.cuh"
 #include "kernels/swiglu.cuh"
 #include "kernels/swiglu_kernels.cuh"
 
@@ -9,8 +10,8 @@ template <typename TI, typename TO>
 cudaError_t Launch(const SwigluParams& p, cudaStream_t stream) {
   const int64_t n = static_cast<int64_t>(p.rows) * p.inter;
   const unsigned blocks = GridStrideBlocks(n, kThreads, kMaxBlocks);
-  SwigluKernel<TI, TO><<<blocks, kThreads, 0, stream>>>(static_cast<const TI*>(p.gate_up),
-                                                        static_cast<TO*>(p.out), n, p.inter);
+  MORSERVE_LAUNCH(blocks, kThreads, 0, stream, SwigluKernel<TI, TO>)
+  (static_cast<const TI*>(p.gate_up), static_cast<TO*>(p.out), n, p.inter);
   return cudaGetLastError();
 }
 

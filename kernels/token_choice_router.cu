@@ -1,5 +1,6 @@
 // Token-choice router decision launcher; the kernel is in token_choice_router_kernels.cuh, the
 // contract in token_choice_router.cuh.
+#include "kernels/launch.cuh"
 #include "kernels/token_choice_router.cuh"
 #include "kernels/token_choice_router_kernels.cuh"
 
@@ -18,9 +19,9 @@ cudaError_t token_choice_router_forward(const TokenChoiceRouterParams& p, cudaSt
     return cudaErrorInvalidValue;
   }
   if (p.w_dtype == DType::kBF16) {
-    TokenChoiceKernel<uint16_t><<<p.rows, kThreads, 0, stream>>>(p);
+    MORSERVE_LAUNCH(p.rows, kThreads, 0, stream, TokenChoiceKernel<uint16_t>)(p);
   } else {
-    TokenChoiceKernel<float><<<p.rows, kThreads, 0, stream>>>(p);
+    MORSERVE_LAUNCH(p.rows, kThreads, 0, stream, TokenChoiceKernel<float>)(p);
   }
   return cudaGetLastError();
 }

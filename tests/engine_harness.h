@@ -66,7 +66,6 @@ struct RunResult {
   int prompt_logprob_events = 0;  // events that carried prompt logprobs (must be one)
 };
 
-
 // Submits requests[i] at step arrival_step[i] (driving Engine::Step), runs until all finish.
 std::vector<RunResult> RunStaggered(Engine* engine, const std::vector<GenerateRequest>& requests,
                                     const std::vector<int>& arrival_step);
@@ -91,9 +90,15 @@ RefLogprob ReferenceLogprob(const std::vector<float>& logits, int token);
 // Largest |a - b| / max(|b|, 1) over the vectors.
 double MaxRelDiff(const std::vector<float>& a, const std::vector<float>& b);
 
+// Largest |a - b| over the vectors, relative to the scale of b: max(max |b|, 1). The rule for
+// bf16 activations, whose rounding error in a logit is proportional to the whole row's scale
+// (the hidden state's norm), not to that logit: a logit near 0 in a row whose largest is 16
+// is off by as much as the largest (about 0.5% of 16 over four bf16 layers).
+double MaxScaledDiff(const std::vector<float>& a, const std::vector<float>& b);
+
 // The bf16 comparison rule of the GPU engine tests (tests/gpu/engine_gpu_test.cc explains
-// it): per request, tokens, loop counts and logits (within kGpuLogitTolerance relative to
-// max(|logit|, 1)) are compared up to the first step whose reference top-1 margin
+// it): per request, tokens, loop counts and logits (within kGpuLogitTolerance by
+// MaxScaledDiff) are compared up to the first step whose reference top-1 margin
 // (top1 - top2) / max(|top1|, 1) is at most kGpuMargin; a differing loop count ends the
 // request's comparison and counts as a loop flip.
 inline constexpr double kGpuMargin = 1e-2;
@@ -101,7 +106,7 @@ inline constexpr double kGpuMargin = 1e-2;
 // A Foundation test family at the GPU test shape (hidden 256, 4 heads of 64, 2 kv heads,
 // intermediate 256, bf16 weights: the attention kernels take head_dim 64/128).
 TinyModelSpec GpuModelSpec(const std::string& family);
-inline constexpr double kGpuLogitTolerance = 5e-2;
+inline constexpr double kGpuLogitTolerance = 2e-2;
 
 double Margin(const std::vector<float>& logits);
 
@@ -112,6 +117,11 @@ struct Tally {
 struct RefRun {
   std::vector<int> tokens;
   std::vector<StepOutput> outs;
+  // A prompt position (before the last) whose early-exit confidence after some loop is within
+  // kGpuMargin of the threshold: bf16 rounding may exit there at another loop, which changes
+  // the cache every later position reads, and no generated token's loop count shows it.
+  // CompareWithReference compares no step of such a request (it still counts as generated).
+  bool unclear_prompt = false;
 };
 
 // The reference's greedy run of every request.

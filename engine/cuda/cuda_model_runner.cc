@@ -22,6 +22,7 @@
 #include "engine/cuda/recurrent_staging.h"
 #include "engine/cuda/step_staging.h"
 #include "engine/cuda/weight_packing.h"
+#include "engine/runtime/cuda_runner_registry.h"
 #include "kernels/embedding.cuh"
 #include "kernels/expert_router.cuh"
 #include "kernels/gemm.cuh"
@@ -883,5 +884,11 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> CreateCudaModelRunner(
   if (absl::Status st = runner->Init(); !st.ok()) return st;
   return std::unique_ptr<ModelRunner>(std::move(runner));
 }
+
+namespace {
+// Linked into a program (an object library: morserve_cuda_runner, or the emulated
+// morserve_cuda_runner_emu), this runner serves the engine's --device cuda.
+[[maybe_unused]] const bool kRegistered = RegisterCudaRunner(&CreateCudaModelRunner);
+}  // namespace
 
 }  // namespace morserve

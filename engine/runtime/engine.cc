@@ -6,9 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/cpu/cpu_model_runner.h"
-#ifdef MORSERVE_HAVE_CUDA
-#include "engine/cuda/cuda_model_runner.h"
-#endif
+#include "engine/runtime/cuda_runner_registry.h"
 
 namespace morserve {
 namespace {
@@ -20,13 +18,13 @@ double NowSeconds() {
 absl::StatusOr<std::unique_ptr<ModelRunner>> CreateRunner(std::shared_ptr<const ModelWeights> weights,
                                                           const EngineConfig& config, int blocks) {
   if (config.device == Device::kCpu) return CreateCpuModelRunner(weights, config, blocks);
-#ifdef MORSERVE_HAVE_CUDA
-  return CreateCudaModelRunner(weights, config, blocks);
-#else
+  // The CUDA runner is linked into the programs that serve --device cuda (see
+  // cuda_runner_registry.h).
+  if (CudaRunnerFactory cuda = RegisteredCudaRunner(); cuda != nullptr)
+    return cuda(weights, config, blocks);
   return absl::FailedPreconditionError(
       "--device cuda: this build has no CUDA backend (configure with -DMORSERVE_CUDA=ON "
       "-DMORSERVE_CUDA_RUNNER=ON)");
-#endif
 }
 
 }  // namespace

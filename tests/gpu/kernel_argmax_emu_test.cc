@@ -2,7 +2,7 @@
 // problem and check (tests/gpu/argmax_problem.h: the sampler's rule exactly, planted ties, NaN
 // and infinities, a padded row stride), fp32 with whole-number logits (ties for the largest
 // are common) and bf16. Needs no device.
-#include "tests/gpu/cuda_emu.h"
+#include "kernels/emu/cuda_emu.h"
 // cuda_emu.h first: it defines the CUDA keywords the kernel header uses.
 #include <gtest/gtest.h>
 

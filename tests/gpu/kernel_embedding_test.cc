@@ -1,6 +1,7 @@
 // embedding_forward against the exact CPU gather (bf16 -> fp32 widening is exact, bf16 ->
 // bf16 is a copy), on fresh random tables and ids, with poisoned outputs; both the vector and
-// the scalar path; an out-of-range id yields a NaN row.
+// the scalar path; an out-of-range id yields a NaN row. Also built as kernel_embedding_emu_test:
+// the same checks on the emulated kernels and CUDA runtime (kernels/emu), without a GPU.
 #include <cmath>
 #include <string>
 #include <vector>

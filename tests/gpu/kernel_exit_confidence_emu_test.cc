@@ -2,7 +2,7 @@
 // the GPU test's problem and check (tests/gpu/exit_confidence_problem.h: the executor's
 // MaxProb in double, exact decisions), fp32 and bf16 logits with a padded row stride. Needs no
 // device.
-#include "tests/gpu/cuda_emu.h"
+#include "kernels/emu/cuda_emu.h"
 // cuda_emu.h first: it defines the CUDA keywords the kernel header uses.
 #include <gtest/gtest.h>
 

@@ -3,7 +3,7 @@
 // a double dot product with fp32 and bf16 weights, with and without an aux router, one row's
 // loop index outside the range; and given scores with decisions at the threshold, sigmoid and
 // tanh gates. Outputs start poisoned. Needs no device.
-#include "tests/gpu/cuda_emu.h"
+#include "kernels/emu/cuda_emu.h"
 // cuda_emu.h first: it defines the CUDA keywords the kernel header uses.
 #include <gtest/gtest.h>
 

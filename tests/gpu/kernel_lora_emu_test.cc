@@ -5,7 +5,7 @@
 // covers), ranks 1, 8, 13, 64 and 100 (several shared-memory passes), fp32 and bf16 t,
 // SmolLM-360M shapes, poisoned shrink output, expand accumulating into y, faulty loops,
 // malformed segment bounds, and a row alone vs inside a batch. Needs no device.
-#include "tests/gpu/cuda_emu.h"
+#include "kernels/emu/cuda_emu.h"
 // cuda_emu.h first: it defines the CUDA keywords the kernel headers use.
 #include <gtest/gtest.h>
 

@@ -5,7 +5,7 @@
 // emulator with the params CudaModelRunner::LoraDelta builds. Each row's output must equal the
 // packed linear of its own loop (PackedLinearForwardHost, which the unit test
 // cuda_packing_test checks against the checkpoint's tensors) within fp32 rounding.
-#include "tests/gpu/cuda_emu.h"
+#include "kernels/emu/cuda_emu.h"
 // cuda_emu.h first: it defines the CUDA keywords the kernel headers use.
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // The paged-attention kernels (the same source as the GPU build: kernels/
-// paged_attention_kernels.cuh) run on the CPU emulator (tests/gpu/cuda_emu.h: one fiber per
+// paged_attention_kernels.cuh) run on the CPU emulator (kernels/emu/cuda_emu.h: one fiber per
 // CUDA thread, real barriers and warp shuffles) against the double reference, so their index
 // arithmetic, tiling, split-KV chunks, combine, extra pair, GQA packing and fault handling are
 // checked on machines without a GPU. Small shapes keep it fast; the GPU test covers the big
@@ -7,7 +7,7 @@
 //
 // What it cannot check: the GPU's own rounding (host exp2f), memory-model races beyond the
 // barriers, and launch limits; those stay for tests/gpu/kernel_paged_attention_test.
-#include "tests/gpu/cuda_emu.h"
+#include "kernels/emu/cuda_emu.h"
 // cuda_emu.h first: it defines the CUDA keywords the kernel header uses.
 #include <gtest/gtest.h>
 

@@ -1,9 +1,9 @@
 // The QKV epilogue kernel (kernels/qkv_rope_kernels.cuh, the GPU build's source) on the CPU
-// emulator (tests/gpu/cuda_emu.h), on the GPU test's problem and check
+// emulator (kernels/emu/cuda_emu.h), on the GPU test's problem and check
 // (tests/gpu/qkv_rope_problem.h: a double RoPE reference; q out, k/v in the paged cache at the
 // write slots, the optional k/v outputs, slot -1, untouched slots poisoned), plus faulty rows
 // (a negative position, a slot beyond the cache) that must come out NaN. Needs no device.
-#include "tests/gpu/cuda_emu.h"
+#include "kernels/emu/cuda_emu.h"
 // cuda_emu.h first: it defines the CUDA keywords the kernel header uses.
 #include <gtest/gtest.h>
 

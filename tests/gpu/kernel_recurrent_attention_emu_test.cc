@@ -13,7 +13,7 @@
 //   - one prefill in one chunk, in two chunks, and in a batch with another request: the same
 //     bytes.
 // Plus: a bad block id and a bad merge range poison only their row (NaN).
-#include "tests/gpu/cuda_emu.h"
+#include "kernels/emu/cuda_emu.h"
 // cuda_emu.h first: it defines the CUDA keywords the kernel headers use.
 #include <gtest/gtest.h>
 

@@ -2,7 +2,8 @@
 // every failure message), with poisoned outputs. Tolerances are per element, relative:
 // 1e-2 when the output is bf16 (one rounding to 8 bits of mantissa), 1e-5 for fp32 (fp32
 // accumulation over dim elements). Batch invariance is checked bitwise: each row of a
-// 37-row launch equals the same row launched alone.
+// 37-row launch equals the same row launched alone. Also built as kernel_rmsnorm_emu_test: the
+// same checks on the emulated kernels and CUDA runtime (kernels/emu), without a GPU.
 #include <cmath>
 #include <string>
 #include <vector>

@@ -1,10 +1,10 @@
 // The device sampling kernel (the same source as the GPU build: kernels/sampling_kernels.cuh)
-// on the CPU emulator (tests/gpu/cuda_emu.h) against the engine's CPU Sampler, exactly:
+// on the CPU emulator (kernels/emu/cuda_emu.h) against the engine's CPU Sampler, exactly:
 // greedy, temperature, top_k, top_p, min_p and combinations on continuous and heavily tied
 // logits, plus batch invariance, on the GPU test's problem and check
 // (tests/gpu/sampling_problem.h); planted ties and all -inf rows. Small vocabularies keep it
 // fast; the GPU test covers 49152. Needs no device.
-#include "tests/gpu/cuda_emu.h"
+#include "kernels/emu/cuda_emu.h"
 // cuda_emu.h first: it defines the CUDA keywords the kernel header uses.
 #include <gtest/gtest.h>
 

@@ -2,7 +2,7 @@
 // test's problem and check (tests/gpu/scale_add_problem.h: bitwise against ScaleAddRows'
 // arithmetic), fp32 and bf16 b, with and without per-row scales, with a grid smaller than the
 // work so the grid-stride loop wraps. Needs no device.
-#include "tests/gpu/cuda_emu.h"
+#include "kernels/emu/cuda_emu.h"
 // cuda_emu.h first: it defines the CUDA keywords the kernel header uses.
 #include <gtest/gtest.h>
 

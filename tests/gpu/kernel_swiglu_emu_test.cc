@@ -2,7 +2,7 @@
 // and check (tests/gpu/swiglu_problem.h: the double definition), every dtype pair, with
 // poisoned outputs and a grid smaller than the work so the grid-stride loop wraps. Needs no
 // device.
-#include "tests/gpu/cuda_emu.h"
+#include "kernels/emu/cuda_emu.h"
 // cuda_emu.h first: it defines the CUDA keywords the kernel header uses.
 #include <gtest/gtest.h>
 

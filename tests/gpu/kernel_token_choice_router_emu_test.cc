@@ -2,7 +2,7 @@
 // on the GPU test's problems and checks (tests/gpu/token_choice_router_problem.h): the linear
 // router against a double dot product with fp32 and bf16 weights, and given scores with exact
 // ties, bias, softmax and sigmoid gates. Outputs start poisoned. Needs no device.
-#include "tests/gpu/cuda_emu.h"
+#include "kernels/emu/cuda_emu.h"
 // cuda_emu.h first: it defines the CUDA keywords the kernel header uses.
 #include <gtest/gtest.h>
 

@@ -2,7 +2,7 @@
 // GPU (the same grids, CTA sizes and template choices), taking the launchers' own params, so
 // emulation tests drive them like lora_shrink_forward / lora_expand_forward. Arguments are
 // not validated here (the launchers' checks are tested on their own). Include after
-// tests/gpu/cuda_emu.h.
+// kernels/emu/cuda_emu.h.
 #pragma once
 
 #include <type_traits>
