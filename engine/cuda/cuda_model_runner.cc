@@ -191,7 +191,17 @@ class CudaModelRunner : public ModelRunner {
   // out[rows, hidden] bf16 = RMSNorm(h) with the row's loop's weights.
   void Norm(const DeviceNorm& w, const StagedRows& s, const float* h, uint16_t* out);
   void AddResidual(float* h, const float* b, int n, int dim);
-  void QkvEpilogue(const StagedRows& s, int n, bool write_cache, bool emit_kv);
+  // Rows [begin, begin + n) of s: q -> scratch q (bf16, RoPE'd) at row begin; k, v -> the
+  // cache at write_slot when write_cache; k, v -> k_tmp / v_tmp when emit_kv (the recurrent
+  // layers' temporary pair). scratch qkv holds the n rows from its start.
+  void QkvEpilogue(const StagedRows& s, int n, bool write_cache, bool emit_kv, int begin = 0);
+  // h[m, hidden] += down(SwiGLU(gate_up(RMSNorm_post(h)))), rows grouped by ws's loops.
+  void Mlp(const DeviceLayer& L, const StagedRows& ws, float* h, int m);
+  // K/V entries computed from h, written to the cache at write_slot (rows [begin, begin + m)
+  // of s): RMSNorm_in, the QKV projection (loops from ws), RoPE. A recurrent layer's
+  // persistent pair from its output (spec section 5), and the K/V-only rows' entries.
+  void KvFromHidden(const DeviceLayer& L, const StagedRows& s, const StagedRows& ws, float* h,
+                      int begin, int m);
   const int32_t* Meta(size_t offset) const { return scratch_.meta.as<int32_t>() + offset; }
   void Ensure(DeviceBuffer& b, size_t bytes) { b.Reserve(bytes); }
   // The layer scratch for `rows` rows: normed input, QKV, q (all rows); with `full` also the
@@ -472,15 +482,14 @@ void CudaModelRunner::AddResidual(float* h, const float* b, int n, int dim) {
   CudaCheck(k::scale_add_forward(p, stream_), "scale_add");
 }
 
-// q -> scratch q (bf16, RoPE'd); k, v -> the cache at write_slot when write_cache; k, v ->
-// k_tmp / v_tmp when emit_kv (the recurrent layers' temporary pair).
-void CudaModelRunner::QkvEpilogue(const StagedRows& s, int n, bool write_cache, bool emit_kv) {
+void CudaModelRunner::QkvEpilogue(const StagedRows& s, int n, bool write_cache, bool emit_kv,
+                                  int begin) {
   k::QkvRopeParams p;
   p.qkv = scratch_.qkv.as<void>();
   p.qkv_dtype = DType::kF32;
-  p.positions = Meta(s.positions);
-  p.write_slot = write_cache ? Meta(s.write_slot) : nullptr;
-  p.q_out = scratch_.q.as<uint16_t>();
+  p.positions = Meta(s.positions) + begin;
+  p.write_slot = write_cache ? Meta(s.write_slot) + begin : nullptr;
+  p.q_out = scratch_.q.as<uint16_t>() + static_cast<size_t>(begin) * cfg_.q_dim();
   p.k_cache = k_cache_.as<uint16_t>();
   p.v_cache = v_cache_.as<uint16_t>();
   p.num_slots = static_cast<int64_t>(num_blocks_) * block_size_;
@@ -492,6 +501,30 @@ void CudaModelRunner::QkvEpilogue(const StagedRows& s, int n, bool write_cache, 
   p.head_dim = cfg_.head_dim;
   p.theta = cfg_.rope_theta;
   CudaCheck(k::qkv_rope_forward(p, stream_), "qkv_rope");
+}
+
+void CudaModelRunner::Mlp(const DeviceLayer& L, const StagedRows& ws, float* h, int m) {
+  uint16_t* a = scratch_.a.as<uint16_t>();
+  float* proj = scratch_.proj.as<float>();
+  Norm(L.post_norm, ws, h, a);
+  Linear(L.gate_up, ws, a, scratch_.gu.as<float>());
+  k::SwigluParams sw;
+  sw.gate_up = scratch_.gu.as<void>();
+  sw.out = scratch_.act.as<void>();
+  sw.rows = m;
+  sw.inter = cfg_.intermediate_size;
+  sw.in_dtype = DType::kF32;
+  sw.out_dtype = DType::kBF16;
+  CudaCheck(k::swiglu_forward(sw, stream_), "swiglu");
+  Linear(L.down, ws, scratch_.act.as<uint16_t>(), proj);
+  AddResidual(h, proj, m, cfg_.hidden_size);
+}
+
+void CudaModelRunner::KvFromHidden(const DeviceLayer& L, const StagedRows& s,
+                                     const StagedRows& ws, float* h, int begin, int m) {
+  Norm(L.in_norm, ws, h, scratch_.a.as<uint16_t>());
+  Linear(L.qkv, ws, scratch_.a.as<uint16_t>(), scratch_.qkv.as<float>());
+  QkvEpilogue(s, m, /*write_cache=*/true, /*emit_kv=*/false, begin);
 }
 
 void CudaModelRunner::Embed(const int* tokens, int n, float* h) {
@@ -600,42 +633,13 @@ void CudaModelRunner::RecurrentAttend(bool finish, const StagedRows& s, int rows
 void CudaModelRunner::RecurrentRowsTail(const DeviceLayer& L, const StagedRows& s,
                                         const StagedRows& ws, int begin, int m) {
   if (m == 0) return;
-  const int hs = cfg_.hidden_size, qd = cfg_.q_dim(), inter = cfg_.intermediate_size;
+  const int hs = cfg_.hidden_size, qd = cfg_.q_dim();
   float* h = scratch_.h.as<float>() + static_cast<size_t>(begin) * hs;
-  uint16_t* a = scratch_.a.as<uint16_t>();
   float* proj = scratch_.proj.as<float>();
   Linear(L.o, ws, scratch_.attn.as<uint16_t>() + static_cast<size_t>(begin) * qd, proj);
   AddResidual(h, proj, m, hs);
-  Norm(L.post_norm, ws, h, a);
-  Linear(L.gate_up, ws, a, scratch_.gu.as<float>());
-  k::SwigluParams sw;
-  sw.gate_up = scratch_.gu.as<void>();
-  sw.out = scratch_.act.as<void>();
-  sw.rows = m;
-  sw.inter = inter;
-  sw.in_dtype = DType::kF32;
-  sw.out_dtype = DType::kBF16;
-  CudaCheck(k::swiglu_forward(sw, stream_), "swiglu");
-  Linear(L.down, ws, scratch_.act.as<uint16_t>(), proj);
-  AddResidual(h, proj, m, hs);
-  // The persistent pair from the layer output (spec section 5), written to the cache.
-  Norm(L.in_norm, ws, h, a);
-  Linear(L.qkv, ws, a, scratch_.qkv.as<float>());
-  k::QkvRopeParams p;
-  p.qkv = scratch_.qkv.as<void>();
-  p.qkv_dtype = DType::kF32;
-  p.positions = Meta(s.positions) + begin;
-  p.write_slot = Meta(s.write_slot) + begin;
-  p.q_out = scratch_.q.as<uint16_t>() + static_cast<size_t>(begin) * qd;  // q is spent
-  p.k_cache = k_cache_.as<uint16_t>();
-  p.v_cache = v_cache_.as<uint16_t>();
-  p.num_slots = static_cast<int64_t>(num_blocks_) * block_size_;
-  p.rows = m;
-  p.n_heads = cfg_.num_heads;
-  p.n_kv_heads = cfg_.num_kv_heads;
-  p.head_dim = cfg_.head_dim;
-  p.theta = cfg_.rope_theta;
-  CudaCheck(k::qkv_rope_forward(p, stream_), "qkv_rope");
+  Mlp(L, ws, h, m);
+  KvFromHidden(L, s, ws, h, begin, m);  // q at rows [begin, ...) is spent: overwritten
 }
 
 // K/V-only rows (early exit, exit_kv propagate) write their entries first, since full rows
@@ -668,9 +672,7 @@ void CudaModelRunner::RunKvOnlyRows(const LayerBatch& b) {
   const size_t rows = static_cast<size_t>(n);
   EnsureLayerScratch(rows, /*full=*/false);
   UploadRows(b.h, n, &*staged);
-  Norm(L.in_norm, *staged, scratch_.h.as<float>(), scratch_.a.as<uint16_t>());
-  Linear(L.qkv, *staged, scratch_.a.as<uint16_t>(), scratch_.qkv.as<float>());
-  QkvEpilogue(*staged, n, /*write_cache=*/true, /*emit_kv=*/false);
+  KvFromHidden(L, *staged, *staged, scratch_.h.as<float>(), /*begin=*/0, n);
   CudaCheck(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
 }
 
@@ -703,7 +705,7 @@ void CudaModelRunner::RunFullRows(const LayerBatch& b) {
   const StagedRows& s = *staged;
   const DeviceLayer& L = layers_[seg.first_layer_slot + b.k];
   const LayerKvPlan& kv = *b.kv;
-  const int hs = cfg_.hidden_size, inter = cfg_.intermediate_size;
+  const int hs = cfg_.hidden_size;
   const size_t rows = static_cast<size_t>(n);
   EnsureLayerScratch(rows, /*full=*/true);
   UploadRows(b.h, n, &s);
@@ -743,25 +745,8 @@ void CudaModelRunner::RunFullRows(const LayerBatch& b) {
   Linear(L.o, s, scratch_.attn.as<uint16_t>(), scratch_.proj.as<float>());
   AddResidual(h, scratch_.proj.as<float>(), n, hs);
 
-  // MLP: h += down(SwiGLU(gate_up(RMSNorm_post(h)))).
-  Norm(L.post_norm, s, h, a);
-  Linear(L.gate_up, s, a, scratch_.gu.as<float>());
-  k::SwigluParams sw;
-  sw.gate_up = scratch_.gu.as<void>();
-  sw.out = scratch_.act.as<void>();
-  sw.rows = n;
-  sw.inter = inter;
-  sw.in_dtype = DType::kF32;
-  sw.out_dtype = DType::kBF16;
-  CudaCheck(k::swiglu_forward(sw, stream_), "swiglu");
-  Linear(L.down, s, scratch_.act.as<uint16_t>(), scratch_.proj.as<float>());
-  AddResidual(h, scratch_.proj.as<float>(), n, hs);
-
-  if (kv.recurrent) {  // persistent pair from the layer output (spec section 5)
-    Norm(L.in_norm, s, h, a);
-    Linear(L.qkv, s, a, scratch_.qkv.as<float>());
-    QkvEpilogue(s, n, /*write_cache=*/true, /*emit_kv=*/false);
-  }
+  Mlp(L, s, h, n);
+  if (kv.recurrent) KvFromHidden(L, s, s, h, /*begin=*/0, n);
   Download(h, rows * hs * sizeof(float), b.h);
 }
 
