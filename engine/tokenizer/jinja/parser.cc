@@ -336,27 +336,19 @@ class Parser {
     return expr;
   }
 
-  ExprPtr ParseOr() {
-    ExprPtr left = ParseAnd();
-    while (IsName("or")) {
-      auto e = MakeExpr(Expr::Kind::kOr, Next().offset);
+  // `left (word right)*` for the keyword operators `or` and `and`, left-associative.
+  ExprPtr ParseLogical(const char* word, Expr::Kind kind, ExprPtr (Parser::*next)()) {
+    ExprPtr left = (this->*next)();
+    while (IsName(word)) {
+      auto e = MakeExpr(kind, Next().offset);
       e->args.push_back(std::move(left));
-      e->args.push_back(ParseAnd());
+      e->args.push_back((this->*next)());
       left = std::move(e);
     }
     return left;
   }
-
-  ExprPtr ParseAnd() {
-    ExprPtr left = ParseNot();
-    while (IsName("and")) {
-      auto e = MakeExpr(Expr::Kind::kAnd, Next().offset);
-      e->args.push_back(std::move(left));
-      e->args.push_back(ParseNot());
-      left = std::move(e);
-    }
-    return left;
-  }
+  ExprPtr ParseOr() { return ParseLogical("or", Expr::Kind::kOr, &Parser::ParseAnd); }
+  ExprPtr ParseAnd() { return ParseLogical("and", Expr::Kind::kAnd, &Parser::ParseNot); }
 
   ExprPtr ParseNot() {
     if (IsName("not")) {
@@ -407,41 +399,26 @@ class Parser {
     return e;
   }
 
-  ExprPtr ParseMath1() {
-    ExprPtr left = ParseConcat();
-    while (IsOp("+") || IsOp("-")) {
+  // `left (op right)*` for the arithmetic operators `ops`, left-associative.
+  ExprPtr ParseArithmetic(std::initializer_list<const char*> ops, ExprPtr (Parser::*next)()) {
+    ExprPtr left = (this->*next)();
+    auto at_op = [&] {
+      for (const char* op : ops) {
+        if (IsOp(op)) return true;
+      }
+      return false;
+    };
+    while (at_op()) {
       const Token& t = Next();
-      left = Binary(t.value, t.offset, std::move(left), ParseConcat());
+      left = Binary(t.value, t.offset, std::move(left), (this->*next)());
     }
     return left;
   }
-
-  ExprPtr ParseConcat() {
-    ExprPtr left = ParseMath2();
-    while (IsOp("~")) {
-      const Token& t = Next();
-      left = Binary("~", t.offset, std::move(left), ParseMath2());
-    }
-    return left;
-  }
-
-  ExprPtr ParseMath2() {
-    ExprPtr left = ParsePow();
-    while (IsOp("*") || IsOp("/") || IsOp("//") || IsOp("%")) {
-      const Token& t = Next();
-      left = Binary(t.value, t.offset, std::move(left), ParsePow());
-    }
-    return left;
-  }
-
-  ExprPtr ParsePow() {
-    ExprPtr left = ParseUnary(true);
-    while (IsOp("**")) {
-      const Token& t = Next();
-      left = Binary("**", t.offset, std::move(left), ParseUnary(true));
-    }
-    return left;
-  }
+  ExprPtr ParseMath1() { return ParseArithmetic({"+", "-"}, &Parser::ParseConcat); }
+  ExprPtr ParseConcat() { return ParseArithmetic({"~"}, &Parser::ParseMath2); }
+  ExprPtr ParseMath2() { return ParseArithmetic({"*", "/", "//", "%"}, &Parser::ParsePow); }
+  ExprPtr ParsePow() { return ParseArithmetic({"**"}, &Parser::ParseUnaryFiltered); }
+  ExprPtr ParseUnaryFiltered() { return ParseUnary(true); }
 
   ExprPtr ParseUnary(bool with_filter) {
     DepthGuard guard(this);
