@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <set>
 
 extern char** environ;
@@ -345,6 +346,15 @@ std::optional<std::vector<std::string>> ChildProcess::WaitForLine(const std::reg
       timeout_s);
   if (!line) return std::nullopt;
   return groups;
+}
+
+int ThreadCount(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  }
+  return -1;
 }
 
 }  // namespace morserve::testing

@@ -80,4 +80,7 @@ class ChildProcess {
   bool stop_ = false;
 };
 
+// "Threads:" of /proc/PID/status (a process's thread count), or -1.
+int ThreadCount(pid_t pid);
+
 }  // namespace morserve::testing

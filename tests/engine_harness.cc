@@ -32,6 +32,17 @@ TinyModelSpec F32Spec(const std::string& family) {
   return s;
 }
 
+TinyModelSpec NarrowSpec(const std::string& family) {
+  TinyModelSpec s;
+  s.family = family;
+  s.hidden = 32;
+  s.heads = 4;
+  s.kv_heads = 2;
+  s.intermediate = 64;
+  s.vocab = 64;
+  return s;
+}
+
 std::vector<FamilyCase> EngineFamilies(
     const std::function<TinyModelSpec(const std::string& family)>& spec) {
   std::vector<FamilyCase> v;

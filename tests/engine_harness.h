@@ -34,6 +34,10 @@ struct FamilyCase {
 // An fp32 tiny model of `family` (mkmodel's defaults otherwise): the CPU tests' base spec.
 TinyModelSpec F32Spec(const std::string& family);
 
+// mkmodel's tiny model of `family`, narrower (hidden 32, 4 heads of which 2 kv, intermediate
+// 64, vocab 64): the checkpoint tests' spec (mkmodel, convert).
+TinyModelSpec NarrowSpec(const std::string& family);
+
 std::vector<FamilyCase> EngineFamilies(
     const std::function<TinyModelSpec(const std::string& family)>& spec);
 

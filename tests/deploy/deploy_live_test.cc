@@ -25,6 +25,7 @@
 #include "tests/engine_harness.h"
 #include "tests/gateway/gateway_process.h"
 #include "tests/server/server_process.h"
+#include "tests/server/test_models.h"
 #include "tests/testutil.h"
 #include "yaml-cpp/yaml.h"
 
@@ -33,16 +34,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
-
-// Polls the gateway's /health until it answers 200.
-bool WaitHealthy(const GatewayProcess& gateway, int timeout_s = 60) {
-  const auto end = Clock::now() + std::chrono::seconds(timeout_s);
-  while (Clock::now() < end) {
-    if (HttpGet(gateway.port(), "/health")) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
-  return false;
-}
 
 std::string UrlEncode(const std::string& s) {
   std::string q;
@@ -81,11 +72,8 @@ std::string FindPrometheus() {
 }
 
 std::string WriteModel(const TempDir& dir) {
-  TinyModelSpec spec;
-  spec.family = "mor-ec";
-  spec.max_pos = 256;
   const std::string path = dir.File("model");
-  EXPECT_TRUE(WriteTinyModel(spec, path).ok());
+  EXPECT_TRUE(WriteTinyModel(ServingSpec("mor-ec"), path).ok());
   return path;
 }
 
@@ -111,7 +99,7 @@ class DeployLiveTest : public ::testing::Test {
     }
     gateway_ = new GatewayProcess();
     if (!gateway_->Start({"--backend", server_->address(), "--host", "127.0.0.1"}) ||
-        !WaitHealthy(*gateway_)) {
+        !gateway_->WaitHealth(200, 60)) {
       setup_error_ = "gateway: " + gateway_->output();
     }
   }
@@ -417,7 +405,7 @@ TEST(DeployFlagsTest, KubernetesAndComposeFlagsStartTheServerAndGateway) {
         Rewrite(gateway_args[source], {},
                 {{"--backend", server.address()}, {"--host", "127.0.0.1"}, {"--port", "0"}});
     ASSERT_TRUE(gateway.Start(gargs)) << gateway.output();
-    EXPECT_TRUE(WaitHealthy(gateway)) << gateway.output();
+    EXPECT_TRUE(gateway.WaitHealth(200, 60)) << gateway.output();
     EXPECT_EQ(server.Terminate(), 0) << server.output();
   }
 }

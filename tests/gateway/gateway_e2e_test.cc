@@ -28,6 +28,7 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/tools/mkmodel.h"
 #include "nlohmann/json.hpp"
+#include "tests/child_process.h"
 #include "tests/gateway/gateway_process.h"
 #include "tests/server/server_process.h"
 #include "tests/testutil.h"
@@ -152,6 +153,8 @@ class GatewayTest : public ::testing::Test {
     } else if (!gateway_->Start({"--backend", server_->address(), "--max-body-bytes", "8192",
                                  "--health-interval-ms", "200"})) {
       error_ = new std::string("gateway did not start: " + gateway_->output());
+    } else if (!gateway_->WaitHealth(200)) {  // as GatewayStack: its first check saw the backend
+      error_ = new std::string("the gateway never saw the backend serving: " + gateway_->output());
     }
   }
   static void TearDownTestSuite() {
@@ -604,15 +607,6 @@ TEST_F(GatewayTest, BackendLostMidStreamIsAnInBandErrorEvent) {
   EXPECT_EQ(g.Terminate(), 0) << g.output();
 }
 
-int ThreadCount(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
-  }
-  return -1;
-}
-
 // 1000 concurrent SSE streams from one polling client thread through a gateway on 2 io
 // threads: every stream ends with the gRPC server's greedy text and [DONE], and the
 // gateway's threads do not grow with the streams (async HTTP and gRPC callback calls).
@@ -733,12 +727,7 @@ TEST_F(GatewayTest, TwoBackendsSpreadAndFailOver) {
             1);
   // The only serving backend stopped: /health and generation say 503.
   EXPECT_EQ(a.Terminate(), 0);
-  bool down = false;
-  for (int i = 0; i < 100 && !down; ++i) {
-    down = Curl("GET", g.url() + "/health", "", {}).status == 503;
-    if (!down) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  EXPECT_TRUE(down);
+  EXPECT_TRUE(g.WaitHealth(503)) << g.output();
   ExpectError(Curl("GET", g.url() + "/health", "", {}), 503);
   ExpectError(Curl("POST", g.url() + "/v1/completions", body.dump()), 503);
   EXPECT_EQ(g.Terminate(), 0) << g.output();
@@ -858,12 +847,7 @@ TEST_F(GatewayTest, DnsBackendResolvesEachAddress) {
   GatewayProcess g;
   ASSERT_TRUE(g.Start({"--backend", "dns:localhost:" + port, "--health-interval-ms", "100"}))
       << g.output();
-  bool healthy = false;
-  for (int i = 0; i < 200 && !healthy; ++i) {
-    healthy = Curl("GET", g.url() + "/health", "", {}).status == 200;
-    if (!healthy) std::this_thread::sleep_for(std::chrono::milliseconds(25));
-  }
-  ASSERT_TRUE(healthy) << g.output();
+  ASSERT_TRUE(g.WaitHealth(200)) << g.output();
   HttpResult r = Curl("POST", g.url() + "/v1/completions",
                       json({{"prompt", "dns"}, {"max_tokens", 3}, {"ignore_eos", true}}).dump());
   ASSERT_EQ(r.status, 200) << r.body;
@@ -902,12 +886,7 @@ TEST_F(GatewayTest, StalledStreamingClientIsCutOffAndItsCallCancelled) {
   ASSERT_TRUE(s.Start(long_dir, {}) && s.WaitHealth(true)) << s.output();
   GatewayProcess g;
   ASSERT_TRUE(g.Start({"--backend", s.address(), "--write-timeout-s", "1"})) << g.output();
-  bool healthy = false;
-  for (int i = 0; i < 200 && !healthy; ++i) {
-    healthy = Curl("GET", g.url() + "/health", "", {}).status == 200;
-    if (!healthy) std::this_thread::sleep_for(std::chrono::milliseconds(25));
-  }
-  ASSERT_TRUE(healthy) << g.output();
+  ASSERT_TRUE(g.WaitHealth(200)) << g.output();
   auto cancelled = [&s] {
     return std::max(0.0, Scrape(*HttpGet(s.metrics_port(), "/metrics"),
                                 "morserve_requests_finished_total{reason=\"cancelled\"}"));

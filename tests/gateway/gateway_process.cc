@@ -31,16 +31,22 @@ bool GatewayProcess::Start(const std::vector<std::string>& extra, int timeout_s)
   return true;
 }
 
+bool GatewayProcess::WaitHealth(int status, int timeout_s) const {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  while (Curl("GET", url() + "/health", "", {}).status != status) {
+    if (std::chrono::steady_clock::now() >= end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  return true;
+}
+
 void GatewayStack::Start(const TinyModelSpec& spec) {
   ASSERT_NO_FATAL_FAILURE(ServedTextModel::Start(spec));
   ASSERT_TRUE(gateway_.Start({"--backend", server().address(), "--health-interval-ms", "200"}))
       << gateway_.output();
   // Until its first health check the gateway knows no serving backend (503).
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (Curl("GET", gateway_.url() + "/health").status != 200) {
-    ASSERT_LT(std::chrono::steady_clock::now(), end) << "the gateway never saw the backend serving";
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  ASSERT_TRUE(gateway_.WaitHealth(200)) << "the gateway never saw the backend serving\n"
+                                        << gateway_.output();
 }
 
 void GatewayStack::Stop() {

@@ -23,6 +23,9 @@ class GatewayProcess {
   // Exit status, -1 on timeout (then killed).
   int Terminate(int timeout_s = 30) { return child_.Terminate(timeout_s); }
   bool Running() { return child_.Running(); }
+  // Polls GET /health until it answers `status` (200: a backend serving; 503: none); false
+  // after timeout_s.
+  bool WaitHealth(int status, int timeout_s = 30) const;
 
   int port() const { return port_; }
   pid_t pid() const { return child_.pid(); }

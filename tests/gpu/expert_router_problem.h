@@ -189,4 +189,21 @@ struct ExpertRouterLinearProblem {
   }
 };
 
+// run(problem) on a fresh linear-router problem (rows x hidden, bad_row as in Make) for fp32
+// and bf16 router weights, each without and with an aux router, under a trace naming the case
+// and its seed; stops at the first fatal failure.
+template <typename RunFn>
+void ForEachLinearRouterProblem(int rows, int hidden, int bad_row, RunFn run) {
+  for (DType w_t : {DType::kF32, DType::kBF16}) {
+    for (bool aux : {false, true}) {
+      const uint64_t seed = FreshSeed();
+      SCOPED_TRACE("w=" + KernelDTypeName(w_t) + (aux ? " aux" : "") +
+                   " seed=" + std::to_string(seed));
+      const ExpertRouterLinearProblem pr =
+          ExpertRouterLinearProblem::Make(seed, w_t, aux, rows, hidden, bad_row);
+      ASSERT_NO_FATAL_FAILURE(run(pr));
+    }
+  }
+}
+
 }  // namespace morserve::testing

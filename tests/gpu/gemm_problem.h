@@ -3,7 +3,8 @@
 // cuBLASLt emulation): random bf16 x (stddev 1) and w (stddev 0.05, a Linear's scale), and the
 // check of a bf16 or fp32 y against a CPU GEMM in double. Error bound per element:
 // |got - ref| <= tol * sum_k |x_k w_k|, tol 1e-2 for bf16 output (one bf16 rounding) and 1e-3
-// for fp32 output (fp32 accumulation over k).
+// for fp32 output (fp32 accumulation over k). Also what both tests run the same way: the
+// status assertion, the engine's shapes and the algorithm-cache check.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -14,7 +15,16 @@
 #include <string>
 #include <vector>
 
+#include "kernels/gemm.cuh"
 #include "tests/gpu/host_tensor.h"
+
+// Asserts that a cuBLASLt call succeeded, naming the status.
+#define MORSERVE_LT_EXPECT_OK(expr)                                              \
+  do {                                                                           \
+    const cublasStatus_t morserve_st_ = (expr);                                  \
+    ASSERT_EQ(morserve_st_, CUBLAS_STATUS_SUCCESS)                               \
+        << #expr << ": " << ::morserve::kernels::GemmStatusString(morserve_st_); \
+  } while (0)
 
 namespace morserve::testing {
 
@@ -72,5 +82,30 @@ struct GemmProblem {
     }
   }
 };
+
+// check(m, n, k) for the engine's shapes (SmolLM-360M projections and a SmolLM-135M-wide
+// lm_head) at decode and prefill row counts, stopping at the first fatal failure.
+template <typename CheckFn>
+void ForEachEngineGemmShape(CheckFn check) {
+  ASSERT_NO_FATAL_FAILURE(check(1, 960, 960));    // o_proj, decode
+  ASSERT_NO_FATAL_FAILURE(check(7, 1600, 960));   // fused QKV (15 + 2 * 5 heads of 64)
+  ASSERT_NO_FATAL_FAILURE(check(64, 5120, 960));  // fused gate/up
+  ASSERT_NO_FATAL_FAILURE(check(33, 960, 2560));  // down_proj
+  ASSERT_NO_FATAL_FAILURE(check(3, 49152, 576));  // lm_head (SmolLM-135M width)
+  ASSERT_NO_FATAL_FAILURE(check(200, 64, 8));     // tiny k
+}
+
+// On a freshly initialised LtGemm: one cached algorithm per (m, n, k, y dtype), and a second
+// Init is refused.
+inline void CheckAlgorithmsAreCachedPerShape(kernels::LtGemm& gemm) {
+  EXPECT_EQ(gemm.num_cached_shapes(), 0u);
+  MORSERVE_LT_EXPECT_OK(gemm.Prepare(8, 960, 960, DType::kBF16));
+  MORSERVE_LT_EXPECT_OK(gemm.Prepare(8, 960, 960, DType::kBF16));
+  EXPECT_EQ(gemm.num_cached_shapes(), 1u);
+  MORSERVE_LT_EXPECT_OK(gemm.Prepare(8, 960, 960, DType::kF32));
+  MORSERVE_LT_EXPECT_OK(gemm.Prepare(16, 960, 960, DType::kBF16));
+  EXPECT_EQ(gemm.num_cached_shapes(), 3u);
+  EXPECT_EQ(gemm.Init(), CUBLAS_STATUS_INVALID_VALUE);  // a second Init
+}
 
 }  // namespace morserve::testing

@@ -21,8 +21,8 @@ namespace {
 using ::morserve::testing::ExpertRouterGivenProblem;
 using ::morserve::testing::ExpertRouterLinearProblem;
 using ::morserve::testing::ExpertRouterOutputs;
+using ::morserve::testing::ForEachLinearRouterProblem;
 using ::morserve::testing::FreshSeed;
-using ::morserve::testing::KernelDTypeName;
 
 // Runs the kernel on p's inputs (host pointers) into poisoned host outputs.
 ExpertRouterOutputs RunEmulated(ExpertRouterParams p) {
@@ -45,22 +45,16 @@ ExpertRouterOutputs RunEmulated(ExpertRouterParams p) {
 }
 
 TEST(ExpertRouterEmuTest, LinearRouterDecides) {
-  for (DType w_t : {DType::kF32, DType::kBF16}) {
-    for (bool aux : {false, true}) {
-      const uint64_t seed = FreshSeed();
-      SCOPED_TRACE("w=" + KernelDTypeName(w_t) + (aux ? " aux" : "") +
-                   " seed=" + std::to_string(seed));
-      const ExpertRouterLinearProblem pr =
-          ExpertRouterLinearProblem::Make(seed, w_t, aux, 8, 600, /*bad_row=*/6);
-      ExpertRouterParams p = pr.Params();
-      p.h = pr.h.data();
-      p.router_w = pr.w.data();
-      p.aux_w = aux ? pr.aw.data() : nullptr;
-      p.loops = pr.loops.data();
-      p.capacity = pr.c.capacity.data();
-      ASSERT_NO_FATAL_FAILURE(pr.Check(RunEmulated(p)));
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(
+      ForEachLinearRouterProblem(8, 600, /*bad_row=*/6, [](const ExpertRouterLinearProblem& pr) {
+        ExpertRouterParams p = pr.Params();
+        p.h = pr.h.data();
+        p.router_w = pr.w.data();
+        p.aux_w = pr.aux ? pr.aw.data() : nullptr;
+        p.loops = pr.loops.data();
+        p.capacity = pr.c.capacity.data();
+        ASSERT_NO_FATAL_FAILURE(pr.Check(RunEmulated(p)));
+      }));
   for (GateActivation act : {GateActivation::kSigmoid, GateActivation::kTanh}) {
     for (bool with_decide : {false, true}) {
       const uint64_t seed = FreshSeed();

@@ -24,8 +24,8 @@ using ::morserve::testing::ExpertRouterGivenProblem;
 using ::morserve::testing::ExpertRouterLinearProblem;
 using ::morserve::testing::ExpertRouterOutputs;
 using ::morserve::testing::FloatBits;
+using ::morserve::testing::ForEachLinearRouterProblem;
 using ::morserve::testing::FreshSeed;
-using ::morserve::testing::KernelDTypeName;
 
 // Runs the kernel on device buffers already filled by the caller (p's pointers) and
 // downloads the outputs.
@@ -79,45 +79,40 @@ TEST_F(ExpertRouterTest, GivenScoresDecideExactly) {
 }
 
 TEST_F(ExpertRouterTest, LinearRouterMatchesReferenceAndIsBatchInvariant) {
-  for (DType w_t : {DType::kF32, DType::kBF16}) {
-    for (bool aux : {false, true}) {
-      const uint64_t seed = FreshSeed();
-      SCOPED_TRACE("w=" + KernelDTypeName(w_t) + (aux ? " aux" : "") +
-                   " seed=" + std::to_string(seed));
-      const ExpertRouterLinearProblem pr =
-          ExpertRouterLinearProblem::Make(seed, w_t, aux, 64, 960, /*bad_row=*/-1);
-      const int rows = pr.rows, hidden = pr.hidden;
-      DeviceBuffer<float> dh(pr.h.size()), dcap(pr.c.num_loops);
-      DeviceBuffer<uint8_t> dw(pr.w.bytes()), daw(pr.aw.bytes());
-      DeviceBuffer<int32_t> dloops(rows);
-      ASSERT_TRUE(dh.ok() && dcap.ok() && dw.ok() && daw.ok() && dloops.ok());
-      MORSERVE_CUDA_OK(dh.Upload(pr.h));
-      MORSERVE_CUDA_OK(dcap.Upload(pr.c.capacity));
-      MORSERVE_CUDA_OK(dloops.Upload(pr.loops));
-      MORSERVE_CUDA_OK(cudaMemcpy(dw.get(), pr.w.data(), pr.w.bytes(), cudaMemcpyHostToDevice));
-      MORSERVE_CUDA_OK(cudaMemcpy(daw.get(), pr.aw.data(), pr.aw.bytes(), cudaMemcpyHostToDevice));
-      ExpertRouterParams p = pr.Params();
-      p.h = dh.get();
-      p.router_w = dw.get();
-      p.aux_w = aux ? daw.get() : nullptr;
-      p.loops = dloops.get();
-      p.capacity = dcap.get();
-      ExpertRouterOutputs out;
-      ASSERT_NO_FATAL_FAILURE(Launch(p, rows, &out));
-      ASSERT_NO_FATAL_FAILURE(pr.Check(out));
-      for (int r = 0; r < rows; ++r) {  // each row alone
-        ExpertRouterParams q = p;
-        q.h = dh.get() + static_cast<size_t>(r) * hidden;
-        q.loops = dloops.get() + r;
-        q.rows = 1;
-        ExpertRouterOutputs one;
-        ASSERT_NO_FATAL_FAILURE(Launch(q, 1, &one));
-        ASSERT_EQ(FloatBits(one.score[0]), FloatBits(out.score[r])) << "row " << r;
-        ASSERT_EQ(FloatBits(one.gate[0]), FloatBits(out.gate[r])) << "row " << r;
-        ASSERT_EQ(one.active[0], out.active[r]) << "row " << r;
-      }
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(
+      ForEachLinearRouterProblem(64, 960, /*bad_row=*/-1, [](const ExpertRouterLinearProblem& pr) {
+        const int rows = pr.rows, hidden = pr.hidden;
+        DeviceBuffer<float> dh(pr.h.size()), dcap(pr.c.num_loops);
+        DeviceBuffer<uint8_t> dw(pr.w.bytes()), daw(pr.aw.bytes());
+        DeviceBuffer<int32_t> dloops(rows);
+        ASSERT_TRUE(dh.ok() && dcap.ok() && dw.ok() && daw.ok() && dloops.ok());
+        MORSERVE_CUDA_OK(dh.Upload(pr.h));
+        MORSERVE_CUDA_OK(dcap.Upload(pr.c.capacity));
+        MORSERVE_CUDA_OK(dloops.Upload(pr.loops));
+        MORSERVE_CUDA_OK(cudaMemcpy(dw.get(), pr.w.data(), pr.w.bytes(), cudaMemcpyHostToDevice));
+        MORSERVE_CUDA_OK(
+            cudaMemcpy(daw.get(), pr.aw.data(), pr.aw.bytes(), cudaMemcpyHostToDevice));
+        ExpertRouterParams p = pr.Params();
+        p.h = dh.get();
+        p.router_w = dw.get();
+        p.aux_w = pr.aux ? daw.get() : nullptr;
+        p.loops = dloops.get();
+        p.capacity = dcap.get();
+        ExpertRouterOutputs out;
+        ASSERT_NO_FATAL_FAILURE(Launch(p, rows, &out));
+        ASSERT_NO_FATAL_FAILURE(pr.Check(out));
+        for (int r = 0; r < rows; ++r) {  // each row alone
+          ExpertRouterParams q = p;
+          q.h = dh.get() + static_cast<size_t>(r) * hidden;
+          q.loops = dloops.get() + r;
+          q.rows = 1;
+          ExpertRouterOutputs one;
+          ASSERT_NO_FATAL_FAILURE(Launch(q, 1, &one));
+          ASSERT_EQ(FloatBits(one.score[0]), FloatBits(out.score[r])) << "row " << r;
+          ASSERT_EQ(FloatBits(one.gate[0]), FloatBits(out.gate[r])) << "row " << r;
+          ASSERT_EQ(one.active[0], out.active[r]) << "row " << r;
+        }
+      }));
 }
 
 TEST_F(ExpertRouterTest, LoopOutsideRangeExitsWithNanGate) {

@@ -44,19 +44,14 @@ extern "C" cudaError_t CUDARTAPI cudaFree(void* devPtr) {
 namespace morserve::kernels {
 namespace {
 
+using ::morserve::testing::CheckAlgorithmsAreCachedPerShape;
+using ::morserve::testing::ForEachEngineGemmShape;
 using ::morserve::testing::GemmProblem;
 
 uint64_t FreshSeed() {
   std::random_device rd;
   return (static_cast<uint64_t>(rd()) << 32) ^ rd();
 }
-
-#define MORSERVE_LT_EXPECT_OK(expr)                         \
-  do {                                                      \
-    const cublasStatus_t morserve_st_ = (expr);             \
-    ASSERT_EQ(morserve_st_, CUBLAS_STATUS_SUCCESS)          \
-        << #expr << ": " << GemmStatusString(morserve_st_); \
-  } while (0)
 
 // Element bytes of y.
 size_t YBytes(DType t) { return t == DType::kBF16 ? 2 : 4; }
@@ -69,14 +64,13 @@ class GemmEmuTest : public ::testing::Test {
   // in bf16 and fp32); y's bytes in *raw.
   void Compute(const GemmProblem& pr, int row0, int m, DType y_dtype, std::vector<uint8_t>* raw) {
     raw->assign(static_cast<size_t>(m) * pr.n * YBytes(y_dtype), 0xFF);
-    GemmParams p;
-    p.x = pr.x.bits.data() + static_cast<size_t>(row0) * pr.k;
-    p.w = pr.w.bits.data();
-    p.y = raw->data();
-    p.y_dtype = y_dtype;
-    p.m = m;
-    p.n = pr.n;
-    p.k = pr.k;
+    const GemmParams p{.x = pr.x.bits.data() + static_cast<size_t>(row0) * pr.k,
+                       .w = pr.w.bits.data(),
+                       .y = raw->data(),
+                       .y_dtype = y_dtype,
+                       .m = m,
+                       .n = pr.n,
+                       .k = pr.k};
     // operator new's alignment (16 on x86-64) and k % 8 == 0 keep these 16-byte aligned.
     ASSERT_EQ(reinterpret_cast<uintptr_t>(p.x) % 16, 0u);
     ASSERT_EQ(reinterpret_cast<uintptr_t>(p.w) % 16, 0u);
@@ -99,13 +93,9 @@ class GemmEmuTest : public ::testing::Test {
 };
 
 TEST_F(GemmEmuTest, MatchesCpuGemm) {
-  ASSERT_NO_FATAL_FAILURE(CheckShape(1, 960, 960));    // o_proj, decode
-  ASSERT_NO_FATAL_FAILURE(CheckShape(7, 1600, 960));   // fused QKV (15 + 2 * 5 heads of 64)
-  ASSERT_NO_FATAL_FAILURE(CheckShape(64, 5120, 960));  // fused gate/up
-  ASSERT_NO_FATAL_FAILURE(CheckShape(33, 960, 2560));  // down_proj
-  ASSERT_NO_FATAL_FAILURE(CheckShape(3, 49152, 576));  // lm_head (SmolLM-135M width)
-  ASSERT_NO_FATAL_FAILURE(CheckShape(200, 64, 8));     // tiny k
-  ASSERT_NO_FATAL_FAILURE(CheckShape(5, 24, 16));      // a tiny model's projections
+  ASSERT_NO_FATAL_FAILURE(
+      ForEachEngineGemmShape([&](int m, int n, int k) { CheckShape(m, n, k); }));
+  ASSERT_NO_FATAL_FAILURE(CheckShape(5, 24, 16));  // a tiny model's projections
 }
 
 // A row's bits must not depend on how many rows share the GEMM nor where they start (the
@@ -138,26 +128,11 @@ TEST_F(GemmEmuTest, RowsAreBatchInvariantAcrossMAndGroups) {
   }
 }
 
-TEST_F(GemmEmuTest, AlgorithmsAreCachedPerShape) {
-  EXPECT_EQ(gemm_.num_cached_shapes(), 0u);
-  MORSERVE_LT_EXPECT_OK(gemm_.Prepare(8, 960, 960, DType::kBF16));
-  MORSERVE_LT_EXPECT_OK(gemm_.Prepare(8, 960, 960, DType::kBF16));
-  EXPECT_EQ(gemm_.num_cached_shapes(), 1u);
-  MORSERVE_LT_EXPECT_OK(gemm_.Prepare(8, 960, 960, DType::kF32));
-  MORSERVE_LT_EXPECT_OK(gemm_.Prepare(16, 960, 960, DType::kBF16));
-  EXPECT_EQ(gemm_.num_cached_shapes(), 3u);
-  EXPECT_EQ(gemm_.Init(), CUBLAS_STATUS_INVALID_VALUE);  // a second Init
-}
+TEST_F(GemmEmuTest, AlgorithmsAreCachedPerShape) { CheckAlgorithmsAreCachedPerShape(gemm_); }
 
 TEST_F(GemmEmuTest, RunRejectsBadParams) {
   alignas(16) uint16_t buf[64] = {};
-  GemmParams p;
-  p.x = buf;
-  p.w = buf;
-  p.y = buf;
-  p.m = 1;
-  p.n = 8;
-  p.k = 8;
+  const GemmParams p{.x = buf, .w = buf, .y = buf, .m = 1, .n = 8, .k = 8};
   MORSERVE_LT_EXPECT_OK(gemm_.Run(p, nullptr));
   GemmParams bad = p;
   bad.n = 12;  // not a multiple of 8

@@ -17,16 +17,11 @@
 namespace morserve::kernels {
 namespace {
 
+using ::morserve::testing::CheckAlgorithmsAreCachedPerShape;
 using ::morserve::testing::DeviceBuffer;
+using ::morserve::testing::ForEachEngineGemmShape;
 using ::morserve::testing::FreshSeed;
 using ::morserve::testing::GemmProblem;
-
-#define MORSERVE_LT_EXPECT_OK(expr)                         \
-  do {                                                      \
-    const cublasStatus_t morserve_st_ = (expr);             \
-    ASSERT_EQ(morserve_st_, CUBLAS_STATUS_SUCCESS)          \
-        << #expr << ": " << GemmStatusString(morserve_st_); \
-  } while (0)
 
 class GemmTest : public ::testing::Test {
  protected:
@@ -42,14 +37,8 @@ class GemmTest : public ::testing::Test {
     DeviceBuffer<uint8_t> dy(static_cast<size_t>(m) * n * esize);
     ASSERT_TRUE(dy.ok());
     MORSERVE_CUDA_OK(dy.Poison());
-    GemmParams p;
-    p.x = x.get();
-    p.w = w.get();
-    p.y = dy.get();
-    p.y_dtype = y_dtype;
-    p.m = m;
-    p.n = n;
-    p.k = k;
+    const GemmParams p{
+        .x = x.get(), .w = w.get(), .y = dy.get(), .y_dtype = y_dtype, .m = m, .n = n, .k = k};
     MORSERVE_LT_EXPECT_OK(gemm_.Run(p, nullptr));
     MORSERVE_CUDA_OK(cudaDeviceSynchronize());
     MORSERVE_CUDA_OK(dy.Download(raw));
@@ -79,24 +68,11 @@ class GemmTest : public ::testing::Test {
 };
 
 TEST_F(GemmTest, MatchesCpuGemm) {
-  ASSERT_NO_FATAL_FAILURE(CheckShape(1, 960, 960));    // o_proj, decode
-  ASSERT_NO_FATAL_FAILURE(CheckShape(7, 1600, 960));   // fused QKV (15 + 2 * 5 heads of 64)
-  ASSERT_NO_FATAL_FAILURE(CheckShape(64, 5120, 960));  // fused gate/up
-  ASSERT_NO_FATAL_FAILURE(CheckShape(33, 960, 2560));  // down_proj
-  ASSERT_NO_FATAL_FAILURE(CheckShape(3, 49152, 576));  // lm_head (SmolLM-135M width)
-  ASSERT_NO_FATAL_FAILURE(CheckShape(200, 64, 8));     // tiny k
+  ASSERT_NO_FATAL_FAILURE(
+      ForEachEngineGemmShape([&](int m, int n, int k) { CheckShape(m, n, k); }));
 }
 
-TEST_F(GemmTest, AlgorithmsAreCachedPerShape) {
-  EXPECT_EQ(gemm_.num_cached_shapes(), 0u);
-  MORSERVE_LT_EXPECT_OK(gemm_.Prepare(8, 960, 960, DType::kBF16));
-  MORSERVE_LT_EXPECT_OK(gemm_.Prepare(8, 960, 960, DType::kBF16));
-  EXPECT_EQ(gemm_.num_cached_shapes(), 1u);
-  MORSERVE_LT_EXPECT_OK(gemm_.Prepare(8, 960, 960, DType::kF32));
-  MORSERVE_LT_EXPECT_OK(gemm_.Prepare(16, 960, 960, DType::kBF16));
-  EXPECT_EQ(gemm_.num_cached_shapes(), 3u);
-  EXPECT_EQ(gemm_.Init(), CUBLAS_STATUS_INVALID_VALUE);  // a second Init
-}
+TEST_F(GemmTest, AlgorithmsAreCachedPerShape) { CheckAlgorithmsAreCachedPerShape(gemm_); }
 
 // A row's bits must not depend on how many rows share the GEMM (the engine's batches change
 // every step). Rows 0..m-1 of the same x at m = 1, 7 and 64 against m = 64.
@@ -133,13 +109,7 @@ TEST_F(GemmTest, CapturedInGraphMatchesDirectRun) {
   ASSERT_TRUE(dy.ok());
   ASSERT_NO_FATAL_FAILURE(Upload(pr, &dx, &dw));
   MORSERVE_LT_EXPECT_OK(gemm_.Prepare(m, n, k, DType::kBF16));
-  GemmParams p;
-  p.x = dx.get();
-  p.w = dw.get();
-  p.y = dy.get();
-  p.m = m;
-  p.n = n;
-  p.k = k;
+  const GemmParams p{.x = dx.get(), .w = dw.get(), .y = dy.get(), .m = m, .n = n, .k = k};
   cudaStream_t stream;
   MORSERVE_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaGraph_t graph;
@@ -166,13 +136,7 @@ TEST_F(GemmTest, CapturedInGraphMatchesDirectRun) {
 TEST(GemmParamsTest, RejectsBadParams) {
   LtGemm gemm;  // not initialised
   alignas(16) uint16_t buf[64] = {};
-  GemmParams p;
-  p.x = buf;
-  p.w = buf;
-  p.y = buf;
-  p.m = 1;
-  p.n = 8;
-  p.k = 8;
+  const GemmParams p{.x = buf, .w = buf, .y = buf, .m = 1, .n = 8, .k = 8};
   EXPECT_EQ(gemm.Run(p, nullptr), CUBLAS_STATUS_NOT_INITIALIZED);
   GemmParams bad = p;
   bad.k = 12;  // not a multiple of 8

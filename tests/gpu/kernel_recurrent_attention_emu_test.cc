@@ -53,26 +53,10 @@ std::vector<uint8_t> EmulateTiled(const Problem& p, const Items& it, DType t) {
   std::vector<uint8_t> out = t == DType::kBF16
                                  ? Bytes<uint16_t>(p.rows * static_cast<size_t>(p.q_dim()))
                                  : Bytes<float>(p.rows * static_cast<size_t>(p.q_dim()));
-  RecurrentAttentionParams rp;
-  rp.q = p.q.data();
-  rp.k_cache = k.data();
-  rp.v_cache = v.data();
-  rp.table_indptr = p.indptr.data();
-  rp.table_blocks = p.blocks.data();
-  rp.kv_len = p.kv_len.data();
-  rp.extra_k = p.extra_k.data();
-  rp.extra_v = p.extra_v.data();
-  rp.state_ml = ml.data();
-  rp.state_acc = acc.data();
-  rp.out = out.data();
-  rp.out_dtype = t;
-  rp.rows = p.rows;
-  rp.n_heads = p.shape.n_heads;
-  rp.n_kv_heads = p.shape.n_kv_heads;
-  rp.head_dim = p.shape.head_dim;
-  rp.block_size = p.shape.block_size;
-  rp.num_blocks = p.num_blocks;
-  rp.scale = 1.0f / std::sqrt(static_cast<float>(p.shape.head_dim));
+  const AttentionInputs in = {p.q.data(),       k.data(),        v.data(),        p.extra_k.data(),
+                              p.extra_v.data(), p.indptr.data(), p.blocks.data(), p.kv_len.data()};
+  const RecurrentAttentionParams rp =
+      RecurrentLaunchParams(p, in, ml.data(), acc.data(), out.data(), t);
   Backend b;
   b.run = [&](bool finish, int begin, int count) {
     RecurrentAttentionParams q = rp;
@@ -107,8 +91,8 @@ std::vector<uint8_t> EmulatePagedOneChunk(const Problem& p, DType t) {
                                  ? Bytes<uint16_t>(p.rows * static_cast<size_t>(p.q_dim()))
                                  : Bytes<float>(p.rows * static_cast<size_t>(p.q_dim()));
   const AttentionInputs in = {p.q.data(),       p.k_cache.data(), p.v_cache.data(),
-                             p.extra_k.data(), p.extra_v.data(), p.indptr.data(),
-                             p.blocks.data(),  p.kv_len.data()};
+                              p.extra_k.data(), p.extra_v.data(), p.indptr.data(),
+                              p.blocks.data(),  p.kv_len.data()};
   PagedAttentionParams pp = PagedOneChunkParams(p, in, t);
   pp.out = out.data();
   EXPECT_EQ(PagedAttentionMaxChunks(pp.max_kv_len, true, pp.chunk_len), 1);

@@ -62,6 +62,11 @@ struct DeviceProblem {
   DeviceBuffer<int32_t> indptr, blocks, kv_len;
   DeviceBuffer<uint16_t> extra_k, extra_v;
   bool ok = false;
+
+  AttentionInputs Inputs() const {
+    return {q.get(),       k_cache.get(), v_cache.get(), extra_k.get(),
+            extra_v.get(), indptr.get(),  blocks.get(),  kv_len.get()};
+  }
 };
 
 // Output of the tiled schedule on the GPU, raw bytes.
@@ -81,26 +86,8 @@ std::vector<uint8_t> RunTiled(const Problem& p, const Items& it, DType t) {
   EXPECT_EQ(out.Poison(), cudaSuccess);
   if (!it.merge.empty()) EXPECT_EQ(merge.Upload(it.merge), cudaSuccess);
   EXPECT_EQ(finish.Upload(it.finish), cudaSuccess);
-  RecurrentAttentionParams rp;
-  rp.q = d.q.get();
-  rp.k_cache = d.k_cache.get();
-  rp.v_cache = d.v_cache.get();
-  rp.table_indptr = d.indptr.get();
-  rp.table_blocks = d.blocks.get();
-  rp.kv_len = d.kv_len.get();
-  rp.extra_k = d.extra_k.get();
-  rp.extra_v = d.extra_v.get();
-  rp.state_ml = ml.get();
-  rp.state_acc = acc.get();
-  rp.out = out.get();
-  rp.out_dtype = t;
-  rp.rows = p.rows;
-  rp.n_heads = p.shape.n_heads;
-  rp.n_kv_heads = p.shape.n_kv_heads;
-  rp.head_dim = p.shape.head_dim;
-  rp.block_size = p.shape.block_size;
-  rp.num_blocks = p.num_blocks;
-  rp.scale = 1.0f / std::sqrt(static_cast<float>(p.shape.head_dim));
+  const RecurrentAttentionParams rp =
+      RecurrentLaunchParams(p, d.Inputs(), ml.get(), acc.get(), out.get(), t);
   const size_t kvd = p.kv_dim();
   Backend b;
   b.run = [&](bool fin, int begin, int count) {
@@ -129,10 +116,7 @@ std::vector<uint8_t> RunPagedOneChunk(const Problem& p, DType t) {
   const size_t esize = t == DType::kBF16 ? 2 : 4;
   DeviceBuffer<uint8_t> out(static_cast<size_t>(p.rows) * p.q_dim() * esize);
   EXPECT_EQ(out.Poison(), cudaSuccess);
-  const AttentionInputs in = {d.q.get(),       d.k_cache.get(), d.v_cache.get(),
-                             d.extra_k.get(), d.extra_v.get(), d.indptr.get(),
-                             d.blocks.get(),  d.kv_len.get()};
-  PagedAttentionParams pp = PagedOneChunkParams(p, in, t);
+  PagedAttentionParams pp = PagedOneChunkParams(p, d.Inputs(), t);
   pp.out = out.get();
   EXPECT_EQ(PagedAttentionWorkspaceFloats(p.rows, p.shape.n_heads, p.shape.head_dim, p.max_kv_len,
                                           true, pp.chunk_len),

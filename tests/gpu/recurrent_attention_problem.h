@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 #include <string>
 #include <vector>
@@ -91,6 +92,35 @@ inline void Drive(const Problem& p, const Items& it, const Backend& b) {
       b.write(slot, &p.k_cache[slot * kvd], &p.v_cache[slot * kvd]);
     }
   }
+}
+
+// The recurrent kernels' parameters over `in` (device or host pointers, as the backend holds
+// them) with the fold state and the output; items and num_items are the launch's to set.
+inline RecurrentAttentionParams RecurrentLaunchParams(const Problem& p,
+                                                      const attention_test::AttentionInputs& in,
+                                                      float* state_ml, float* state_acc, void* out,
+                                                      DType out_dtype) {
+  RecurrentAttentionParams rp;
+  rp.q = in.q;
+  rp.k_cache = in.k_cache;
+  rp.v_cache = in.v_cache;
+  rp.table_indptr = in.indptr;
+  rp.table_blocks = in.blocks;
+  rp.kv_len = in.kv_len;
+  rp.extra_k = in.extra_k;
+  rp.extra_v = in.extra_v;
+  rp.state_ml = state_ml;
+  rp.state_acc = state_acc;
+  rp.out = out;
+  rp.out_dtype = out_dtype;
+  rp.rows = p.rows;
+  rp.n_heads = p.shape.n_heads;
+  rp.n_kv_heads = p.shape.n_kv_heads;
+  rp.head_dim = p.shape.head_dim;
+  rp.block_size = p.shape.block_size;
+  rp.num_blocks = p.num_blocks;
+  rp.scale = 1.0f / std::sqrt(static_cast<float>(p.shape.head_dim));
+  return rp;
 }
 
 // Paged attention over the problem with one split chunk per row over the complete cache and

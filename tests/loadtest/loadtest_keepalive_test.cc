@@ -7,9 +7,7 @@
 // byte-level BPE tokenizer trained on the spot by `morserve mktokenizer`).
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <fstream>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -18,6 +16,7 @@
 #include "tests/gateway/gateway_process.h"
 #include "tests/loadtest/tcp_counting_proxy.h"
 #include "tests/server/server_process.h"
+#include "tests/server/test_models.h"
 #include "tests/testutil.h"
 
 namespace morserve::testing {
@@ -38,9 +37,7 @@ class LoadTestKeepAlive : public ::testing::Test {
         MorserveBinary(), " mktokenizer --corpus /usr/share/common-licenses/Apache-2.0",
         " --vocab-size 320 --out ", dir_->File("tok"), " 2>&1"));
     ASSERT_EQ(tok.exit_code, 0) << tok.output;
-    TinyModelSpec spec;
-    spec.family = "mor-ec";
-    spec.max_pos = 256;
+    TinyModelSpec spec = ServingSpec("mor-ec");
     ASSERT_TRUE(UseTokenizer(dir_->File("tok"), &spec).ok());
     ASSERT_TRUE(WriteTinyModel(spec, dir_->File("model")).ok());
     server_ = new ServerProcess();
@@ -52,12 +49,7 @@ class LoadTestKeepAlive : public ::testing::Test {
         << gateway_->output();
     // The gateway listens before its first health check marks the backend serving (that
     // check has a 1 s deadline a loaded machine can miss): wait for its /health.
-    bool healthy = false;
-    for (int i = 0; i < 300 && !healthy; ++i) {
-      healthy = Curl("GET", gateway_->url() + "/health", "", {}).status == 200;
-      if (!healthy) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    ASSERT_TRUE(healthy) << gateway_->output();
+    ASSERT_TRUE(gateway_->WaitHealth(200)) << gateway_->output();
   }
   static void TearDownTestSuite() {
     delete gateway_;

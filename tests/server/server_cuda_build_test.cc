@@ -12,17 +12,15 @@
 
 #include "tests/engine_harness.h"
 #include "tests/server/server_process.h"
+#include "tests/server/test_models.h"
 #include "tests/testutil.h"
 
 namespace morserve::testing {
 namespace {
 
 std::string WriteModel(const TempDir& dir) {
-  TinyModelSpec spec;
-  spec.family = "mor-ec";
-  spec.max_pos = 256;
   const std::string path = dir.File("model");
-  EXPECT_TRUE(WriteTinyModel(spec, path).ok());
+  EXPECT_TRUE(WriteTinyModel(ServingSpec("mor-ec"), path).ok());
   return path;
 }
 

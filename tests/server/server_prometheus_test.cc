@@ -14,6 +14,7 @@
 #include "tests/child_process.h"
 #include "tests/engine_harness.h"
 #include "tests/server/server_process.h"
+#include "tests/server/test_models.h"
 
 namespace morserve::testing {
 namespace {
@@ -51,10 +52,7 @@ TEST(ServerPrometheusTest, PrometheusScrapesTheCountsTheClientSaw) {
   ASSERT_FALSE(prometheus.empty())
       << "the Prometheus server is required (scripts/install_deps.sh installs `prometheus`)";
   TempDir dir;
-  TinyModelSpec spec;
-  spec.family = "mor-ec";
-  spec.max_pos = 256;
-  ASSERT_TRUE(WriteTinyModel(spec, dir.File("model")).ok());
+  ASSERT_TRUE(WriteTinyModel(ServingSpec("mor-ec"), dir.File("model")).ok());
   ServerProcess server;
   ASSERT_TRUE(server.Start(dir.File("model"), {})) << server.output();
   ASSERT_TRUE(server.WaitHealth(true)) << server.output();

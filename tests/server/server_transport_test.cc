@@ -12,7 +12,6 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -20,24 +19,16 @@
 
 #include "engine/reference/reference_model.h"
 #include "engine/tools/mkmodel.h"
+#include "tests/child_process.h"
 #include "tests/engine_harness.h"
 #include "tests/server/server_process.h"
+#include "tests/server/test_models.h"
 #include "tests/testutil.h"
 
 namespace morserve::testing {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// "Threads:" of /proc/PID/status, or -1.
-int ThreadCount(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
-  }
-  return -1;
-}
 
 // A self-signed certificate (a CA too, so it can be its own root) for localhost and
 // 127.0.0.1, with its unencrypted key. False with `log` holding openssl's output.
@@ -67,11 +58,8 @@ class TransportTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir();
-    TinyModelSpec spec;
-    spec.family = "mor-ec";
-    spec.max_pos = 256;
     model_dir_ = new std::string(dir_->File("mor-ec"));
-    ASSERT_TRUE(WriteTinyModel(spec, *model_dir_).ok());
+    ASSERT_TRUE(WriteTinyModel(ServingSpec("mor-ec"), *model_dir_).ok());
   }
   static void TearDownTestSuite() {
     delete model_dir_;

@@ -15,12 +15,14 @@
 #include "engine/tools/mkmodel.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/engine_harness.h"
 #include "tests/testutil.h"
 
 namespace morserve {
 namespace {
 
 using nlohmann::json;
+using testing::NarrowSpec;
 using testing::ReadFile;
 using testing::TempDir;
 using testing::WriteFile;
@@ -201,17 +203,6 @@ OfficialRun WriteOfficialRun(const TempDir& tmp, const TinyModelSpec& spec, cons
   return run;
 }
 
-TinyModelSpec MorSpec(const std::string& family) {
-  TinyModelSpec s;
-  s.family = family;
-  s.hidden = 32;
-  s.heads = 4;
-  s.kv_heads = 2;
-  s.intermediate = 64;
-  s.vocab = 64;
-  return s;
-}
-
 void ExpectSameLogits(const std::string& original_dir, const std::string& converted_dir) {
   auto a = LoadModel(original_dir);
   auto b = LoadModel(converted_dir);
@@ -231,7 +222,7 @@ void ExpectSameLogits(const std::string& original_dir, const std::string& conver
 
 TEST(ConvertMorCheckpoint, ExpertChoiceRoundTripsToTheSameLogits) {
   TempDir tmp;
-  TinyModelSpec spec = MorSpec("mor-ec");
+  TinyModelSpec spec = NarrowSpec("mor-ec");
   spec.router_bias = 0.5f;  // some tokens go deep, some leave early
   const std::string original = tmp.File("original");
   ASSERT_TRUE(WriteTinyModel(spec, original).ok());
@@ -256,7 +247,7 @@ TEST(ConvertMorCheckpoint, ExpertChoiceRoundTripsToTheSameLogits) {
 
 TEST(ConvertMorCheckpoint, TokenChoiceFromAWrappedCheckpointFile) {
   TempDir tmp;
-  TinyModelSpec spec = MorSpec("mor-tc");
+  TinyModelSpec spec = NarrowSpec("mor-tc");
   spec.router_bias = 0.3f;
   const std::string original = tmp.File("original");
   ASSERT_TRUE(WriteTinyModel(spec, original).ok());
@@ -282,7 +273,7 @@ TEST(ConvertMorCheckpoint, TokenChoiceFromAWrappedCheckpointFile) {
 
 TEST(ConvertMorCheckpoint, MismatchesAreClearErrors) {
   TempDir tmp;
-  TinyModelSpec spec = MorSpec("mor-ec");
+  TinyModelSpec spec = NarrowSpec("mor-ec");
   const OfficialRun run = WriteOfficialRun(tmp, spec, RunYaml("expert"));
   // YAML says token choice, checkpoint is expert choice.
   WriteFile(tmp.File("token.yaml"), RunYaml("token"));

@@ -13,16 +13,12 @@
 #include <utility>
 #include <vector>
 
+#include "tests/random_values.h"
+
 namespace morserve {
 namespace {
 
-std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-scale, scale);
-  std::vector<float> v(n);
-  for (float& f : v) f = dist(rng);
-  return v;
-}
+using testing::UniformRandom;
 
 // Checks y (or y - y0 when given) against x · W^T in double.
 void ExpectClose(const std::vector<float>& x, const std::vector<float>& w,
@@ -63,8 +59,8 @@ TEST_P(CpuLinearTest, MatchesDoubleGemm) {
   };
   for (const Shape s : {Shape{5, 64, 128}, Shape{3, 1, 100}, Shape{1, 1, 1}, Shape{33, 37, 203},
                         Shape{17, 1536, 576}, Shape{40, 576, 1536}, Shape{16, 300, 17}}) {
-    const auto w = Random(static_cast<size_t>(s.n) * s.k, 1);
-    const auto x = Random(static_cast<size_t>(s.m) * s.k, 2);
+    const auto w = UniformRandom(static_cast<size_t>(s.n) * s.k, 1);
+    const auto x = UniformRandom(static_cast<size_t>(s.m) * s.k, 2);
     CpuLinear lin(w.data(), s.n, s.k, GetParam());
     std::vector<float> y(static_cast<size_t>(s.m) * s.n, NAN);
     lin.Forward(x.data(), s.m, y.data());
@@ -73,7 +69,7 @@ TEST_P(CpuLinearTest, MatchesDoubleGemm) {
 }
 
 TEST_P(CpuLinearTest, ZeroRowsIsNoOp) {
-  const auto w = Random(64 * 128, 1);
+  const auto w = UniformRandom(64 * 128, 1);
   CpuLinear lin(w.data(), 64, 128, GetParam());
   float y = 42.0f;
   lin.Forward(nullptr, 0, &y);
@@ -83,9 +79,9 @@ TEST_P(CpuLinearTest, ZeroRowsIsNoOp) {
 
 TEST_P(CpuLinearTest, AccumulateAddsToOutput) {
   const int m = 19, n = 96, k = 72;
-  const auto w = Random(n * k, 3);
-  const auto x = Random(m * k, 4);
-  const auto y0 = Random(m * n, 5, 3.0f);
+  const auto w = UniformRandom(n * k, 3);
+  const auto x = UniformRandom(m * k, 4);
+  const auto y0 = UniformRandom(m * n, 5, 3.0f);
   CpuLinear lin(w.data(), n, k, GetParam());
   std::vector<float> y = y0;
   lin.ForwardAccumulate(x.data(), m, y.data());
@@ -97,15 +93,15 @@ TEST_P(CpuLinearTest, AccumulateAddsToOutput) {
 void ExpectBatchInvariant(int n, int k, CpuCompute compute, uint32_t seed = 6) {
   SCOPED_TRACE("n=" + std::to_string(n) + " k=" + std::to_string(k) + " seed=" + std::to_string(seed));
   const int rows = 64;
-  const auto w = Random(static_cast<size_t>(n) * k, seed);
-  const auto x = Random(static_cast<size_t>(rows) * k, 7);
+  const auto w = UniformRandom(static_cast<size_t>(n) * k, seed);
+  const auto x = UniformRandom(static_cast<size_t>(rows) * k, 7);
   CpuLinear lin(w.data(), n, k, compute);
   if (seed == 6) std::printf("n=%d k=%d tile_m=%d impl=%s\n", n, k, lin.tile_m(), lin.impl_name());
   std::vector<float> full(rows * n);
   lin.Forward(x.data(), rows, full.data());
   int checked = 0;
   for (int batch : {1, 3, 7, 16, 33, 64}) {
-    auto noise = Random(static_cast<size_t>(batch) * k, 100 + batch, 5.0f);
+    auto noise = UniformRandom(static_cast<size_t>(batch) * k, 100 + batch, 5.0f);
     std::vector<float> y(static_cast<size_t>(batch) * n);
     for (int r = 0; r < rows; r += (batch == 1 ? 1 : 5)) {
       const int pos = r % batch;
@@ -136,8 +132,8 @@ TEST_P(CpuLinearTest, BatchInvariantBitwiseLoraShapes) {
 
 TEST_P(CpuLinearTest, IndependentOfThreadCount) {
   const int m = 45, n = 700, k = 160;
-  const auto w = Random(n * k, 8);
-  const auto x = Random(m * k, 9);
+  const auto w = UniformRandom(n * k, 8);
+  const auto x = UniformRandom(m * k, 9);
   std::vector<float> first;
   for (int threads : {1, 2, 3, 5}) {
     ThreadPool pool(threads);

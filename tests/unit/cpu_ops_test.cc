@@ -11,17 +11,12 @@
 #include <vector>
 
 #include "engine/model/dtype.h"
+#include "tests/random_values.h"
 
 namespace morserve {
 namespace {
 
-std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-scale, scale);
-  std::vector<float> v(n);
-  for (float& f : v) f = dist(rng);
-  return v;
-}
+using testing::UniformRandom;
 
 void ExpectNear(double ref, float got, double tol_scale, const char* what, size_t i) {
   ASSERT_LE(std::fabs(got - ref), 4e-7 * tol_scale + 1e-30) << what << " at " << i;
@@ -30,9 +25,9 @@ void ExpectNear(double ref, float got, double tol_scale, const char* what, size_
 TEST(CpuOpsTest, RmsNormRows) {
   const int rows = 7, dim = 576;
   const float eps = 1e-5f;
-  auto x = Random(rows * dim, 1, 3.0f);
+  auto x = UniformRandom(rows * dim, 1, 3.0f);
   x[5] = 0;  // zeros are fine
-  const auto w = Random(dim, 2);
+  const auto w = UniformRandom(dim, 2);
   std::vector<float> out(rows * dim);
   RmsNormRows(x.data(), w.data(), rows, dim, eps, out.data());
   for (int r = 0; r < rows; ++r) {
@@ -55,7 +50,7 @@ TEST(CpuOpsTest, RmsNormRows) {
 
 TEST(CpuOpsTest, AddAndScaleAdd) {
   const int rows = 4, dim = 33;
-  const auto a = Random(rows * dim, 3), b = Random(rows * dim, 4);
+  const auto a = UniformRandom(rows * dim, 3), b = UniformRandom(rows * dim, 4);
   std::vector<float> out(rows * dim);
   AddRows(a.data(), b.data(), rows, dim, out.data());
   for (size_t i = 0; i < out.size(); ++i)
@@ -76,7 +71,7 @@ TEST(CpuOpsTest, AddAndScaleAdd) {
 
 TEST(CpuOpsTest, SiluMulAndGelu) {
   const int rows = 3, n = 1536;
-  const auto gate = Random(rows * n, 5, 8.0f), up = Random(rows * n, 6, 2.0f);
+  const auto gate = UniformRandom(rows * n, 5, 8.0f), up = UniformRandom(rows * n, 6, 2.0f);
   std::vector<float> out(rows * n);
   SiluMulRows(gate.data(), up.data(), rows, n, out.data());
   for (size_t i = 0; i < out.size(); ++i) {
@@ -84,7 +79,7 @@ TEST(CpuOpsTest, SiluMulAndGelu) {
     const double ref = g / (1.0 + std::exp(-g)) * up[i];
     ExpectNear(ref, out[i], std::fabs(ref), "silu_mul", i);
   }
-  std::vector<float> x = Random(1000, 7, 6.0f);
+  std::vector<float> x = UniformRandom(1000, 7, 6.0f);
   const std::vector<float> x0 = x;
   GeluErf(x.data(), static_cast<int64_t>(x.size()));
   for (size_t i = 0; i < x.size(); ++i) {
@@ -99,7 +94,7 @@ TEST(CpuOpsTest, RopeRotateHalf) {
   const float theta = 10000.0f;
   const std::vector<int32_t> pos = {0, 1, 17, 1000, 8191};
   const int width = n_heads * head_dim;
-  const auto x0 = Random(rows * width, 8, 2.0f);
+  const auto x0 = UniformRandom(rows * width, 8, 2.0f);
   std::vector<float> x = x0;
   RopeRows(x.data(), pos.data(), rows, n_heads, head_dim, theta);
   const int half = head_dim / 2;
@@ -123,7 +118,7 @@ TEST(CpuOpsTest, RopeRotateHalf) {
 
 TEST(CpuOpsTest, EmbeddingGatherF32AndBf16) {
   const int vocab = 11, dim = 24;
-  const auto table = Random(vocab * dim, 9);
+  const auto table = UniformRandom(vocab * dim, 9);
   const std::vector<int32_t> ids = {3, 0, 10, 3};
   std::vector<float> out(ids.size() * dim);
   EmbeddingGather(table.data(), vocab, ids.data(), static_cast<int>(ids.size()), dim, out.data());

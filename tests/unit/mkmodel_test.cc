@@ -12,24 +12,15 @@
 #include "engine/model/weights.h"
 #include "engine/reference/reference_model.h"
 #include "gtest/gtest.h"
+#include "tests/engine_harness.h"
 #include "tests/testutil.h"
 
 namespace morserve {
 namespace {
 
+using testing::NarrowSpec;
 using testing::ReadFile;
 using testing::TempDir;
-
-TinyModelSpec Spec(const std::string& family) {
-  TinyModelSpec s;
-  s.family = family;
-  s.hidden = 32;
-  s.heads = 4;
-  s.kv_heads = 2;
-  s.intermediate = 64;
-  s.vocab = 64;
-  return s;
-}
 
 std::shared_ptr<const ModelWeights> WriteAndLoad(const TinyModelSpec& spec, const TempDir& dir) {
   absl::Status s = WriteTinyModel(spec, dir.path());
@@ -46,7 +37,7 @@ TEST(Mkmodel, EveryFamilyWritesLoadsAndRuns) {
   for (const std::string& family : TinyModelFamilies()) {
     SCOPED_TRACE(family);
     TempDir dir;
-    auto w = WriteAndLoad(Spec(family), dir);
+    auto w = WriteAndLoad(NarrowSpec(family), dir);
     ASSERT_NE(w, nullptr);
     ReferenceModel ref(w);
     const std::vector<StepOutput> out = ref.Forward(kTokens);
@@ -88,30 +79,30 @@ TEST(Mkmodel, FamiliesConfigureWhatTheirNamesSay) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.family);
-    auto config = TinyModelConfig(Spec(c.family));
+    auto config = TinyModelConfig(NarrowSpec(c.family));
     ASSERT_TRUE(config.ok()) << config.status();
     EXPECT_EQ(config->recursion.sharing, c.sharing);
     EXPECT_EQ(config->recursion.routing, c.routing);
     EXPECT_EQ(config->recursion.layer_kind, c.kind);
     EXPECT_EQ(config->num_layers, c.layers);
   }
-  auto lora = TinyModelConfig(Spec("relaxed-lora"));
+  auto lora = TinyModelConfig(NarrowSpec("relaxed-lora"));
   EXPECT_EQ(lora->recursion.lora.rank, 4);
   EXPECT_FLOAT_EQ(lora->recursion.lora.scale(), 2.0f);
   EXPECT_EQ(lora->recursion.lora.targets, (std::vector<std::string>{"q_proj", "v_proj"}));
-  EXPECT_FALSE(TinyModelConfig(Spec("vanilla"))->recursion.present);
-  auto ee = TinyModelConfig(Spec("early-exit"));
+  EXPECT_FALSE(TinyModelConfig(NarrowSpec("vanilla"))->recursion.present);
+  auto ee = TinyModelConfig(NarrowSpec("early-exit"));
   EXPECT_FLOAT_EQ(ee->recursion.early_exit.threshold, 0.9f);
 }
 
 TEST(Mkmodel, InvalidCombinationsAreErrors) {
-  TinyModelSpec s = Spec("nonsense");
+  TinyModelSpec s = NarrowSpec("nonsense");
   EXPECT_FALSE(TinyModelConfig(s).ok());
-  s = Spec("mor-ec");
+  s = NarrowSpec("mor-ec");
   s.kv = "shared";
   s.capacity = {0.5f, 0.5f, 0.5f};  // shared KV needs loop 1 to run every token
   EXPECT_FALSE(TinyModelConfig(s).ok());
-  s = Spec("recursive-cycle");
+  s = NarrowSpec("recursive-cycle");
   s.layers = 7;  // 3 recursions do not divide 7 layers
   auto c = TinyModelConfig(s);
   ASSERT_FALSE(c.ok());
@@ -122,7 +113,7 @@ TEST(Mkmodel, SameSeedSameBytesOtherSeedOtherBytes) {
   for (const std::string& family : TinyModelFamilies()) {
     SCOPED_TRACE(family);
     TempDir a, b, c;
-    TinyModelSpec spec = Spec(family);
+    TinyModelSpec spec = NarrowSpec(family);
     ASSERT_TRUE(WriteTinyModel(spec, a.path()).ok());
     ASSERT_TRUE(WriteTinyModel(spec, b.path()).ok());
     spec.seed = 2;
@@ -137,7 +128,7 @@ TEST(Mkmodel, SameSeedSameBytesOtherSeedOtherBytes) {
 
 TEST(Mkmodel, ShardedVariantLoadsWithTheSameTensors) {
   TempDir one, three;
-  TinyModelSpec spec = Spec("mor-ec");
+  TinyModelSpec spec = NarrowSpec("mor-ec");
   auto single = WriteAndLoad(spec, one);
   spec.shards = 3;
   auto sharded = WriteAndLoad(spec, three);
@@ -160,7 +151,7 @@ TEST(Mkmodel, ShardedVariantLoadsWithTheSameTensors) {
 TEST(Mkmodel, DtypesAreHonoured) {
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
     TempDir dir;
-    TinyModelSpec spec = Spec("recursive-cycle");
+    TinyModelSpec spec = NarrowSpec("recursive-cycle");
     spec.dtype = t;
     auto w = WriteAndLoad(spec, dir);
     ASSERT_NE(w, nullptr);
@@ -171,7 +162,7 @@ TEST(Mkmodel, DtypesAreHonoured) {
 
 TEST(Mkmodel, FirstCopyOnlyIsSmallerAndLoads) {
   TempDir full, once;
-  TinyModelSpec spec = Spec("recursive-middle-cycle");
+  TinyModelSpec spec = NarrowSpec("recursive-middle-cycle");
   auto all = WriteAndLoad(spec, full);
   ASSERT_NE(all, nullptr);
   spec.first_copy_only = true;
@@ -202,7 +193,7 @@ std::vector<double> FirstLoopScores(const TinyModelSpec& spec, std::vector<int>*
 TEST(Mkmodel, RouterBiasShiftsExpertChoiceScores) {
   for (const char* arch : {"linear", "mlp"}) {
     SCOPED_TRACE(arch);
-    TinyModelSpec spec = Spec("mor-ec");
+    TinyModelSpec spec = NarrowSpec("mor-ec");
     spec.router = arch;
     spec.dtype = DType::kF32;  // exact weights, so the shift is exact too
     const std::vector<double> base = FirstLoopScores(spec, nullptr);
@@ -217,7 +208,7 @@ TEST(Mkmodel, RouterBiasShiftsExpertChoiceScores) {
 TEST(Mkmodel, RouterBiasSetsExitRates) {
   for (const char* family : {"mor-ec", "mor-tc"}) {
     SCOPED_TRACE(family);
-    TinyModelSpec spec = Spec(family);
+    TinyModelSpec spec = NarrowSpec(family);
     std::vector<int> deep, shallow;
     spec.router_bias = 50.0f;
     FirstLoopScores(spec, &deep);
@@ -250,7 +241,7 @@ TEST(Mkmodel, CommandLineWritesWhatItIsTold) {
   EXPECT_EQ((*w)->embed.dtype, DType::kF16);
   EXPECT_EQ((*w)->config.hidden_size, 32);
 
-  TinyModelSpec same = Spec("mor-ec");
+  TinyModelSpec same = NarrowSpec("mor-ec");
   same.router = "mlp";
   same.activation = "tanh";
   same.aux_router = true;

@@ -63,20 +63,31 @@ class Recorder : public EngineObserver {
   StepReport last;
 };
 
+// An engine (EngineConfig defaults) on mkmodel's tiny model of `family`, written to `dir`,
+// reporting to `observer`; null (with the failure recorded) when it cannot be made.
+std::unique_ptr<Engine> ObservedEngine(const std::string& family, TempDir* dir,
+                                       EngineObserver* observer) {
+  TinyModelSpec spec;
+  spec.family = family;
+  auto weights = MakeModel(spec, dir);
+  EXPECT_NE(weights, nullptr);
+  if (weights == nullptr) return nullptr;
+  auto engine = Engine::Create(weights, EngineConfig());
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  if (!engine.ok()) return nullptr;
+  (*engine)->SetObserver(observer);
+  return *std::move(engine);
+}
+
 TEST(EngineObserver, ReportsAddUpToTheEngineStats) {
   TempDir dir;
-  TinyModelSpec spec;
-  spec.family = "mor-ec";
-  auto weights = MakeModel(spec, &dir);
-  ASSERT_NE(weights, nullptr);
-  auto engine = Engine::Create(weights, EngineConfig());
-  ASSERT_TRUE(engine.ok());
   Recorder rec;
-  (*engine)->SetObserver(&rec);
+  const std::unique_ptr<Engine> engine = ObservedEngine("mor-ec", &dir, &rec);
+  ASSERT_NE(engine, nullptr);
   std::vector<GenerateRequest> reqs;
   for (const auto& p : MakePrompts(5, 3, 30, 256, 11)) reqs.push_back(Greedy(p, 7));
-  std::vector<RunResult> out = RunStaggered(engine->get(), reqs, {0, 0, 1, 3, 4});
-  const EngineStats st = (*engine)->stats();
+  std::vector<RunResult> out = RunStaggered(engine.get(), reqs, {0, 0, 1, 3, 4});
+  const EngineStats st = engine->stats();
   EXPECT_EQ(rec.admitted, 5);
   EXPECT_EQ(rec.tokens, 35);
   EXPECT_EQ(rec.first_tokens, 5);
@@ -101,26 +112,21 @@ TEST(EngineObserver, ReportsAddUpToTheEngineStats) {
 
 TEST(EngineObserver, CancelReportsFinishAndFreedBlocks) {
   TempDir dir;
-  TinyModelSpec spec;
-  spec.family = "vanilla";
-  auto weights = MakeModel(spec, &dir);
-  ASSERT_NE(weights, nullptr);
-  auto engine = Engine::Create(weights, EngineConfig());
-  ASSERT_TRUE(engine.ok());
   Recorder rec;
-  (*engine)->SetObserver(&rec);
+  const std::unique_ptr<Engine> engine = ObservedEngine("vanilla", &dir, &rec);
+  ASSERT_NE(engine, nullptr);
   GenerateRequest r = Greedy({1, 2, 3, 4, 5}, 100);
   r.request_id = "victim";
-  auto ch = (*engine)->Submit(r);
+  auto ch = engine->Submit(r);
   ASSERT_TRUE(ch.ok());
-  (*engine)->Step();
-  (*engine)->Step();
+  engine->Step();
+  engine->Step();
   EXPECT_GT(rec.last.kv_blocks_used, 0);
-  (*engine)->Cancel("victim");
-  (*engine)->Step();
+  engine->Cancel("victim");
+  engine->Step();
   EXPECT_EQ(rec.finished[FinishReason::kCancelled], 1);
   EXPECT_EQ(rec.last.kv_blocks_used, 0);
-  EXPECT_EQ((*engine)->stats().kv_blocks_used, 0);
+  EXPECT_EQ(engine->stats().kv_blocks_used, 0);
 }
 
 TEST(EngineHeartbeat, AdvancesWhileTheThreadRunsIdle) {
