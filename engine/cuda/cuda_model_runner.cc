@@ -203,6 +203,26 @@ class CudaModelRunner : public ModelRunner {
   void KvFromHidden(const DeviceLayer& L, const StagedRows& s, const StagedRows& ws, float* h,
                       int begin, int m);
   const int32_t* Meta(size_t offset) const { return scratch_.meta.as<int32_t>() + offset; }
+  // The fields paged and recurrent attention launches share: q, the cache and s's block
+  // tables and kv lengths, bf16 output to scratch attn, the model's head shape and scale.
+  template <typename P>
+  void FillAttention(const StagedRows& s, int rows, P* p) const {
+    p->q = scratch_.q.as<uint16_t>();
+    p->k_cache = k_cache_.as<uint16_t>();
+    p->v_cache = v_cache_.as<uint16_t>();
+    p->table_indptr = Meta(s.table_indptr);
+    p->table_blocks = Meta(s.table_blocks);
+    p->kv_len = Meta(s.kv_len);
+    p->out = scratch_.attn.as<void>();
+    p->out_dtype = DType::kBF16;
+    p->rows = rows;
+    p->n_heads = cfg_.num_heads;
+    p->n_kv_heads = cfg_.num_kv_heads;
+    p->head_dim = cfg_.head_dim;
+    p->block_size = block_size_;
+    p->num_blocks = num_blocks_;
+    p->scale = 1.0f / std::sqrt(static_cast<float>(cfg_.head_dim));
+  }
   void Ensure(DeviceBuffer& b, size_t bytes) { b.Reserve(bytes); }
   // The layer scratch for `rows` rows: normed input, QKV, q (all rows); with `full` also the
   // temporary K/V pair, attention output, projections and the MLP's buffers.
@@ -604,27 +624,13 @@ void CudaModelRunner::RecurrentAttend(bool finish, const StagedRows& s, int rows
                                     int begin, int count) {
   if (count == 0) return;
   k::RecurrentAttentionParams p;
-  p.q = scratch_.q.as<uint16_t>();
-  p.k_cache = k_cache_.as<uint16_t>();
-  p.v_cache = v_cache_.as<uint16_t>();
-  p.table_indptr = Meta(s.table_indptr);
-  p.table_blocks = Meta(s.table_blocks);
-  p.kv_len = Meta(s.kv_len);
+  FillAttention(s, rows, &p);
   p.extra_k = scratch_.k_tmp.as<uint16_t>();
   p.extra_v = scratch_.v_tmp.as<uint16_t>();
   p.state_ml = rec_ml_.as<float>();
   p.state_acc = rec_acc_.as<float>();
   p.items = reinterpret_cast<const k::RecurrentFoldItem*>(Meta(items_at)) + begin;
   p.num_items = count;
-  p.out = scratch_.attn.as<void>();
-  p.out_dtype = DType::kBF16;
-  p.rows = rows;
-  p.n_heads = cfg_.num_heads;
-  p.n_kv_heads = cfg_.num_kv_heads;
-  p.head_dim = cfg_.head_dim;
-  p.block_size = block_size_;
-  p.num_blocks = num_blocks_;
-  p.scale = 1.0f / std::sqrt(static_cast<float>(cfg_.head_dim));
   CudaCheck(finish ? k::recurrent_attention_finish(p, stream_)
                    : k::recurrent_attention_merge(p, stream_),
             finish ? "recurrent_attention_finish" : "recurrent_attention_merge");
@@ -717,26 +723,12 @@ void CudaModelRunner::RunFullRows(const LayerBatch& b) {
   Linear(L.qkv, s, a, scratch_.qkv.as<float>());
   QkvEpilogue(s, n, /*write_cache=*/!kv.recurrent, /*emit_kv=*/kv.recurrent);
   k::PagedAttentionParams p;
-  p.q = scratch_.q.as<uint16_t>();
-  p.k_cache = k_cache_.as<uint16_t>();
-  p.v_cache = v_cache_.as<uint16_t>();
-  p.table_indptr = Meta(s.table_indptr);
-  p.table_blocks = Meta(s.table_blocks);
-  p.kv_len = Meta(s.kv_len);
+  FillAttention(s, n, &p);
   p.extra_k = kv.recurrent ? scratch_.k_tmp.as<uint16_t>() : nullptr;
   p.extra_v = kv.recurrent ? scratch_.v_tmp.as<uint16_t>() : nullptr;
-  p.out = scratch_.attn.as<void>();
-  p.out_dtype = DType::kBF16;
-  p.rows = n;
-  p.n_heads = cfg_.num_heads;
-  p.n_kv_heads = cfg_.num_kv_heads;
-  p.head_dim = cfg_.head_dim;
-  p.block_size = block_size_;
-  p.num_blocks = num_blocks_;
   p.max_kv_len = s.max_kv_len;
   const int chunk_len = kv.recurrent ? RecurrentChunkLen(s.max_kv_len) : kAttentionChunk;
   p.chunk_len = chunk_len;
-  p.scale = 1.0f / std::sqrt(static_cast<float>(cfg_.head_dim));
   const size_t ws = k::PagedAttentionWorkspaceFloats(n, cfg_.num_heads, cfg_.head_dim, s.max_kv_len,
                                                      kv.recurrent, chunk_len);
   p.workspace =

@@ -85,6 +85,17 @@ T* Get(P p, uint32_t magic) {
   return t != nullptr && t->magic == magic ? t : nullptr;
 }
 
+// Destroys the object behind an opaque pointer (its magic cleared first, so a second destroy
+// or a later use is refused); `invalid` when it is null or not ours.
+template <typename T, typename P>
+cublasStatus_t Destroy(P p, uint32_t magic, cublasStatus_t invalid) {
+  T* t = Get<T>(p, magic);
+  if (t == nullptr) return invalid;
+  t->magic = 0;
+  delete t;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 bool DecodeAlgo(const cublasLtMatmulAlgo_t* algo, AlgoRecord* rec) {
   std::memcpy(rec, algo->data, sizeof(*rec));
   return rec->magic == kAlgoMagic;
@@ -280,12 +291,8 @@ cublasStatus_t CUBLASWINAPI cublasLtCreate(cublasLtHandle_t* lightHandle) {
 }
 
 cublasStatus_t CUBLASWINAPI cublasLtDestroy(cublasLtHandle_t lightHandle) {
-  if (emu::Get<cublasLtContext>(lightHandle, emu::kHandleMagic) == nullptr) {
-    return CUBLAS_STATUS_NOT_INITIALIZED;
-  }
-  lightHandle->magic = 0;
-  delete lightHandle;
-  return CUBLAS_STATUS_SUCCESS;
+  return emu::Destroy<cublasLtContext>(lightHandle, emu::kHandleMagic,
+                                       CUBLAS_STATUS_NOT_INITIALIZED);
 }
 
 cublasStatus_t CUBLASWINAPI cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* matmulDesc,
@@ -300,11 +307,7 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* matmu
 }
 
 cublasStatus_t CUBLASWINAPI cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t matmulDesc) {
-  emu::Desc* desc = emu::Get<emu::Desc>(matmulDesc, emu::kDescMagic);
-  if (desc == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
-  desc->magic = 0;
-  delete desc;
-  return CUBLAS_STATUS_SUCCESS;
+  return emu::Destroy<emu::Desc>(matmulDesc, emu::kDescMagic, CUBLAS_STATUS_INVALID_VALUE);
 }
 
 // TRANSA / TRANSB (int32_t, N or T) only.
@@ -341,11 +344,7 @@ cublasStatus_t CUBLASWINAPI cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* m
 }
 
 cublasStatus_t CUBLASWINAPI cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t matLayout) {
-  emu::Layout* l = emu::Get<emu::Layout>(matLayout, emu::kLayoutMagic);
-  if (l == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
-  l->magic = 0;
-  delete l;
-  return CUBLAS_STATUS_SUCCESS;
+  return emu::Destroy<emu::Layout>(matLayout, emu::kLayoutMagic, CUBLAS_STATUS_INVALID_VALUE);
 }
 
 cublasStatus_t CUBLASWINAPI cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* pref) {
@@ -355,11 +354,7 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulPreferenceCreate(cublasLtMatmulPrefere
 }
 
 cublasStatus_t CUBLASWINAPI cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) {
-  emu::Pref* p = emu::Get<emu::Pref>(pref, emu::kPrefMagic);
-  if (p == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
-  p->magic = 0;
-  delete p;
-  return CUBLAS_STATUS_SUCCESS;
+  return emu::Destroy<emu::Pref>(pref, emu::kPrefMagic, CUBLAS_STATUS_INVALID_VALUE);
 }
 
 // MAX_WORKSPACE_BYTES (uint64_t), MIN_ALIGNMENT_{A,B,C,D}_BYTES and REDUCTION_SCHEME_MASK
