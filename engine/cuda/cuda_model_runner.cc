@@ -150,7 +150,7 @@ class CudaModelRunner : public ModelRunner {
   // One cache entry read back as fp32 (tests).
   void ReadKv(int32_t slot, float* k, float* v) const override;
   RunnerCounters counters() const override {
-    return RunnerCounters{counters_.full_rows, counters_.kv_only_rows};
+    return RunnerCounters{counters_.full_rows, counters_.kv_only_rows, counters_.weight_bytes};
   }
 
  private:
@@ -248,7 +248,7 @@ class CudaModelRunner : public ModelRunner {
   DeviceBuffer rec_ml_, rec_acc_;  // recurrent folds' softmax state, [rows, n_heads, 2 | hd]
   PinnedBuffer pinned_in_, pinned_meta_, pinned_out_;
   struct {
-    int64_t full_rows = 0, kv_only_rows = 0;
+    int64_t full_rows = 0, kv_only_rows = 0, weight_bytes = 0;
   } counters_;  // rows computed since construction, by kind
 };
 
@@ -419,6 +419,7 @@ void CudaModelRunner::Gemm(const uint16_t* x, const uint16_t* w, void* y, DType 
   p.k = kdim;
   const cublasStatus_t st = gemm_.Run(p, stream_);
   MORSERVE_CHECK(st == CUBLAS_STATUS_SUCCESS, k::GemmStatusString(st));
+  counters_.weight_bytes += static_cast<int64_t>(n) * kdim * 2;  // bf16 [n, kdim], read once
 }
 
 void CudaModelRunner::Linear(const DeviceLinear& L, const StagedRows& s, const uint16_t* x,

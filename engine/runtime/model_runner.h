@@ -47,6 +47,10 @@ struct LayerBatch {
 struct RunnerCounters {
   int64_t full_rows = 0;
   int64_t kv_only_rows = 0;
+  // Bytes of projection / LM-head / router weights the runner's linear calls read, each call
+  // counting its weight matrix once in its resident dtype (benchmarks divide it by time to get
+  // the achieved weight bandwidth).
+  int64_t weight_bytes = 0;
 };
 
 class ModelRunner {
