@@ -9,12 +9,12 @@ set -euo pipefail
 
 # Build and engine: compiler, build tools, GoogleTest, libzip (its CMake config references the
 # zipcmp/zipmerge/ziptool binaries, so they must be present), PCRE2 and ICU (tokenizer),
-# nlohmann-json, oneDNN, Abseil; LAPACKE and yaml-cpp for `morserve convert` (LoRA SVD, MoR run configs).
+# nlohmann-json, Abseil; LAPACKE and yaml-cpp for `morserve convert` (LoRA SVD, MoR run configs).
 PACKAGES=(
   cmake ninja-build g++ pkg-config
   libgtest-dev libgmock-dev
   libzip-dev zipcmp zipmerge ziptool
-  libpcre2-dev libicu-dev nlohmann-json3-dev libdnnl-dev libabsl-dev
+  libpcre2-dev libicu-dev nlohmann-json3-dev libabsl-dev
   liblapacke-dev libyaml-cpp-dev
   # Server, metrics and gateway (MORSERVE_SERVER): gRPC, Protobuf, prometheus-cpp, Boost.
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler

@@ -3,9 +3,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
+#include <string>
 
 #include "engine/core/check.h"
 #include "engine/cpu/cpu_linear.h"
+#include "engine/cpu/linear_weights.h"
 #include "engine/cpu/cpu_ops.h"
 #include "engine/cpu/paged_attention.h"
 #include "engine/cpu/recurrent_layer.h"
@@ -126,9 +129,8 @@ void SelectRows(const LayerBatch& b, const std::vector<int>& rows, int hs, RowSu
 class CpuModelRunner : public ModelRunner {
  public:
   CpuModelRunner(std::shared_ptr<const ModelWeights> w, const EngineConfig& config, int num_blocks)
-      : w_(std::move(w)), cfg_(w_->config), pool_(config.threads), recurrent_prefill_(config.recurrent_prefill) {
-    compute_ = config.compute == ComputeType::kBF16 && CpuSupportsBf16() ? CpuCompute::kBF16
-                                                                          : CpuCompute::kF32;
+      : w_(std::move(w)), cfg_(w_->config), pool_(config.threads), weights_(config.weights),
+        recurrent_prefill_(config.recurrent_prefill) {
     kv_ = MakePagedKvPool(num_blocks, config.block_size, cfg_.num_kv_heads, cfg_.head_dim);
     LoadLayers();
     LoadHeadAndRouters();
@@ -145,7 +147,7 @@ class CpuModelRunner : public ModelRunner {
 
   void Embed(const int* tokens, int n, float* h) override {
     std::vector<int32_t> ids(tokens, tokens + n);
-    EmbeddingGather(embed_.data(), cfg_.vocab_size, ids.data(), n, cfg_.hidden_size, h);
+    EmbeddingGather(w_->embed, ids.data(), n, h);
   }
 
   void RunLayer(const LayerBatch& b) override;
@@ -158,9 +160,15 @@ class CpuModelRunner : public ModelRunner {
   }
 
  private:
-  std::unique_ptr<CpuLinear> Linear(const Vec& w, int out, int in) {
-    return std::make_unique<CpuLinear>(w.data(), out, in, compute_, &pool_);
+  // The rows of `parts` stacked, in the format the --weights policy gives their dtype
+  // (quantizable: projections and the LM head may be int8; routers and LoRA stay as stored).
+  std::unique_ptr<CpuLinear> Linear(std::initializer_list<const TensorView*> parts, bool quantizable) {
+    auto lw = LinearWeights::FromViews(std::span<const TensorView* const>(parts.begin(), parts.size()),
+                                       FormatFor(parts.begin()[0]->dtype, quantizable));
+    MORSERVE_CHECK(lw.ok(), std::string(lw.status().message()).c_str());
+    return std::make_unique<CpuLinear>(std::move(*lw), &pool_, nullptr, &counters_.weight_bytes);
   }
+  WeightFormat FormatFor(DType stored, bool quantizable) const;
   LoopLinear Fused(const LayerWeights& lw, std::initializer_list<Proj> parts, int loops);
   void LoadLayers();
   void LoadHeadAndRouters();
@@ -178,11 +186,11 @@ class CpuModelRunner : public ModelRunner {
   std::shared_ptr<const ModelWeights> w_;
   const ModelConfig& cfg_;
   ThreadPool pool_;
-  CpuCompute compute_;
+  CpuWeights weights_;
   RecurrentPrefill recurrent_prefill_;
   PagedKvPool kv_;
   std::vector<CpuLayer> layers_;  // by layer slot
-  Vec embed_, final_norm_;
+  Vec final_norm_;
   std::unique_ptr<CpuLinear> lm_head_;
   // Expert-choice routers per loop (w1, and w2 for mlp), aux routers, token-choice router.
   std::vector<std::unique_ptr<CpuLinear>> ec_w1_, ec_w2_, aux_w1_, aux_w2_;
@@ -198,17 +206,13 @@ LoopLinear CpuModelRunner::Fused(const LayerWeights& lw, std::initializer_list<P
   }
   LoopLinear out;
   for (int r = 0; r < (untied ? loops : 1); ++r) {
-    Vec fused;
-    int rows = 0, in = 0;
-    for (Proj p : parts) {
-      const TensorView& v = lw.P(p).At(r);
-      const Vec w = v.ToF32Vector();
-      rows += static_cast<int>(v.shape[0]);
-      in = static_cast<int>(v.shape[1]);
-      fused.insert(fused.end(), w.begin(), w.end());
-    }
-    out.n = rows;
-    out.variants.push_back(Linear(fused, rows, in));
+    std::vector<const TensorView*> views;
+    for (Proj p : parts) views.push_back(&lw.P(p).At(r));
+    auto fused = LinearWeights::FromViews(views, FormatFor(views[0]->dtype, /*quantizable=*/true));
+    MORSERVE_CHECK(fused.ok(), std::string(fused.status().message()).c_str());
+    out.n = fused->n();
+    out.variants.push_back(std::make_unique<CpuLinear>(std::move(*fused), &pool_, nullptr,
+                                                       &counters_.weight_bytes));
   }
   if (!has_lora) return out;
   out.lora.resize(loops);
@@ -224,8 +228,8 @@ LoopLinear CpuModelRunner::Fused(const LayerWeights& lw, std::initializer_list<P
         part.out = width;
         part.rank = static_cast<int>(d.a.shape[0]);
         part.scale = d.scale;
-        part.a = Linear(d.a.ToF32Vector(), part.rank, static_cast<int>(d.a.shape[1]));
-        part.b = Linear(d.b.ToF32Vector(), width, part.rank);
+        part.a = Linear({&d.a}, /*quantizable=*/false);
+        part.b = Linear({&d.b}, /*quantizable=*/false);
         out.lora[r].push_back(std::move(part));
       }
       offset += width;
@@ -257,14 +261,27 @@ void CpuModelRunner::LoadLayers() {
   }
 }
 
+WeightFormat CpuModelRunner::FormatFor(DType stored, bool quantizable) const {
+  switch (weights_) {
+    case CpuWeights::kF32: return WeightFormat::kF32;
+    case CpuWeights::kBF16: return WeightFormat::kBF16;
+    case CpuWeights::kF16: return WeightFormat::kF16;
+    case CpuWeights::kInt8:
+      if (quantizable) return WeightFormat::kQ8;
+      break;
+    case CpuWeights::kAuto: break;
+  }
+  if (stored == DType::kBF16) return WeightFormat::kBF16;
+  if (stored == DType::kF16) return WeightFormat::kF16;
+  return WeightFormat::kF32;
+}
+
 void CpuModelRunner::LoadHeadAndRouters() {
-  embed_ = w_->embed.ToF32Vector();
   final_norm_ = w_->final_norm.ToF32Vector();
-  const Vec head = w_->lm_head.ToF32Vector();
-  lm_head_ = Linear(head, cfg_.vocab_size, cfg_.hidden_size);
+  lm_head_ = Linear({&w_->lm_head}, /*quantizable=*/true);
   auto load = [&](const TensorView& t) -> std::unique_ptr<CpuLinear> {
     if (t.empty()) return nullptr;
-    return Linear(t.ToF32Vector(), static_cast<int>(t.shape[0]), static_cast<int>(t.shape[1]));
+    return Linear({&t}, /*quantizable=*/false);
   };
   for (const LoopRouter& r : w_->router.expert) {
     ec_w1_.push_back(load(r.w1));

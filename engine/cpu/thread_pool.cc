@@ -1,12 +1,15 @@
-// Fixed thread pool; pieces claimed by whichever thread is free (see thread_pool.h).
+// Persistent thread pool with spin-then-sleep workers (see thread_pool.h).
 //
-// The OpenMP entry points are looked up with dlsym instead of linking libgomp: oneDNN (built
-// with the OpenMP runtime) already loads it, and the engine library does not link OpenMP.
+// Joining a call without a lock: a worker first counts itself in (inside_), then checks that
+// the call it saw is still open; the caller closes the call, then waits for inside_ to reach
+// zero. With sequentially consistent atomics either the worker sees the call closed and backs
+// out without touching it, or the caller sees the worker and waits for it.
 #include "engine/cpu/thread_pool.h"
 
-#include <dlfcn.h>
+#include <immintrin.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 
 namespace morserve {
@@ -14,36 +17,7 @@ namespace {
 
 thread_local bool tls_in_task = false;
 
-using OmpSetFn = void (*)(int);
-using OmpGetFn = int (*)();
-
-struct OmpApi {
-  OmpSetFn set = nullptr;
-  OmpGetFn get = nullptr;
-};
-
-const OmpApi& Omp() {
-  static const OmpApi api = [] {
-    OmpApi a;
-    a.set = reinterpret_cast<OmpSetFn>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
-    a.get = reinterpret_cast<OmpGetFn>(dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
-    if (a.set == nullptr || a.get == nullptr) a = OmpApi{};
-    return a;
-  }();
-  return api;
-}
-
 }  // namespace
-
-ScopedOmpThreads::ScopedOmpThreads(int n) {
-  if (Omp().set == nullptr) return;
-  previous_ = Omp().get();
-  if (previous_ != n) Omp().set(n);
-}
-
-ScopedOmpThreads::~ScopedOmpThreads() {
-  if (Omp().set != nullptr && previous_ > 0 && Omp().get() != previous_) Omp().set(previous_);
-}
 
 int ThreadPool::DefaultThreadCount() {
   if (const char* env = std::getenv("MORSERVE_CPU_THREADS")) {
@@ -68,66 +42,70 @@ ThreadPool::~ThreadPool() {
   for (std::thread& t : workers_) t.join();
 }
 
-void ThreadPool::RunPieces(const RangeFn& fn, int64_t n, int64_t piece) {
+void ThreadPool::RunPieces() {
   for (;;) {
-    const int64_t begin = next_piece_.fetch_add(1, std::memory_order_relaxed) * piece;
-    if (begin >= n) return;
-    fn(begin, std::min(n, begin + piece));
+    const int64_t begin = next_piece_.fetch_add(1, std::memory_order_relaxed) * piece_;
+    if (begin >= n_) return;
+    (*fn_)(begin, std::min(n_, begin + piece_));
   }
 }
 
-// A worker joins a call only while it is open; one that wakes after the caller closed it
-// (the caller ran every piece itself) goes back to sleep without touching it.
+bool ThreadPool::WaitForCall(uint64_t seen) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point until = Clock::now() + std::chrono::microseconds(kSpinMicros);
+  for (int i = 0;; ++i) {
+    if (generation_.load() != seen || stop_.load()) return !stop_.load();
+    _mm_pause();
+    if ((i & 63) == 63 && Clock::now() > until) break;
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  ++sleepers_;
+  work_cv_.wait(lock, [&] { return stop_.load() || generation_.load() != seen; });
+  --sleepers_;
+  return !stop_.load();
+}
+
 void ThreadPool::WorkerLoop() {
-  if (Omp().set != nullptr) Omp().set(1);
   tls_in_task = true;
   uint64_t seen = 0;
-  while (true) {
-    const RangeFn* fn;
-    int64_t n, piece;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      work_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      if (!open_) continue;
-      ++inside_;
-      fn = fn_;
-      n = n_;
-      piece = piece_;
-    }
-    RunPieces(*fn, n, piece);
-    std::lock_guard<std::mutex> lock(mu_);
-    if (--inside_ == 0) done_cv_.notify_one();
+  while (WaitForCall(seen)) {
+    const uint64_t call = generation_.load();
+    seen = call;
+    ++inside_;
+    if (open_.load() && generation_.load() == call) RunPieces();
+    --inside_;
   }
 }
 
 void ThreadPool::ParallelFor(int64_t n, const RangeFn& fn) {
   if (n <= 0) return;
-  ScopedOmpThreads omp_guard(1);
   if (tls_in_task || num_threads_ == 1 || n == 1) {
     fn(0, n);
     return;
   }
   std::lock_guard<std::mutex> call_lock(call_mu_);
   const int64_t pieces = std::min<int64_t>(n, static_cast<int64_t>(kPiecesPerThread) * num_threads_);
-  const int64_t piece = (n + pieces - 1) / pieces;
-  {
+  fn_ = &fn;
+  n_ = n;
+  piece_ = (n + pieces - 1) / pieces;
+  next_piece_.store(0);
+  open_.store(true);
+  ++generation_;
+  if (sleepers_.load() > 0) {
     std::lock_guard<std::mutex> lock(mu_);
-    fn_ = &fn;
-    n_ = n;
-    piece_ = piece;
-    next_piece_.store(0, std::memory_order_relaxed);
-    open_ = true;
-    ++generation_;
+    work_cv_.notify_all();
   }
-  work_cv_.notify_all();
   tls_in_task = true;
-  RunPieces(fn, n, piece);
+  RunPieces();
   tls_in_task = false;
-  std::unique_lock<std::mutex> lock(mu_);
-  open_ = false;  // every piece is claimed: late workers stay out
-  done_cv_.wait(lock, [&] { return inside_ == 0; });
+  open_.store(false);  // every piece is claimed: late workers stay out
+  for (int i = 0; inside_.load() != 0; ++i) {  // a worker finishing its piece, or backing out
+    if (i < 4096) {
+      _mm_pause();
+    } else {
+      std::this_thread::yield();  // it was descheduled: let it run
+    }
+  }
   fn_ = nullptr;
 }
 

@@ -1,4 +1,4 @@
-// A small fixed thread pool for the CPU backend's data-parallel kernels.
+// A small persistent thread pool for the CPU backend's data-parallel kernels.
 //
 // Invariant: work is split by index only. ParallelFor hands out contiguous index ranges, and a
 // kernel computes each output element inside exactly one index with a fixed order, so results
@@ -6,10 +6,14 @@
 //
 // The ranges ("pieces", a few per thread) are claimed from a shared counter by whichever
 // thread is free, and the caller never waits for a worker that has not started: on a machine
-// where other processes (or the server's own gRPC threads) hold the cores, a descheduled or
-// slow-to-wake worker no longer stalls every call until it runs; the caller takes its pieces. Worker threads (and the caller while it runs its own
-// share) run with the OpenMP thread count set to 1, so oneDNN primitives called from a task
-// run single-threaded inside that task instead of forking their own teams.
+// where other processes (or the server's own gRPC threads) hold the cores, a descheduled
+// worker does not stall a call; the caller takes its pieces.
+//
+// Cost per call: a decode step makes a few hundred calls of tens of microseconds each, so the
+// hand-off must cost well under a microsecond. Workers spin (with pause) on the call counter for
+// kSpinMicros after their last piece before they sleep on a condition variable, and a caller
+// only takes the lock to wake sleepers when there are any (as OpenMP runtimes' spin-then-block
+// wait policy does).
 #pragma once
 
 #include <atomic>
@@ -38,51 +42,42 @@ class ThreadPool {
   // Runs fn over [0, n) split into at most kPiecesPerThread * num_threads() contiguous pieces
   // of equal size (the last may be shorter), each run once by the caller or a worker; blocks
   // until all are done. A call made from inside a task runs serially on the calling thread.
-  // Not reentrant from several outside threads at once: calls from different threads are
-  // serialised.
+  // Calls from different outside threads are serialised.
   void ParallelFor(int64_t n, const RangeFn& fn);
 
   static constexpr int kPiecesPerThread = 4;
+  // How long an idle worker spins before it sleeps.
+  static constexpr int kSpinMicros = 200;
 
   // $MORSERVE_CPU_THREADS when set and positive, else std::thread::hardware_concurrency().
   static int DefaultThreadCount();
 
  private:
   void WorkerLoop();
+  // Waits for a call newer than `seen`; false when the pool stops.
+  bool WaitForCall(uint64_t seen);
   // Claims and runs pieces of the current call until none is left.
-  void RunPieces(const RangeFn& fn, int64_t n, int64_t piece);
+  void RunPieces();
 
   int num_threads_;
   std::vector<std::thread> workers_;
   std::mutex call_mu_;  // one ParallelFor at a time
-  std::mutex mu_;
-  std::condition_variable work_cv_;
-  std::condition_variable done_cv_;
-  // The current call, guarded by mu_; next_piece_ is claimed without it.
+  // The current call: written by the caller before it bumps generation_, stable while open.
   const RangeFn* fn_ = nullptr;
   int64_t n_ = 0;
   int64_t piece_ = 0;
   std::atomic<int64_t> next_piece_{0};
-  uint64_t generation_ = 0;
-  bool open_ = false;  // workers may still join the current call
-  int inside_ = 0;     // workers running pieces of the current call
-  bool stop_ = false;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<bool> open_{false};  // workers may still join the current call
+  std::atomic<int> inside_{0};     // workers inside the current call
+  // Sleeping workers.
+  std::mutex mu_;
+  std::condition_variable work_cv_;
+  std::atomic<int> sleepers_{0};
+  std::atomic<bool> stop_{false};
 };
 
 // A process-wide pool of DefaultThreadCount() threads, created on first use.
 ThreadPool* DefaultThreadPool();
-
-// Sets the calling thread's OpenMP thread count (the ICV oneDNN reads) for the guard's lifetime
-// and restores it after. No-op when OpenMP is not loaded in the process.
-class ScopedOmpThreads {
- public:
-  explicit ScopedOmpThreads(int n);
-  ~ScopedOmpThreads();
-  ScopedOmpThreads(const ScopedOmpThreads&) = delete;
-  ScopedOmpThreads& operator=(const ScopedOmpThreads&) = delete;
-
- private:
-  int previous_ = 0;
-};
 
 }  // namespace morserve

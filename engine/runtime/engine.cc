@@ -50,6 +50,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Mod
     return absl::UnimplementedError(
         "recursion.early_exit.exit_kv: propagate is not served for layer_kind recurrent");
   }
+  if (config.device == Device::kCuda && config.weights != CpuWeights::kAuto &&
+      config.weights != CpuWeights::kBF16) {
+    return absl::InvalidArgumentError(
+        "--weights: the CUDA backend keeps bf16 weights; auto or bf16 with --device cuda");
+  }
   auto runner = CreateRunner(weights, config, blocks);
   if (!runner.ok()) return runner.status();
   return std::unique_ptr<Engine>(new Engine(std::move(weights), config, std::move(*runner), blocks));

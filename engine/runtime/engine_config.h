@@ -1,4 +1,4 @@
-// Engine settings: batching mode, batch limits, KV cache size, CPU compute type, device.
+// Engine settings: batching mode, batch limits, KV cache size, CPU weight format, device.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +11,15 @@ enum class BatchingMode {
                   // deepest row (the baseline of every comparison)
 };
 
-enum class ComputeType { kF32, kBF16 };
+// The format the CPU backend keeps projection and LM-head weights in (engine/cpu/
+// linear_weights.h); activations and accumulation are fp32 in every case.
+enum class CpuWeights {
+  kAuto,  // the checkpoint's dtype (bf16 and f16 read in place), fp32 otherwise
+  kF32,
+  kBF16,  // fp32 checkpoints are rounded to bf16 once at load
+  kF16,
+  kInt8,  // Q8 groups of 32 with an f16 scale, quantized at load; routers and LoRA stay as stored
+};
 
 // How a recurrent layer (spec/models.md section 5) runs a prefill chunk of one request.
 enum class RecurrentPrefill {
@@ -32,7 +40,7 @@ struct EngineConfig {
   int block_size = 16;          // tokens per KV block
   int num_kv_blocks = 0;        // 0: derived from kv_cache_bytes
   int64_t kv_cache_bytes = 256ll << 20;
-  ComputeType compute = ComputeType::kF32;
+  CpuWeights weights = CpuWeights::kAuto;
   RecurrentPrefill recurrent_prefill = RecurrentPrefill::kTiled;
   int threads = 0;  // 0: the machine's cores
   Device device = Device::kCpu;

@@ -31,7 +31,7 @@ constexpr char kUsage[] =
     "usage: morserve bench --models DIR[,DIR...] [--requests 1000] [--mean-tokens 256]\n"
     "         [--std-tokens 64] [--prompt-len 1] [--batches 32,256] [--modes depth,sequence]\n"
     "         [--warmup 32] [--seed 1] [--repeats 1] [--out bench.json]\n"
-    "         [engine flags: --device cpu|cuda --compute f32|bf16\n"
+    "         [engine flags: --device cpu|cuda --weights auto|f32|bf16|f16|int8\n"
     "          --kv-cache-mb N --block-size N --threads N --recurrent-prefill tiled|naive]\n";
 
 struct Workload {
@@ -281,7 +281,7 @@ int BenchCommand(const Args& args) {
   const json report = {{"protocol", {{"requests", *requests}, {"mean_tokens", *mean}, {"std_tokens", *stddev},
                                      {"prompt_len", *prompt_len}, {"warmup", *warmup}, {"seed", *seed},
                                      {"repeats", *repeats},
-                                     {"compute", base->compute == ComputeType::kBF16 ? "bf16" : "f32"},
+                                     {"weights", CpuWeightsName(base->weights)},
                                      {"device", base->device == Device::kCuda ? "cuda" : "cpu"}}},
                        {"runs", runs},
                        {"ratios", ratios}};

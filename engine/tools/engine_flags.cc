@@ -6,7 +6,7 @@
 namespace morserve {
 
 const std::set<std::string>& EngineFlagNames() {
-  static const std::set<std::string> names = {"mode", "compute", "max-batch", "max-step-tokens",
+  static const std::set<std::string> names = {"mode", "weights", "max-batch", "max-step-tokens",
                                               "max-running", "block-size", "kv-blocks",
                                               "kv-cache-mb", "threads", "recurrent-prefill",
                                               "device"};
@@ -19,6 +19,27 @@ absl::StatusOr<BatchingMode> ParseBatchingMode(const std::string& s) {
   return absl::InvalidArgumentError(absl::StrCat("--mode: depth or sequence, got '", s, "'"));
 }
 
+absl::StatusOr<CpuWeights> ParseCpuWeights(const std::string& s) {
+  if (s == "auto") return CpuWeights::kAuto;
+  if (s == "f32") return CpuWeights::kF32;
+  if (s == "bf16") return CpuWeights::kBF16;
+  if (s == "f16") return CpuWeights::kF16;
+  if (s == "int8") return CpuWeights::kInt8;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--weights: auto, f32, bf16, f16 or int8, got '", s, "'"));
+}
+
+const char* CpuWeightsName(CpuWeights w) {
+  switch (w) {
+    case CpuWeights::kAuto: return "auto";
+    case CpuWeights::kF32: return "f32";
+    case CpuWeights::kBF16: return "bf16";
+    case CpuWeights::kF16: return "f16";
+    case CpuWeights::kInt8: return "int8";
+  }
+  return "?";
+}
+
 const char* BatchingModeName(BatchingMode m) {
   return m == BatchingMode::kDepthWise ? "depth" : "sequence";
 }
@@ -28,11 +49,9 @@ absl::StatusOr<EngineConfig> EngineConfigFromFlags(const Flags& flags) {
   auto mode = ParseBatchingMode(flags.Get("mode", "depth"));
   if (!mode.ok()) return mode.status();
   c.mode = *mode;
-  const std::string compute = flags.Get("compute", "f32");
-  if (compute != "f32" && compute != "bf16") {
-    return absl::InvalidArgumentError("--compute: f32 or bf16");
-  }
-  c.compute = compute == "bf16" ? ComputeType::kBF16 : ComputeType::kF32;
+  auto weights = ParseCpuWeights(flags.Get("weights", "auto"));
+  if (!weights.ok()) return weights.status();
+  c.weights = *weights;
   const std::string device = flags.Get("device", "cpu");
   if (device != "cpu" && device != "cuda") return absl::InvalidArgumentError("--device: cpu or cuda");
   c.device = device == "cuda" ? Device::kCuda : Device::kCpu;

@@ -25,7 +25,7 @@ constexpr char kUsage[] =
     "         [--max-tokens 16] [--temperature 0] [--top-k 0] [--top-p 1] [--min-p 0]\n"
     "         [--seed S] [--logprobs N] [--prompt-logprobs K] [--stop-ids a,b] [--ignore-eos]\n"
     "         [--min-tokens N] [--logit-bias ID:BIAS,...] [--allowed-ids a,b] [--json]\n"
-    "         [engine flags: --mode depth|sequence --compute f32|bf16 --max-batch N ...]\n";
+    "         [engine flags: --mode depth|sequence --weights auto|f32|bf16|f16|int8 --max-batch N ...]\n";
 
 absl::StatusOr<std::vector<int>> PromptFromFlags(const Flags& f, const ModelConfig& c,
                                                  const std::string& dir) {

@@ -349,7 +349,7 @@ TEST_F(DeployKubernetesTest, GpuOverlayRequestsAGpuAndRunsTheCudaImage) {
   EXPECT_EQ(mounts, (std::set<std::string>{"/models", "/tmp", "/dev/shm"}));
   // The flags ConfigMap merged: GPU values over the base's, base-only keys kept.
   const YAML::Node flags = gpu.Named("ConfigMap", S(c["envFrom"][0]["configMapRef"]["name"]));
-  EXPECT_EQ(S(flags["data"]["MORSERVE_COMPUTE"]), "bf16");
+  EXPECT_EQ(S(flags["data"]["MORSERVE_WEIGHTS"]), "bf16");
   EXPECT_EQ(S(flags["data"]["MORSERVE_MODEL_DIR"]), "/models/model");
   // Gateways stay on CPU.
   const YAML::Node gc =

@@ -4,7 +4,7 @@
 # whose image has the CUDA 13 runtime but none of the project's Debian packages:
 #   - the kernel tests and kernel_bench (they need only libcudart / libcublasLt there),
 #   - engine_gpu_test and the morserve CLI (mkmodel + bench --device cuda), which link the
-#     engine's Debian libraries (abseil, oneDNN, ICU, ...): those are copied from ldd's
+#     engine's Debian libraries (abseil, ICU, ...): those are copied from ldd's
 #     answer into .gpu-bin/libs.tgz (glibc, libstdc++ and the CUDA libraries excluded: the
 #     device image has newer ones), unpacked there by run_on_device.sh.
 # Binaries are stripped of debug info so the whole folder stays well under the 64 MiB that

@@ -1,0 +1,54 @@
+// The CPU linear kernels: y[m, n] (+)= x[m, k] · W^T for W in any LinearWeights format.
+//
+// One reduction order, by design, for every output element whatever m, the row's place in
+// the batch, the column range a thread was given or the thread count (the "L8 order"):
+//   acc[0..7] = +0; for each block b of 8 along k (the last one zero-padded):
+//     acc[l] = fma(x[8b + l], w[8b + l], acc[l]);
+//   s = ((acc0 + acc4) + (acc2 + acc6)) + ((acc1 + acc5) + (acc3 + acc7));
+//   y = s, or y = y + s when accumulating.
+// w is the weight decoded to exact fp32 (linear_weights.h), so the order, not the format,
+// decides the bits. Batch invariance holds by construction: no padding rows, no M-dependent
+// kernel choice changes a row's bits. Kernel sets with the same order give the same bits (the
+// scalar set is the reference the tests compare every other set against bit for bit).
+//
+// A kernel set implements one column range; CpuLinear (cpu_linear.h) spreads ranges over the
+// thread pool. Inside a range, small m (decode) reads the weights from where they lie: a tile of
+// up to 4 rows of x serves every row from one weight load (register blocking), and the weights
+// of a small column chunk stay in cache while each block of 4 rows runs over it; large m
+// (prefill) decodes a panel of weight rows to fp32 once (cache-resident) and runs fp32 tiles
+// over the rows in blocks of 4.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "engine/cpu/linear_weights.h"
+
+namespace morserve {
+
+struct LinearArgs {
+  const float* x = nullptr;  // [m, ldx], row-major
+  int64_t ldx = 0;
+  int m = 0;
+  const LinearWeights* w = nullptr;
+  float* y = nullptr;  // [m, ldy], row-major; columns n0..n1 written
+  int64_t ldy = 0;
+  bool accumulate = false;
+};
+
+struct LinearKernelSet {
+  std::string_view name;  // "scalar", "avx2"
+  // Computes columns [n0, n1) of every row.
+  void (*run)(const LinearArgs& args, int n0, int n1) = nullptr;
+  // Rows of W one range should hold for m rows: ranges are multiples of it (except the last).
+  int (*chunk_rows)(int m, int k) = nullptr;
+};
+
+const LinearKernelSet& ScalarLinearKernels();
+// nullptr when the host lacks AVX2, FMA or F16C.
+const LinearKernelSet* Avx2LinearKernels();
+// The fastest set the host runs, unless $MORSERVE_CPU_KERNELS names one ("scalar", "avx2"):
+// a name the host cannot run is a fatal error that names it.
+const LinearKernelSet& BestLinearKernels();
+
+}  // namespace morserve

@@ -1,0 +1,257 @@
+// The AVX2 + FMA + F16C linear kernel set (linear_kernels.h): 8-lane accumulators, one per
+// output element, in the L8 order, so its bits equal the scalar set's.
+//
+// Tiles: MB rows of x x NB rows of W, one __m256 accumulator each. The weights of a tile are
+// loaded and decoded once per block of 8 and used by all MB rows. Tile shapes by row count
+// (1 x 8, 2 x 6, 3 x 4, 4 x 3) keep the accumulators in registers; tile shape never changes
+// an element's order. Compiled with -ffp-contract=off (the FMAs are the written intrinsics).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "engine/cpu/linear_kernels.h"
+
+namespace morserve {
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+
+namespace {
+
+constexpr int kGroup = LinearWeights::kQ8Group;
+
+__m256i TailMask(int count) {
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(count), lanes);
+}
+
+// Formats: Load(row, k0, scale) decodes w[k0 .. k0 + 8) to exact fp32; LoadTail the last,
+// partial block (count < 8 values, the rest zero). Grouped formats get the block's group
+// scale from Scale(row, k0) at every group start.
+struct F32Format {
+  static constexpr bool kGrouped = false;
+  static __m256 Load(const WeightRow& r, int k0, __m256) {
+    return _mm256_loadu_ps(static_cast<const float*>(r.data) + k0);
+  }
+  static __m256 LoadTail(const WeightRow& r, int k0, int count, __m256) {
+    return _mm256_maskload_ps(static_cast<const float*>(r.data) + k0, TailMask(count));
+  }
+};
+
+template <bool kBf16>
+struct Half16Format {
+  static constexpr bool kGrouped = false;
+  static __m256 Decode(__m128i v) {
+    if constexpr (kBf16) {
+      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
+    } else {
+      return _mm256_cvtph_ps(v);
+    }
+  }
+  static __m256 Load(const WeightRow& r, int k0, __m256) {
+    return Decode(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(r.data) + k0)));
+  }
+  static __m256 LoadTail(const WeightRow& r, int k0, int count, __m256) {
+    alignas(16) uint16_t tmp[8] = {};
+    std::memcpy(tmp, static_cast<const uint16_t*>(r.data) + k0, sizeof(uint16_t) * count);
+    return Decode(_mm_load_si128(reinterpret_cast<const __m128i*>(tmp)));
+  }
+};
+
+struct Q8Format {
+  static constexpr bool kGrouped = true;
+  static __m256 Scale(const WeightRow& r, int k0) { return _mm256_set1_ps(_cvtsh_ss(r.scales[k0 / kGroup])); }
+  static __m256 Load(const WeightRow& r, int k0, __m256 scale) {
+    const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(static_cast<const int8_t*>(r.data) + k0));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), scale);
+  }
+  // Rows are zero-padded to whole groups: the full block is there to read.
+  static __m256 LoadTail(const WeightRow& r, int k0, int, __m256 scale) { return Load(r, k0, scale); }
+};
+
+// ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)).
+float HorizontalSum(__m256 acc) {
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
+
+template <class Format, int MB, int NB>
+void Tile(const float* x, int64_t ldx, const WeightRow* rows, int k, float* y, int64_t ldy,
+          bool accumulate) {
+  __m256 acc[MB][NB];
+  __m256 scale[NB];
+  for (int j = 0; j < NB; ++j) {
+    scale[j] = _mm256_setzero_ps();
+    for (int i = 0; i < MB; ++i) acc[i][j] = _mm256_setzero_ps();
+  }
+  const int kfull = k & ~7;
+  for (int k0 = 0; k0 < kfull; k0 += 8) {
+    if constexpr (Format::kGrouped) {
+      if (k0 % kGroup == 0) {
+        for (int j = 0; j < NB; ++j) scale[j] = Format::Scale(rows[j], k0);
+      }
+    }
+    __m256 xv[MB];
+    for (int i = 0; i < MB; ++i) xv[i] = _mm256_loadu_ps(x + i * ldx + k0);
+    for (int j = 0; j < NB; ++j) {
+      const __m256 wv = Format::Load(rows[j], k0, scale[j]);
+      for (int i = 0; i < MB; ++i) acc[i][j] = _mm256_fmadd_ps(xv[i], wv, acc[i][j]);
+    }
+  }
+  if (kfull < k) {
+    const int count = k - kfull;
+    if constexpr (Format::kGrouped) {
+      if (kfull % kGroup == 0) {
+        for (int j = 0; j < NB; ++j) scale[j] = Format::Scale(rows[j], kfull);
+      }
+    }
+    const __m256i mask = TailMask(count);
+    __m256 xv[MB];
+    for (int i = 0; i < MB; ++i) xv[i] = _mm256_maskload_ps(x + i * ldx + kfull, mask);
+    for (int j = 0; j < NB; ++j) {
+      const __m256 wv = Format::LoadTail(rows[j], kfull, count, scale[j]);
+      for (int i = 0; i < MB; ++i) acc[i][j] = _mm256_fmadd_ps(xv[i], wv, acc[i][j]);
+    }
+  }
+  for (int i = 0; i < MB; ++i) {
+    for (int j = 0; j < NB; ++j) {
+      const float s = HorizontalSum(acc[i][j]);
+      float& out = y[i * ldy + j];
+      out = accumulate ? out + s : s;
+    }
+  }
+}
+
+// Columns [n0, n1) of MB rows: tiles of NB columns, single columns for the rest.
+template <class Format, int MB, int NB>
+void Rows(const float* x, int64_t ldx, const WeightRow* rows, int k, float* y, int64_t ldy,
+          bool accumulate, int n0, int n1) {
+  int j = n0;
+  for (; j + NB <= n1; j += NB) Tile<Format, MB, NB>(x, ldx, rows + j, k, y + j, ldy, accumulate);
+  for (; j < n1; ++j) Tile<Format, MB, 1>(x, ldx, rows + j, k, y + j, ldy, accumulate);
+}
+
+// 1..4 rows: the widest tile whose accumulators fit the 16 registers.
+template <class Format>
+void FewRows(const float* x, int64_t ldx, int m, const WeightRow* rows, int k, float* y,
+             int64_t ldy, bool accumulate, int n0, int n1) {
+  switch (m) {
+    case 1: return Rows<Format, 1, 8>(x, ldx, rows, k, y, ldy, accumulate, n0, n1);
+    case 2: return Rows<Format, 2, 6>(x, ldx, rows, k, y, ldy, accumulate, n0, n1);
+    case 3: return Rows<Format, 3, 4>(x, ldx, rows, k, y, ldy, accumulate, n0, n1);
+    default: return Rows<Format, 4, 3>(x, ldx, rows, k, y, ldy, accumulate, n0, n1);
+  }
+}
+
+// Columns of a sub-chunk small enough that its weights stay in L1/L2 while every block of 4
+// rows of x runs over it: the first block reads them from memory, the others from cache.
+constexpr int kDirectChunk = 24;
+
+template <class Format>
+void DirectAs(const LinearArgs& a, int n0, int n1) {
+  const WeightRow* rows = a.w->rows();
+  const int k = a.w->k();
+  for (int c0 = n0; c0 < n1; c0 += kDirectChunk) {
+    const int c1 = std::min(n1, c0 + kDirectChunk);
+    for (int i = 0; i < a.m; i += 4) {
+      FewRows<Format>(a.x + i * a.ldx, a.ldx, std::min(4, a.m - i), rows, k, a.y + i * a.ldy, a.ldy,
+                      a.accumulate, c0, c1);
+    }
+  }
+}
+
+void Direct(const LinearArgs& a, int n0, int n1) {
+  switch (a.w->format()) {
+    case WeightFormat::kF32: return DirectAs<F32Format>(a, n0, n1);
+    case WeightFormat::kBF16: return DirectAs<Half16Format<true>>(a, n0, n1);
+    case WeightFormat::kF16: return DirectAs<Half16Format<false>>(a, n0, n1);
+    case WeightFormat::kQ8: return DirectAs<Q8Format>(a, n0, n1);
+  }
+}
+
+// Row j of W decoded to fp32 with the format's own vector loads (exact, as DecodeWeightRow).
+template <class Format>
+void DecodeRowAs(const WeightRow& r, int k, float* out) {
+  __m256 scale = _mm256_setzero_ps();
+  const int kfull = k & ~7;
+  for (int k0 = 0; k0 < kfull; k0 += 8) {
+    if constexpr (Format::kGrouped) {
+      if (k0 % kGroup == 0) scale = Format::Scale(r, k0);
+    }
+    _mm256_storeu_ps(out + k0, Format::Load(r, k0, scale));
+  }
+  if (kfull < k) {
+    if constexpr (Format::kGrouped) {
+      if (kfull % kGroup == 0) scale = Format::Scale(r, kfull);
+    }
+    _mm256_maskstore_ps(out + kfull, TailMask(k - kfull), Format::LoadTail(r, kfull, k - kfull, scale));
+  }
+}
+
+void DecodeRow(const LinearWeights& w, int j, float* out) {
+  switch (w.format()) {
+    case WeightFormat::kF32: return DecodeRowAs<F32Format>(w.row(j), w.k(), out);
+    case WeightFormat::kBF16: return DecodeRowAs<Half16Format<true>>(w.row(j), w.k(), out);
+    case WeightFormat::kF16: return DecodeRowAs<Half16Format<false>>(w.row(j), w.k(), out);
+    case WeightFormat::kQ8: return DecodeRowAs<Q8Format>(w.row(j), w.k(), out);
+  }
+}
+
+// From this many rows on, decoding a panel once beats decoding the weights in every tile.
+constexpr int kPanelMinRows = 17;
+
+// Panel rows for k: a panel of decoded fp32 rows stays within ~256 KiB (L2), in multiples of
+// 12 (tiles of 3 and 4 columns), at least 12.
+int PanelRows(int k) {
+  const int rows = (256 * 1024) / (4 * ((k + 7) & ~7)) / 12 * 12;
+  return std::clamp(rows, 12, 96);
+}
+
+// m > kPanelMinRows - 1: decode PanelRows(k) rows at a time to fp32, then every block of 4 rows of x runs
+// over the panel (the last block 1..3 rows).
+void Panelled(const LinearArgs& a, int n0, int n1) {
+  const int k = a.w->k(), kp = (k + 7) & ~7, panel = PanelRows(k);
+  thread_local std::vector<float> decoded;
+  thread_local std::vector<WeightRow> panel_rows;
+  decoded.assign(static_cast<size_t>(panel) * kp, 0.0f);
+  panel_rows.resize(panel);
+  for (int p0 = n0; p0 < n1; p0 += panel) {
+    const int count = std::min(panel, n1 - p0);
+    for (int j = 0; j < count; ++j) {
+      float* dst = &decoded[static_cast<size_t>(j) * kp];
+      DecodeRow(*a.w, p0 + j, dst);
+      panel_rows[j].data = dst;
+    }
+    for (int i = 0; i < a.m; i += 4) {
+      const int mb = std::min(4, a.m - i);
+      FewRows<F32Format>(a.x + i * a.ldx, a.ldx, mb, panel_rows.data(), k, a.y + i * a.ldy + p0,
+                         a.ldy, a.accumulate, 0, count);
+    }
+  }
+}
+
+void RunAvx2(const LinearArgs& a, int n0, int n1) {
+  if (a.m < kPanelMinRows) {
+    Direct(a, n0, n1);
+  } else {
+    Panelled(a, n0, n1);
+  }
+}
+
+int Avx2ChunkRows(int m, int k) { return m < kPanelMinRows ? kDirectChunk : PanelRows(k); }
+
+}  // namespace
+
+#pragma GCC pop_options
+
+const LinearKernelSet* Avx2LinearKernels() {
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                         __builtin_cpu_supports("f16c");
+  static const LinearKernelSet set{"avx2", &RunAvx2, &Avx2ChunkRows};
+  return ok ? &set : nullptr;
+}
+
+}  // namespace morserve

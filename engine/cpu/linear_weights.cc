@@ -1,0 +1,168 @@
+// LinearWeights: resident weight rows in their format (see linear_weights.h).
+#include "engine/cpu/linear_weights.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "engine/core/check.h"
+#include "engine/model/dtype.h"
+
+namespace morserve {
+namespace {
+
+constexpr int kGroup = LinearWeights::kQ8Group;
+
+int RoundUpToGroup(int k) { return (k + kGroup - 1) / kGroup * kGroup; }
+
+// The dtype a format reads in place, if any.
+bool ReadsInPlace(WeightFormat f, DType t) {
+  return (f == WeightFormat::kF32 && t == DType::kF32) ||
+         (f == WeightFormat::kBF16 && t == DType::kBF16) ||
+         (f == WeightFormat::kF16 && t == DType::kF16);
+}
+
+}  // namespace
+
+std::string_view WeightFormatName(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::kF32: return "f32";
+    case WeightFormat::kBF16: return "bf16";
+    case WeightFormat::kF16: return "f16";
+    case WeightFormat::kQ8: return "int8";
+  }
+  return "?";
+}
+
+int64_t WeightRowBytes(WeightFormat format, int k) {
+  switch (format) {
+    case WeightFormat::kF32: return int64_t{4} * k;
+    case WeightFormat::kBF16:
+    case WeightFormat::kF16: return int64_t{2} * k;
+    case WeightFormat::kQ8: {
+      const int kq = RoundUpToGroup(k);
+      return kq + int64_t{2} * (kq / kGroup);
+    }
+  }
+  return 0;
+}
+
+void QuantizeRowQ8(const float* w, int k, int8_t* q, uint16_t* scales) {
+  const int kq = RoundUpToGroup(k);
+  for (int g = 0; g * kGroup < kq; ++g) {
+    const int begin = g * kGroup, end = std::min(k, begin + kGroup);
+    float amax = 0.0f;
+    for (int i = begin; i < end; ++i) amax = std::max(amax, std::fabs(w[i]));
+    MORSERVE_CHECK(std::isfinite(amax), "int8 quantization: a weight is not finite");
+    const uint16_t d16 = F32ToF16(std::min(amax / 127.0f, 65504.0f));
+    const float d = F16ToF32(d16);
+    scales[g] = d16;
+    for (int i = begin; i < begin + kGroup; ++i) {
+      float v = 0.0f;
+      if (i < end && d > 0.0f) v = std::nearbyint(w[i] / d);
+      q[i] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
+    }
+  }
+}
+
+void DecodeWeightRow(WeightFormat format, const WeightRow& row, int k, float* out) {
+  switch (format) {
+    case WeightFormat::kF32:
+      std::memcpy(out, row.data, sizeof(float) * k);
+      return;
+    case WeightFormat::kBF16:
+      ToF32(DType::kBF16, row.data, k, out);
+      return;
+    case WeightFormat::kF16:
+      ToF32(DType::kF16, row.data, k, out);
+      return;
+    case WeightFormat::kQ8: {
+      const auto* q = static_cast<const int8_t*>(row.data);
+      for (int i = 0; i < k; ++i) out[i] = static_cast<float>(q[i]) * F16ToF32(row.scales[i / kGroup]);
+      return;
+    }
+  }
+}
+
+int64_t LinearWeights::bytes() const { return WeightRowBytes(format_, k_) * n_; }
+
+void LinearWeights::DecodeRow(int i, float* out) const { DecodeWeightRow(format_, rows_[i], k_, out); }
+
+// Writes n rows at the end of owned_'s filled part; owned_ is sized up front, so the pointers
+// of rows written earlier stay valid.
+void LinearWeights::PackRows(const float* w, int n) {
+  const int64_t row_bytes = WeightRowBytes(format_, k_);
+  for (int r = 0; r < n; ++r) {
+    const float* src = w + static_cast<size_t>(r) * k_;
+    uint8_t* dst = owned_.data() + fill_;
+    WeightRow row;
+    row.data = dst;
+    switch (format_) {
+      case WeightFormat::kF32:
+        std::memcpy(dst, src, sizeof(float) * k_);
+        break;
+      case WeightFormat::kBF16:
+      case WeightFormat::kF16: {
+        auto* d = reinterpret_cast<uint16_t*>(dst);
+        for (int i = 0; i < k_; ++i) d[i] = format_ == WeightFormat::kBF16 ? F32ToBf16(src[i]) : F32ToF16(src[i]);
+        break;
+      }
+      case WeightFormat::kQ8: {
+        auto* scales = reinterpret_cast<uint16_t*>(dst + RoundUpToGroup(k_));
+        QuantizeRowQ8(src, k_, reinterpret_cast<int8_t*>(dst), scales);
+        row.scales = scales;
+        break;
+      }
+    }
+    rows_.push_back(row);
+    fill_ += static_cast<size_t>(row_bytes);
+  }
+}
+
+LinearWeights LinearWeights::FromF32(const float* w, int n, int k, WeightFormat format) {
+  MORSERVE_CHECK(n > 0 && k > 0, "LinearWeights needs n > 0 and k > 0");
+  LinearWeights out;
+  out.n_ = n;
+  out.k_ = k;
+  out.format_ = format;
+  out.owned_.resize(static_cast<size_t>(WeightRowBytes(format, k)) * n);
+  out.PackRows(w, n);
+  return out;
+}
+
+absl::StatusOr<LinearWeights> LinearWeights::FromViews(std::span<const TensorView* const> parts,
+                                                       WeightFormat format) {
+  if (parts.empty()) return absl::InvalidArgumentError("LinearWeights: no tensors");
+  LinearWeights out;
+  out.format_ = format;
+  out.k_ = -1;
+  int64_t owned_rows = 0;
+  for (const TensorView* t : parts) {
+    if (t->shape.size() != 2 || t->shape[0] <= 0 || t->shape[1] <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(t->name, ": a linear weight must be 2-D, got ", ShapeString(t->shape)));
+    }
+    if (out.k_ >= 0 && t->shape[1] != out.k_) {
+      return absl::InvalidArgumentError(absl::StrCat(t->name, ": ", t->shape[1],
+                                                     " input features, the fused weight has ", out.k_));
+    }
+    out.k_ = static_cast<int>(t->shape[1]);
+    out.n_ += static_cast<int>(t->shape[0]);
+    if (!ReadsInPlace(format, t->dtype)) owned_rows += t->shape[0];
+  }
+  out.owned_.resize(static_cast<size_t>(WeightRowBytes(format, out.k_) * owned_rows));
+  const size_t in_place_row = static_cast<size_t>(WeightRowBytes(format, out.k_));
+  for (const TensorView* t : parts) {
+    const int rows = static_cast<int>(t->shape[0]);
+    if (ReadsInPlace(format, t->dtype)) {
+      const auto* base = static_cast<const uint8_t*>(t->data);
+      for (int r = 0; r < rows; ++r) out.rows_.push_back(WeightRow{base + r * in_place_row, nullptr});
+    } else {
+      out.PackRows(t->ToF32Vector().data(), rows);
+    }
+  }
+  return out;
+}
+
+}  // namespace morserve

@@ -1,0 +1,86 @@
+// LinearWeights: the weight W [n, k] of one linear layer (y = x · W^T), as the CPU linear
+// kernels (linear_kernels.h) read it: row by row, in the format the weights are resident in.
+//
+// Formats: f32, bf16 and f16 rows are read where they lie (a checkpoint's mmap'd tensor, no
+// copy) when the stored dtype is the format asked for; otherwise, and for int8, the rows are
+// packed once into memory owned here. Q8 is llama.cpp's Q8_0 idea: each row is cut into groups
+// of 32 values along k (the last group zero-padded), each group stores int8 values q and one
+// f16 scale d = fp16(max|w| / 127), and the value it stands for is float(q) * float(d): an int8
+// times an 11-bit significand is exact in fp32, so every format decodes to exact fp32 values
+// and the kernels compute the same fp32 products for every format.
+//
+// Several tensors can be stacked along n (the fused q|k|v and gate|up projections) without
+// copying: each output row keeps its own pointer.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/model/tensor_view.h"
+
+namespace morserve {
+
+enum class WeightFormat { kF32, kBF16, kF16, kQ8 };
+
+std::string_view WeightFormatName(WeightFormat f);  // "f32", "bf16", "f16", "int8"
+
+// One output row: its k values (format-specific bytes) and, for Q8, its group scales (f16).
+struct WeightRow {
+  const void* data = nullptr;
+  const uint16_t* scales = nullptr;
+};
+
+class LinearWeights {
+ public:
+  static constexpr int kQ8Group = 32;
+
+  // The rows of `parts` stacked in order (every part [rows_i, k], the same k), in `format`:
+  // read in place when a part's dtype is that format, converted (bf16 rounds to nearest even,
+  // f16 likewise) or quantized into one owned copy otherwise.
+  static absl::StatusOr<LinearWeights> FromViews(std::span<const TensorView* const> parts,
+                                                 WeightFormat format);
+  // w: [n, k] row-major fp32, always copied.
+  static LinearWeights FromF32(const float* w, int n, int k, WeightFormat format);
+
+  LinearWeights() = default;
+  LinearWeights(LinearWeights&&) = default;
+  LinearWeights& operator=(LinearWeights&&) = default;
+  LinearWeights(const LinearWeights&) = delete;
+  LinearWeights& operator=(const LinearWeights&) = delete;
+
+  int n() const { return n_; }
+  int k() const { return k_; }
+  WeightFormat format() const { return format_; }
+  const WeightRow& row(int i) const { return rows_[i]; }
+  const WeightRow* rows() const { return rows_.data(); }
+  // Bytes one pass over every row reads (values and scales).
+  int64_t bytes() const;
+  // Bytes held by this object (0 when every row is read in place).
+  int64_t owned_bytes() const { return static_cast<int64_t>(owned_.size()); }
+  // Row i as exact fp32 values, out[k].
+  void DecodeRow(int i, float* out) const;
+
+ private:
+  void PackRows(const float* w, int n);  // appends n rows given as fp32, converted to format_
+
+  int n_ = 0;
+  int k_ = 0;
+  WeightFormat format_ = WeightFormat::kF32;
+  std::vector<WeightRow> rows_;
+  std::vector<uint8_t> owned_;
+  size_t fill_ = 0;  // bytes of owned_ written so far
+};
+
+// Bytes of one row's values in `format` (Q8: k rounded up to groups, plus the f16 scales).
+int64_t WeightRowBytes(WeightFormat format, int k);
+
+// Decodes one row of `format` (k values) to exact fp32.
+void DecodeWeightRow(WeightFormat format, const WeightRow& row, int k, float* out);
+
+// Quantizes one row to Q8: q[round_up(k, 32)] and scales[round_up(k, 32) / 32] (f16 bits).
+void QuantizeRowQ8(const float* w, int k, int8_t* q, uint16_t* scales);
+
+}  // namespace morserve

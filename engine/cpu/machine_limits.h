@@ -1,0 +1,28 @@
+// The physical limits a CPU kernel is judged against, measured on the spot with the engine's
+// thread pool: the read bandwidth of memory (a streaming read of a buffer far larger than the
+// caches, best of several passes) and the fp32 FMA peak (independent 8-lane FMA chains on every
+// thread). Benchmarks report their kernels as fractions of these figures, measured in the same
+// run, because the machines they run on are shared and differ from session to session.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/cpu/thread_pool.h"
+
+namespace morserve {
+
+struct MachineLimits {
+  double read_gbs = 0;    // bytes read per second / 1e9, all threads
+  double fma_gflops = 0;  // fp32 multiply-adds x 2 per second / 1e9, all threads (0: no FMA unit)
+  int64_t buffer_bytes = 0;
+  int threads = 0;
+};
+
+// Reads a buffer of `buffer_bytes` (rounded up to 1 MiB) `passes` times, keeps the fastest pass.
+double MeasureReadBandwidth(ThreadPool* pool, int64_t buffer_bytes, int passes = 3);
+// Best of `tries` timed runs of FMA chains on every thread (AVX2+FMA hosts; 0 otherwise).
+double MeasureFmaPeak(ThreadPool* pool, int tries = 5);
+
+MachineLimits MeasureMachineLimits(ThreadPool* pool, int64_t buffer_bytes);
+
+}  // namespace morserve

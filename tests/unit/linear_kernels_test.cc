@@ -1,0 +1,209 @@
+// The CPU linear kernels (engine/cpu/linear_kernels.h) and their weight formats
+// (linear_weights.h): every kernel set the host runs equals the scalar set bit for bit (same
+// L8 order by design) for every format, odd shapes, m = 1..64 and both write modes; the scalar
+// set follows the order as written (checked against a hand-written L8 sum); int8 quantization
+// stays within its bound; bf16/f16 checkpoint rows are read in place.
+#include "engine/cpu/linear_kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "engine/cpu/linear_weights.h"
+#include "engine/model/dtype.h"
+#include "tests/random_values.h"
+
+namespace morserve {
+namespace {
+
+using testing::UniformRandom;
+
+constexpr WeightFormat kFormats[] = {WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kF16,
+                                     WeightFormat::kQ8};
+
+std::vector<const LinearKernelSet*> VectorSets() {
+  std::vector<const LinearKernelSet*> sets;
+  if (Avx2LinearKernels() != nullptr) sets.push_back(Avx2LinearKernels());
+  return sets;
+}
+
+std::vector<float> RunSet(const LinearKernelSet& set, const LinearWeights& w, const std::vector<float>& x,
+                          int m, const std::vector<float>& y0, bool accumulate, int n0, int n1) {
+  std::vector<float> y = y0;
+  LinearArgs a;
+  a.x = x.data();
+  a.ldx = w.k();
+  a.m = m;
+  a.w = &w;
+  a.y = y.data();
+  a.ldy = w.n();
+  a.accumulate = accumulate;
+  set.run(a, n0, n1);
+  return y;
+}
+
+TEST(LinearKernelsTest, HostHasAVectorSetOrSaysSo) {
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                    __builtin_cpu_supports("f16c");
+  EXPECT_EQ(Avx2LinearKernels() != nullptr, avx2);
+  std::printf("best kernel set on this host: %s\n", std::string(BestLinearKernels().name).c_str());
+  if (!avx2) GTEST_SKIP() << "host has no AVX2+FMA+F16C: only the scalar set runs here";
+}
+
+// Every vector set equals the scalar set bitwise: formats x shapes x m x modes x column ranges.
+TEST(LinearKernelsTest, VectorSetsEqualScalarBitwise) {
+  if (VectorSets().empty()) GTEST_SKIP() << "no vector kernel set on this host";
+  struct Shape {
+    int n, k;
+  };
+  int compared = 0;
+  for (const LinearKernelSet* set : VectorSets()) {
+    for (WeightFormat f : kFormats) {
+      for (const Shape s : {Shape{1, 1}, Shape{13, 7}, Shape{37, 203}, Shape{64, 96}, Shape{29, 33},
+                            Shape{50, 256}, Shape{9, 1000}}) {
+        const auto wf = UniformRandom(static_cast<size_t>(s.n) * s.k, 11 + s.k);
+        const LinearWeights w = LinearWeights::FromF32(wf.data(), s.n, s.k, f);
+        for (int m : {1, 2, 3, 4, 5, 7, 8, 13, 16, 17, 20, 64}) {
+          const auto x = UniformRandom(static_cast<size_t>(m) * s.k, 100 + m);
+          const auto y0 = UniformRandom(static_cast<size_t>(m) * s.n, 200 + m, 4.0f);
+          for (bool acc : {false, true}) {
+            for (auto [n0, n1] : {std::pair{0, s.n}, std::pair{s.n / 3, s.n}}) {
+              const auto want = RunSet(ScalarLinearKernels(), w, x, m, y0, acc, n0, n1);
+              const auto got = RunSet(*set, w, x, m, y0, acc, n0, n1);
+              ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+                  << set->name << " " << WeightFormatName(f) << " n=" << s.n << " k=" << s.k
+                  << " m=" << m << " accumulate=" << acc << " columns " << n0 << ".." << n1;
+              ++compared;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(compared, 1000);
+}
+
+// The scalar set computes the documented L8 order: eight lane sums in k order, then
+// ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)); accumulation adds once more.
+TEST(LinearKernelsTest, ScalarSetFollowsTheL8Order) {
+  const int n = 5, k = 21, m = 3;
+  const auto wf = UniformRandom(n * k, 1);
+  const auto x = UniformRandom(m * k, 2);
+  const LinearWeights w = LinearWeights::FromF32(wf.data(), n, k, WeightFormat::kF32);
+  const std::vector<float> y0(m * n, 0.5f);
+  const auto got = RunSet(ScalarLinearKernels(), w, x, m, y0, /*accumulate=*/true, 0, n);
+  for (int i = 0; i < m; ++i) {
+    for (int j = 0; j < n; ++j) {
+      volatile float a[8] = {};
+      for (int p = 0; p < k; ++p) a[p % 8] = std::fma(x[i * k + p], wf[j * k + p], a[p % 8]);
+      volatile float s = ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+      volatile float want = 0.5f + s;
+      EXPECT_EQ(got[i * n + j], want) << i << "," << j;
+    }
+  }
+}
+
+// Close to the exact product of x and the decoded weights: |y - ref| <= 1e-5 sum |x w|.
+TEST(LinearKernelsTest, BestSetMatchesDoubleOnDecodedWeights) {
+  const int n = 70, k = 333, m = 9;
+  const auto wf = UniformRandom(n * k, 3);
+  const auto x = UniformRandom(m * k, 4);
+  for (WeightFormat f : kFormats) {
+    const LinearWeights w = LinearWeights::FromF32(wf.data(), n, k, f);
+    const auto y = RunSet(BestLinearKernels(), w, x, m, std::vector<float>(m * n), false, 0, n);
+    std::vector<float> row(k);
+    for (int j = 0; j < n; ++j) {
+      w.DecodeRow(j, row.data());
+      for (int i = 0; i < m; ++i) {
+        double ref = 0, mag = 0;
+        for (int p = 0; p < k; ++p) {
+          ref += static_cast<double>(x[i * k + p]) * row[p];
+          mag += std::fabs(static_cast<double>(x[i * k + p]) * row[p]);
+        }
+        ASSERT_LE(std::fabs(y[i * n + j] - ref), 1e-5 * mag) << WeightFormatName(f);
+      }
+    }
+  }
+}
+
+// Q8: per group of 32, d = fp16(max|w| / 127) and |w - q d| <= d / 2 (plus the clamp at 127
+// when fp16 rounding made d smaller: then |w| - 127 d <= 127 * |d - amax/127|).
+TEST(LinearKernelsTest, Q8QuantizationErrorBound) {
+  const int k = 100;  // 4 groups, the last zero-padded
+  for (uint32_t seed = 0; seed < 20; ++seed) {
+    auto w = UniformRandom(k, seed, 0.05f + seed);
+    w[7] = 0.0f;
+    int8_t q[128];
+    uint16_t scales[4];
+    QuantizeRowQ8(w.data(), k, q, scales);
+    for (int g = 0; g < 4; ++g) {
+      float amax = 0;
+      for (int i = g * 32; i < std::min(k, g * 32 + 32); ++i) amax = std::max(amax, std::fabs(w[i]));
+      const float d = F16ToF32(scales[g]);
+      EXPECT_LE(std::fabs(d - amax / 127) / (amax / 127), 1.0f / 1024) << "fp16 scale rounding";
+      for (int i = g * 32; i < g * 32 + 32; ++i) {
+        if (i >= k) {
+          EXPECT_EQ(q[i], 0) << "padding";
+          continue;
+        }
+        const float err = std::fabs(w[i] - q[i] * d);
+        EXPECT_LE(err, d / 2 + 127 * std::fabs(d - amax / 127) + 1e-12f) << "seed " << seed << " i " << i;
+        EXPECT_LE(std::abs(static_cast<int>(q[i])), 127);
+      }
+    }
+  }
+  // All-zero group: scale 0, values 0.
+  std::vector<float> zeros(40, 0.0f);
+  int8_t q[64];
+  uint16_t s[2];
+  QuantizeRowQ8(zeros.data(), 40, q, s);
+  EXPECT_EQ(F16ToF32(s[0]), 0.0f);
+  for (int i = 0; i < 64; ++i) EXPECT_EQ(q[i], 0);
+}
+
+TensorView View(const std::string& name, DType t, int64_t rows, int64_t cols, const void* data) {
+  TensorView v;
+  v.name = name;
+  v.dtype = t;
+  v.shape = {rows, cols};
+  v.data = data;
+  return v;
+}
+
+// bf16 rows are read where they lie; fused parts keep their order; an f32 part under a bf16
+// format is packed (rounded to nearest even); mismatched k is an error naming the tensor.
+TEST(LinearKernelsTest, FromViewsReadsInPlaceAndPacksTheRest) {
+  const int k = 10;
+  std::vector<uint16_t> a(3 * k), b(2 * k);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = F32ToBf16(0.01f * i);
+  const auto bf32 = UniformRandom(2 * k, 5);
+  const TensorView va = View("q_proj.weight", DType::kBF16, 3, k, a.data());
+  const TensorView vb = View("k_proj.weight", DType::kF32, 2, k, bf32.data());
+  const TensorView* parts[] = {&va, &vb};
+  auto w = LinearWeights::FromViews(parts, WeightFormat::kBF16);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->n(), 5);
+  EXPECT_EQ(w->row(0).data, a.data());
+  EXPECT_EQ(w->row(2).data, a.data() + 2 * k);
+  EXPECT_EQ(w->owned_bytes(), 2 * k * 2);
+  EXPECT_EQ(w->bytes(), 5 * k * 2);
+  std::vector<float> row(k);
+  w->DecodeRow(4, row.data());
+  for (int i = 0; i < k; ++i) EXPECT_EQ(row[i], Bf16ToF32(F32ToBf16(bf32[k + i])));
+  // Everything in place: nothing owned.
+  const TensorView* only_a[] = {&va};
+  EXPECT_EQ(LinearWeights::FromViews(only_a, WeightFormat::kBF16)->owned_bytes(), 0);
+  // Q8 bytes: k rounded up to 32, plus one f16 scale per group.
+  EXPECT_EQ(LinearWeights::FromViews(only_a, WeightFormat::kQ8)->bytes(), 3 * (32 + 2));
+  const TensorView vc = View("v_proj.weight", DType::kBF16, 2, k + 1, a.data());
+  const TensorView* bad[] = {&va, &vc};
+  auto err = LinearWeights::FromViews(bad, WeightFormat::kBF16);
+  ASSERT_FALSE(err.ok());
+  EXPECT_NE(std::string(err.status().message()).find("v_proj.weight"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace morserve
