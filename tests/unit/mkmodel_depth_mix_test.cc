@@ -2,12 +2,14 @@
 // and the real engine, running the routers (or exit head) of a model built with the mix,
 // sends every token through exactly its assigned number of loops, for mor-ec (linear, mlp
 // and aux routers, additive gating), mor-tc (linear and mlp routers) and early-exit, at
-// mkmodel's width and at hidden 960. Bad mixes are errors that name --depth-mix.
+// mkmodel's width and at hidden 960; the reference model agrees token by token, with every
+// routing decision far from its boundary. Bad mixes are errors that name --depth-mix.
 #include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
+#include "engine/reference/reference_model.h"
 #include "engine/runtime/engine.h"
 #include "engine/tools/depth_mix.h"
 #include "engine/tools/mkmodel.h"
@@ -156,11 +158,16 @@ std::vector<MixCase> MixCases() {
   return cases;
 }
 
-// A request whose prompt is every token id once (in a scrambled order), plus its result.
-RunResult RunWholeVocabulary(Engine* engine, int vocab) {
+// Every token id once, in a scrambled order.
+std::vector<int> WholeVocabulary(int vocab) {
   std::vector<int> prompt(vocab);
   for (int i = 0; i < vocab; ++i) prompt[i] = static_cast<int>((static_cast<int64_t>(i) * 37 + 11) % vocab);
-  auto ch = engine->Submit(testing::Greedy(prompt, 1));
+  return prompt;
+}
+
+// A request whose prompt is WholeVocabulary, plus its result.
+RunResult RunWholeVocabulary(Engine* engine, int vocab) {
+  auto ch = engine->Submit(testing::Greedy(WholeVocabulary(vocab), 1));
   EXPECT_TRUE(ch.ok()) << ch.status();
   if (!ch.ok()) return {};
   engine->RunUntilIdle();
@@ -225,6 +232,40 @@ TEST_P(DepthMixEngineTest, GeneratedTokensRunTheirIdsDepth) {
     fraction[r.loops[i]] += 1.0 / r.tokens.size();
   }
   for (int d = 1; d <= nr; ++d) EXPECT_NEAR(fraction[d], spec.depth_mix[d - 1], 0.15) << "depth " << d;
+}
+
+// The reference implementation of spec/models.md agrees token by token, and the decisions
+// are clear, not near a boundary: expert-choice scores at least 1 away from the threshold 0,
+// token-choice top score at least 3 above the next (the construction gives 4), exit
+// confidences at least 0.99 where the token exits and at most 0.5 where it goes on.
+TEST_P(DepthMixEngineTest, ReferenceDecidesEveryTokenClearly) {
+  const TinyModelSpec& spec = GetParam().spec;
+  testing::TempDir dir;
+  auto weights = testing::MakeModel(spec, &dir);
+  ASSERT_NE(weights, nullptr);
+  const int vocab = weights->config.vocab_size;
+  const float threshold = weights->config.recursion.early_exit.threshold;
+  const std::vector<int> depths = TokenDepths(spec.depth_mix, vocab, spec.seed);
+  const std::vector<int> prompt = WholeVocabulary(vocab);
+  ReferenceModel ref(weights);
+  const std::vector<StepOutput> out = ref.Forward(prompt);
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    const TokenTrace& t = out[i].trace;
+    ASSERT_EQ(t.loops, depths[prompt[i]]) << "position " << i << " id " << prompt[i];
+    if (spec.family == "mor-ec") {
+      for (double score : t.router_scores) EXPECT_GE(std::abs(score), 1.0) << "id " << prompt[i];
+    } else if (spec.family == "mor-tc") {
+      std::vector<double> sorted = t.router_scores;
+      std::sort(sorted.rbegin(), sorted.rend());
+      EXPECT_GE(sorted[0] - sorted[1], 3.0) << "id " << prompt[i];
+    } else {
+      for (size_t r = 0; r < t.exit_confidence.size(); ++r) {
+        const bool exits = static_cast<int>(r) + 1 == t.loops;
+        if (exits) EXPECT_GE(t.exit_confidence[r], std::max(0.99, double(threshold))) << "id " << prompt[i];
+        if (!exits) EXPECT_LE(t.exit_confidence[r], std::min(0.5, double(threshold))) << "id " << prompt[i];
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, DepthMixEngineTest, ::testing::ValuesIn(MixCases()),
