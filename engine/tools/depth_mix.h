@@ -21,9 +21,9 @@
 //     +ch1, -ch1 (GELU(x) - GELU(-x) = x makes the readout linear) and only those units
 //     reach the output. P = prod(1 + g) of the loops run (weighted gating; 2^r additive)
 //     scales both channels alike, so s > 0 iff D > r: a token of depth D runs exactly D
-//     loops. The capacities are then exactly the realized continuing fractions over the
-//     vocabulary; the mix, not the capacity, is what decides (the engine's capacity only
-//     says whether the router is asked).
+//     loops. Over the whole vocabulary the capacities are then the realized continuing
+//     fractions (to one token); the router scores, not the capacity, decide (the engine's
+//     capacity only says whether the router is asked, and caps nothing).
 // mor-tc (token choice). Router row j scores -(2j+1)^2 + 4R(2j+1) v on the segment input,
 // which is -((2j+1) - (2D-1))^2 + const: the argmax is j = D - 1 with a margin of 4 for
 // any activation (softmax or sigmoid keep the order); router_bias is all zeros.

@@ -660,7 +660,7 @@ absl::Status ApplyValueFlag(const std::string& flag, const std::string& v, TinyM
       if (!absl::SimpleAtof(part, &f)) return BadValue(flag, v);
       list->push_back(f);
     }
-    if (list->empty()) return BadValue(flag, v);
+    if (list->empty() && flag == "--depth-mix") return BadValue(flag, v);
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(absl::StrCat("mkmodel: unknown flag ", flag));
