@@ -1,7 +1,7 @@
 // The physical limits a CPU kernel is judged against, measured on the spot with the engine's
-// thread pool: the read bandwidth of memory (a streaming read of a buffer far larger than the
-// caches, best of several passes) and the fp32 FMA peak (independent 8-lane FMA chains on every
-// thread). Benchmarks report their kernels as fractions of these figures, measured in the same
+// thread pool: the read bandwidth of memory (mem_bandwidth.h: a streaming read of a buffer far
+// larger than the caches, best of several passes) and the fp32 FMA peak (independent 8-lane FMA
+// chains on every thread). Benchmarks report their kernels as fractions of these figures, measured in the same
 // run, because the machines they run on are shared and differ from session to session.
 #pragma once
 
@@ -18,11 +18,10 @@ struct MachineLimits {
   int threads = 0;
 };
 
-// Reads a buffer of `buffer_bytes` (rounded up to 1 MiB) `passes` times, keeps the fastest pass.
-double MeasureReadBandwidth(ThreadPool* pool, int64_t buffer_bytes, int passes = 3);
 // Best of `tries` timed runs of FMA chains on every thread (AVX2+FMA hosts; 0 otherwise).
 double MeasureFmaPeak(ThreadPool* pool, int tries = 5);
 
-MachineLimits MeasureMachineLimits(ThreadPool* pool, int64_t buffer_bytes);
+// buffer_mb: MiB of the read-bandwidth buffer (>= 1).
+MachineLimits MeasureMachineLimits(ThreadPool* pool, int64_t buffer_mb);
 
 }  // namespace morserve

@@ -6,6 +6,11 @@
 // exits per loop, layer rows by kind (full, K/V-only), KV blocks, preemptions; prints a table with
 // side-by-side ratios and writes everything as JSON. With --repeats N the modes alternate N times
 // and each keeps its fastest run (the machine this runs on is often shared).
+// Weight bandwidth: the run first measures the machine's streaming read bandwidth
+// (mem_bandwidth.h; --membw-mb, 0 skips it), and each run reports the weight bytes its runner
+// read (RunnerCounters::weight_bytes), their rate in GB/s (1e9 bytes/s) and that rate as a
+// fraction of the measured bandwidth. --prefill P also times, per model, the prefill of one
+// P-token prompt (max_tokens 1) and reports prefill tokens/s.
 #include <time.h>
 
 #include <chrono>
@@ -15,11 +20,15 @@
 #include <random>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/cpu/thread_pool.h"
 #include "engine/model/weights.h"
 #include "engine/runtime/engine.h"
 #include "engine/tools/commands.h"
 #include "engine/tools/engine_flags.h"
+#include "engine/cpu/machine_limits.h"
+#include "engine/cpu/mem_bandwidth.h"
 #include "nlohmann/json.hpp"
 
 namespace morserve {
@@ -31,6 +40,8 @@ constexpr char kUsage[] =
     "usage: morserve bench --models DIR[,DIR...] [--requests 1000] [--mean-tokens 256]\n"
     "         [--std-tokens 64] [--prompt-len 1] [--batches 32,256] [--modes depth,sequence]\n"
     "         [--warmup 32] [--seed 1] [--repeats 1] [--out bench.json]\n"
+    "         [--membw-mb 1024 (read-bandwidth buffer; 0: skip)] [--membw-passes 5]\n"
+    "         [--prefill P (time one P-token prompt's prefill per model)]\n"
     "         [engine flags: --device cpu|cuda --weights auto|f32|bf16|f16|int8\n"
     "          --kv-cache-mb N --block-size N --threads N --recurrent-prefill tiled|naive]\n";
 
@@ -81,8 +92,18 @@ json PhasesDelta(const StepPhaseSeconds& a, const StepPhaseSeconds& b) {
           {"sample", b.sample - a.sample},       {"report", b.report - a.report}};
 }
 
+// Weight bytes the runner read between two stats, their rate (GB/s) and its fraction of the
+// measured read bandwidth (null when it was not measured).
+json WeightTraffic(const EngineStats& a, const EngineStats& b, double seconds, double read_gbs) {
+  const int64_t bytes = b.layer_rows.weight_bytes - a.layer_rows.weight_bytes;
+  const double gbs = seconds > 0 ? bytes / seconds / 1e9 : 0.0;
+  return {{"weight_bytes_read", bytes},
+          {"weight_gbs", gbs},
+          {"weight_bw_fraction", read_gbs > 0 ? json(gbs / read_gbs) : json(nullptr)}};
+}
+
 json StatsDelta(const EngineStats& a, const EngineStats& b, double seconds, double cpu_seconds,
-                int batch) {
+                int batch, double read_gbs) {
   auto diff = [](const std::vector<int64_t>& x, const std::vector<int64_t>& y) {
     std::vector<int64_t> d(y.size());
     for (size_t i = 0; i < y.size(); ++i) d[i] = y[i] - (i < x.size() ? x[i] : 0);
@@ -91,7 +112,7 @@ json StatsDelta(const EngineStats& a, const EngineStats& b, double seconds, doub
   const int64_t tokens = b.tokens_generated - a.tokens_generated;
   const int64_t rows = b.pass_rows - a.pass_rows;
   const int64_t capacity = b.pass_row_capacity - a.pass_row_capacity;
-  return {{"seconds", seconds},
+  json out = {{"seconds", seconds},
           {"tokens_generated", tokens},
           {"tokens_per_s", tokens / seconds},
           {"cpu_seconds", cpu_seconds},
@@ -112,6 +133,8 @@ json StatsDelta(const EngineStats& a, const EngineStats& b, double seconds, doub
           {"kv_blocks_total", b.kv_blocks_total},
           {"preemptions", b.preemptions - a.preemptions},
           {"max_batch_rows", batch}};
+  out.update(WeightTraffic(a, b, seconds, read_gbs));
+  return out;
 }
 
 json ModelInfo(const ModelWeights& w, const std::string& dir) {
@@ -129,12 +152,16 @@ json ModelInfo(const ModelWeights& w, const std::string& dir) {
 
 void PrintRow(const json& run) {
   const json& s = run["stats"];
-  std::printf("%-28s %-8s %6d %10.1f %12.1f %7.3f %9.2f %6d  %s\n",
+  const std::string fraction = s["weight_bw_fraction"].is_null()
+                                   ? "-"
+                                   : absl::StrFormat("%.3f", s["weight_bw_fraction"].get<double>());
+  std::printf("%-28s %-8s %6d %10.1f %12.1f %7.3f %9.2f %6d %8.2f %7s  %s\n",
               run["model"]["dir"].get<std::string>().substr(0, 28).c_str(),
               run["mode"].get<std::string>().c_str(), s["max_batch_rows"].get<int>(),
               s["tokens_per_s"].get<double>(), s["shared_block_rows_per_s"].get<double>(),
               s["batch_fill_ratio"].get<double>(), s["mean_rows_per_pass"].get<double>(),
-              s["preemptions"].get<int>(), s["rows_per_loop"].dump().c_str());
+              s["preemptions"].get<int>(), s["weight_gbs"].get<double>(), fraction.c_str(),
+              s["rows_per_loop"].dump().c_str());
 }
 
 // depth/sequence for each (model, batch); model/vanilla for each (mode, batch).
@@ -173,7 +200,7 @@ json Ratios(const json& runs) {
 
 // One measured run on a fresh engine: warm up, then the whole workload.
 absl::StatusOr<json> RunOnce(std::shared_ptr<const ModelWeights> weights, const EngineConfig& cfg,
-                             const Workload& w, int warmup) {
+                             const Workload& w, int warmup, double read_gbs) {
   auto engine = Engine::Create(std::move(weights), cfg);
   if (!engine.ok()) return engine.status();
   RunRequests(engine->get(), w.prompt, std::vector<int>(warmup, 16));
@@ -182,7 +209,49 @@ absl::StatusOr<json> RunOnce(std::shared_ptr<const ModelWeights> weights, const 
   const double cpu0 = ProcessCpuSeconds();
   RunRequests(engine->get(), w.prompt, w.output_lengths);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return StatsDelta(before, (*engine)->stats(), secs, ProcessCpuSeconds() - cpu0, cfg.max_batch_rows);
+  return StatsDelta(before, (*engine)->stats(), secs, ProcessCpuSeconds() - cpu0, cfg.max_batch_rows,
+                    read_gbs);
+}
+
+// Prefill of one `prompt_len`-token prompt (ids spread over the vocabulary, max_tokens 1) on
+// a fresh engine after a short warm-up request: prompt tokens per second of the whole request.
+// Multiply-adds x 2 of the projections of one token through every unrolled layer (attention
+// scores and the LM head not counted): the work a prefill token costs at any prompt length.
+double LinearFlopsPerToken(const ModelWeights& w) {
+  const ModelConfig& c = w.config;
+  const double per_layer = static_cast<double>(c.hidden_size) * (c.q_dim() + 2 * c.kv_dim()) +
+                           static_cast<double>(c.q_dim()) * c.hidden_size +
+                           3.0 * c.hidden_size * c.intermediate_size;
+  return 2.0 * per_layer * w.plan.num_unrolled_layers();
+}
+
+absl::StatusOr<json> RunPrefill(std::shared_ptr<const ModelWeights> weights, const EngineConfig& cfg,
+                                int prompt_len, double read_gbs, double fma_gflops) {
+  const int vocab = weights->config.vocab_size;
+  const double flops_per_token = LinearFlopsPerToken(*weights);
+  if (prompt_len >= weights->config.max_position_embeddings) {
+    return absl::InvalidArgumentError(absl::StrCat("--prefill: ", prompt_len, " tokens do not fit the model's ",
+                                                   weights->config.max_position_embeddings, " positions"));
+  }
+  auto engine = Engine::Create(std::move(weights), cfg);
+  if (!engine.ok()) return engine.status();
+  RunRequests(engine->get(), {1, 2, 3, 4}, {1});
+  std::vector<int> prompt(prompt_len);
+  for (int i = 0; i < prompt_len; ++i) prompt[i] = static_cast<int>((int64_t{i} * 7919 + 3) % vocab);
+  const EngineStats before = (*engine)->stats();
+  const auto t0 = std::chrono::steady_clock::now();
+  RunRequests(engine->get(), prompt, {1});
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const EngineStats after = (*engine)->stats();
+  json out = {{"prompt_tokens", prompt_len},
+              {"seconds", secs},
+              {"prefill_tokens_per_s", prompt_len / secs},
+              {"linear_gflops", flops_per_token * prompt_len / secs / 1e9},
+              {"fma_fraction", fma_gflops > 0 ? json(flops_per_token * prompt_len / secs / 1e9 / fma_gflops)
+                                              : json(nullptr)},
+              {"max_step_tokens", cfg.max_step_tokens}};
+  out.update(WeightTraffic(before, after, secs, read_gbs));
+  return out;
 }
 
 int Fail(const std::string& msg) {
@@ -195,7 +264,7 @@ int Fail(const std::string& msg) {
 int BenchCommand(const Args& args) {
   std::set<std::string> value_flags = {"models", "requests", "mean-tokens", "std-tokens",
                                        "prompt-len", "batches", "modes", "warmup", "seed", "out",
-                                       "repeats"};
+                                       "repeats", "membw-mb", "membw-passes", "prefill"};
   value_flags.insert(EngineFlagNames().begin(), EngineFlagNames().end());
   auto flags = Flags::Parse(args, value_flags, {"help"});
   if (!flags.ok() || flags->Has("help") || !flags->Has("models")) {
@@ -210,12 +279,19 @@ int BenchCommand(const Args& args) {
   auto warmup = flags->GetInt("warmup", 32);
   auto seed = flags->GetInt("seed", 1);
   auto repeats = flags->GetInt("repeats", 1);
+  auto membw_mb = flags->GetInt("membw-mb", 1024);
+  auto membw_passes = flags->GetInt("membw-passes", 5);
+  auto prefill = flags->GetInt("prefill", 0);
   for (const absl::Status& s : {requests.status(), mean.status(), stddev.status(),
                                 prompt_len.status(), warmup.status(), seed.status(),
-                                repeats.status()}) {
+                                repeats.status(), membw_mb.status(), membw_passes.status(),
+                                prefill.status()}) {
     if (!s.ok()) return Fail(std::string(s.message()));
   }
   if (*repeats < 1) return Fail("--repeats: must be >= 1");
+  if (*membw_mb < 0) return Fail("--membw-mb: must be >= 0 (0 skips the measurement)");
+  if (*membw_passes < 1) return Fail("--membw-passes: must be >= 1");
+  if (*prefill < 0) return Fail("--prefill: must be >= 0 (0: none)");
   std::vector<int> batches;
   for (const std::string& b : flags->GetList("batches").empty() ? std::vector<std::string>{"32", "256"}
                                                                 : flags->GetList("batches")) {
@@ -234,9 +310,29 @@ int BenchCommand(const Args& args) {
   if (!base.ok()) return Fail(std::string(base.status().message()));
   if (!flags->Has("kv-cache-mb") && !flags->Has("kv-blocks")) base->kv_cache_bytes = 2048ll << 20;
 
+  json bandwidth = nullptr;
+  double read_gbs = 0, fma_gflops = 0;
+  if (*membw_mb > 0) {
+    ThreadPool pool(base->threads);
+    auto bw = MeasureReadBandwidth(*membw_mb, *membw_passes, &pool);
+    if (!bw.ok()) return Fail(std::string(bw.status().message()));
+    read_gbs = bw->gbs;
+    fma_gflops = MeasureFmaPeak(&pool);
+    std::printf("fp32 FMA peak: %.1f GFLOP/s (%d threads)\n", fma_gflops, pool.num_threads());
+    bandwidth = {{"read_bandwidth_gbs", bw->gbs},
+                 {"fma_gflops", fma_gflops},
+                 {"buffer_bytes", bw->bytes},
+                 {"threads", bw->threads},
+                 {"passes", bw->passes}};
+    std::printf("read bandwidth: %.2f GB/s (%lld MiB buffer, %d threads, best of %d passes)\n\n",
+                bw->gbs, static_cast<long long>(bw->bytes >> 20), bw->threads, bw->passes);
+  }
+
   json runs = json::array();
-  std::printf("%-28s %-8s %6s %10s %12s %7s %9s %6s  %s\n", "model", "mode", "batch", "tok/s",
-              "block rows/s", "fill", "rows/pass", "preempt", "rows per loop");
+  json prefills = json::array();
+  std::printf("%-28s %-8s %6s %10s %12s %7s %9s %6s %8s %7s  %s\n", "model", "mode", "batch",
+              "tok/s", "block rows/s", "fill", "rows/pass", "preempt", "wt GB/s", "bw frac",
+              "rows per loop");
   for (const std::string& dir : flags->GetList("models")) {
     auto weights = LoadModel(dir);
     if (!weights.ok()) return Fail(std::string(weights.status().message()));
@@ -254,7 +350,7 @@ int BenchCommand(const Args& args) {
           cfg.max_batch_rows = batch;
           cfg.max_running = batch;
           cfg.max_queue = *requests + *warmup;
-          auto stats = RunOnce(*weights, cfg, w, *warmup);
+          auto stats = RunOnce(*weights, cfg, w, *warmup, read_gbs);
           if (!stats.ok()) return Fail(std::string(stats.status().message()));
           all[m].push_back((*stats)["tokens_per_s"].get<double>());
           if (best[m].is_null() || (*stats)["tokens_per_s"] > best[m]["tokens_per_s"]) best[m] = *stats;
@@ -270,6 +366,23 @@ int BenchCommand(const Args& args) {
         runs.push_back(run);
       }
     }
+    if (*prefill > 0) {
+      EngineConfig cfg = *base;
+      cfg.mode = modes[0];
+      json best;
+      for (int rep = 0; rep < *repeats; ++rep) {
+        auto p = RunPrefill(*weights, cfg, *prefill, read_gbs, fma_gflops);
+        if (!p.ok()) return Fail(std::string(p.status().message()));
+        if (best.is_null() || (*p)["prefill_tokens_per_s"] > best["prefill_tokens_per_s"]) best = *p;
+      }
+      best["model"] = dir;
+      best["mode"] = BatchingModeName(modes[0]);
+      std::printf("prefill %-28s %d tokens: %.1f tok/s, weights %.2f GB/s, projections %.1f GFLOP/s\n",
+                  dir.substr(0, 28).c_str(), *prefill, best["prefill_tokens_per_s"].get<double>(),
+                  best["weight_gbs"].get<double>(), best["linear_gflops"].get<double>());
+      std::fflush(stdout);
+      prefills.push_back(best);
+    }
   }
   const json ratios = Ratios(runs);
   std::printf("\nratios (tokens/s, measured side by side in this run):\n");
@@ -280,10 +393,13 @@ int BenchCommand(const Args& args) {
   }
   const json report = {{"protocol", {{"requests", *requests}, {"mean_tokens", *mean}, {"std_tokens", *stddev},
                                      {"prompt_len", *prompt_len}, {"warmup", *warmup}, {"seed", *seed},
-                                     {"repeats", *repeats},
+                                     {"repeats", *repeats}, {"prefill", *prefill},
                                      {"weights", CpuWeightsName(base->weights)},
                                      {"device", base->device == Device::kCuda ? "cuda" : "cpu"}}},
+                       {"read_bandwidth", bandwidth},
+                       {"read_bandwidth_gbs", bandwidth.is_null() ? json(nullptr) : json(read_gbs)},
                        {"runs", runs},
+                       {"prefill", prefills},
                        {"ratios", ratios}};
   const std::string out = flags->Get("out", "bench.json");
   std::ofstream(out) << report.dump(2) << "\n";

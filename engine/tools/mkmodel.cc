@@ -20,6 +20,7 @@
 #include "engine/model/layer_plan.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/tools/commands.h"
+#include "engine/tools/depth_mix.h"
 
 namespace morserve {
 namespace {
@@ -86,6 +87,21 @@ absl::StatusOr<Resolved> Resolve(const TinyModelSpec& spec) {
     r.layers = r.sharing == "none" ? 4 : 2 * r.recursions + (middle ? 2 : 0);
   }
   if (s.shards < 1) return absl::InvalidArgumentError("mkmodel: --shards must be >= 1");
+  if (!s.depth_mix.empty()) {
+    if (r.routing == "none") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "mkmodel: --depth-mix needs a family with routers or early exit (mor-ec, mor-tc, "
+          "early-exit), not ", s.family));
+    }
+    if (auto st = CheckDepthMix(s.depth_mix, r.recursions); !st.ok()) return st;
+    if (s.router_bias != 0.0f) {
+      return absl::InvalidArgumentError("mkmodel: --depth-mix sets the router scores: drop --router-bias");
+    }
+    if (!s.capacity.empty()) {
+      return absl::InvalidArgumentError("mkmodel: --depth-mix sets the capacities: drop --capacity");
+    }
+    if (r.routing == "expert_choice") s.capacity = DepthMixCapacity(s.depth_mix);
+  }
   return r;
 }
 
@@ -154,6 +170,11 @@ json ConfigJson(const Resolved& r) {
       {"eos_token_id", s.eos_token_ids.size() == 1 ? json(s.eos_token_ids[0])
                                                    : json(s.eos_token_ids)},
       {"mkmodel", {{"family", s.family}, {"seed", s.seed}, {"router_bias", Clean(s.router_bias)}}}};
+  if (!s.depth_mix.empty()) {
+    json mix = json::array();
+    for (float f : s.depth_mix) mix.push_back(Clean(f));
+    j["mkmodel"]["depth_mix"] = mix;
+  }
   const bool vanilla =
       r.sharing == "none" && r.routing == "none" && s.layer_kind == "standard" && s.lora_rank == 0;
   if (!vanilla) j["recursion"] = RecursionJson(r);
@@ -200,8 +221,8 @@ const char* const kProjNames[] = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
 
 class TensorWriter {
  public:
-  TensorWriter(const Resolved& r, const ModelConfig& c, const LayerPlan& plan)
-      : s_(r.spec), c_(c), plan_(plan), routing_(c.recursion.routing) {}
+  TensorWriter(const Resolved& r, const ModelConfig& c, const LayerPlan& plan, const DepthMix* mix)
+      : s_(r.spec), c_(c), plan_(plan), routing_(c.recursion.routing), mix_(mix) {}
 
   std::vector<OwnedTensor> Build();
 
@@ -216,7 +237,7 @@ class TensorWriter {
   // The hidden channel 0 is held constant in expert-choice models (router bias, see .h).
   bool ConstantChannel() const { return routing_ == Routing::kExpertChoice; }
   void AddLayerCopy(const std::string& prefix, int segment, int loop, int k);
-  void AddExpertRouter(const std::string& prefix, const std::string& role);
+  void AddExpertRouter(const std::string& prefix, const std::string& role, int loop);
   void AddTokenRouter(const std::string& layer);
   void AddUnrolled();
   void AddMor();
@@ -225,6 +246,7 @@ class TensorWriter {
   const ModelConfig& c_;
   const LayerPlan& plan_;
   const Routing routing_;
+  const DepthMix* mix_;  // nullptr: no --depth-mix
   std::vector<OwnedTensor> out_;
 };
 
@@ -233,8 +255,13 @@ void TensorWriter::AddLayerCopy(const std::string& prefix, int segment, int loop
   const std::string role = absl::StrCat("segment", segment, ".layer", k, ".");
   const bool looped = plan_.segments[segment].looped();
   for (const char* norm : {"input_layernorm", "post_attention_layernorm"}) {
-    Add(prefix + norm + ".weight", {h}, Normal(s_.seed, role + norm, h, 0.1, 1.0));
+    std::vector<float> w = Normal(s_.seed, role + norm, h, 0.1, 1.0);
+    if (mix_ && std::string(norm) == "post_attention_layernorm") mix_->PostAttentionNorm(&w);
+    Add(prefix + norm + ".weight", {h}, std::move(w));
   }
+  const LayerPlace place = !looped && segment < plan_.looped_segment ? LayerPlace::kBefore
+                           : looped                                  ? LayerPlace::kLooped
+                                                                     : LayerPlace::kAfter;
   const std::vector<int64_t> shapes[] = {{q, h},     {kv, h},    {kv, h},   {h, q},
                                          {inter, h}, {inter, h}, {h, inter}};
   for (int p = 0; p < 7; ++p) {
@@ -247,6 +274,7 @@ void TensorWriter::AddLayerCopy(const std::string& prefix, int segment, int loop
     if (ConstantChannel() && (p == 3 || p == 6)) {
       std::fill(w.begin(), w.begin() + shape[1], 0.0f);  // nothing writes hidden channel 0
     }
+    if (mix_) mix_->Projection(p, place, shape[0], shape[1], &w);
     const std::string key = prefix + kProjModules[p];
     if (!(looped && c_.recursion.lora.Targets(kProjNames[p]))) {
       Add(key + ".weight", shape, std::move(w));
@@ -255,21 +283,27 @@ void TensorWriter::AddLayerCopy(const std::string& prefix, int segment, int loop
     const int64_t rank = c_.recursion.lora.rank;
     const std::string lora_role = absl::StrCat(proj_role, ".loop", loop, ".lora_");
     Add(key + ".base_layer.weight", shape, std::move(w));
-    Add(key + ".lora_A.default.weight", {rank, shape[1]},
-        Normal(s_.seed, lora_role + "A", rank * shape[1], 1.0 / std::sqrt(double(shape[1]))));
-    Add(key + ".lora_B.default.weight", {shape[0], rank},
-        Normal(s_.seed, lora_role + "B", shape[0] * rank, 0.05));
+    std::vector<float> a =
+        Normal(s_.seed, lora_role + "A", rank * shape[1], 1.0 / std::sqrt(double(shape[1])));
+    std::vector<float> b = Normal(s_.seed, lora_role + "B", shape[0] * rank, 0.05);
+    if (mix_) {
+      mix_->LoraA(p, rank, shape[1], &a);
+      mix_->LoraB(p, shape[0], rank, &b);
+    }
+    Add(key + ".lora_A.default.weight", {rank, shape[1]}, std::move(a));
+    Add(key + ".lora_B.default.weight", {shape[0], rank}, std::move(b));
   }
 }
 
 // Expert-choice router (or aux router) of one loop, scoring the hidden state; carries the
 // router bias on hidden channel 0 (see mkmodel.h).
-void TensorWriter::AddExpertRouter(const std::string& prefix, const std::string& role) {
+void TensorWriter::AddExpertRouter(const std::string& prefix, const std::string& role, int loop) {
   const int64_t h = c_.hidden_size;
   const float bias = s_.router_bias;
   if (c_.recursion.router.arch == RouterArch::kLinear) {
     std::vector<float> w = Normal(s_.seed, role, h, 1.0 / std::sqrt(double(h)));
     w[0] = bias;
+    if (mix_) mix_->ExpertRouter(loop, &w);
     Add(prefix + ".weight", {1, h}, std::move(w));
     return;
   }
@@ -279,6 +313,7 @@ void TensorWriter::AddExpertRouter(const std::string& prefix, const std::string&
   w1[0] = 1.0f;
   std::vector<float> w2 = Normal(s_.seed, role + ".2", 2 * h, 1.0 / std::sqrt(double(2 * h)));
   w2[0] = static_cast<float>(bias / kGeluOne);
+  if (mix_) mix_->ExpertRouter(loop, &w1, &w2);
   Add(prefix + ".0.weight", {2 * h, h}, std::move(w1));
   Add(prefix + ".2.weight", {1, 2 * h}, std::move(w2));
 }
@@ -287,12 +322,16 @@ void TensorWriter::AddTokenRouter(const std::string& layer) {
   const int64_t h = c_.hidden_size, nr = c_.recursion.num_recursions;
   const std::string prefix = layer + "mor_router.router";
   if (c_.recursion.router.arch == RouterArch::kLinear) {
-    Add(prefix + ".weight", {nr, h}, Normal(s_.seed, "tc_router", nr * h, 1.0 / std::sqrt(h)));
+    std::vector<float> w = Normal(s_.seed, "tc_router", nr * h, 1.0 / std::sqrt(h));
+    if (mix_) mix_->TokenRouter(&w);
+    Add(prefix + ".weight", {nr, h}, std::move(w));
   } else {
-    Add(prefix + ".0.weight", {2 * h, h},
-        Normal(s_.seed, "tc_router.0", 2 * h * h, 1.0 / std::sqrt(double(h))));
-    Add(prefix + ".2.weight", {nr, 2 * h},
-        Normal(s_.seed, "tc_router.2", nr * 2 * h, 1.0 / std::sqrt(double(2 * h))));
+    std::vector<float> w1 = Normal(s_.seed, "tc_router.0", 2 * h * h, 1.0 / std::sqrt(double(h)));
+    std::vector<float> w2 =
+        Normal(s_.seed, "tc_router.2", nr * 2 * h, 1.0 / std::sqrt(double(2 * h)));
+    if (mix_) mix_->TokenRouter(&w1, &w2);
+    Add(prefix + ".0.weight", {2 * h, h}, std::move(w1));
+    Add(prefix + ".2.weight", {nr, 2 * h}, std::move(w2));
   }
   std::vector<float> bias(nr);
   for (int64_t i = 0; i < nr; ++i) bias[i] = s_.router_bias * static_cast<float>(i);
@@ -341,9 +380,9 @@ void TensorWriter::AddMor() {
       for (int k = 0; loop < copies && k < seg.num_layers; ++k) {
         AddLayerCopy(absl::StrCat(layer, "block.", k, "."), s, loop, k);
       }
-      AddExpertRouter(layer + "mor_router.router", absl::StrCat("router.loop", loop));
+      AddExpertRouter(layer + "mor_router.router", absl::StrCat("router.loop", loop), loop);
       if (c_.recursion.router.aux_router) {
-        AddExpertRouter(layer + "mlp_router", absl::StrCat("aux_router.loop", loop));
+        AddExpertRouter(layer + "mlp_router", absl::StrCat("aux_router.loop", loop), loop);
       }
     }
     index += seg.loops;
@@ -356,6 +395,7 @@ std::vector<OwnedTensor> TensorWriter::Build() {
   if (ConstantChannel()) {
     for (int64_t i = 0; i < v; ++i) embed[i * h] = 1.0f;
   }
+  if (mix_) mix_->Embedding(&embed);
   Add("model.embed_tokens.weight", {v, h}, std::move(embed));
   const bool mor = routing_ == Routing::kExpertChoice || routing_ == Routing::kTokenChoice;
   if (mor) {
@@ -363,9 +403,14 @@ std::vector<OwnedTensor> TensorWriter::Build() {
   } else {
     AddUnrolled();
   }
-  Add("model.norm.weight", {h}, Normal(s_.seed, "final_norm", h, 0.1, 1.0));
-  if (!c_.tie_word_embeddings)
-    Add("lm_head.weight", {v, h}, Normal(s_.seed, "lm_head", v * h, kEmbedStd));
+  std::vector<float> final_norm = Normal(s_.seed, "final_norm", h, 0.1, 1.0);
+  if (mix_) mix_->FinalNorm(&final_norm);
+  Add("model.norm.weight", {h}, std::move(final_norm));
+  if (!c_.tie_word_embeddings) {
+    std::vector<float> lm_head = Normal(s_.seed, "lm_head", v * h, kEmbedStd);
+    if (mix_) mix_->LmHead(&lm_head);
+    Add("lm_head.weight", {v, h}, std::move(lm_head));
+  }
   return std::move(out_);
 }
 
@@ -430,6 +475,23 @@ absl::Status WriteShards(const std::string& dir, std::vector<OwnedTensor> tensor
   return WriteText(dir + "/model.safetensors.index.json", index.dump(2) + "\n");
 }
 
+absl::StatusOr<DepthMix> MakeDepthMix(const Resolved& r, const ModelConfig& c, const LayerPlan& plan) {
+  DepthMixModel m;
+  m.routing = c.recursion.routing;
+  m.recursions = c.recursion.num_recursions;
+  m.hidden = c.hidden_size;
+  m.vocab = c.vocab_size;
+  const int looped = plan.looped_segment;
+  m.layers_per_loop = looped >= 0 ? plan.segments[looped].num_layers : 1;
+  m.last_layer_unique = looped >= 0 && looped + 1 < static_cast<int>(plan.segments.size());
+  m.tied_embeddings = c.tie_word_embeddings;
+  m.exit_threshold = r.spec.exit_threshold;
+  m.special_ids = r.spec.eos_token_ids;
+  if (r.spec.bos_token_id >= 0) m.special_ids.push_back(r.spec.bos_token_id);
+  m.seed = r.spec.seed;
+  return DepthMix::Make(r.spec.depth_mix, m);
+}
+
 }  // namespace
 
 const std::vector<std::string>& TinyModelFamilies() {
@@ -459,7 +521,10 @@ absl::StatusOr<std::vector<OwnedTensor>> TinyModelTensors(const TinyModelSpec& s
   if (!config.ok()) return config.status();
   auto plan = BuildLayerPlan(*config);
   if (!plan.ok()) return plan.status();
-  return TensorWriter(*r, *config, *plan).Build();
+  if (spec.depth_mix.empty()) return TensorWriter(*r, *config, *plan, nullptr).Build();
+  auto mix = MakeDepthMix(*r, *config, *plan);
+  if (!mix.ok()) return mix.status();
+  return TensorWriter(*r, *config, *plan, &*mix).Build();
 }
 
 absl::Status WriteTinyModel(const TinyModelSpec& spec, const std::string& dir) {
@@ -509,6 +574,8 @@ const char* MkmodelUsage() {
          "MoR:      --router linear|mlp --activation sigmoid|tanh|softmax --alpha A\n"
          "          --gating weighted|additive --aux-router --capacity 1,0.67,0.33\n"
          "          --router-bias B (> 0: deeper, < 0: earlier exits; see mkmodel.h)\n"
+         "          --depth-mix f1,...,fR (fraction of tokens leaving after loop 1..R, built\n"
+         "          into the routers; mor-ec, mor-tc, early-exit; see depth_mix.h)\n"
          "early exit: --exit-threshold 0.9 --exit-kv propagate|skip\n"
          "tokenizer: --tokenizer-dir DIR (copies DIR's tokenizer.json, tokenizer_config.json,\n"
          "          ...; vocab, bos and eos from it; overrides --vocab)\n";
@@ -585,13 +652,15 @@ absl::Status ApplyValueFlag(const std::string& flag, const std::string& v, TinyM
     s->lora_targets = absl::StrSplit(v, ',', absl::SkipEmpty());
     return absl::OkStatus();
   }
-  if (flag == "--capacity") {
-    s->capacity.clear();
+  if (flag == "--capacity" || flag == "--depth-mix") {
+    std::vector<float>* list = flag == "--capacity" ? &s->capacity : &s->depth_mix;
+    list->clear();
     for (absl::string_view part : absl::StrSplit(v, ',', absl::SkipEmpty())) {
       float f;
       if (!absl::SimpleAtof(part, &f)) return BadValue(flag, v);
-      s->capacity.push_back(f);
+      list->push_back(f);
     }
+    if (list->empty() && flag == "--depth-mix") return BadValue(flag, v);
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(absl::StrCat("mkmodel: unknown flag ", flag));

@@ -32,6 +32,12 @@
 //     favours deeper tokens.
 //   - other families: no effect.
 //
+// depth_mix (`--depth-mix f1,...,fR`, mor-ec / mor-tc / early-exit): f_d is the fraction of
+// token ids whose tokens leave the loop after d loops, built into the router (or exit head)
+// weights and a few reserved hidden channels; depth_mix.h says how for each family and what
+// the mix controls there (for mor-ec it also sets the capacities). Excludes router_bias and
+// capacity.
+//
 // With a tokenizer (UseTokenizer, `--tokenizer-dir DIR`): vocab_size, bos_token_id and
 // eos_token_id come from DIR's tokenizer (tokenizer.json + tokenizer_config.json), and
 // WriteTinyModel copies DIR's tokenizer files next to the weights, so `serve` and
@@ -63,6 +69,7 @@ struct TinyModelSpec {
   int max_pos = 512;
   int shards = 1;            // > 1: model-0000i-of-0000N.safetensors + index
   float router_bias = 0.0f;  // see the file comment
+  std::vector<float> depth_mix;  // empty: random routers; else one fraction per loop
 
   // Overrides of the family's defaults (empty / negative: family default).
   std::string sharing;              // none | cycle | sequence | middle_cycle | middle_sequence

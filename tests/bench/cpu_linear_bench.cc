@@ -46,7 +46,7 @@ double SecondsPerCall(double budget_s, Fn&& fn) {
 int Main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   ThreadPool* pool = DefaultThreadPool();
-  const MachineLimits limits = MeasureMachineLimits(pool, quick ? (256ll << 20) : (1ll << 30));
+  const MachineLimits limits = MeasureMachineLimits(pool, quick ? 256 : 1024);
   std::printf("{\"kernels\": \"%s\", \"threads\": %d, \"read_gbs\": %.2f, \"fma_gflops\": %.1f,\n \"runs\": [\n",
               std::string(BestLinearKernels().name).c_str(), pool->num_threads(), limits.read_gbs,
               limits.fma_gflops);

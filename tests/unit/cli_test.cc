@@ -105,6 +105,9 @@ TEST(CliTest, GenerateRejectsBadInput) {
 
 // The benchmark's counts add up: every requested token is generated, rows per loop sum to
 // the shared-block rows, step phases fit in the run's time, and each depth-wise run has its sequence-wise twin in the ratios.
+// The read bandwidth is measured and each run reports its weight traffic against it (the CPU
+// runner may count 0 weight bytes: only the fields and their consistency are checked); the
+// prefill of one 24-token prompt is timed per model.
 TEST(CliTest, BenchWritesConsistentJson) {
   testing::TempDir dir;
   const std::string mor = MakeModelDir(dir, "mor-ec");
@@ -112,14 +115,33 @@ TEST(CliTest, BenchWritesConsistentJson) {
   const std::string out = dir.File("bench.json");
   auto r = testing::RunCommand(testing::MorserveBinary() + " bench --models " + mor + "," + vanilla +
                                " --requests 12 --mean-tokens 10 --std-tokens 3 --batches 4,16 --warmup 2"
-                               " --kv-cache-mb 16 --out " + out);
+                               " --kv-cache-mb 16 --membw-mb 32 --membw-passes 2 --prefill 24 --out " + out);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const json report = json::parse(testing::ReadFile(out));
   ASSERT_EQ(report["runs"].size(), 8u);
+  EXPECT_THAT(r.output, HasSubstr("read bandwidth:"));
+  ASSERT_TRUE(report["read_bandwidth"].is_object());
+  const double read_gbs = report["read_bandwidth_gbs"].get<double>();
+  EXPECT_GT(read_gbs, 0.0);
+  EXPECT_EQ(report["read_bandwidth"]["read_bandwidth_gbs"].get<double>(), read_gbs);
+  EXPECT_EQ(report["read_bandwidth"]["buffer_bytes"].get<int64_t>(), int64_t{32} << 20);
+  EXPECT_GE(report["read_bandwidth"]["threads"].get<int>(), 1);
+  EXPECT_EQ(report["read_bandwidth"]["passes"].get<int>(), 2);
+  ASSERT_EQ(report["prefill"].size(), 2u);
+  for (const json& p : report["prefill"]) {
+    EXPECT_EQ(p["prompt_tokens"].get<int>(), 24);
+    EXPECT_GT(p["prefill_tokens_per_s"].get<double>(), 0.0);
+    EXPECT_NEAR(p["prefill_tokens_per_s"].get<double>(), 24 / p["seconds"].get<double>(), 1e-6);
+    EXPECT_GE(p["weight_bytes_read"].get<int64_t>(), 0);
+  }
   int64_t expected_tokens = -1;
   for (const json& run : report["runs"]) {
     const json& s = run["stats"];
     if (expected_tokens < 0) expected_tokens = s["tokens_generated"];
+    const double weight_bytes = s["weight_bytes_read"].get<double>();
+    EXPECT_GE(weight_bytes, 0.0);
+    EXPECT_NEAR(s["weight_gbs"].get<double>(), weight_bytes / s["seconds"].get<double>() / 1e9, 1e-9);
+    EXPECT_NEAR(s["weight_bw_fraction"].get<double>(), s["weight_gbs"].get<double>() / read_gbs, 1e-9);
     EXPECT_EQ(s["tokens_generated"], expected_tokens) << "same workload in every run";
     int64_t loop_rows = 0;
     for (int64_t v : s["rows_per_loop"]) loop_rows += v;
