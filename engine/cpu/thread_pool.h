@@ -45,7 +45,7 @@ class ThreadPool {
   // Calls from different outside threads are serialised.
   void ParallelFor(int64_t n, const RangeFn& fn);
 
-  static constexpr int kPiecesPerThread = 4;
+  static constexpr int kPiecesPerThread = 16;
   // How long an idle worker spins before it sleeps.
   static constexpr int kSpinMicros = 200;
 
