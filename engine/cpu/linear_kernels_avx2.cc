@@ -165,21 +165,42 @@ void FewRows(const float* x, int64_t ldx, int m, const WeightRow* rows, int k, f
   }
 }
 
-// Columns of a sub-chunk small enough that its weights stay in L1/L2 while every block of 4
-// rows of x runs over it: the first block reads them from memory, the others from cache.
+// Columns a range is cut into for the thread pool when m is small.
 constexpr int kDirectChunk = 24;
 
+// One 3-column tile for mb = 1..4 rows (5..16 rows run it per block of 4).
+template <class Format>
+void Tile3(int mb, const float* x, int64_t ldx, const WeightRow* rows, int k, float* y, int64_t ldy,
+           bool accumulate, const char* next) {
+  switch (mb) {
+    case 1: return Tile<Format, 1, 3>(x, ldx, rows, k, y, ldy, accumulate, next);
+    case 2: return Tile<Format, 2, 3>(x, ldx, rows, k, y, ldy, accumulate, next);
+    case 3: return Tile<Format, 3, 3>(x, ldx, rows, k, y, ldy, accumulate, next);
+    default: return Tile<Format, 4, 3>(x, ldx, rows, k, y, ldy, accumulate, next);
+  }
+}
+
+// 1..4 rows: register-blocked tiles over the range. 5..16 rows: for every 3 columns, every
+// block of 4 rows in turn, so the columns' weights come from memory once (the first block,
+// which also prefetches the weights two tiles ahead: the memory stream never pauses) and from
+// L1 for the other blocks.
 template <class Format>
 void DirectAs(const LinearArgs& a, int n0, int n1) {
   const WeightRow* rows = a.w->rows();
   const int k = a.w->k();
   if (a.m <= 4) return FewRows<Format>(a.x, a.ldx, a.m, rows, k, a.y, a.ldy, a.accumulate, n0, n1, n1);
-  for (int c0 = n0; c0 < n1; c0 += kDirectChunk) {
-    const int c1 = std::min(n1, c0 + kDirectChunk);
-    for (int i = 0; i < a.m; i += 4) {  // the first block reads from memory: it prefetches
-      FewRows<Format>(a.x + i * a.ldx, a.ldx, std::min(4, a.m - i), rows, k, a.y + i * a.ldy, a.ldy,
-                      a.accumulate, c0, c1, /*prefetch_end=*/i == 0 ? n1 : 0);
+  int j = n0;
+  for (; j + 3 <= n1; j += 3) {
+    const char* next = j + 3 * kPrefetchTiles < n1 ? static_cast<const char*>(rows[j + 3 * kPrefetchTiles].data)
+                                                   : nullptr;
+    for (int i = 0; i < a.m; i += 4) {
+      Tile3<Format>(std::min(4, a.m - i), a.x + i * a.ldx, a.ldx, rows + j, k, a.y + i * a.ldy + j, a.ldy,
+                    a.accumulate, i == 0 ? next : nullptr);
     }
+  }
+  for (int i = 0; i < a.m && j < n1; i += 4) {
+    FewRows<Format>(a.x + i * a.ldx, a.ldx, std::min(4, a.m - i), rows, k, a.y + i * a.ldy, a.ldy,
+                    a.accumulate, j, n1, 0);
   }
 }
 
@@ -236,7 +257,7 @@ void Panelled(const LinearArgs& a, int n0, int n1) {
   const int k = a.w->k(), kp = (k + 7) & ~7, panel = PanelRows(k);
   thread_local std::vector<float> decoded;
   thread_local std::vector<WeightRow> panel_rows;
-  decoded.assign(static_cast<size_t>(panel) * kp, 0.0f);
+  decoded.resize(static_cast<size_t>(panel) * kp);  // rows past k are never read (masked tails)
   panel_rows.resize(panel);
   for (int p0 = n0; p0 < n1; p0 += panel) {
     const int count = std::min(panel, n1 - p0);

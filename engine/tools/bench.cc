@@ -1,7 +1,8 @@
 // `morserve bench`: the decode-throughput protocol of DESIGN.md (after MoR Appendix D),
 // engine only, no network. For every model x batch setting x batching mode, in one run:
-// warm up, then submit N requests at once to the FIFO queue (a fixed short prompt, output
-// lengths ~ N(mean, std) drawn from a fixed seed, greedy, EOS ignored) and step the engine
+// warm up, then submit N requests at once to the FIFO queue (short prompts, distinct per
+// request, output lengths ~ N(mean, std) drawn from a fixed seed, greedy unless --temperature,
+// EOS ignored) and step the engine
 // until all finish. Reports tokens/s, shared-block rows/s, batch fill ratio, rows and
 // exits per loop, layer rows by kind (full, K/V-only), KV blocks, preemptions; prints a table with
 // side-by-side ratios and writes everything as JSON. With --repeats N the modes alternate N times
@@ -40,20 +41,35 @@ constexpr char kUsage[] =
     "usage: morserve bench --models DIR[,DIR...] [--requests 1000] [--mean-tokens 256]\n"
     "         [--std-tokens 64] [--prompt-len 1] [--batches 32,256] [--modes depth,sequence]\n"
     "         [--warmup 32] [--seed 1] [--repeats 1] [--out bench.json]\n"
+    "         [--temperature T (0: greedy; > 0: each request samples with its own seed)]\n"
     "         [--membw-mb 1024 (read-bandwidth buffer; 0: skip)] [--membw-passes 5]\n"
     "         [--prefill P (time one P-token prompt's prefill per model)]\n"
     "         [engine flags: --device cpu|cuda --weights auto|f32|bf16|f16|int8\n"
     "          --kv-cache-mb N --block-size N --threads N --recurrent-prefill tiled|naive]\n";
 
+// Request i: its own prompt (prompt_len ids drawn from the vocabulary), its output length, and
+// with temperature > 0 its own sampling seed. Distinct prompts (and sampling) give every request
+// its own tokens: with one shared prompt and greedy decoding every request would produce the
+// same tokens, and models whose depth depends on the token (MoR, early exit) would take the
+// same depths in every request, which hides what depth-wise batching does.
 struct Workload {
-  std::vector<int> prompt;
+  std::vector<std::vector<int>> prompts;
   std::vector<int> output_lengths;
+  float temperature = 0.0f;
+  uint64_t seed = 0;
 };
 
 Workload MakeWorkload(int requests, double mean, double stddev, int prompt_len, int context,
-                      uint64_t seed) {
+                      int vocab, float temperature, uint64_t seed) {
   Workload w;
-  for (int i = 0; i < prompt_len; ++i) w.prompt.push_back(1 + i);
+  w.temperature = temperature;
+  w.seed = seed;
+  std::mt19937_64 ids(seed ^ 0x9e3779b97f4a7c15ULL);
+  for (int i = 0; i < requests; ++i) {
+    std::vector<int> p(prompt_len);
+    for (int& t : p) t = 1 + static_cast<int>(ids() % static_cast<uint64_t>(std::max(1, vocab - 1)));
+    w.prompts.push_back(std::move(p));
+  }
   std::mt19937_64 rng(seed);
   auto uniform = [&] { return (static_cast<double>(rng() >> 11) + 0.5) / 9007199254740992.0; };
   for (int i = 0; i < requests; ++i) {  // Box-Muller: same lengths with every libstdc++
@@ -64,13 +80,15 @@ Workload MakeWorkload(int requests, double mean, double stddev, int prompt_len, 
   return w;
 }
 
-void RunRequests(Engine* engine, const std::vector<int>& prompt, const std::vector<int>& lengths) {
+void RunRequests(Engine* engine, const Workload& w, int count, int fixed_length = 0) {
   std::vector<std::shared_ptr<EventChannel>> channels;
-  for (int len : lengths) {
+  for (int i = 0; i < count; ++i) {
+    const int n = static_cast<int>(w.prompts.size());
     GenerateRequest r;
-    r.prompt = prompt;
-    r.params.temperature = 0.0f;
-    r.params.max_tokens = len;
+    r.prompt = w.prompts[i % n];
+    r.params.temperature = w.temperature;
+    r.params.seed = w.seed + i;
+    r.params.max_tokens = fixed_length > 0 ? fixed_length : w.output_lengths[i % n];
     r.params.ignore_eos = true;
     auto ch = engine->Submit(r);
     if (ch.ok()) channels.push_back(*ch);
@@ -203,11 +221,11 @@ absl::StatusOr<json> RunOnce(std::shared_ptr<const ModelWeights> weights, const 
                              const Workload& w, int warmup, double read_gbs) {
   auto engine = Engine::Create(std::move(weights), cfg);
   if (!engine.ok()) return engine.status();
-  RunRequests(engine->get(), w.prompt, std::vector<int>(warmup, 16));
+  RunRequests(engine->get(), w, warmup, /*fixed_length=*/16);
   const EngineStats before = (*engine)->stats();
   const auto t0 = std::chrono::steady_clock::now();
   const double cpu0 = ProcessCpuSeconds();
-  RunRequests(engine->get(), w.prompt, w.output_lengths);
+  RunRequests(engine->get(), w, static_cast<int>(w.output_lengths.size()));
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return StatsDelta(before, (*engine)->stats(), secs, ProcessCpuSeconds() - cpu0, cfg.max_batch_rows,
                     read_gbs);
@@ -235,12 +253,18 @@ absl::StatusOr<json> RunPrefill(std::shared_ptr<const ModelWeights> weights, con
   }
   auto engine = Engine::Create(std::move(weights), cfg);
   if (!engine.ok()) return engine.status();
-  RunRequests(engine->get(), {1, 2, 3, 4}, {1});
-  std::vector<int> prompt(prompt_len);
+  Workload warm;
+  warm.prompts = {{1, 2, 3, 4}};
+  warm.output_lengths = {1};
+  RunRequests(engine->get(), warm, 1);
+  Workload one;
+  one.prompts.assign(1, std::vector<int>(prompt_len));
+  one.output_lengths = {1};
+  std::vector<int>& prompt = one.prompts[0];
   for (int i = 0; i < prompt_len; ++i) prompt[i] = static_cast<int>((int64_t{i} * 7919 + 3) % vocab);
   const EngineStats before = (*engine)->stats();
   const auto t0 = std::chrono::steady_clock::now();
-  RunRequests(engine->get(), prompt, {1});
+  RunRequests(engine->get(), one, 1);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const EngineStats after = (*engine)->stats();
   json out = {{"prompt_tokens", prompt_len},
@@ -264,7 +288,8 @@ int Fail(const std::string& msg) {
 int BenchCommand(const Args& args) {
   std::set<std::string> value_flags = {"models", "requests", "mean-tokens", "std-tokens",
                                        "prompt-len", "batches", "modes", "warmup", "seed", "out",
-                                       "repeats", "membw-mb", "membw-passes", "prefill"};
+                                       "repeats", "membw-mb", "membw-passes", "prefill",
+                                       "temperature"};
   value_flags.insert(EngineFlagNames().begin(), EngineFlagNames().end());
   auto flags = Flags::Parse(args, value_flags, {"help"});
   if (!flags.ok() || flags->Has("help") || !flags->Has("models")) {
@@ -282,6 +307,11 @@ int BenchCommand(const Args& args) {
   auto membw_mb = flags->GetInt("membw-mb", 1024);
   auto membw_passes = flags->GetInt("membw-passes", 5);
   auto prefill = flags->GetInt("prefill", 0);
+  float temperature = 0.0f;
+  if (flags->Has("temperature") &&
+      (!absl::SimpleAtof(flags->Get("temperature", "0"), &temperature) || temperature < 0)) {
+    return Fail("--temperature: a number >= 0 (0: greedy)");
+  }
   for (const absl::Status& s : {requests.status(), mean.status(), stddev.status(),
                                 prompt_len.status(), warmup.status(), seed.status(),
                                 repeats.status(), membw_mb.status(), membw_passes.status(),
@@ -337,7 +367,8 @@ int BenchCommand(const Args& args) {
     auto weights = LoadModel(dir);
     if (!weights.ok()) return Fail(std::string(weights.status().message()));
     const Workload w = MakeWorkload(*requests, *mean, *stddev, *prompt_len,
-                                    (*weights)->config.max_position_embeddings, *seed);
+                                    (*weights)->config.max_position_embeddings,
+                                    (*weights)->config.vocab_size, temperature, *seed);
     for (int batch : batches) {
       // Modes alternate within each repeat, and each mode keeps its fastest repeat, so a
       // burst of load from other processes on a shared machine hits both sides alike.
@@ -394,6 +425,7 @@ int BenchCommand(const Args& args) {
   const json report = {{"protocol", {{"requests", *requests}, {"mean_tokens", *mean}, {"std_tokens", *stddev},
                                      {"prompt_len", *prompt_len}, {"warmup", *warmup}, {"seed", *seed},
                                      {"repeats", *repeats}, {"prefill", *prefill},
+                                     {"temperature", temperature}, {"distinct_prompts", true},
                                      {"weights", CpuWeightsName(base->weights)},
                                      {"device", base->device == Device::kCuda ? "cuda" : "cpu"}}},
                        {"read_bandwidth", bandwidth},
