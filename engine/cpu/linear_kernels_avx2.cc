@@ -41,6 +41,21 @@ struct F32Format {
   }
 };
 
+// Decoded fp32 rows of a panel, interleaved by tile: the NB rows of a tile store block b (8
+// values) of each row one after another, so a tile reads one contiguous stream. A row's
+// WeightRow points at its first block.
+template <int NB>
+struct PackedF32Format {
+  static constexpr bool kGrouped = false;
+  static constexpr int kBytes = 4;
+  static __m256 Load(const WeightRow& r, int k0, __m256) {
+    return _mm256_loadu_ps(static_cast<const float*>(r.data) + (k0 / 8) * NB * 8);
+  }
+  static __m256 LoadTail(const WeightRow& r, int k0, int count, __m256) {
+    return _mm256_maskload_ps(static_cast<const float*>(r.data) + (k0 / 8) * NB * 8, TailMask(count));
+  }
+};
+
 template <bool kBf16>
 struct Half16Format {
   static constexpr bool kGrouped = false;
@@ -213,31 +228,32 @@ void Direct(const LinearArgs& a, int n0, int n1) {
   }
 }
 
-// Row j of W decoded to fp32 with the format's own vector loads (exact, as DecodeWeightRow).
+// Row j of W as exact fp32, block b of 8 values stored at out + b * stride.
 template <class Format>
-void DecodeRowAs(const WeightRow& r, int k, float* out) {
+void DecodeRowAs(const WeightRow& r, int k, float* out, int stride) {
   __m256 scale = _mm256_setzero_ps();
   const int kfull = k & ~7;
   for (int k0 = 0; k0 < kfull; k0 += 8) {
     if constexpr (Format::kGrouped) {
       if (k0 % kGroup == 0) scale = Format::Scale(r, k0);
     }
-    _mm256_storeu_ps(out + k0, Format::Load(r, k0, scale));
+    _mm256_storeu_ps(out + (k0 / 8) * stride, Format::Load(r, k0, scale));
   }
   if (kfull < k) {
     if constexpr (Format::kGrouped) {
       if (kfull % kGroup == 0) scale = Format::Scale(r, kfull);
     }
-    _mm256_maskstore_ps(out + kfull, TailMask(k - kfull), Format::LoadTail(r, kfull, k - kfull, scale));
+    _mm256_maskstore_ps(out + (kfull / 8) * stride, TailMask(k - kfull),
+                        Format::LoadTail(r, kfull, k - kfull, scale));
   }
 }
 
-void DecodeRow(const LinearWeights& w, int j, float* out) {
+void DecodeRow(const LinearWeights& w, int j, float* out, int stride) {
   switch (w.format()) {
-    case WeightFormat::kF32: return DecodeRowAs<F32Format>(w.row(j), w.k(), out);
-    case WeightFormat::kBF16: return DecodeRowAs<Half16Format<true>>(w.row(j), w.k(), out);
-    case WeightFormat::kF16: return DecodeRowAs<Half16Format<false>>(w.row(j), w.k(), out);
-    case WeightFormat::kQ8: return DecodeRowAs<Q8Format>(w.row(j), w.k(), out);
+    case WeightFormat::kF32: return DecodeRowAs<F32Format>(w.row(j), w.k(), out, stride);
+    case WeightFormat::kBF16: return DecodeRowAs<Half16Format<true>>(w.row(j), w.k(), out, stride);
+    case WeightFormat::kF16: return DecodeRowAs<Half16Format<false>>(w.row(j), w.k(), out, stride);
+    case WeightFormat::kQ8: return DecodeRowAs<Q8Format>(w.row(j), w.k(), out, stride);
   }
 }
 
@@ -251,25 +267,31 @@ int PanelRows(int k) {
   return std::clamp(rows, 12, 96);
 }
 
-// m > kPanelMinRows - 1: decode PanelRows(k) rows at a time to fp32, then every block of 4 rows of x runs
-// over the panel (the last block 1..3 rows).
+// m >= kPanelMinRows: decode PanelRows(k) rows at a time to fp32, interleaved by 3-row tile
+// (PackedF32Format<3>; the last 1..2 rows alone), then every block of 4 rows of x runs over the
+// panel (the last block 1..3 rows).
 void Panelled(const LinearArgs& a, int n0, int n1) {
   const int k = a.w->k(), kp = (k + 7) & ~7, panel = PanelRows(k);
   thread_local std::vector<float> decoded;
   thread_local std::vector<WeightRow> panel_rows;
-  decoded.resize(static_cast<size_t>(panel) * kp);  // rows past k are never read (masked tails)
+  decoded.resize(static_cast<size_t>(panel) * kp);  // values past k are never read (masked tails)
   panel_rows.resize(panel);
   for (int p0 = n0; p0 < n1; p0 += panel) {
-    const int count = std::min(panel, n1 - p0);
+    const int count = std::min(panel, n1 - p0), tiled = count / 3 * 3;
     for (int j = 0; j < count; ++j) {
-      float* dst = &decoded[static_cast<size_t>(j) * kp];
-      DecodeRow(*a.w, p0 + j, dst);
+      const bool in_tile = j < tiled;
+      float* dst = &decoded[static_cast<size_t>(in_tile ? j / 3 * 3 : j) * kp] + (in_tile ? (j % 3) * 8 : 0);
+      DecodeRow(*a.w, p0 + j, dst, in_tile ? 24 : 8);
       panel_rows[j].data = dst;
     }
     for (int i = 0; i < a.m; i += 4) {
       const int mb = std::min(4, a.m - i);
-      FewRows<F32Format>(a.x + i * a.ldx, a.ldx, mb, panel_rows.data(), k, a.y + i * a.ldy + p0,
-                         a.ldy, a.accumulate, 0, count, /*prefetch_end=*/0);
+      const float* xb = a.x + i * a.ldx;
+      float* yb = a.y + i * a.ldy + p0;
+      for (int j = 0; j < tiled; j += 3) {
+        Tile3<PackedF32Format<3>>(mb, xb, a.ldx, panel_rows.data() + j, k, yb + j, a.ldy, a.accumulate, nullptr);
+      }
+      FewRows<F32Format>(xb, a.ldx, mb, panel_rows.data(), k, yb, a.ldy, a.accumulate, tiled, count, 0);
     }
   }
 }
