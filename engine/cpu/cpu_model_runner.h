@@ -1,5 +1,6 @@
-// The CPU backend: ModelRunner over oneDNN GEMMs (weights reordered once at load, fp32 or
-// bf16), fp32 row-wise ops and fp32 online-softmax paged attention. Every op computes a
+// The CPU backend: ModelRunner over the CPU linear kernels (cpu_linear.h: weights read in the
+// checkpoint's dtype in place, or converted / int8-quantized once at load by --weights),
+// fp32 row-wise ops and fp32 online-softmax paged attention. Every op computes a
 // row from that row's data alone in a fixed order, so a request's numbers do not depend on
 // its batch neighbours. Rows arrive grouped by loop: tied projections run once over every
 // row; untied copies run per group of rows at the same loop; Relaxed models' LoRA deltas
