@@ -108,6 +108,28 @@ TEST(CliTest, GenerateRejectsBadInput) {
 // The read bandwidth is measured and each run reports its weight traffic against it (the CPU
 // runner may count 0 weight bytes: only the fields and their consistency are checked); the
 // prefill of one 24-token prompt is timed per model.
+// --temperature samples every request with its own seed: recorded in the protocol, and the
+// tokens (so the depths of a MoR model) vary; a negative temperature is refused by name.
+TEST(CliTest, BenchTemperatureSamples) {
+  testing::TempDir dir;
+  const std::string mor = MakeModelDir(dir, "mor-ec");
+  const std::string out = dir.File("bench.json");
+  auto r = testing::RunCommand(testing::MorserveBinary() + " bench --models " + mor +
+                               " --requests 8 --mean-tokens 12 --std-tokens 0 --batches 8 --modes depth"
+                               " --warmup 1 --kv-cache-mb 16 --membw-mb 0 --temperature 1.0 --out " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json report = json::parse(testing::ReadFile(out));
+  EXPECT_EQ(report["protocol"]["temperature"].get<double>(), 1.0);
+  ASSERT_EQ(report["runs"].size(), 1u);
+  int depths = 0;
+  for (int64_t exits : report["runs"][0]["stats"]["exits_per_loop"]) depths += exits > 0;
+  EXPECT_GE(depths, 2) << "sampled tokens of distinct prompts exit at more than one depth";
+  auto bad = testing::RunCommand(testing::MorserveBinary() + " bench --models " + mor +
+                                 " --temperature -1 --membw-mb 0 --out " + out);
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_THAT(bad.output, HasSubstr("--temperature"));
+}
+
 TEST(CliTest, BenchWritesConsistentJson) {
   testing::TempDir dir;
   const std::string mor = MakeModelDir(dir, "mor-ec");
@@ -132,14 +154,21 @@ TEST(CliTest, BenchWritesConsistentJson) {
     EXPECT_EQ(p["prompt_tokens"].get<int>(), 24);
     EXPECT_GT(p["prefill_tokens_per_s"].get<double>(), 0.0);
     EXPECT_NEAR(p["prefill_tokens_per_s"].get<double>(), 24 / p["seconds"].get<double>(), 1e-6);
-    EXPECT_GE(p["weight_bytes_read"].get<int64_t>(), 0);
+    EXPECT_GT(p["weight_bytes_read"].get<int64_t>(), 0) << "the CPU runner counts its weight reads";
+    EXPECT_GT(p["linear_gflops"].get<double>(), 0.0);
   }
+  // The FMA peak is measured beside the read bandwidth (0 only on a host without AVX2+FMA).
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    EXPECT_GT(report["read_bandwidth"]["fma_gflops"].get<double>(), 0.0);
+  }
+  EXPECT_EQ(report["protocol"]["temperature"].get<double>(), 0.0);
+  EXPECT_TRUE(report["protocol"]["distinct_prompts"].get<bool>());
   int64_t expected_tokens = -1;
   for (const json& run : report["runs"]) {
     const json& s = run["stats"];
     if (expected_tokens < 0) expected_tokens = s["tokens_generated"];
     const double weight_bytes = s["weight_bytes_read"].get<double>();
-    EXPECT_GE(weight_bytes, 0.0);
+    EXPECT_GT(weight_bytes, 0.0);
     EXPECT_NEAR(s["weight_gbs"].get<double>(), weight_bytes / s["seconds"].get<double>() / 1e9, 1e-9);
     EXPECT_NEAR(s["weight_bw_fraction"].get<double>(), s["weight_gbs"].get<double>() / read_gbs, 1e-9);
     EXPECT_EQ(s["tokens_generated"], expected_tokens) << "same workload in every run";
