@@ -162,11 +162,14 @@ class CpuModelRunner : public ModelRunner {
  private:
   // The rows of `parts` stacked, in the format the --weights policy gives their dtype
   // (quantizable: projections and the LM head may be int8; routers and LoRA stay as stored).
-  std::unique_ptr<CpuLinear> Linear(std::initializer_list<const TensorView*> parts, bool quantizable) {
-    auto lw = LinearWeights::FromViews(std::span<const TensorView* const>(parts.begin(), parts.size()),
-                                       FormatFor(parts.begin()[0]->dtype, quantizable));
+  std::unique_ptr<CpuLinear> Linear(std::span<const TensorView* const> parts, bool quantizable) {
+    auto lw = LinearWeights::FromViews(parts, FormatFor(parts[0]->dtype, quantizable));
     MORSERVE_CHECK(lw.ok(), std::string(lw.status().message()).c_str());
     return std::make_unique<CpuLinear>(std::move(*lw), &pool_, nullptr, &counters_.weight_bytes);
+  }
+  std::unique_ptr<CpuLinear> Linear(const TensorView& t, bool quantizable) {
+    const TensorView* parts[] = {&t};
+    return Linear(parts, quantizable);
   }
   WeightFormat FormatFor(DType stored, bool quantizable) const;
   LoopLinear Fused(const LayerWeights& lw, std::initializer_list<Proj> parts, int loops);
@@ -208,11 +211,8 @@ LoopLinear CpuModelRunner::Fused(const LayerWeights& lw, std::initializer_list<P
   for (int r = 0; r < (untied ? loops : 1); ++r) {
     std::vector<const TensorView*> views;
     for (Proj p : parts) views.push_back(&lw.P(p).At(r));
-    auto fused = LinearWeights::FromViews(views, FormatFor(views[0]->dtype, /*quantizable=*/true));
-    MORSERVE_CHECK(fused.ok(), std::string(fused.status().message()).c_str());
-    out.n = fused->n();
-    out.variants.push_back(std::make_unique<CpuLinear>(std::move(*fused), &pool_, nullptr,
-                                                       &counters_.weight_bytes));
+    out.variants.push_back(Linear(views, /*quantizable=*/true));
+    out.n = out.variants.back()->n();
   }
   if (!has_lora) return out;
   out.lora.resize(loops);
@@ -228,8 +228,8 @@ LoopLinear CpuModelRunner::Fused(const LayerWeights& lw, std::initializer_list<P
         part.out = width;
         part.rank = static_cast<int>(d.a.shape[0]);
         part.scale = d.scale;
-        part.a = Linear({&d.a}, /*quantizable=*/false);
-        part.b = Linear({&d.b}, /*quantizable=*/false);
+        part.a = Linear(d.a, /*quantizable=*/false);
+        part.b = Linear(d.b, /*quantizable=*/false);
         out.lora[r].push_back(std::move(part));
       }
       offset += width;
@@ -278,10 +278,10 @@ WeightFormat CpuModelRunner::FormatFor(DType stored, bool quantizable) const {
 
 void CpuModelRunner::LoadHeadAndRouters() {
   final_norm_ = w_->final_norm.ToF32Vector();
-  lm_head_ = Linear({&w_->lm_head}, /*quantizable=*/true);
+  lm_head_ = Linear(w_->lm_head, /*quantizable=*/true);
   auto load = [&](const TensorView& t) -> std::unique_ptr<CpuLinear> {
     if (t.empty()) return nullptr;
-    return Linear({&t}, /*quantizable=*/false);
+    return Linear(t, /*quantizable=*/false);
   };
   for (const LoopRouter& r : w_->router.expert) {
     ec_w1_.push_back(load(r.w1));

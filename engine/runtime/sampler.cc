@@ -14,17 +14,10 @@
 #include <random>
 
 #include "engine/core/check.h"
+#include "engine/core/mix64.h"
 
 namespace morserve {
 namespace {
-
-// splitmix64's finaliser: a bijection on 64 bits with full avalanche.
-uint64_t Mix64(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
 
 constexpr size_t kTopPProbe = 256;
 

@@ -6,16 +6,10 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "engine/core/mix64.h"
 
 namespace morserve {
 namespace {
-
-uint64_t Mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 float Pow2(double exponent) { return std::ldexp(1.0f, static_cast<int>(exponent)); }
 
