@@ -9,13 +9,17 @@
 #     device image has newer ones), unpacked there by run_on_device.sh.
 # Binaries are stripped of debug info so the whole folder stays well under the 64 MiB that
 # travels with a device call (about 45 MiB).
-#   usage: tests/gpu/build_for_device.sh [BUILD_DIR]     (default: build-cuda)
+#   usage: [REUSE_BUILD=1] tests/gpu/build_for_device.sh [BUILD_DIR]     (default: build-cuda)
 set -euo pipefail
 root=$(git rev-parse --show-toplevel)
 build=${1:-$root/build-cuda}
 cd "$root"
-cmake -S "$root" -B "$build" -G Ninja -DMORSERVE_CUDA=ON -DMORSERVE_CUDA_RUNNER=ON \
-  -DMORSERVE_SERVER=OFF -DCMAKE_CXX_COMPILER_LAUNCHER=ccache >/dev/null
+# An already configured CUDA build (the full build/ of ./test.sh, say) is reused as it is
+# when REUSE_BUILD=1: no reconfigure, so its server stays on and nothing is rebuilt twice.
+if [ "${REUSE_BUILD:-0}" != 1 ]; then
+  cmake -S "$root" -B "$build" -G Ninja -DMORSERVE_CUDA=ON -DMORSERVE_CUDA_RUNNER=ON \
+    -DMORSERVE_SERVER=OFF -DCMAKE_CXX_COMPILER_LAUNCHER=ccache >/dev/null
+fi
 targets=()
 for src in tests/gpu/kernel_*_test.cc; do
   case $src in *_emu_test.cc) continue ;; esac  # CPU-emulated: nothing to run on the device

@@ -82,6 +82,9 @@ for t in "$bin"/kernel_*_test; do
   name=$(basename "$t")
   run 120 "$name" "$t" --gtest_output="xml:$out/xml/$name.xml"
 done
+# The kernel table right after the kernel tests, before the engine runs that may use the rest
+# of the call.
+[ "$part" != sanitize ] && [ "$part" != engine ] && [ "$part" != recurrent ] && run 120 "kernel_bench" "$bin/kernel_bench" "$out/kernel-bench.json"
 if [ "$part" = recurrent ]; then  # issue 11: the tiled recurrent prefill on the GPU
   run 120 "kernel_recurrent_attention_test" "$bin/kernel_recurrent_attention_test" \
     --gtest_output="xml:$out/xml/kernel_recurrent_attention_test.xml"
@@ -114,10 +117,14 @@ if [ "$part" != sanitize ] && [ "$part" != recurrent ] && [ -x "$bin/morserve" ]
   bench=("$bin/morserve" bench --device cuda --models $models/mor3,$models/mor4,$models/rec3,$models/vanilla32
     --requests "${BENCH_REQUESTS:-256}" --mean-tokens "${BENCH_MEAN:-128}" --std-tokens "${BENCH_STD:-32}"
     --kv-cache-mb 16384)
+  # Batch-1 decode after a long prompt: ms/token, and bytes per token over the copy bandwidth
+  # (MBU) from kernel_bench's figure; its own JSON, written before the larger runs start.
+  run 90 "engine bench batch 1" "$bin/morserve" bench --device cuda --models $models/vanilla32,$models/mor3 \
+    --batches 1 --requests 4 --mean-tokens 64 --std-tokens 0 --prompt-len "${BENCH_B1_PROMPT:-512}" \
+    --warmup 1 --modes depth --kv-cache-mb 4096 --membw-mb 0 --out "$out/engine-bench-b1.json"
   run 150 "engine bench batch 32" "${bench[@]}" --batches 32 --out "$out/engine-bench-b32.json"
   run 150 "engine bench max batch" "${bench[@]}" --batches "${BENCH_MAX_BATCH:-256}" --out "$out/engine-bench-bmax.json"
 fi
-[ "$part" != sanitize ] && [ "$part" != engine ] && [ "$part" != recurrent ] && run 120 "kernel_bench" "$bin/kernel_bench" "$out/kernel-bench.json"
 san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if [ "$part" = tests ] || [ "$part" = engine ] || [ "$part" = recurrent ]; then
   summary+=("sanitizer runs not requested (part=$part)")
