@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/core/check.h"
+#include "engine/cpu/kernel_choice.h"
 #include "engine/cpu/linear_kernels.h"
 
 namespace morserve {
@@ -51,16 +52,10 @@ const LinearKernelSet& ScalarLinearKernels() {
 
 const LinearKernelSet& BestLinearKernels() {
   static const LinearKernelSet* best = [] {
-    const char* env = std::getenv("MORSERVE_CPU_KERNELS");
-    const std::string want = env ? env : "";
+    const std::string_view want = RequestedCpuKernels();
     if (want == "scalar") return &ScalarLinearKernels();
     const LinearKernelSet* avx2 = Avx2LinearKernels();
-    if (want == "avx2") {
-      MORSERVE_CHECK(avx2 != nullptr, "MORSERVE_CPU_KERNELS=avx2: this CPU lacks AVX2/FMA/F16C");
-      return avx2;
-    }
-    const std::string bad = "MORSERVE_CPU_KERNELS: scalar or avx2, got '" + want + "'";
-    MORSERVE_CHECK(want.empty(), bad.c_str());
+    MORSERVE_CHECK(want != "avx2" || avx2 != nullptr, "MORSERVE_CPU_KERNELS=avx2: this CPU lacks AVX2/FMA/F16C");
     return avx2 != nullptr ? avx2 : &ScalarLinearKernels();
   }();
   return *best;

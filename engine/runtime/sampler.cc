@@ -15,6 +15,7 @@
 
 #include "engine/core/check.h"
 #include "engine/core/mix64.h"
+#include "engine/cpu/logit_reductions.h"
 
 namespace morserve {
 namespace {
@@ -50,13 +51,15 @@ void SelectBest(std::vector<int>* ids, size_t k, Better better) {
 
 }  // namespace
 
-double LogSumExp(absl::Span<const float> x) {
-  float m = -std::numeric_limits<float>::infinity();
-  for (float v : x) m = std::max(m, v);
+double LogSumExpGivenMax(absl::Span<const float> x, float m) {
   MORSERVE_CHECK(m > -std::numeric_limits<float>::infinity(), "every logit is -inf");
-  double sum = 0.0;
-  for (float v : x) sum += std::exp(v - m);
-  return static_cast<double>(m) + std::log(sum);
+  const LogitReductionSet& k = BestLogitReductions();
+  return static_cast<double>(m) + std::log(k.sum_exp(x.data(), static_cast<int64_t>(x.size()), m));
+}
+
+double LogSumExp(absl::Span<const float> x) {
+  MORSERVE_CHECK(!x.empty(), "log-sum-exp of an empty row");
+  return LogSumExpGivenMax(x, BestLogitReductions().max(x.data(), static_cast<int64_t>(x.size())));
 }
 
 void TopLogprobs(absl::Span<const float> logits, double log_z, int n, std::vector<int>* scratch,
@@ -96,17 +99,38 @@ SampleResult Sampler::Sample(const SampleInput& in) {
   MORSERVE_CHECK(in.params != nullptr, "SampleInput.params is null");
   MORSERVE_CHECK(!in.logits.empty(), "empty logits row");
   const SamplingParams& p = *in.params;
-  ProcessLogits(in);
   SampleResult result;
+  if (p.greedy() && !ChangesLogits(in)) {
+    // The argmax of an unchanged copy: no copy, and one max pass serves the token and log_z.
+    const LogitReductionSet& k = BestLogitReductions();
+    const float* x = in.logits.data();
+    const int64_t n = static_cast<int64_t>(in.logits.size());
+    const float m = k.max(x, n);
+    result.token = static_cast<int>(ArgmaxGivenMax(k, x, n, m));
+    const double log_z = LogSumExpGivenMax(in.logits, m);
+    result.logprob = static_cast<float>(static_cast<double>(in.logits[result.token]) - log_z);
+    if (p.logprobs > 0) TopLogprobs(in.logits, log_z, p.logprobs, &order_, &result.top_logprobs);
+    return result;
+  }
   if (p.greedy()) {
+    ProcessLogits(in);
     result.token = Argmax();
   } else {
+    ProcessLogits(in);
     result.token = SampleFiltered(p, UniformForStep(in.seed, in.output_ids.size()));
   }
   const double log_z = LogSumExp(in.logits);
   result.logprob = static_cast<float>(static_cast<double>(in.logits[result.token]) - log_z);
   if (p.logprobs > 0) TopLogprobs(in.logits, log_z, p.logprobs, &order_, &result.top_logprobs);
   return result;
+}
+
+bool Sampler::ChangesLogits(const SampleInput& in) {
+  const SamplingParams& p = *in.params;
+  const bool bans_stops = static_cast<int64_t>(in.output_ids.size()) < p.min_tokens &&
+                          (!in.eos_ids.empty() || !p.stop_token_ids.empty());
+  return p.allowed_token_ids.has_value() || !p.logit_bias.empty() || bans_stops ||
+         p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f;
 }
 
 absl::Span<const float> Sampler::ProcessLogits(const SampleInput& in) {
@@ -181,11 +205,7 @@ void Sampler::Penalize(const SampleInput& in) {
 }
 
 int Sampler::Argmax() const {
-  int best = 0;
-  for (int i = 1; i < static_cast<int>(work_.size()); ++i) {
-    if (work_[i] > work_[best]) best = i;
-  }
-  return best;
+  return static_cast<int>(morserve::Argmax(BestLogitReductions(), work_.data(), static_cast<int64_t>(work_.size())));
 }
 
 int Sampler::SampleFiltered(const SamplingParams& p, double u) {

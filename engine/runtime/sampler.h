@@ -54,9 +54,12 @@ struct TokenLogprob {
   float logprob = 0.0f;
 };
 
-// log(sum(exp(logits))) in double (exp in float on x - max): the normaliser of every
+// log(sum(exp(logits))) = max + log(sum(exp(x - max))), the sum in the lane order of
+// engine/cpu/logit_reductions.h (float expf, double lane sums): the normaliser of every
 // logprob the engine reports, sampled or prompt.
 double LogSumExp(absl::Span<const float> logits);
+// The same given m = the row's largest non-NaN entry (one pass saved when it is known).
+double LogSumExpGivenMax(absl::Span<const float> logits, float m);
 // The n best tokens of a logits row as logprobs (logit - log_z), best first, ties to the
 // lowest id. `scratch` is reused between calls.
 void TopLogprobs(absl::Span<const float> logits, double log_z, int n, std::vector<int>* scratch,
@@ -89,6 +92,8 @@ class Sampler {
   absl::Span<const float> ProcessLogits(const SampleInput& in);
 
  private:
+  // Whether Constrain or Penalize would change any logit of `in`.
+  static bool ChangesLogits(const SampleInput& in);
   void Constrain(const SampleInput& in);
   void Penalize(const SampleInput& in);
   int Argmax() const;

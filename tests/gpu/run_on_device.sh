@@ -8,10 +8,11 @@
 # shared-memory kernels) on subsets. Logs go to $OUT (or ./gpu-test-out): one combined log,
 # the gtest XML files in one archive, the benchmark JSON files, and the benchmark tables and
 # a summary printed last.
-#   usage: bash .gpu-bin/run_on_device.sh [BIN_DIR] [tests|engine|sanitize|lora|recurrent|all]
+#   usage: bash .gpu-bin/run_on_device.sh [BIN_DIR] [tests|engine|sanitize|lora|recurrent|ab|all]
 #   BIN_DIR defaults to the script's folder; "tests" runs the tests and the benchmarks,
 #   "engine" only engine_gpu_test and the engine benchmark, "sanitize" the compute-sanitizer
 #   runs, "lora" only per-loop LoRA (kernel test, Relaxed engine families, LoRA benchmark),
+#   "ab" an A/B engine bench of .gpu-bin/morserve-base (copied there by hand) against morserve,
 #   "all" (the default) everything; split them over two device calls when one
 #   10-minute call is too short. "recurrent" (issue 11, its own call: about 3-5 minutes) runs
 #   kernel_recurrent_attention_test (and under memcheck), engine_gpu_recurrent_test, and the
@@ -53,6 +54,32 @@ run() {  # limit_s, name, command...   (rc 124: stopped at the limit; capped by 
   local rc=$?
   summary+=("$(printf '%-60s rc=%-3s %4ss' "$name" "$rc" $((SECONDS - start)))")
 }
+if [ "$part" = ab ]; then
+  # A/B of the engine: $bin/morserve-base (carried by hand: the binary before a change) and
+  # $bin/morserve on the same models in one call, base first then new, at batch 128 and 32
+  # (vanilla and MoR-3, both modes), with engine_gpu_test and the sampling kernel test of the
+  # new build first; JSON per run to $OUT.
+  run 60 kernel_sampling_test "$bin/kernel_sampling_test" --gtest_output="xml:$out/xml/kernel_sampling_test.xml"
+  run 120 engine_gpu_test "$bin/engine_gpu_test" --gtest_output="xml:$out/xml/engine_gpu_test.xml"
+  models=/tmp/morserve-models
+  shape="--hidden 960 --heads 15 --kv-heads 5 --intermediate 2560 --vocab 49152 --layers 32 --max-pos 1024"
+  run 60 "mkmodel vanilla32" "$bin/morserve" mkmodel --family vanilla $shape --out $models/vanilla32
+  run 60 "mkmodel mor3" "$bin/morserve" mkmodel --family mor-ec --recursions 3 --capacity 1,0.67,0.33 $shape --out $models/mor3
+  for b in ${AB_BATCHES:-128 32}; do
+    for which in base new; do
+      exe="$bin/morserve"; [ "$which" = base ] && exe="$bin/morserve-base"
+      run 90 "engine bench $which batch $b" "$exe" bench --device cuda --models $models/mor3,$models/vanilla32 \
+        --requests "${BENCH_REQUESTS:-128}" --mean-tokens "${BENCH_MEAN:-96}" --std-tokens "${BENCH_STD:-24}" \
+        --kv-cache-mb 16384 --membw-mb 0 --batches "$b" --out "$out/ab-$which-b$b.json"
+    done
+  done
+  (cd "$out" && tar czf gtest-xml.tar.gz xml && rm -rf xml)
+  grep -E '^(=== engine bench|/tmp/morserve-models)' "$log" | sed 's/: .*bench --device/: bench --device/' | head -40
+  summary+=("gtest lines: $(grep -c '^\[       OK \]' "$log") OK, $(grep -c '^\[  FAILED  \] .*(' "$log") failed")
+  printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
+  grep -h -E '^\[  FAILED  \]' "$log" | sort -u | head -20
+  exit 0
+fi
 if [ "$part" = lora ]; then
   # Per-loop LoRA alone, a short call: its kernel test, the engine's Relaxed families and
   # batch invariance on the GPU, kernel_bench's LoRA section (segmented kernels vs the
