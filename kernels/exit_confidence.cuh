@@ -1,4 +1,4 @@
-// Early-exit decision of Recursive / Relaxed models (spec/models.md section 3,
+// Early-exit decision of Recursive / Relaxed models (docs/models.md#early-exit,
 // ModelExecutor::ExitByConfidence): after a loop, a row exits when the max softmax
 // probability of its exit logits lm_head(RMSNorm_final(h)) reaches its threshold.
 //

@@ -1,5 +1,6 @@
-// Expert-choice (MoR) router decision for rows about to run a loop (spec/models.md section 3,
-// ModelExecutor::DecideExpert): score -> gate -> continue/exit, one row per CTA.
+// Expert-choice (MoR) router decision for rows about to run a loop
+// (docs/models.md#mixture-of-recursions-expert-choice, ModelExecutor::DecideExpert):
+// score -> gate -> continue/exit, one row per CTA.
 //
 //   score_r  = router_w[loop] · (h_r / temperature)       (linear router, computed here)
 //              or score_in[r]                              (mlp routers: scores computed by GEMMs)

@@ -1,5 +1,5 @@
 // Segmented LoRA expand-and-add, the second half of per-loop LoRA over a mixed-depth batch
-// (spec/models.md section 2; SGMV-style, one launch for every loop's rows):
+// (docs/models.md#per-loop-weights; SGMV-style, one launch for every loop's rows):
 //   y[r, o] += sum_j t[r, j] * B[loop(r)][o, j]     (o < out, j < rank)
 // with the adapters of every loop stacked, B [num_loops, out, rank] bf16 (the LoRA scale
 // alpha / rank already folded in), t [rows, rank] fp32 or bf16 (lora_shrink's output) and y

@@ -1,5 +1,5 @@
 // Segmented LoRA shrink, the first half of per-loop LoRA over a mixed-depth batch
-// (spec/models.md section 2; SGMV-style, one launch for every loop's rows):
+// (docs/models.md#per-loop-weights; SGMV-style, one launch for every loop's rows):
 //   t[r, j] = sum_c x[r, c] * A[loop(r)][j, c]     (j < rank, c < in)
 // with the adapters of every loop stacked in one tensor, A [num_loops, rank, in] bf16,
 // x [rows, in] bf16 and t [rows, rank] fp32 or bf16. The rows come in segments: segment s is

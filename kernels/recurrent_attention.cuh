@@ -1,5 +1,6 @@
-// Attention of recurrent layers (spec/models.md section 5) through per-query online-softmax
-// state, the GPU side of the exact tiled prefill (CPU: engine/cpu/chunk_attention.h).
+// Attention of recurrent layers (docs/models.md#recurrent-transformer-layers) through
+// per-query online-softmax state, the GPU side of the exact tiled prefill (CPU:
+// engine/cpu/chunk_attention.h).
 //
 // Each query row (one position of a recurrent chunk, or a decode row) owns a state per query
 // head: running max m and sum l (base 2, as paged_attention) and the fp32 accumulator

@@ -1,5 +1,6 @@
-// Token-choice (MoR) router decision on the segment input (spec/models.md section 3,
-// ModelExecutor::EntryRouting): one depth and gate per row.
+// Token-choice (MoR) router decision on the segment input
+// (docs/models.md#mixture-of-recursions-token-choice, ModelExecutor::EntryRouting): one
+// depth and gate per row.
 //
 //   s_r      = router_w[j] · x0_r for j < num_recursions     (linear router, computed here)
 //              or scores_in[r, :]                            (mlp routers: scores from GEMMs)

@@ -3,8 +3,9 @@
 //           output tokens;
 //   jsonl   one JSON object a line: "prompt" (text or an array of token ids) and optionally
 //           "max_tokens" (else --output-len);
-//   decode  the DESIGN.md decode protocol: a 1-token prompt ({1}, as `morserve bench`) and
-//           output lengths ~ N(256, 64) unless --output-len says otherwise.
+//   decode  the decode protocol of docs/design.md#benchmark-protocol: a 1-token prompt ({1},
+//           as `morserve bench`) and output lengths ~ N(256, 64) unless --output-len says
+//           otherwise.
 // Lengths are clamped so that prompt + output fits the context when it is known.
 #pragma once
 

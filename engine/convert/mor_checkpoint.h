@@ -1,7 +1,8 @@
 // Tensors of an official MoR training checkpoint, renamed for the loader. The official
-// layouts (spec/checkpoints.md: model.layers.{r}.block.{k}.*, block_list, mor_router,
-// mlp_router, router_bias) are already what ResolveWeights reads, so conversion is a copy of
-// the bytes (dtype unchanged) with the wrappers training adds stripped from the names:
+// layouts (docs/checkpoints.md#tensor-layouts: model.layers.{r}.block.{k}.*, block_list,
+// mor_router, mlp_router, router_bias) are already what ResolveWeights reads, so conversion
+// is a copy of the bytes (dtype unchanged) with the wrappers training adds stripped from the
+// names:
 // `module.` (DeepSpeed / DDP), `_orig_mod.` (torch.compile) and `base_model.model.` (PEFT).
 // RoPE inv_freq buffers are dropped. Two names that become one are an error.
 #pragma once

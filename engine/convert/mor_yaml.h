@@ -1,5 +1,5 @@
 // The official Mixture-of-Recursions training code's Hydra run config (conf/pretrain/<run>.yaml)
-// mapped to the "recursion" object of spec/checkpoints.md.
+// mapped to the "recursion" object of docs/checkpoints.md#the-recursion-object.
 //
 //   recursive.enable/num_recursion/sharing   -> num_recursions, sharing
 //   kv_sharing.enable                         -> kv: shared (else recursion_wise)

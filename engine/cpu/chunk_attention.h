@@ -3,7 +3,8 @@
 // A chunk is n consecutive entries of one request's cache slot: query i sits at slot index
 // first + i and attends to the persistent entries at slot indices < first + i (those before
 // `first` were cached by earlier steps, the others are written by the chunk's own earlier
-// positions as they finish), then to its own temporary pair (spec/models.md section 5).
+// positions as they finish), then to its own temporary pair
+// (docs/models.md#recurrent-transformer-layers).
 //
 // Invariant (bit-exactness): keys are folded in groups of block_size slot indices aligned to
 // multiples of block_size, in increasing order, each group into a query exactly once; the

@@ -364,8 +364,8 @@ void CpuModelRunner::AddAttentionAndMlp(const CpuLayer& L, const int* loops, int
   L.down.Run(loops, n, act.data(), inter, h, /*accumulate=*/true);
 }
 
-// Recurrent layers (spec/models.md section 5) from the rows' q and temporary pairs:
-// attention by recurrent_layer.h, the rest of the layer here.
+// Recurrent layers (docs/models.md#recurrent-transformer-layers) from the rows' q and
+// temporary pairs: attention by recurrent_layer.h, the rest of the layer here.
 void CpuModelRunner::RunRecurrent(const LayerBatch& b, const CpuLayer& L, const Vec& q,
                                   const Vec& k, const Vec& v) {
   RecurrentLayerParams p;

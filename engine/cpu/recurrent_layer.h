@@ -1,5 +1,5 @@
-// The attention part of a recurrent layer (spec/models.md section 5) over one batch on the
-// CPU, and the order in which the rest of the layer must run.
+// The attention part of a recurrent layer (docs/models.md#recurrent-transformer-layers) over
+// one batch on the CPU, and the order in which the rest of the layer must run.
 //
 // A recurrent row's attention needs the persistent pairs of its request's earlier positions,
 // which exist only after those positions finished the layer. Rows arrive in chunks

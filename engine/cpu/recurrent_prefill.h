@@ -1,5 +1,6 @@
-// The exact tiled prefill schedule of a recurrent layer (spec/models.md section 5) over one
-// chunk of a request's positions, on the CPU.
+// The exact tiled prefill schedule of a recurrent layer
+// (docs/models.md#recurrent-transformer-layers) over one chunk of a request's positions, on
+// the CPU.
 //
 // Position t needs the persistent pairs of every earlier position, and those exist only after
 // the earlier positions have run the whole layer, so the per-position GEMVs (Wo, MLP, the

@@ -199,7 +199,8 @@ class CudaModelRunner : public ModelRunner {
   void Mlp(const DeviceLayer& L, const StagedRows& ws, float* h, int m);
   // K/V entries computed from h, written to the cache at write_slot (rows [begin, begin + m)
   // of s): RMSNorm_in, the QKV projection (loops from ws), RoPE. A recurrent layer's
-  // persistent pair from its output (spec section 5), and the K/V-only rows' entries.
+  // persistent pair from its output (docs/models.md#recurrent-transformer-layers), and the
+  // K/V-only rows' entries.
   void KvFromHidden(const DeviceLayer& L, const StagedRows& s, const StagedRows& ws, float* h,
                       int begin, int m);
   const int32_t* Meta(size_t offset) const { return scratch_.meta.as<int32_t>() + offset; }

@@ -1,4 +1,5 @@
-// The exact tiled schedule of a recurrent layer's batch on the GPU (spec/models.md section 5):
+// The exact tiled schedule of a recurrent layer's batch on the GPU
+// (docs/models.md#recurrent-transformer-layers):
 // which key tiles merge into which pending queries when (kernels/recurrent_attention.cuh).
 // Plain C++, unit-tested without a device (tests/unit/recurrent_schedule_test.cc).
 //

@@ -241,7 +241,7 @@ absl::Status ParseRecursion(const json& j, RecursionConfig* r) {
   return absl::OkStatus();
 }
 
-// Cross-field rules of spec/models.md.
+// Cross-field rules of docs/models.md (listed in docs/models.md#refused-at-load).
 absl::Status ValidateRecursion(RecursionConfig* r) {
   const std::string p = "recursion.";
   const int nr = r->num_recursions;
@@ -314,7 +314,7 @@ absl::Status ParseBase(const json& c, ModelConfig* m) {
   if (m->max_position_embeddings <= 0) {
     return FieldError(p + "max_position_embeddings", "must be > 0");
   }
-  // Things the Llama block of spec/models.md does not compute: fail loudly.
+  // Things the Llama block of docs/models.md#the-block does not compute: fail loudly.
   if (auto it = c.find("rope_scaling"); it != c.end() && !it->is_null()) {
     return FieldError(p + "rope_scaling", "not supported (plain RoPE only)");
   }

@@ -1,7 +1,7 @@
 // Model configuration: the Hugging Face Llama config.json fields the engine uses, plus the
-// "recursion" object of spec/checkpoints.md (from config.json or recursion.json).
-// Parsing is strict for the recursion object (unknown keys and impossible combinations are
-// errors naming the field) and tolerant of the many other keys HF configs carry.
+// "recursion" object of docs/checkpoints.md#the-recursion-object (from config.json or
+// recursion.json). Parsing is strict for the recursion object (unknown keys and impossible
+// combinations are errors naming the field) and tolerant of the many other keys HF configs carry.
 #pragma once
 
 #include <string>

@@ -1,4 +1,5 @@
-// Layer plans for every sharing strategy (see layer_plan.h and spec/models.md section 2).
+// Layer plans for every sharing strategy (see layer_plan.h and
+// docs/models.md#layer-plan-and-sharing).
 #include "engine/model/layer_plan.h"
 
 #include "absl/strings/str_cat.h"

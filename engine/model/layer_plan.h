@@ -1,10 +1,11 @@
-// The layer plan of spec/models.md section 2: a model is a list of segments, each a block of
-// K layers run `loops` times. Unique layers are segments with loops == 1. This file also
-// fixes the numbering everything else shares:
+// The layer plan of docs/models.md#layer-plan-and-sharing: a model is a list of segments,
+// each a block of K layers run `loops` times. Unique layers are segments with loops == 1.
+// This file also fixes the numbering everything else shares:
 //   - layer slot: index of a weight position (segment s, layer k) in plan order;
 //   - unrolled layer j: the checkpoint's model.layers.{j} for vanilla/Recursive layouts;
-//   - cache slot: the KV slot a (segment, loop, k) reads and writes (section 4).
-// Loops are 0-based in code (spec's r = 1 is loop 0).
+//   - cache slot: the KV slot a (segment, loop, k) reads and writes
+//     (docs/models.md#kv-cache-modes).
+// Loops are 0-based in code (the papers' r = 1 is loop 0).
 #pragma once
 
 #include <string>

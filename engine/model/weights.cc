@@ -1,6 +1,6 @@
 // Resolves a checkpoint's tensors against the config and the layer plan (see weights.h).
 //
-// Supported layouts (spec/checkpoints.md):
+// Supported layouts (docs/checkpoints.md#tensor-layouts):
 //   - unrolled: model.layers.{j}.* for every unrolled layer j (vanilla, plain Recursive,
 //     Relaxed with PEFT LoRA keys). A Recursive checkpoint may store only loop 0's copy of
 //     each shared layer: the missing copies are then tied to it.

@@ -1,5 +1,5 @@
-// Reference implementation of spec/models.md (see reference_model.h). Section numbers in
-// comments refer to spec/models.md.
+// Reference implementation of docs/models.md (see reference_model.h); the comments below cite
+// the sections they implement.
 #include "engine/reference/reference_model.h"
 
 #include <algorithm>
@@ -90,7 +90,8 @@ const Vec& ReferenceModel::F32(const TensorView& t) {
 
 const Vec& ReferenceModel::Norm(const LoopTensor& t, int loop) { return F32(t.At(loop)); }
 
-// W[k] + Delta[r][k] of section 2: the stored (possibly per-loop) tensor plus the loop's LoRA.
+// W[k] + Delta[r][k] of docs/models.md#per-loop-weights: the stored (possibly per-loop) tensor
+// plus the loop's LoRA.
 const Vec& ReferenceModel::Weight(int layer_slot, int loop, Proj p) {
   const LoopTensor& t = weights_->layers[layer_slot].P(p);
   const int key_loop = (t.untied() || !t.lora.empty()) ? loop : 0;
@@ -161,7 +162,8 @@ Vec ReferenceModel::Attend(const Vec& q, int cache_slot, const KvEntry* extra) c
   return out;
 }
 
-// Section 1 (standard) or section 5 (recurrent) for one layer of one loop.
+// docs/models.md#the-block (standard) or docs/models.md#recurrent-transformer-layers for one
+// layer of one loop.
 Vec ReferenceModel::Layer(int segment, int loop, int k, const Vec& x) {
   const LayerPlan& plan = weights_->plan;
   const int slot = plan.segments[segment].first_layer_slot + k;
@@ -233,7 +235,7 @@ double ReferenceModel::RouterScore(const LoopRouter& r, const Vec& h, int out_ro
   return acc;
 }
 
-// Section 3, expert_choice.
+// docs/models.md#mixture-of-recursions-expert-choice
 Vec ReferenceModel::ExpertChoice(int segment, Vec h, TokenTrace* trace) {
   const RouterConfig& rc = cfg_.recursion.router;
   const RouterWeights& rw = weights_->router;
@@ -253,7 +255,7 @@ Vec ReferenceModel::ExpertChoice(int segment, Vec h, TokenTrace* trace) {
   return h;
 }
 
-// Section 3, token_choice.
+// docs/models.md#mixture-of-recursions-token-choice
 Vec ReferenceModel::TokenChoice(int segment, const Vec& x0, TokenTrace* trace) {
   const RouterConfig& rc = cfg_.recursion.router;
   const RouterWeights& rw = weights_->router;
@@ -283,7 +285,7 @@ Vec ReferenceModel::TokenChoice(int segment, const Vec& x0, TokenTrace* trace) {
   return Add(x0, h, p[depth - 1]);
 }
 
-// Section 3, early_exit.
+// docs/models.md#early-exit
 Vec ReferenceModel::EarlyExit(int segment, Vec h, TokenTrace* trace) {
   const int nr = cfg_.recursion.num_recursions;
   const float threshold = options_.exit_threshold.value_or(cfg_.recursion.early_exit.threshold);

@@ -1,4 +1,4 @@
-// The reference implementation of spec/models.md: one sequence, one token at a time, fp32
+// The reference implementation of docs/models.md: one sequence, one token at a time, fp32
 // values with fp64 accumulation in every reduction, no batching, no paging. Every other
 // execution path (CPU engine, CUDA engine, any batching mode) is tested against it, so it is
 // written for clarity, straight from the spec: each loop of each segment is an explicit
@@ -87,7 +87,7 @@ class ReferenceModel {
   const Vec& F32(const TensorView& t);
 };
 
-// Building blocks shared with tests: exact definitions of spec/models.md in fp64.
+// Building blocks shared with tests: exact definitions of docs/models.md#the-block in fp64.
 std::vector<float> RmsNorm(const std::vector<float>& x, const std::vector<float>& w, float eps);
 // y[o] = sum_i W[o, i] x[i]; W row-major [out, in].
 std::vector<float> MatVec(const std::vector<float>& w, const std::vector<float>& x, int out, int in);

@@ -46,7 +46,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Mod
   if (rec.routing == Routing::kEarlyExit && rec.early_exit.exit_kv == ExitKv::kPropagate &&
       rec.layer_kind == LayerKind::kRecurrent) {
     // A recurrent layer writes its pair after the layer output exists; a K/V-only row has
-    // no output. Refuse rather than serve numbers that differ from spec/models.md.
+    // no output. Refuse rather than serve numbers that differ from docs/models.md#early-exit.
     return absl::UnimplementedError(
         "recursion.early_exit.exit_kv: propagate is not served for layer_kind recurrent");
   }

@@ -21,7 +21,8 @@ enum class CpuWeights {
   kInt8,  // Q8 groups of 32 with an f16 scale, quantized at load; routers and LoRA stay as stored
 };
 
-// How a recurrent layer (spec/models.md section 5) runs a prefill chunk of one request.
+// How a recurrent layer (docs/models.md#recurrent-transformer-layers) runs a prefill chunk of
+// one request.
 enum class RecurrentPrefill {
   kTiled,  // online-softmax accumulators, cached pass + divide-and-conquer key tiles
   kNaive,  // one position at a time, each attending over the cache (the reference schedule)

@@ -1,4 +1,4 @@
-// Paged KV cache bookkeeping (DESIGN.md "KV cache", vLLM v1 KVCacheManager style): pure CPU
+// Paged KV cache bookkeeping (docs/design.md#kv-cache, vLLM v1 KVCacheManager style): pure CPU
 // state, opaque int32 block ids, no device memory. The device holds the pool; each step the
 // runner copies block tables out of these objects.
 //
@@ -6,7 +6,7 @@
 // exactly one owner; num_free() + held ids == num_blocks(). Allocate is all or nothing.
 // Freeing an id that is not allocated (double free, unknown id, or a duplicate within one
 // call) is a bookkeeping bug that would let two requests share a block, so it aborts with
-// file and line in every build type (the data-plane "check" convention of STYLE.md) rather
+// file and line in every build type (the data-plane check of docs/design.md#conventions) rather
 // than returning an error nobody could recover from.
 //
 // KvBlockTable is one (request, cache slot): its block ids and the entries it holds.
@@ -74,7 +74,7 @@ class KvBlockTable {
 
   // Flat cache index of entry `index`: block * block_size + offset in block.
   int PhysicalSlot(int index) const;
-  // Entries a query at `position` sees: those with position <= it (spec section 4).
+  // Entries a query at `position` sees: those with position <= it (docs/models.md#kv-cache-modes).
   int NumVisible(int position) const;
 
   // Returns the blocks beyond what the entries need (reservations that were not used).

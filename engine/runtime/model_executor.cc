@@ -241,7 +241,7 @@ void ModelExecutor::BlockPass(std::vector<Row>* rows) {
   const Segment& seg = plan_.segments[looped];
   const int hs = cfg_.hidden_size;
   // K/V-only rows keep their exit state through every layer (the runner leaves their h
-  // alone): it is the input of each skipped layer (spec section 3).
+  // alone): it is the input of each skipped layer (docs/models.md#early-exit).
   for (int k = 0; k < seg.num_layers; ++k) RunLayer(looped, k, ptrs, &h);
 
   const RecursionConfig& rc = cfg_.recursion;

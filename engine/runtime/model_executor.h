@@ -1,7 +1,8 @@
 // Runs the model over the rows of one step, on any backend: embeds entering tokens and runs
 // the segments before the loop, runs one pass of the shared block over rows at any loop,
-// applies the routing of spec/models.md section 3 (who continues, who leaves), and runs the
-// segments after the loop, the final norm and lm_head. It builds each layer's KV plan from
+// applies the routing of docs/models.md#depth-inside-the-looped-segment (who continues, who
+// leaves), and runs the segments after the loop, the final norm and lm_head (the step:
+// docs/design.md#one-engine-step). It builds each layer's KV plan from
 // the requests' block tables (write first, then attend: a row sees every entry at a
 // position <= its own in the slot of its loop).
 #pragma once

@@ -3,7 +3,7 @@
 // ModelExecutor drives it with the same rows, plans and routing decisions for both.
 // Rows of one call may be at different loops: `loops[i]` picks row i's weights (untied
 // copies, LoRA) and its KV cache slot, so depth is a field on a row, not a code path.
-// Rows may also be K/V-only (early exit with exit_kv propagate, spec/models.md section 3):
+// Rows may also be K/V-only (early exit with exit_kv propagate, docs/models.md#early-exit):
 // such a row only writes its K/V entry from its h, which is the exit state.
 #pragma once
 

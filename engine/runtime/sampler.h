@@ -1,4 +1,4 @@
-// CPU sampler for one row of logits (spec/models.md section 6).
+// CPU sampler for one row of logits (docs/models.md#sampling).
 //
 // Pipeline, in vLLM v1's order (its Sampler.apply_logits_processors, then sampling):
 //   allowed_token_ids -> logit_bias -> min_tokens -> penalties -> temperature -> top_k ->

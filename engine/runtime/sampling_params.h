@@ -1,6 +1,6 @@
 // Per-request sampling parameters, as the engine sees them after the front end has parsed
 // the request (TGI's "parse and validate at the edge"). Semantics follow vLLM's
-// SamplingParams (research/serving-anchors.md 1.6):
+// SamplingParams (docs/models.md#sampling, docs/cli.md#sampling-parameters):
 //   - temperature < kGreedyTemperature (vLLM's _SAMPLING_EPS) means greedy; greedy ignores
 //     top_k / top_p / min_p but still applies the penalties.
 //   - top_k 0 or -1 disables top-k; top_k >= vocab is the same as off.

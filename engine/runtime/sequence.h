@@ -1,7 +1,7 @@
 // A request inside the engine: its tokens, how far each has gone through the model, its KV
 // tables, and the rows it has in flight.
 //
-// Invariants (DESIGN.md "One engine step"; spec/models.md section 4):
+// Invariants (docs/design.md#one-engine-step; docs/models.md#kv-cache-modes):
 //   - positions [0, num_entered) have entered the model; [0, num_done) have completed it
 //     (every KV entry they write is written);
 //   - rows advance exactly one loop of the shared block per pass, and rows enter in position

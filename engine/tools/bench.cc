@@ -1,8 +1,8 @@
-// `morserve bench`: the decode-throughput protocol of DESIGN.md (after MoR Appendix D),
-// engine only, no network. For every model x batch setting x batching mode, in one run:
-// warm up, then submit N requests at once to the FIFO queue (short prompts, distinct per
-// request, output lengths ~ N(mean, std) drawn from a fixed seed, greedy unless --temperature,
-// EOS ignored) and step the engine
+// `morserve bench`: the decode-throughput protocol of docs/design.md#benchmark-protocol
+// (after MoR Appendix D), engine only, no network. For every model x batch setting x
+// batching mode, in one run: warm up, then submit N requests at once to the FIFO queue
+// (short prompts, distinct per request, output lengths ~ N(mean, std) drawn from a fixed
+// seed, greedy unless --temperature, EOS ignored) and step the engine
 // until all finish. Reports tokens/s, shared-block rows/s, batch fill ratio, rows and
 // exits per loop, layer rows by kind (full, K/V-only), KV blocks, preemptions; prints a table with
 // side-by-side ratios and writes everything as JSON. With --repeats N the modes alternate N times

@@ -12,7 +12,8 @@
 //                   channel 2 = a loop counter (0 in the embedding, see below).
 //
 // mor-ec (expert choice). The engine decides loop r+1 (0-based r) for a token still active
-// with router_r when capacity[r] < 1 (spec/models.md section 3), so the mix sets both:
+// with router_r when capacity[r] < 1 (docs/models.md#mixture-of-recursions-expert-choice), so
+// the mix sets both:
 //   - capacity[r] = f_{r+1} + ... + f_R, the fraction of tokens that run loop r+1 (1 for
 //     loop 1; a loop no token reaches gets 1e-6, since the config requires fractions > 0).
 //     A loop whose capacity is 1 is run by every active token without asking the router.

@@ -1,7 +1,7 @@
 // Deterministic random tiny models for tests and benchmarks (`morserve mkmodel`).
 // A tiny model is a full checkpoint directory: config.json (with the "recursion" object) and
 // model.safetensors (or N shards + model.safetensors.index.json), written in the layout a
-// user would get from the training code of its family (spec/checkpoints.md). The bytes
+// user would get from the training code of its family (docs/checkpoints.md). The bytes
 // depend only on the spec: values come from std::mt19937_64 and an explicit Box-Muller
 // transform, seeded per tensor from (seed, tensor role), so equal specs give equal files.
 //

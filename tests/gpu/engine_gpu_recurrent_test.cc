@@ -1,6 +1,6 @@
-// The engine on recurrent-layer models (spec/models.md section 5) on the GPU (--device cuda):
-// the tiled prefill (kernels/recurrent_attention, engine/cuda/recurrent_schedule) and the
-// naive one-position-per-wave path, on the five recurrent families of
+// The engine on recurrent-layer models (docs/models.md#recurrent-transformer-layers) on the GPU
+// (--device cuda): the tiled prefill (kernels/recurrent_attention, engine/cuda/recurrent_schedule)
+// and the naive one-position-per-wave path, on the five recurrent families of
 // tests/unit/recurrent_engine_test.cc at the GPU test shape (testing::GpuModelSpec), prompt
 // lengths 1..300 (powers of two and not, on and off the 32-key fold tiles), whole prompts in
 // one step and prompts chunked by a 37-token step budget. The same source builds

@@ -18,7 +18,7 @@
 #   kernel_recurrent_attention_test (and under memcheck), engine_gpu_recurrent_test, and the
 #   recurrent prefill benchmark (tiled vs naive on the GPU, prompt lengths 128..8192, a
 #   4-layer SmolLM-360M-shaped recurrent model; JSON to $OUT/recurrent-prefill-gpu.json).
-# Engine benchmark size (the DESIGN.md protocol is 1000 requests, N(256, 64) tokens; the
+# Engine benchmark size (docs/design.md's protocol is 1000 requests, N(256, 64) tokens; the
 # default here is cut to fit the call): BENCH_REQUESTS (256), BENCH_MEAN (128), BENCH_STD (32),
 # BENCH_MAX_BATCH (256).
 set -uo pipefail

@@ -1,5 +1,5 @@
 // Early exit with exit_kv propagate: the K/V-only rows that carry an exited token through the
-// later loops. Their cache entries equal the reference's (spec/models.md section 3: RMSNorm_in
+// later loops. Their cache entries equal the reference's (docs/models.md#early-exit: RMSNorm_in
 // of the skipped layer on the exit state, K/V projection with that loop's weights and LoRA,
 // RoPE), and the runner computes them on its K/V-only path: its counter of K/V-only layer rows
 // equals the exits times the later (loop, layer) pairs, and its full rows are only the rows

@@ -234,7 +234,7 @@ TEST_P(DepthMixEngineTest, GeneratedTokensRunTheirIdsDepth) {
   for (int d = 1; d <= nr; ++d) EXPECT_NEAR(fraction[d], spec.depth_mix[d - 1], 0.15) << "depth " << d;
 }
 
-// The reference implementation of spec/models.md agrees token by token, and the decisions
+// The reference implementation of docs/models.md agrees token by token, and the decisions
 // are clear, not near a boundary: expert-choice scores at least 1 away from the threshold 0,
 // token-choice top score at least 3 above the next (the construction gives 4), exit
 // confidences at least 0.99 where the token exits and at most 0.5 where it goes on.

@@ -1,6 +1,6 @@
-// The engine on recurrent-layer models (spec/models.md section 5) against the reference: a
-// prefill chunk runs in one engine step, by the tiled schedule or the naive one; both give the
-// reference's greedy tokens with logits within 1e-4 (relative to max(|logit|, 1)), and the
+// The engine on recurrent-layer models (docs/models.md#recurrent-transformer-layers) against the
+// reference: a prefill chunk runs in one engine step, by the tiled schedule or the naive one; both
+// give the reference's greedy tokens with logits within 1e-4 (relative to max(|logit|, 1)), and the
 // two schedules give bit-identical logits. Prompt lengths that are and are not powers of two,
 // chunk budgets that cut prompts mid-tree, requests at different stages sharing batches, both
 // batching modes, batch invariance (bitwise) and forced preemption; on the plain recurrent

@@ -1,4 +1,4 @@
-// Properties of the reference implementation (spec/models.md) that do not trust it blindly:
+// Properties of the reference implementation (docs/models.md) that do not trust it blindly:
 // each test builds two checkpoints that the spec says must compute the same (or provably
 // different) values and compares the reference's logits and traces, or computes the
 // expected logits by hand. Checkpoints are derived from mkmodel's tensors by renaming,
@@ -152,7 +152,7 @@ struct UnrollCase {
   std::string sharing;
   int layers;
   // Unrolled layer j of the vanilla model -> the stored (loop 0) copy it must equal, written
-  // out from the table of spec/models.md section 2 (Nr = 3, K = 2 for the cycles).
+  // out from the table of docs/models.md#layer-plan-and-sharing (Nr = 3, K = 2 for the cycles).
   int (*source)(int j);
 };
 
@@ -635,9 +635,9 @@ TEST(ReferenceProperties, HandComputedLogitsOneLayerTwoDims) {
   const Out out1 = layer_rest(x10, x11, p1.q0, p1.q1, {p0, p1});
   const std::vector<float> expect0 = logits_of(out0), expect1 = logits_of(out1);
 
-  // Recurrent layer (section 5): position 0 is the same; the persistent pair of position 0 is
-  // Wk, Wv of RMSNorm_in(out_0) at RoPE position 0; position 1 attends to that pair and to
-  // its own temporary pair.
+  // Recurrent layer (docs/models.md#recurrent-transformer-layers): position 0 is the same; the
+  // persistent pair of position 0 is Wk, Wv of RMSNorm_in(out_0) at RoPE position 0; position
+  // 1 attends to that pair and to its own temporary pair.
   const Qkv persistent0 = qkv_of(out0.x0, out0.x1, 0);
   const Out rout1 = layer_rest(x10, x11, p1.q0, p1.q1, {persistent0, p1});
   const std::vector<float> rexpect1 = logits_of(rout1);

@@ -1,4 +1,4 @@
-// ResolveWeights on every checkpoint layout of spec/checkpoints.md, from in-memory stores
+// ResolveWeights on every checkpoint layout of docs/checkpoints.md, from in-memory stores
 // built with the tiny-model generator (mutated per test), and its errors on malformed input.
 #include "engine/model/weights.h"
 
