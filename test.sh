@@ -18,5 +18,7 @@ cmake -S . -B "$BUILD_DIR" -G Ninja \
   -DMORSERVE_SANITIZE="${MORSERVE_SANITIZE:-}"
 cmake --build "$BUILD_DIR" -- -j"$JOBS"
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j"$JOBS" --timeout "${CTEST_TIMEOUT:-900}"
+# Every docs/...#anchor the tree cites exists; nothing cites notes outside the repository.
+scripts/check_doc_links.sh
 
 echo "test.sh: passed in $(( $(date +%s) - start ))s"

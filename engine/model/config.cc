@@ -267,8 +267,67 @@ absl::Status ValidateRecursion(RecursionConfig* r) {
   return absl::OkStatus();
 }
 
+// Top-level config.json keys: the ones ParseBase / ParseModelConfig read, and metadata that
+// cannot change what the Llama block computes (training-only settings, provenance, the HF
+// cache switch). Any other key is a load error that names it: a field this loader does not
+// understand may change the math (a looped family's num_loops, a quantization config,
+// remote code), so it is never ignored silently.
+constexpr const char* kReadKeys[] = {
+    "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size",
+    "num_key_value_heads", "max_position_embeddings", "rms_norm_eps", "rope_theta",
+    "tie_word_embeddings", "torch_dtype", "architectures", "model_type", "bos_token_id",
+    "eos_token_id", "head_dim", "rope_scaling", "hidden_act", "attention_bias", "mlp_bias",
+    "rope_interleaved", "sliding_window", "recursion"};
+constexpr const char* kMetadataKeys[] = {
+    "_name_or_path", "transformers_version", "initializer_range", "use_cache", "pad_token_id",
+    "attention_dropout", "pretraining_tp", "is_llama_config", "transformers.js_config",
+    "dtype",     // newer transformers' name for torch_dtype: the tensors carry their own dtypes
+    "mkmodel"};  // provenance written by `morserve mkmodel` (family, seed, depth mix)
+// model_type / architectures values whose math is the Llama block of docs/models.md.
+constexpr const char* kModelTypes[] = {"llama"};
+constexpr const char* kArchitectures[] = {"LlamaForCausalLM", "MoRLlamaForCausalLM"};
+
+template <size_t N>
+bool OneOf(const std::string& v, const char* const (&list)[N]) {
+  for (const char* x : list) {
+    if (v == x) return true;
+  }
+  return false;
+}
+
+absl::Status CheckKnownKeys(const json& c, const std::string& p) {
+  for (const auto& [key, value] : c.items()) {
+    if (!OneOf(key, kReadKeys) && !OneOf(key, kMetadataKeys)) {
+      return FieldError(p + key, "not understood by this loader (the model may not be a Llama-block model); "
+                                 "refusing rather than ignoring it");
+    }
+  }
+  if (auto it = c.find("model_type"); it != c.end() && !it->is_null()) {
+    if (!it->is_string() || !OneOf(it->get<std::string>(), kModelTypes)) {
+      return FieldError(p + "model_type", absl::StrCat(it->dump(), " is not supported (supported: llama)"));
+    }
+  }
+  if (auto it = c.find("architectures"); it != c.end() && !it->is_null()) {
+    if (!it->is_array()) return FieldError(p + "architectures", "must be an array of strings");
+    for (const json& a : *it) {
+      if (!a.is_string() || !OneOf(a.get<std::string>(), kArchitectures)) {
+        return FieldError(p + "architectures", absl::StrCat(a.dump(), " is not supported (supported: ",
+                                                            absl::StrJoin(kArchitectures, ", "), ")"));
+      }
+    }
+  }
+  if (auto it = c.find("rope_interleaved"); it != c.end() && !it->is_null() && *it != false) {
+    return FieldError(p + "rope_interleaved", "only false is supported (RoPE rotates halves)");
+  }
+  if (auto it = c.find("sliding_window"); it != c.end() && !it->is_null()) {
+    return FieldError(p + "sliding_window", "not supported (full causal attention only)");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseBase(const json& c, ModelConfig* m) {
   const std::string p = "config.json: ";
+  if (auto s = CheckKnownKeys(c, p); !s.ok()) return s;
   for (auto [key, out] : {std::pair{"hidden_size", &m->hidden_size},
                           std::pair{"num_hidden_layers", &m->num_layers},
                           std::pair{"num_attention_heads", &m->num_heads},

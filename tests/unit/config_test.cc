@@ -197,5 +197,54 @@ TEST(ConfigTest, RecursionJsonRoundTrip) {
   EXPECT_FALSE(m2->recursion.lora.Targets("v_proj"));
 }
 
+// A config.json key, model_type or architecture the loader does not understand is a load error
+// naming it (never a silent fallback to the Llama block: a Nanbeige directory, model_type
+// nanbeige with num_loops 2, used to load as a one-loop Llama and give wrong tokens).
+TEST(ConfigStrictKeysTest, LoopedFamiliesAndUnknownFieldsAreRefusedByName) {
+  struct Case {
+    const char* key;
+    json value;
+    const char* want;  // substring of the error
+  };
+  const Case cases[] = {
+      {"model_type", "nanbeige", "config.json: model_type: \"nanbeige\" is not supported"},
+      {"model_type", "ouro", "config.json: model_type: \"ouro\""},
+      {"model_type", "huginn_raven", "config.json: model_type: \"huginn_raven\""},
+      {"model_type", 3, "config.json: model_type: 3"},
+      {"architectures", {"OuroForCausalLM"}, "config.json: architectures: \"OuroForCausalLM\" is not supported"},
+      {"architectures", "LlamaForCausalLM", "config.json: architectures: must be an array"},
+      {"num_loops", 2, "config.json: num_loops: not understood by this loader"},
+      {"total_ut_steps", 4, "config.json: total_ut_steps: not understood"},
+      {"quantization_config", {{"quant_method", "gptq"}}, "config.json: quantization_config: not understood"},
+      {"auto_map", {{"AutoModelForCausalLM", "x.Y"}}, "config.json: auto_map: not understood"},
+      {"rope_interleaved", true, "config.json: rope_interleaved: only false"},
+      {"sliding_window", 4096, "config.json: sliding_window: not supported"},
+  };
+  for (const Case& c : cases) {
+    json config = BaseConfig();
+    config[c.key] = c.value;
+    const absl::Status s = ParseError(config);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.key;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.want)) << c.key;
+  }
+}
+
+TEST(ConfigStrictKeysTest, LlamaConfigsAsPublishedStillLoad) {
+  // The keys of SmolLM2-360M's and Llama 3's config.json (values as published) and the
+  // official MoR checkpoint's architecture.
+  json config = BaseConfig();
+  config.update({{"_name_or_path", "HuggingFaceTB/SmolLM2-360M"}, {"model_type", "llama"},
+                 {"attention_bias", false}, {"attention_dropout", 0.0}, {"hidden_act", "silu"},
+                 {"initializer_range", 0.02}, {"is_llama_config", true}, {"max_position_embeddings", 8192},
+                 {"mlp_bias", false}, {"pad_token_id", 2}, {"pretraining_tp", 1}, {"rope_interleaved", false},
+                 {"rope_scaling", nullptr}, {"tie_word_embeddings", true}, {"transformers_version", "4.42.3"},
+                 {"transformers.js_config", {{"kv_cache_dtype", {{"q4f16", "float16"}}}}}, {"use_cache", true},
+                 {"head_dim", 16}, {"sliding_window", nullptr}, {"dtype", "bfloat16"},
+                 {"architectures", {"MoRLlamaForCausalLM"}}});
+  auto m = ParseModelConfig(config, nullptr);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->max_position_embeddings, 8192);
+}
+
 }  // namespace
 }  // namespace morserve
