@@ -96,6 +96,11 @@ std::vector<FamilyCase> EngineFamilies(
   TinyModelSpec tied = spec("vanilla");
   tied.tie_embeddings = true;
   v.push_back({"vanilla-tied-embeddings", tied});
+  // Nanbeige4.2's layout: the whole stack looped with the final norm between loops, q/o not
+  // square (head_dim twice hidden / heads, as released).
+  TinyModelSpec nanbeige = spec("nanbeige");
+  nanbeige.head_dim = 2 * nanbeige.hidden / nanbeige.heads;
+  v.push_back({"nanbeige", nanbeige});
   return v;
 }
 

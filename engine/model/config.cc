@@ -283,9 +283,19 @@ constexpr const char* kMetadataKeys[] = {
     "attention_dropout", "pretraining_tp", "is_llama_config", "transformers.js_config",
     "dtype",     // newer transformers' name for torch_dtype: the tensors carry their own dtypes
     "mkmodel"};  // provenance written by `morserve mkmodel` (family, seed, depth mix)
-// model_type / architectures values whose math is the Llama block of docs/models.md.
-constexpr const char* kModelTypes[] = {"llama"};
-constexpr const char* kArchitectures[] = {"LlamaForCausalLM", "MoRLlamaForCausalLM"};
+// model_type values and, per model_type, the architectures whose math is the Llama block of
+// docs/models.md (nanbeige: the whole stack looped, docs/models.md#nanbeige42).
+constexpr const char* kLlamaArchitectures[] = {"LlamaForCausalLM", "MoRLlamaForCausalLM"};
+constexpr const char* kNanbeigeArchitectures[] = {"NanbeigeForCausalLM"};
+// Nanbeige4.2's own keys: the loop count and inter-loop norm (read), the layer types (all
+// full attention), a training-only weight list, and features of the released code that must
+// be off (their truthy values change the math; refused by name).
+constexpr const char* kNanbeigeReadKeys[] = {"num_loops", "skip_loop_final_norm", "layer_types",
+                                             "loop_loss_weights"};
+constexpr const char* kNanbeigeOffKeys[] = {
+    "qk_layernorm", "emb_neighbor_num", "insert_ngram_layer_idx", "ngram_insert_all_layers",
+    "enable_double_loop_split", "loop_middle_layers", "loop_share_kv", "enable_hyper_connection",
+    "enable_mhc", "enable_h_res_identity", "enable_depth_attention"};
 
 template <size_t N>
 bool OneOf(const std::string& v, const char* const (&list)[N]) {
@@ -295,24 +305,36 @@ bool OneOf(const std::string& v, const char* const (&list)[N]) {
   return false;
 }
 
-absl::Status CheckKnownKeys(const json& c, const std::string& p) {
-  for (const auto& [key, value] : c.items()) {
-    if (!OneOf(key, kReadKeys) && !OneOf(key, kMetadataKeys)) {
-      return FieldError(p + key, "not understood by this loader (the model may not be a Llama-block model); "
-                                 "refusing rather than ignoring it");
+std::string ModelTypeOf(const json& c) {
+  auto it = c.find("model_type");
+  return it != c.end() && it->is_string() ? it->get<std::string>() : "llama";
+}
+
+absl::Status CheckTopLevelKeys(const json& c, const std::string& p) {
+  if (auto it = c.find("model_type"); it != c.end() && !it->is_null()) {
+    if (!it->is_string() || (*it != "llama" && *it != "nanbeige")) {
+      return FieldError(p + "model_type", absl::StrCat(it->dump(), " is not supported (supported: llama, nanbeige)"));
     }
   }
-  if (auto it = c.find("model_type"); it != c.end() && !it->is_null()) {
-    if (!it->is_string() || !OneOf(it->get<std::string>(), kModelTypes)) {
-      return FieldError(p + "model_type", absl::StrCat(it->dump(), " is not supported (supported: llama)"));
+  const bool nanbeige = ModelTypeOf(c) == "nanbeige";
+  for (const auto& [key, value] : c.items()) {
+    const bool family_key = nanbeige && (OneOf(key, kNanbeigeReadKeys) || OneOf(key, kNanbeigeOffKeys));
+    if (!OneOf(key, kReadKeys) && !OneOf(key, kMetadataKeys) && !family_key) {
+      return FieldError(p + key, "not understood by this loader (the model may not be a Llama-block model); "
+                                 "refusing rather than ignoring it");
     }
   }
   if (auto it = c.find("architectures"); it != c.end() && !it->is_null()) {
     if (!it->is_array()) return FieldError(p + "architectures", "must be an array of strings");
     for (const json& a : *it) {
-      if (!a.is_string() || !OneOf(a.get<std::string>(), kArchitectures)) {
-        return FieldError(p + "architectures", absl::StrCat(a.dump(), " is not supported (supported: ",
-                                                            absl::StrJoin(kArchitectures, ", "), ")"));
+      const bool ok = a.is_string() && (nanbeige ? OneOf(a.get<std::string>(), kNanbeigeArchitectures)
+                                                 : OneOf(a.get<std::string>(), kLlamaArchitectures));
+      if (!ok) {
+        return FieldError(p + "architectures",
+                          absl::StrCat(a.dump(), " is not supported with model_type ", ModelTypeOf(c), " (supported: ",
+                                       nanbeige ? absl::StrJoin(kNanbeigeArchitectures, ", ")
+                                                : absl::StrJoin(kLlamaArchitectures, ", "),
+                                       ")"));
       }
     }
   }
@@ -325,9 +347,54 @@ absl::Status CheckKnownKeys(const json& c, const std::string& p) {
   return absl::OkStatus();
 }
 
+bool Truthy(const json& v) {
+  if (v.is_null()) return false;
+  if (v.is_boolean()) return v.get<bool>();
+  if (v.is_number()) return v.get<double>() != 0.0;
+  if (v.is_string() || v.is_array() || v.is_object()) return !v.empty();
+  return true;
+}
+
+// Nanbeige4.2 (docs/models.md#nanbeige42): num_hidden_layers L stored layers run num_loops N
+// times (KV slot n * L + l), RMSNorm(x, model.norm) between loops unless skip_loop_final_norm.
+// Expressed as the plan every path already runs: an unrolled depth of N * L, sharing cycle
+// with one looped segment of L layers, loop 0's copies stored (the others tied to them).
+absl::Status ParseNanbeige(const json& c, ModelConfig* m) {
+  const std::string p = "config.json: ";
+  int loops = 2;  // NanbeigeConfig's default
+  if (auto s = GetInt(c, p, "num_loops", false, &loops); !s.ok()) return s;
+  if (loops < 1) return FieldError(p + "num_loops", "must be >= 1");
+  bool skip_norm = false;
+  if (auto s = GetBool(c, p, "skip_loop_final_norm", &skip_norm); !s.ok()) return s;
+  for (const char* key : kNanbeigeOffKeys) {
+    if (auto it = c.find(key); it != c.end() && Truthy(*it)) {
+      return FieldError(p + key, absl::StrCat(it->dump(), ": not supported (must be false, 0 or null)"));
+    }
+  }
+  if (auto it = c.find("layer_types"); it != c.end() && !it->is_null()) {
+    if (!it->is_array() || static_cast<int>(it->size()) != m->num_layers) {
+      return FieldError(p + "layer_types", absl::StrCat("must list num_hidden_layers (", m->num_layers, ") entries"));
+    }
+    for (const json& t : *it) {
+      if (t != "full_attention") {
+        return FieldError(p + "layer_types", absl::StrCat(t.dump(), ": only full_attention layers are supported"));
+      }
+    }
+  }
+  m->model_type = "nanbeige";
+  if (loops == 1) return absl::OkStatus();  // one pass: the Llama block as it is
+  RecursionConfig& r = m->recursion;
+  r.present = true;
+  r.num_recursions = loops;
+  r.sharing = Sharing::kCycle;
+  r.norm_between_loops = !skip_norm;
+  m->num_layers *= loops;
+  return absl::OkStatus();
+}
+
 absl::Status ParseBase(const json& c, ModelConfig* m) {
   const std::string p = "config.json: ";
-  if (auto s = CheckKnownKeys(c, p); !s.ok()) return s;
+  if (auto s = CheckTopLevelKeys(c, p); !s.ok()) return s;
   for (auto [key, out] : {std::pair{"hidden_size", &m->hidden_size},
                           std::pair{"num_hidden_layers", &m->num_layers},
                           std::pair{"num_attention_heads", &m->num_heads},
@@ -417,6 +484,12 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const json& config, const json* rec
     return FieldError("recursion", "given both in config.json and in recursion.json");
   }
   if (rec == nullptr) rec = recursion_sidecar;
+  if (ModelTypeOf(config) == "nanbeige") {
+    if (rec != nullptr) {
+      return FieldError("recursion", "not allowed with model_type nanbeige (its loops are config.json's num_loops)");
+    }
+    if (auto s = ParseNanbeige(config, &m); !s.ok()) return s;
+  }
   if (rec != nullptr) {
     if (auto s = ParseRecursion(*rec, &m.recursion); !s.ok()) return s;
     if (auto s = ValidateRecursion(&m.recursion); !s.ok()) return s;

@@ -55,6 +55,9 @@ struct RecursionConfig {
   LoraConfig lora;
   EarlyExitConfig early_exit;
   LayerKind layer_kind = LayerKind::kStandard;
+  // x = RMSNorm(x, model.norm) after every loop of the looped segment but the last
+  // (Nanbeige4.2 without skip_loop_final_norm; not a key of the recursion object).
+  bool norm_between_loops = false;
 };
 
 struct ModelConfig {
@@ -69,6 +72,7 @@ struct ModelConfig {
   float rms_norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
   bool tie_word_embeddings = false;
+  std::string model_type = "llama";  // llama | nanbeige
   std::string torch_dtype = "bfloat16";
   std::vector<std::string> architectures;
   std::vector<int> bos_token_ids;

@@ -319,7 +319,13 @@ Vec ReferenceModel::RunLoopedSegment(int segment, const Vec& x, TokenTrace* trac
   }
   Vec h = x;
   const int loops = weights_->plan.segments[segment].loops;
-  for (int r = 0; r < loops; ++r) h = Block(segment, r, h);
+  for (int r = 0; r < loops; ++r) {
+    h = Block(segment, r, h);
+    // docs/models.md#nanbeige42: the final norm between loops.
+    if (cfg_.recursion.norm_between_loops && r + 1 < loops) {
+      h = RmsNorm(h, F32(weights_->final_norm), cfg_.rms_norm_eps);
+    }
+  }
   trace->loops = loops;
   return h;
 }

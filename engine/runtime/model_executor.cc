@@ -6,6 +6,7 @@
 #include <set>
 
 #include "engine/core/check.h"
+#include "engine/cpu/cpu_ops.h"
 #include "engine/runtime/prompt_logprobs.h"
 
 namespace morserve {
@@ -29,7 +30,9 @@ ModelExecutor::ModelExecutor(std::shared_ptr<const ModelWeights> weights, ModelR
       cfg_(weights_->config),
       plan_(weights_->plan),
       runner_(runner),
-      pool_(pool) {}
+      pool_(pool) {
+  if (cfg_.recursion.norm_between_loops) loop_norm_ = weights_->final_norm.ToF32Vector();
+}
 
 std::vector<float> ModelExecutor::Gather(const std::vector<Row*>& rows) const {
   const int hs = cfg_.hidden_size;
@@ -269,6 +272,9 @@ void ModelExecutor::BlockPass(std::vector<Row>* rows) {
     } else if (rc.routing == Routing::kExpertChoice || rc.routing == Routing::kEarlyExit) {
       undecided.push_back(&r);
     }
+    // docs/models.md#nanbeige42: the final norm between loops, on the host state every
+    // backend hands back (the runners need no op for it).
+    if (!loop_norm_.empty() && !r.exited) RmsNormRows(out, loop_norm_.data(), 1, hs, cfg_.rms_norm_eps, out);
   }
   Scatter(h, ptrs);
   if (rc.routing == Routing::kExpertChoice) DecideExpert(undecided);

@@ -52,6 +52,7 @@ class ModelExecutor {
   const LayerPlan& plan_;
   ModelRunner* runner_;
   KvBlockPool* pool_;
+  std::vector<float> loop_norm_;  // model.norm as fp32 when the model norms between loops
 };
 
 }  // namespace morserve

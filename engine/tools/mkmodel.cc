@@ -51,6 +51,9 @@ constexpr FamilyDefaults kFamilies[] = {
     {"mor-tc", "middle_cycle", "token_choice", "standard", 0, false},
     {"early-exit", "middle_cycle", "early_exit", "standard", 0, false},
     {"recurrent", "none", "none", "recurrent", 0, false},
+    // Nanbeige4.2's layout (docs/checkpoints.md#nanbeige42): config.json model_type nanbeige
+    // with num_loops, HF Llama names for the stored stack only.
+    {"nanbeige", "cycle", "none", "standard", 0, false},
 };
 
 // A spec with the family's defaults filled in.
@@ -85,6 +88,19 @@ absl::StatusOr<Resolved> Resolve(const TinyModelSpec& spec) {
   if (r.layers <= 0) {
     const bool middle = r.sharing == "middle_cycle" || r.sharing == "middle_sequence";
     r.layers = r.sharing == "none" ? 4 : 2 * r.recursions + (middle ? 2 : 0);
+  }
+  if (s.family == "nanbeige") {
+    // The whole stack looped: only --recursions (num_loops), --layers (unrolled: loops x the
+    // stored stack), --skip-loop-final-norm and --head-dim shape it.
+    if (r.sharing != "cycle" || s.kv != "recursion_wise" || s.lora_rank != 0 || s.untied_attention ||
+        s.layer_kind != "standard") {
+      return absl::InvalidArgumentError(
+          "mkmodel: nanbeige loops its whole stack with per-loop KV: no --sharing, --kv shared, "
+          "LoRA, --untied-attn or --layer-kind");
+    }
+    s.first_copy_only = true;  // the checkpoint stores the L layers once
+  } else if (s.skip_loop_final_norm) {
+    return absl::InvalidArgumentError("mkmodel: --skip-loop-final-norm is a nanbeige option");
   }
   if (s.shards < 1) return absl::InvalidArgumentError("mkmodel: --shards must be >= 1");
   if (!s.depth_mix.empty()) {
@@ -174,6 +190,16 @@ json ConfigJson(const Resolved& r) {
     json mix = json::array();
     for (float f : s.depth_mix) mix.push_back(Clean(f));
     j["mkmodel"]["depth_mix"] = mix;
+  }
+  if (s.head_dim > 0) j["head_dim"] = s.head_dim;
+  if (s.family == "nanbeige") {
+    j["model_type"] = "nanbeige";
+    j["architectures"] = {"NanbeigeForCausalLM"};
+    j["num_hidden_layers"] = r.layers / r.recursions;
+    j["num_loops"] = r.recursions;
+    j["skip_loop_final_norm"] = s.skip_loop_final_norm;
+    j["layer_types"] = std::vector<std::string>(r.layers / r.recursions, "full_attention");
+    return j;
   }
   const bool vanilla =
       r.sharing == "none" && r.routing == "none" && s.layer_kind == "standard" && s.lora_rank == 0;
@@ -563,9 +589,9 @@ const char* MkmodelUsage() {
   return "usage: morserve mkmodel --family F --out DIR [options]\n"
          "families: vanilla recursive-cycle recursive-sequence recursive-middle-cycle\n"
          "          recursive-middle-sequence recursive-untied-attn relaxed-lora mor-ec mor-tc\n"
-         "          early-exit recurrent\n"
+         "          early-exit recurrent nanbeige\n"
          "sizes:    --hidden 64 --layers N --heads 4 --kv-heads 2 --intermediate 128\n"
-         "          --vocab 256 --recursions 3 --max-pos 512\n"
+         "          --vocab 256 --recursions 3 --max-pos 512 --head-dim D (default hidden/heads)\n"
          "files:    --seed 1 --dtype bf16|f16|f32 --shards N --tie-embeddings\n"
          "          --first-copy-only (store loop 0's copy of shared layers only)\n"
          "plan:     --sharing none|cycle|sequence|middle_cycle|middle_sequence\n"
@@ -577,6 +603,8 @@ const char* MkmodelUsage() {
          "          --depth-mix f1,...,fR (fraction of tokens leaving after loop 1..R, built\n"
          "          into the routers; mor-ec, mor-tc, early-exit; see depth_mix.h)\n"
          "early exit: --exit-threshold 0.9 --exit-kv propagate|skip\n"
+         "nanbeige: --recursions N is num_loops, --layers N x the stored stack,\n"
+         "          --skip-loop-final-norm (no model.norm between loops)\n"
          "tokenizer: --tokenizer-dir DIR (copies DIR's tokenizer.json, tokenizer_config.json,\n"
          "          ...; vocab, bos and eos from it; overrides --vocab)\n";
 }
@@ -621,6 +649,7 @@ absl::Status ApplyValueFlag(const std::string& flag, const std::string& v, TinyM
                                             {"--vocab", &s->vocab},
                                             {"--recursions", &s->recursions},
                                             {"--max-pos", &s->max_pos},
+                                            {"--head-dim", &s->head_dim},
                                             {"--shards", &s->shards},
                                             {"--lora-rank", &s->lora_rank}};
   const std::map<std::string, float*> floats = {{"--router-bias", &s->router_bias},
@@ -674,7 +703,8 @@ absl::StatusOr<TinyModelSpec> TinyModelSpecFromArgs(const std::vector<std::strin
   const std::map<std::string, bool*> switches = {{"--aux-router", &spec.aux_router},
                                                  {"--untied-attn", &spec.untied_attention},
                                                  {"--first-copy-only", &spec.first_copy_only},
-                                                 {"--tie-embeddings", &spec.tie_embeddings}};
+                                                 {"--tie-embeddings", &spec.tie_embeddings},
+                                                 {"--skip-loop-final-norm", &spec.skip_loop_final_norm}};
   bool family_given = false;
   for (size_t i = 0; i < args.size(); ++i) {
     std::string flag = args[i], value;

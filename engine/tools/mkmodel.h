@@ -17,6 +17,9 @@
 //   mor-tc                      MoR token-choice, middle_cycle, official layout + router_bias
 //   early-exit                  Recursive middle_cycle with routing early_exit
 //   recurrent                   vanilla plan with layer_kind recurrent
+//   nanbeige                    Nanbeige4.2's layout: model_type nanbeige, num_hidden_layers L
+//                               stored layers (HF Llama names, once), num_loops = recursions,
+//                               skip_loop_final_norm, layer_types; no recursion object
 // Most knobs apply to every family (sharing, kv, LoRA rank, untied attention...); the
 // combination is validated by ParseModelConfig, so impossible ones are errors.
 //
@@ -89,6 +92,8 @@ struct TinyModelSpec {
   bool untied_attention = false;      // attention copies differ per loop
   bool first_copy_only = false;       // store only loop 0's copy of each shared layer
   bool tie_embeddings = false;        // tie_word_embeddings, no lm_head.weight
+  bool skip_loop_final_norm = false;  // nanbeige: no model.norm between loops
+  int head_dim = 0;                   // > 0: config.json head_dim (q/o not square)
 
   int bos_token_id = 1;                 // < 0: null in config.json
   std::vector<int> eos_token_ids = {2};  // one: a number in config.json; several: a list

@@ -199,7 +199,8 @@ TEST(ConfigTest, RecursionJsonRoundTrip) {
 
 // A config.json key, model_type or architecture the loader does not understand is a load error
 // naming it (never a silent fallback to the Llama block: a Nanbeige directory, model_type
-// nanbeige with num_loops 2, used to load as a one-loop Llama and give wrong tokens).
+// nanbeige with num_loops 2, used to load as a one-loop Llama and give wrong tokens; an Ouro
+// or Huginn one must not load at all).
 TEST(ConfigStrictKeysTest, LoopedFamiliesAndUnknownFieldsAreRefusedByName) {
   struct Case {
     const char* key;
@@ -207,13 +208,13 @@ TEST(ConfigStrictKeysTest, LoopedFamiliesAndUnknownFieldsAreRefusedByName) {
     const char* want;  // substring of the error
   };
   const Case cases[] = {
-      {"model_type", "nanbeige", "config.json: model_type: \"nanbeige\" is not supported"},
+      {"model_type", "qwen2", "config.json: model_type: \"qwen2\" is not supported (supported: llama, nanbeige)"},
       {"model_type", "ouro", "config.json: model_type: \"ouro\""},
       {"model_type", "huginn_raven", "config.json: model_type: \"huginn_raven\""},
       {"model_type", 3, "config.json: model_type: 3"},
       {"architectures", {"OuroForCausalLM"}, "config.json: architectures: \"OuroForCausalLM\" is not supported"},
       {"architectures", "LlamaForCausalLM", "config.json: architectures: must be an array"},
-      {"num_loops", 2, "config.json: num_loops: not understood by this loader"},
+      {"num_loops", 2, "config.json: num_loops: not understood by this loader"},  // not nanbeige
       {"total_ut_steps", 4, "config.json: total_ut_steps: not understood"},
       {"quantization_config", {{"quant_method", "gptq"}}, "config.json: quantization_config: not understood"},
       {"auto_map", {{"AutoModelForCausalLM", "x.Y"}}, "config.json: auto_map: not understood"},
@@ -244,6 +245,92 @@ TEST(ConfigStrictKeysTest, LlamaConfigsAsPublishedStillLoad) {
   auto m = ParseModelConfig(config, nullptr);
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ(m->max_position_embeddings, 8192);
+}
+
+// Nanbeige4.2 (docs/models.md#nanbeige42): L stored layers looped num_loops times is the plan
+// of an unrolled depth N * L with one cycle segment of L layers, KV per (loop, layer), and the
+// final norm between loops unless skip_loop_final_norm.
+json NanbeigeConfig() {
+  json c = BaseConfig(3);
+  c["model_type"] = "nanbeige";
+  c["architectures"] = {"NanbeigeForCausalLM"};
+  c["num_loops"] = 2;
+  c["skip_loop_final_norm"] = false;
+  c["head_dim"] = 32;  // q/o not square, as released (hidden / heads = 16 here)
+  c["layer_types"] = {"full_attention", "full_attention", "full_attention"};
+  c["loop_loss_weights"] = {0.5, 1.0};
+  c["qk_layernorm"] = false;
+  c["enable_hyper_connection"] = false;
+  c["emb_neighbor_num"] = 0;
+  return c;
+}
+
+TEST(ConfigNanbeigeTest, LoopsTheWholeStackWithPerLoopKv) {
+  auto m = ParseModelConfig(NanbeigeConfig(), nullptr);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->model_type, "nanbeige");
+  EXPECT_EQ(m->num_layers, 6);
+  EXPECT_EQ(m->q_dim(), 128);
+  EXPECT_TRUE(m->recursion.present);
+  EXPECT_EQ(m->recursion.num_recursions, 2);
+  EXPECT_EQ(m->recursion.sharing, Sharing::kCycle);
+  EXPECT_EQ(m->recursion.routing, Routing::kNone);
+  EXPECT_TRUE(m->recursion.norm_between_loops);
+  auto plan = BuildLayerPlan(*m);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->segments.size(), 1u);
+  EXPECT_EQ(plan->looped_segment, 0);
+  EXPECT_EQ(plan->segments[0].num_layers, 3);
+  EXPECT_EQ(plan->segments[0].loops, 2);
+  EXPECT_EQ(plan->num_cache_slots, 6);
+  EXPECT_EQ(plan->CacheSlot(0, 1, 2), 5);  // slot n * L + l
+  EXPECT_EQ(plan->UnrolledLayer(0, 0, 2), 2);  // loop 0's copy: the stored model.layers.2
+
+  json skip = NanbeigeConfig();
+  skip["skip_loop_final_norm"] = true;
+  skip.erase("num_loops");  // NanbeigeConfig's default: 2
+  auto s = ParseModelConfig(skip, nullptr);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_FALSE(s->recursion.norm_between_loops);
+  EXPECT_EQ(s->recursion.num_recursions, 2);
+
+  json one = NanbeigeConfig();
+  one["num_loops"] = 1;
+  auto o = ParseModelConfig(one, nullptr);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_FALSE(o->recursion.present);
+  EXPECT_EQ(o->num_layers, 3);
+}
+
+TEST(ConfigNanbeigeTest, FeaturesItDoesNotComputeAreRefusedByName) {
+  struct Case {
+    const char* key;
+    json value;
+    const char* want;
+  };
+  const Case cases[] = {
+      {"qk_layernorm", true, "config.json: qk_layernorm: true: not supported"},
+      {"emb_neighbor_num", 4, "config.json: emb_neighbor_num: 4: not supported"},
+      {"insert_ngram_layer_idx", {3}, "config.json: insert_ngram_layer_idx: [3]: not supported"},
+      {"loop_share_kv", true, "config.json: loop_share_kv"},
+      {"enable_depth_attention", true, "config.json: enable_depth_attention"},
+      {"layer_types", {"full_attention", "sliding_attention", "full_attention"},
+       "config.json: layer_types: \"sliding_attention\": only full_attention"},
+      {"layer_types", {"full_attention"}, "config.json: layer_types: must list num_hidden_layers (3)"},
+      {"num_loops", 0, "config.json: num_loops: must be >= 1"},
+      {"architectures", {"LlamaForCausalLM"},
+       "config.json: architectures: \"LlamaForCausalLM\" is not supported with model_type nanbeige"},
+      {"recursion", {{"num_recursions", 2}, {"sharing", "cycle"}},
+       "recursion: not allowed with model_type nanbeige"},
+      {"total_ut_steps", 4, "config.json: total_ut_steps: not understood"},
+  };
+  for (const Case& c : cases) {
+    json config = NanbeigeConfig();
+    config[c.key] = c.value;
+    const absl::Status s = ParseError(config);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.key;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.want)) << c.key;
+  }
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -807,6 +808,98 @@ TEST(ReferenceProperties, RecursionWiseSlotsHoldTokensThatReachedThem) {
   EXPECT_GT(reached[0], reached[2]);
   EXPECT_LT(reached[0], n);
   EXPECT_GT(reached[1], 0);
+}
+
+// Nanbeige4.2 (docs/models.md#nanbeige42) at position 0, computed here in double from the
+// loaded tensors: with one key, attention returns V (each query head reads its kv head's v),
+// so a layer is y = x + Wo v(a), out = y + Wdown(silu(Wgate m) * Wup m); the stack runs N
+// times with x = RMSNorm(x, model.norm) between loops, then logits = lm_head RMSNorm(x).
+std::vector<double> NanbeigePositionZero(const ModelWeights& w, int token, bool norm_between) {
+  const ModelConfig& c = w.config;
+  const int hs = c.hidden_size, d = c.head_dim, heads = c.num_heads, kvh = c.num_kv_heads;
+  using V = std::vector<double>;
+  auto vec = [](const TensorView& t) {
+    const std::vector<float> f = t.ToF32Vector();
+    return V(f.begin(), f.end());
+  };
+  auto matvec = [](const V& m, const V& x, int rows) {
+    const size_t cols = x.size();
+    V y(rows, 0.0);
+    for (int r = 0; r < rows; ++r) {
+      for (size_t i = 0; i < cols; ++i) y[r] += m[r * cols + i] * x[i];
+    }
+    return y;
+  };
+  auto rms = [&](const V& x, const V& wt) {
+    double ss = 0;
+    for (double v : x) ss += v * v;
+    const double inv = 1.0 / std::sqrt(ss / x.size() + c.rms_norm_eps);
+    V y(x.size());
+    for (size_t i = 0; i < x.size(); ++i) y[i] = wt[i] * x[i] * inv;
+    return y;
+  };
+  const V embed = vec(w.embed);
+  V x(embed.begin() + static_cast<size_t>(token) * hs, embed.begin() + static_cast<size_t>(token + 1) * hs);
+  const V final_norm = vec(w.final_norm);
+  const Segment& seg = w.plan.segments[0];
+  for (int loop = 0; loop < seg.loops; ++loop) {
+    for (int k = 0; k < seg.num_layers; ++k) {
+      const LayerWeights& lw = w.Layer(0, k);
+      auto P = [&](Proj p) { return vec(lw.P(p).At(loop)); };
+      const V a = rms(x, vec(lw.input_norm.At(loop)));
+      const V v = matvec(P(Proj::kV), a, kvh * d);
+      V attn(static_cast<size_t>(heads) * d);
+      for (int h = 0; h < heads; ++h) {
+        for (int j = 0; j < d; ++j) attn[h * d + j] = v[(h / (heads / kvh)) * d + j];
+      }
+      const V o = matvec(P(Proj::kO), attn, hs);
+      V y(hs);
+      for (int i = 0; i < hs; ++i) y[i] = x[i] + o[i];
+      const V m = rms(y, vec(lw.post_norm.At(loop)));
+      const V g = matvec(P(Proj::kGate), m, c.intermediate_size);
+      const V u = matvec(P(Proj::kUp), m, c.intermediate_size);
+      V act(c.intermediate_size);
+      for (int i = 0; i < c.intermediate_size; ++i) act[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+      const V down = matvec(P(Proj::kDown), act, hs);
+      for (int i = 0; i < hs; ++i) x[i] = y[i] + down[i];
+    }
+    if (norm_between && loop + 1 < seg.loops) x = rms(x, final_norm);
+  }
+  return matvec(vec(w.lm_head), rms(x, final_norm), c.vocab_size);
+}
+
+double MaxAbsDiff(const std::vector<double>& a, const std::vector<float>& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+  return m;
+}
+
+TEST(ReferenceProperties, NanbeigeNormsBetweenLoopsAndLoopsTheWholeStack) {
+  TempDir dir;
+  for (bool skip : {false, true}) {
+    TinyModelSpec spec = F32Spec("nanbeige");
+    spec.recursions = 3;  // num_loops
+    spec.layers = 6;      // 2 stored layers
+    spec.head_dim = 32;   // q/o not square (hidden / heads = 16)
+    spec.skip_loop_final_norm = skip;
+    auto w = Load(FromSpec(spec), dir, skip ? "skip" : "norm");
+    ASSERT_NE(w, nullptr);
+    ASSERT_EQ(w->plan.segments.size(), 1u);
+    ASSERT_EQ(w->plan.segments[0].loops, 3);
+    ReferenceModel ref(w);
+    for (int token : {5, 77, 200}) {
+      ref.Reset();
+      const StepOutput out = ref.Step(token);
+      EXPECT_EQ(out.trace.loops, 3);
+      const double scale = 1.0 + std::fabs(*std::max_element(out.logits.begin(), out.logits.end()));
+      // The reference (fp32 activations, double sums) against double throughout.
+      EXPECT_LT(MaxAbsDiff(NanbeigePositionZero(*w, token, !skip), out.logits), 2e-4 * scale)
+          << (skip ? "skip" : "norm") << " token " << token;
+      // And the other rule is measurably different: the test can tell them apart.
+      EXPECT_GT(MaxAbsDiff(NanbeigePositionZero(*w, token, skip), out.logits), 1e-2 * scale)
+          << (skip ? "skip" : "norm") << " token " << token;
+    }
+  }
 }
 
 }  // namespace
