@@ -33,7 +33,7 @@ std::shared_ptr<const ModelWeights> WriteAndLoad(const TinyModelSpec& spec, cons
 const std::vector<int> kTokens = {5, 17, 3, 42, 8, 8, 61, 0};
 
 TEST(Mkmodel, EveryFamilyWritesLoadsAndRuns) {
-  ASSERT_EQ(TinyModelFamilies().size(), 11u);
+  ASSERT_EQ(TinyModelFamilies().size(), 12u);
   for (const std::string& family : TinyModelFamilies()) {
     SCOPED_TRACE(family);
     TempDir dir;
@@ -76,6 +76,7 @@ TEST(Mkmodel, FamiliesConfigureWhatTheirNamesSay) {
       {"mor-tc", Sharing::kMiddleCycle, Routing::kTokenChoice, LayerKind::kStandard, 8},
       {"early-exit", Sharing::kMiddleCycle, Routing::kEarlyExit, LayerKind::kStandard, 8},
       {"recurrent", Sharing::kNone, Routing::kNone, LayerKind::kRecurrent, 4},
+      {"nanbeige", Sharing::kCycle, Routing::kNone, LayerKind::kStandard, 6},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.family);
@@ -93,6 +94,38 @@ TEST(Mkmodel, FamiliesConfigureWhatTheirNamesSay) {
   EXPECT_FALSE(TinyModelConfig(NarrowSpec("vanilla"))->recursion.present);
   auto ee = TinyModelConfig(NarrowSpec("early-exit"));
   EXPECT_FLOAT_EQ(ee->recursion.early_exit.threshold, 0.9f);
+}
+
+// nanbeige writes Nanbeige4.2's own config.json (no recursion object: the loader derives the
+// plan from model_type and num_loops) and stores the L layers once.
+TEST(Mkmodel, NanbeigeWritesTheReleasedLayout) {
+  TinyModelSpec spec = NarrowSpec("nanbeige");
+  spec.recursions = 2;
+  spec.layers = 6;
+  spec.head_dim = 16;
+  TempDir dir;
+  auto w = WriteAndLoad(spec, dir);
+  ASSERT_NE(w, nullptr);
+  const nlohmann::json c = nlohmann::json::parse(testing::ReadFile(dir.File("config.json")));
+  EXPECT_EQ(c["model_type"], "nanbeige");
+  EXPECT_EQ(c["architectures"], nlohmann::json({"NanbeigeForCausalLM"}));
+  EXPECT_EQ(c["num_hidden_layers"], 3);
+  EXPECT_EQ(c["num_loops"], 2);
+  EXPECT_EQ(c["skip_loop_final_norm"], false);
+  EXPECT_EQ(c["head_dim"], 16);
+  EXPECT_FALSE(c.contains("recursion"));
+  EXPECT_TRUE(w->config.recursion.norm_between_loops);
+  EXPECT_EQ(w->config.num_layers, 6);
+  EXPECT_EQ(w->config.q_dim(), 64);  // 4 heads of 16 on hidden 32
+  EXPECT_EQ(w->plan.segments[0].loops, 2);
+  EXPECT_FALSE(w->layers[0].P(Proj::kQ).untied());  // one stored copy serves both loops
+
+  TinyModelSpec bad = NarrowSpec("nanbeige");
+  bad.kv = "shared";
+  EXPECT_FALSE(TinyModelConfig(bad).ok());
+  TinyModelSpec skip_elsewhere = NarrowSpec("recursive-cycle");
+  skip_elsewhere.skip_loop_final_norm = true;
+  EXPECT_FALSE(TinyModelConfig(skip_elsewhere).ok());
 }
 
 TEST(Mkmodel, InvalidCombinationsAreErrors) {

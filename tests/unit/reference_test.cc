@@ -877,7 +877,7 @@ double MaxAbsDiff(const std::vector<double>& a, const std::vector<float>& b) {
 TEST(ReferenceProperties, NanbeigeNormsBetweenLoopsAndLoopsTheWholeStack) {
   TempDir dir;
   for (bool skip : {false, true}) {
-    TinyModelSpec spec = F32Spec("nanbeige");
+    TinyModelSpec spec = testing::F32Spec("nanbeige");
     spec.recursions = 3;  // num_loops
     spec.layers = 6;      // 2 stored layers
     spec.head_dim = 32;   // q/o not square (hidden / heads = 16)
