@@ -40,6 +40,8 @@ json ConfigSummary(const ModelConfig& c) {
           {"intermediate_size", c.intermediate_size},
           {"vocab_size", c.vocab_size},
           {"tie_word_embeddings", c.tie_word_embeddings},
+          {"model_type", c.model_type},
+          {"norm_between_loops", c.recursion.norm_between_loops},
           {"recursion", c.recursion.present ? RecursionToJson(c.recursion) : json(nullptr)}};
 }
 
@@ -144,8 +146,11 @@ json InspectJson(const ModelWeights& w, const std::string& dir) {
 std::string InspectText(const json& j) {
   const json& p = j["parameters"];
   const json& kv = j["kv"];
-  std::string out = absl::StrCat("model ", j["dir"].get<std::string>(), "\n",
-                                 j["plan"]["describe"].get<std::string>());
+  const json& c = j["config"];
+  std::string out = absl::StrCat("model ", j["dir"].get<std::string>(), " (model_type ",
+                                 c["model_type"].get<std::string>(),
+                                 c["norm_between_loops"].get<bool>() ? "; model.norm between loops" : "",
+                                 ")\n", j["plan"]["describe"].get<std::string>());
   absl::StrAppend(&out, "parameters: ", p["stored"].get<int64_t>(), " stored (",
                   p["checkpoint"].get<int64_t>(), " in the checkpoint files), ",
                   p["unrolled_equivalent"].get<int64_t>(), " unrolled-equivalent\n");

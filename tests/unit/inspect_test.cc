@@ -87,6 +87,9 @@ TEST(Inspect, EveryFamilyByHand) {
       // Only loop 0's copies stored.
       {"recursive-cycle", "--first-copy-only", kGlobals + 2 * kLayer, kGlobals + 6 * kLayer,
        kGlobals + 2 * kLayer, 6, 18, 0},
+      // Nanbeige: 3 stored layers looped twice, one copy in the checkpoint, KV per (loop, layer).
+      {"nanbeige", "--recursions 2 --layers 6", kGlobals + 3 * kLayer, kGlobals + 6 * kLayer,
+       kGlobals + 3 * kLayer, 6, 27, 0},
   };
   for (const Expected& e : cases) {
     SCOPED_TRACE(std::string(e.family) + " " + e.extra);
@@ -103,6 +106,22 @@ TEST(Inspect, EveryFamilyByHand) {
     EXPECT_EQ(j["dedup"]["untied"].size(), e.untied);
     EXPECT_FALSE(j["plan"]["describe"].get<std::string>().empty());
   }
+}
+
+TEST(Inspect, NanbeigeSaysItsModelTypeAndTheNormBetweenLoops) {
+  const json j = Inspect("nanbeige", "--recursions 2 --layers 6");
+  ASSERT_TRUE(j.is_object());
+  EXPECT_EQ(j["config"]["model_type"], "nanbeige");
+  EXPECT_TRUE(j["config"]["norm_between_loops"].get<bool>());
+  EXPECT_EQ(j["plan"]["looped_segment"].get<int>(), 0);
+  testing::TempDir dir;
+  const std::string bin = testing::MorserveBinary();
+  auto mk = testing::RunCommand(bin + " mkmodel --family nanbeige --recursions 2 --layers 4 --out " + dir.path());
+  ASSERT_EQ(mk.exit_code, 0) << mk.output;
+  auto text = testing::RunCommand(bin + " inspect " + dir.path());
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_NE(text.output.find("(model_type nanbeige; model.norm between loops)"), std::string::npos) << text.output;
+  EXPECT_FALSE(Inspect("vanilla")["config"]["norm_between_loops"].get<bool>());
 }
 
 TEST(Inspect, UntiedAttentionListsPerLoopWeights) {
