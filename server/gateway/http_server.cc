@@ -24,6 +24,11 @@ namespace {
 
 constexpr auto kIdleTimeout = std::chrono::seconds(300);
 constexpr auto kDrainLimit = std::chrono::seconds(120);
+// After a 413 the unread rest of the body is read and dropped (a lingering close, as nginx's
+// lingering_close) so the client can finish sending and read the answer; closing with unread
+// data would reset the connection under a client still sending. Bounded in time and bytes.
+constexpr auto kLingerTime = std::chrono::seconds(10);
+constexpr size_t kLingerBytes = size_t{256} << 20;
 
 }  // namespace
 
@@ -103,6 +108,25 @@ net::awaitable<void> HttpServer::AcceptLoop() {
   }
 }
 
+namespace {
+
+// Ends our side (the client sees the answer complete), then reads and drops what the client
+// still sends until it closes, kLingerTime passes or kLingerBytes were dropped.
+net::awaitable<void> DropUnreadBody(HttpConn& c) {
+  boost::system::error_code ec;
+  c.stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+  c.buffer.consume(c.buffer.size());
+  std::vector<char> sink(64 * 1024);
+  size_t dropped = 0;
+  c.stream.expires_after(kLingerTime);
+  while (!ec && dropped < kLingerBytes) {
+    dropped += co_await c.stream.async_read_some(net::buffer(sink), net::redirect_error(net::use_awaitable, ec));
+  }
+  c.stream.expires_never();
+}
+
+}  // namespace
+
 net::awaitable<void> HttpServer::Serve(tcp::socket socket) {
   HttpConn c{beast::tcp_stream(std::move(socket)), beast::flat_buffer(), &gateway_};
   GatewayMetrics& metrics = *gateway_.metrics;
@@ -132,6 +156,7 @@ net::awaitable<void> HttpServer::Serve(tcp::socket socket) {
                 : InvalidRequest(absl::StrCat("malformed HTTP request: ", ec.message()));
         co_await WriteError(c, e);
         metrics.OnRequest("other", e.http_status, 0);
+        if (ec == http::error::body_limit) co_await DropUnreadBody(c);
         break;
       }
       HttpRequest req = parser.release();
