@@ -100,26 +100,17 @@ SampleResult Sampler::Sample(const SampleInput& in) {
   MORSERVE_CHECK(!in.logits.empty(), "empty logits row");
   const SamplingParams& p = *in.params;
   SampleResult result;
+  const LogitReductionSet& k = BestLogitReductions();
+  const float* x = in.logits.data();
+  const int64_t n = static_cast<int64_t>(in.logits.size());
+  const float m = k.max(x, n);  // of the raw logits: the logprob's normaliser needs it too
   if (p.greedy() && !ChangesLogits(in)) {
-    // The argmax of an unchanged copy: no copy, and one max pass serves the token and log_z.
-    const LogitReductionSet& k = BestLogitReductions();
-    const float* x = in.logits.data();
-    const int64_t n = static_cast<int64_t>(in.logits.size());
-    const float m = k.max(x, n);
-    result.token = static_cast<int>(ArgmaxGivenMax(k, x, n, m));
-    const double log_z = LogSumExpGivenMax(in.logits, m);
-    result.logprob = static_cast<float>(static_cast<double>(in.logits[result.token]) - log_z);
-    if (p.logprobs > 0) TopLogprobs(in.logits, log_z, p.logprobs, &order_, &result.top_logprobs);
-    return result;
-  }
-  if (p.greedy()) {
-    ProcessLogits(in);
-    result.token = Argmax();
+    result.token = static_cast<int>(ArgmaxGivenMax(k, x, n, m));  // argmax of an unchanged copy: no copy
   } else {
     ProcessLogits(in);
-    result.token = SampleFiltered(p, UniformForStep(in.seed, in.output_ids.size()));
+    result.token = p.greedy() ? Argmax() : SampleFiltered(p, UniformForStep(in.seed, in.output_ids.size()));
   }
-  const double log_z = LogSumExp(in.logits);
+  const double log_z = LogSumExpGivenMax(in.logits, m);
   result.logprob = static_cast<float>(static_cast<double>(in.logits[result.token]) - log_z);
   if (p.logprobs > 0) TopLogprobs(in.logits, log_z, p.logprobs, &order_, &result.top_logprobs);
   return result;
