@@ -30,6 +30,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/child_process.h"
 #include "tests/gateway/gateway_process.h"
+#include "tests/gateway/raw_http.h"
 #include "tests/server/server_process.h"
 #include "tests/testutil.h"
 
@@ -71,54 +72,6 @@ std::string MetricsOf(const GatewayProcess& g) {
 double Scrape(const std::string& text, const std::string& series) {
   return ScrapeValue(text, series).value_or(-1);
 }
-
-// A raw HTTP client for one streaming POST: connect, send, read until `until` shows up.
-class RawStream {
- public:
-  RawStream(int port, const std::string& path, const std::string& body) {
-    fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ok_ = connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-    const std::string req = absl::StrCat("POST ", path,
-                                         " HTTP/1.1\r\nHost: x\r\n"
-                                         "Content-Type: application/json\r\nContent-Length: ",
-                                         body.size(), "\r\n\r\n", body);
-    ok_ = ok_ && write(fd_, req.data(), req.size()) == static_cast<ssize_t>(req.size());
-  }
-  ~RawStream() { Close(); }
-  // Reads until `text` was received (false on EOF or error first).
-  bool ReadUntil(const std::string& text) {
-    char buf[4096];
-    while (ok_ && got_.find(text) == std::string::npos) {
-      const ssize_t n = read(fd_, buf, sizeof buf);
-      if (n <= 0) return false;
-      got_.append(buf, n);
-    }
-    return ok_;
-  }
-  void Close() {
-    if (fd_ >= 0) close(fd_);
-    fd_ = -1;
-  }
-  const std::string& received() const { return got_; }
-  int fd() const { return fd_; }
-  // One read into received(); false on EOF or error.
-  bool ReadSome() {
-    char buf[4096];
-    const ssize_t n = read(fd_, buf, sizeof buf);
-    if (n <= 0) return false;
-    got_.append(buf, n);
-    return true;
-  }
-
- private:
-  int fd_ = -1;
-  bool ok_ = false;
-  std::string got_;
-};
 
 class GatewayTest : public ::testing::Test {
  protected:
