@@ -25,6 +25,9 @@ PACKAGES=(
   docker-compose  # tests/deploy: `docker-compose config` validates deploy/docker-compose.yml
   curl  # tests/gateway: the HTTP client of the gateway's end-to-end test
   gnuplot-nox  # morserve-loadtest draws its SVG plots with gnuplot (loadtest/plots.cc)
+  # Fuzzing and the sanitizer pass (scripts/fuzz.sh, scripts/sanitize.sh): clang with libFuzzer
+  # and the sanitizer runtimes, llvm-symbolizer for readable stacks.
+  clang libclang-rt-dev llvm
 )
 
 missing=()

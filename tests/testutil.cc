@@ -25,7 +25,11 @@ TempDir::~TempDir() {
 }
 
 std::string FixtureDir() { return MORSERVE_FIXTURE_DIR; }
-std::string MorserveBinary() { return MORSERVE_BINARY; }
+// $MORSERVE_BIN overrides the built binary (e.g. a ThreadSanitizer build's: scripts/tsan.sh).
+std::string MorserveBinary() {
+  const char* env = std::getenv("MORSERVE_BIN");
+  return env != nullptr && *env != '\0' ? env : MORSERVE_BINARY;
+}
 
 CommandResult RunCommand(const std::string& command) {
   CommandResult r;

@@ -8,13 +8,13 @@
 #include <vector>
 
 #include "engine/core/check.h"
+#include "engine/cpu/simd_target.h"
 
 namespace morserve {
 
 bool CpuHasAvx2() { return __builtin_cpu_supports("avx2"); }
 
-#pragma GCC push_options
-#pragma GCC target("avx2")
+MORSERVE_BEGIN_TARGET("avx2")
 
 namespace {
 
@@ -130,6 +130,6 @@ void FoldKeyGroupsAvx2(const KeyGroups& keys, const LaneBlock& block) {
   }
 }
 
-#pragma GCC pop_options
+MORSERVE_END_TARGET
 
 }  // namespace morserve

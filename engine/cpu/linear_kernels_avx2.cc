@@ -5,6 +5,7 @@
 // loaded and decoded once per block of 8 and used by all MB rows. Tile shapes by row count
 // (1 x 8, 2 x 6, 3 x 4, 4 x 3) keep the accumulators in registers; tile shape never changes
 // an element's order. Compiled with -ffp-contract=off (the FMAs are the written intrinsics).
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -12,11 +13,11 @@
 #include <vector>
 
 #include "engine/cpu/linear_kernels.h"
+#include "engine/cpu/simd_target.h"
 
 namespace morserve {
 
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
+MORSERVE_BEGIN_TARGET("avx2,fma,f16c")
 
 namespace {
 
@@ -308,11 +309,20 @@ int Avx2ChunkRows(int m, int k) { return m < kPanelMinRows ? kDirectChunk : Pane
 
 }  // namespace
 
-#pragma GCC pop_options
+MORSERVE_END_TARGET
+
+namespace {
+
+bool HasF16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+
+}  // namespace
 
 const LinearKernelSet* Avx2LinearKernels() {
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                         __builtin_cpu_supports("f16c");
+  // f16c through cpuid leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does not know it.
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && HasF16c();
   static const LinearKernelSet set{"avx2", &RunAvx2, &Avx2ChunkRows};
   return ok ? &set : nullptr;
 }

@@ -10,9 +10,9 @@
 
 #include "engine/cpu/logit_reductions.h"
 #include "engine/cpu/logit_reductions_expf.h"
+#include "engine/cpu/simd_target.h"
 
-#pragma GCC push_options
-#pragma GCC target("avx2")
+MORSERVE_BEGIN_TARGET("avx2")
 
 namespace morserve {
 namespace {
@@ -119,4 +119,4 @@ const LogitReductionSet* Avx2LogitReductions() {
 
 }  // namespace morserve
 
-#pragma GCC pop_options
+MORSERVE_END_TARGET

@@ -12,6 +12,7 @@
 
 #include "engine/core/check.h"
 #include "engine/cpu/mem_bandwidth.h"
+#include "engine/cpu/simd_target.h"
 
 namespace morserve {
 namespace {
@@ -20,8 +21,7 @@ double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
+MORSERVE_BEGIN_TARGET("avx2,fma")
 
 // 10 independent chains of 8-lane FMAs; returns a value that depends on all of them.
 float FmaChains(int64_t iterations) {
@@ -36,7 +36,7 @@ float FmaChains(int64_t iterations) {
   return _mm256_cvtss_f32(s);
 }
 
-#pragma GCC pop_options
+MORSERVE_END_TARGET
 
 bool HasAvx2Fma() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
 

@@ -71,7 +71,7 @@ uint16_t F32ToF16(float f) {
 void ToF32(DType t, const void* src, size_t n, float* dst) {
   switch (t) {
     case DType::kF32:
-      std::memcpy(dst, src, n * 4);
+      if (n > 0) std::memcpy(dst, src, n * 4);  // an empty tensor's pointers may be null
       return;
     case DType::kBF16: {
       const auto* s = static_cast<const uint16_t*>(src);

@@ -15,7 +15,7 @@ std::vector<float> TensorView::ToF32Vector() const {
 
 bool TensorView::SameContents(const TensorView& other) const {
   if (dtype != other.dtype || shape != other.shape) return false;
-  if (data == other.data) return true;
+  if (data == other.data || nbytes() == 0) return true;  // empty: data may be null
   return std::memcmp(data, other.data, nbytes()) == 0;
 }
 

@@ -5,6 +5,7 @@
 // stays within its bound; bf16/f16 checkpoint rows are read in place.
 #include "engine/cpu/linear_kernels.h"
 
+#include <cpuid.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -46,8 +47,10 @@ std::vector<float> RunSet(const LinearKernelSet& set, const LinearWeights& w, co
 }
 
 TEST(LinearKernelsTest, HostHasAVectorSetOrSaysSo) {
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                    __builtin_cpu_supports("f16c");
+  // f16c from cpuid leaf 1 (ECX bit 29), apart from the kernel's own check.
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
   EXPECT_EQ(Avx2LinearKernels() != nullptr, avx2);
   std::printf("best kernel set on this host: %s\n", std::string(BestLinearKernels().name).c_str());
   if (!avx2) GTEST_SKIP() << "host has no AVX2+FMA+F16C: only the scalar set runs here";

@@ -34,7 +34,7 @@ std::vector<uint8_t> Image(const std::string& header, size_t data_bytes,
 absl::Status Parse(const std::vector<uint8_t>& image, const std::string& file = "bad.safetensors") {
   // An exact-size heap copy so that AddressSanitizer catches any read past the end.
   auto copy = std::make_unique<uint8_t[]>(image.size());
-  std::memcpy(copy.get(), image.data(), image.size());
+  if (!image.empty()) std::memcpy(copy.get(), image.data(), image.size());
   return ParseSafetensors(copy.get(), image.size(), file).status();
 }
 
@@ -61,7 +61,9 @@ void ExpectStoreHolds(const TensorStore& store, const std::vector<OwnedTensor>& 
     EXPECT_EQ(v->shape, t.shape) << t.name;
     ASSERT_EQ(v->nbytes(), t.bytes.size()) << t.name;
     EXPECT_FALSE(v->empty()) << t.name;
-    EXPECT_EQ(std::memcmp(v->data, t.bytes.data(), t.bytes.size()), 0) << t.name;
+    if (!t.bytes.empty()) {  // memcmp with an empty vector's null data() is undefined
+      EXPECT_EQ(std::memcmp(v->data, t.bytes.data(), t.bytes.size()), 0) << t.name;
+    }
   }
 }
 
