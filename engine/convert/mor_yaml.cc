@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "engine/tokenizer/utf8.h"
 
 namespace morserve {
 namespace {
@@ -288,6 +289,10 @@ absl::StatusOr<json> Map(const YAML::Node& root, const std::string& file) {
 }  // namespace
 
 absl::StatusOr<json> MorRunConfigToRecursion(const std::string& yaml_text, const std::string& file) {
+  // YAML is Unicode text; yaml-cpp does not check, and strings go on into JSON (config.json).
+  if (!IsValidUtf8(yaml_text)) {
+    return absl::InvalidArgumentError(absl::StrCat(file, ": not valid YAML: not UTF-8 text"));
+  }
   try {
     return Map(YAML::Load(yaml_text), file);
   } catch (const YAML::Exception& e) {

@@ -15,6 +15,12 @@ namespace {
 
 using nlohmann::json;
 
+// A JSON value quoted in an error message. Values may hold ill-formed UTF-8 when the object
+// did not come from JSON text (the MoR YAML import): replaced, never thrown.
+std::string Quote(const json& v) {
+  return v.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 absl::Status FieldError(const std::string& field, const std::string& problem) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", problem));
 }
@@ -65,7 +71,7 @@ absl::Status GetEnum(const json& j, const std::string& prefix, const char* key,
     }
   }
   return FieldError(prefix + key, absl::StrCat("must be one of ", absl::StrJoin(names, ", "),
-                                               ", got ", it->dump()));
+                                               ", got ", Quote(*it)));
 }
 
 absl::Status CheckKnownKeys(const json& j, const std::string& prefix,
@@ -163,7 +169,7 @@ absl::Status ParseLora(const json& j, LoraConfig* l) {
     if (!it->is_array()) return FieldError(p + "targets", "must be a list of projection names");
     for (const json& v : *it) {
       if (!v.is_string() || !known.count(v.get<std::string>())) {
-        return FieldError(p + "targets", absl::StrCat("unknown projection ", v.dump()));
+        return FieldError(p + "targets", absl::StrCat("unknown projection ", Quote(v)));
       }
       l->targets.push_back(v.get<std::string>());
     }
@@ -313,7 +319,7 @@ std::string ModelTypeOf(const json& c) {
 absl::Status CheckTopLevelKeys(const json& c, const std::string& p) {
   if (auto it = c.find("model_type"); it != c.end() && !it->is_null()) {
     if (!it->is_string() || (*it != "llama" && *it != "nanbeige")) {
-      return FieldError(p + "model_type", absl::StrCat(it->dump(), " is not supported (supported: llama, nanbeige)"));
+      return FieldError(p + "model_type", absl::StrCat(Quote(*it), " is not supported (supported: llama, nanbeige)"));
     }
   }
   const bool nanbeige = ModelTypeOf(c) == "nanbeige";
@@ -331,7 +337,7 @@ absl::Status CheckTopLevelKeys(const json& c, const std::string& p) {
                                                  : OneOf(a.get<std::string>(), kLlamaArchitectures));
       if (!ok) {
         return FieldError(p + "architectures",
-                          absl::StrCat(a.dump(), " is not supported with model_type ", ModelTypeOf(c), " (supported: ",
+                          absl::StrCat(Quote(a), " is not supported with model_type ", ModelTypeOf(c), " (supported: ",
                                        nanbeige ? absl::StrJoin(kNanbeigeArchitectures, ", ")
                                                 : absl::StrJoin(kLlamaArchitectures, ", "),
                                        ")"));
@@ -368,7 +374,7 @@ absl::Status ParseNanbeige(const json& c, ModelConfig* m) {
   if (auto s = GetBool(c, p, "skip_loop_final_norm", &skip_norm); !s.ok()) return s;
   for (const char* key : kNanbeigeOffKeys) {
     if (auto it = c.find(key); it != c.end() && Truthy(*it)) {
-      return FieldError(p + key, absl::StrCat(it->dump(), ": not supported (must be false, 0 or null)"));
+      return FieldError(p + key, absl::StrCat(Quote(*it), ": not supported (must be false, 0 or null)"));
     }
   }
   if (auto it = c.find("layer_types"); it != c.end() && !it->is_null()) {
@@ -377,7 +383,7 @@ absl::Status ParseNanbeige(const json& c, ModelConfig* m) {
     }
     for (const json& t : *it) {
       if (t != "full_attention") {
-        return FieldError(p + "layer_types", absl::StrCat(t.dump(), ": only full_attention layers are supported"));
+        return FieldError(p + "layer_types", absl::StrCat(Quote(t), ": only full_attention layers are supported"));
       }
     }
   }

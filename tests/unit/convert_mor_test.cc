@@ -183,6 +183,12 @@ TEST(ConvertMorYaml, UnknownKeysAndValuesAreErrorsNamingThem) {
               "recursive.depth_scale: unknown key");
   ExpectError("recursive: [1, 2\n", "not valid YAML");
   ExpectError("- just\n- a list\n", "not a YAML mapping");
+  // Found by tests/fuzz/mor_yaml_fuzz.cc: a LoRA target with ill-formed UTF-8 reached
+  // config.json's error message (nlohmann's dump throws on it) and aborted the process.
+  ExpectError(Replace(Replace(RunYaml("expert"), "relaxation:\n  enable: false",
+                              "relaxation:\n  enable: true"),
+                      "- v_proj", "- v_pr\x8eoj"),
+              "run.yaml: not valid YAML: not UTF-8 text");
 }
 
 // An official checkpoint: mkmodel's mor family, its config.json without the recursion object
