@@ -7,7 +7,8 @@
 # timeout (> 10 s) or out-of-memory (> 2 GiB) input is written to tests/fuzz/regressions/<name>/
 # (commit it with the fix: ctest's fuzz_replay_<name> replays it from then on). Writes a
 # summary to build-fuzz/fuzz-summary.json; exits non-zero when any harness found something.
-# Knobs: FUZZ_BUILD_DIR, FUZZ_MAX_RUNS (stop a harness after that many executions).
+# Knobs: FUZZ_BUILD_DIR, FUZZ_MAX_RUNS (stop a harness after that many executions),
+# FUZZ_SUMMARY (the summary file, to run two lists side by side).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -52,7 +53,7 @@ for h in "${HARNESSES[@]}"; do
     grep -E "ERROR|SUMMARY|Test unit written|property violated" "$log" | head -8
   fi
 done
-echo "$summary]" >"$BUILD_DIR/fuzz-summary.json"
+echo "$summary]" >"${FUZZ_SUMMARY:-$BUILD_DIR/fuzz-summary.json}"
 if [ ${#failed[@]} -gt 0 ]; then
   echo "fuzz.sh: findings in ${failed[*]} (logs: $BUILD_DIR/fuzz-<name>.log; inputs in tests/fuzz/regressions/)"
   exit 1
