@@ -436,6 +436,32 @@ TEST(JinjaErrors, DeepNestingIsAnErrorNotAStackOverflow) {
   EXPECT_FALSE(Try("{{ 'x' * 1000000000 }}").ok());
 }
 
+// Work without output is bounded too (RenderLimits::max_steps): nested loops over large
+// ranges, loop filters, and a macro that calls itself twice per level (2^60 calls) fail fast
+// with a clear error (here with a limit of 50,000 steps, to stay quick under sanitizers); the
+// default limit (2,000,000) stops the nested loops and lets 100,000 iterations render.
+TEST(JinjaErrors, RunawayLoopsAreAnErrorNotAHang) {
+  const char* runaway[] = {
+      "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}",
+      "{% for a in range(100000) %}{% for b in range(100000) if b < 0 %}{% endfor %}{% endfor %}",
+      "{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}{% endmacro %}"
+      "{{ f(60) }}",
+  };
+  RenderOptions small;
+  small.max_steps = 50'000;
+  for (const char* tpl : runaway) {
+    absl::StatusOr<std::string> r = Try(tpl, "{}", small);
+    ASSERT_FALSE(r.ok()) << tpl;
+    EXPECT_NE(r.status().message().find("step limit"), std::string::npos) << r.status();
+  }
+  absl::StatusOr<std::string> r = Try(runaway[0]);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("step limit"), std::string::npos) << r.status();
+  EXPECT_EQ(R("{% set ns = namespace(n=0) %}{% for i in range(100000) %}{% set ns.n = ns.n + 1 "
+              "%}{% endfor %}{{ ns.n }}"),
+            "100000");
+}
+
 // A template close to the real ones (Llama 2 chat), to be cut and mangled below.
 constexpr const char* kLlama2Chat =
     "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set "

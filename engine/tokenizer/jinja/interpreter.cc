@@ -22,6 +22,7 @@ class Interpreter {
 
   Flow Exec(const Body& body, const ScopePtr& scope, std::string* out) {
     for (const StmtPtr& stmt : body) {
+      Step();
       Flow flow;
       try {
         flow = ExecStmt(*stmt, scope, out);
@@ -36,6 +37,10 @@ class Interpreter {
   }
 
  private:
+  void Step() {
+    if (++steps_ > limits_.max_steps) Fail("rendering exceeds the step limit (a runaway loop?)");
+  }
+
   Flow ExecStmt(const Stmt& s, const ScopePtr& scope, std::string* out) {
     switch (s.kind) {
       case Stmt::Kind::kText:
@@ -106,6 +111,7 @@ class Interpreter {
     if (s.filter) {
       std::vector<Value> kept;
       for (Value& item : items) {
+        Step();
         Assign(s.targets, item, loop_scope.get());
         if (Truthy(Eval(*s.filter, loop_scope))) kept.push_back(std::move(item));
       }
@@ -113,6 +119,7 @@ class Interpreter {
     }
     const auto n = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < n; ++i) {
+      Step();
       Assign(s.targets, items[i], loop_scope.get());
       loop_scope->Set("loop", LoopValue(items, i));
       if (Exec(s.body, loop_scope, out) == Flow::kBreak) break;
@@ -335,6 +342,7 @@ class Interpreter {
   }
 
   RenderLimits limits_;
+  int64_t steps_ = 0;
   int call_depth_ = 0;
 };
 

@@ -92,7 +92,9 @@ absl::StatusOr<std::string> Template::Render(const nlohmann::ordered_json& conte
     AddGlobals(options.clock, globals.get());
     auto scope = std::make_shared<Scope>(globals);
     for (const auto& [k, v] : context.items()) scope->Set(k, FromJson(v));
-    return Interpret(*body_, std::move(scope), RenderLimits{});
+    RenderLimits limits;
+    limits.max_steps = options.max_steps;
+    return Interpret(*body_, std::move(scope), limits);
   } catch (const JinjaError& e) {
     return ToStatus(e, *source_);
   }

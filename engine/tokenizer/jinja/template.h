@@ -13,12 +13,15 @@
 #include "absl/status/statusor.h"
 #include "engine/tokenizer/jinja/ast.h"
 #include "engine/tokenizer/jinja/globals.h"
+#include "engine/tokenizer/jinja/interpreter.h"
 #include "nlohmann/json.hpp"
 
 namespace morserve::jinja {
 
 struct RenderOptions {
   Clock clock;  // for strftime_now; empty means the system's local time
+  // Statements executed plus loop iterations allowed per render (RenderLimits::max_steps).
+  int64_t max_steps = RenderLimits().max_steps;
 };
 
 class Template {
