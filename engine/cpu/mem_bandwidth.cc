@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/cpu/simd_target.h"
 #include "engine/cpu/thread_pool.h"
 
 namespace morserve {
@@ -20,12 +21,28 @@ struct FreeDeleter {
   void operator()(uint64_t* p) const { std::free(p); }
 };
 
-// The words of one chunk summed (vectorized: independent lanes, exact integer adds; an AVX2
-// clone is picked at load time where the CPU has it).
-__attribute__((target_clones("avx2", "default"))) uint64_t SumChunk(const uint64_t* __restrict words) {
+// The words of one chunk summed (vectorized: independent lanes, exact integer adds), compiled
+// twice: for AVX2 and for the baseline; MeasureReadBandwidth picks at run time. Not
+// target_clones: its ifunc resolver runs during relocation, before a sanitizer runtime is up,
+// and crashes a ThreadSanitizer build at load (scripts/tsan.sh).
+MORSERVE_BEGIN_TARGET("avx2")
+uint64_t SumChunkAvx2(const uint64_t* __restrict words) {
   uint64_t sum = 0;
   for (int64_t i = 0; i < kWordsPerChunk; ++i) sum += words[i];
   return sum;
+}
+MORSERVE_END_TARGET
+
+uint64_t SumChunkBaseline(const uint64_t* __restrict words) {
+  uint64_t sum = 0;
+  for (int64_t i = 0; i < kWordsPerChunk; ++i) sum += words[i];
+  return sum;
+}
+
+using SumChunkFn = uint64_t (*)(const uint64_t*);
+
+SumChunkFn ChooseSumChunk() {
+  return __builtin_cpu_supports("avx2") ? &SumChunkAvx2 : &SumChunkBaseline;
 }
 
 }  // namespace
@@ -53,11 +70,12 @@ absl::StatusOr<ReadBandwidth> MeasureReadBandwidth(int64_t megabytes, int passes
     for (int64_t i = begin * kWordsPerChunk; i < end * kWordsPerChunk; ++i) words[i] = static_cast<uint64_t>(i);
   });
   std::vector<uint64_t> partial(chunks);
+  static const SumChunkFn sum_chunk = ChooseSumChunk();
   double best = 0;
   for (int pass = 0; pass < passes; ++pass) {
     const auto t0 = std::chrono::steady_clock::now();
     pool->ParallelFor(chunks, [&](int64_t begin, int64_t end) {
-      for (int64_t c = begin; c < end; ++c) partial[c] = SumChunk(words + c * kWordsPerChunk);
+      for (int64_t c = begin; c < end; ++c) partial[c] = sum_chunk(words + c * kWordsPerChunk);
     });
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (seconds > 0) best = std::max(best, r.bytes / seconds / 1e9);
