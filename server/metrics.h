@@ -54,8 +54,10 @@ class ServerMetrics : public EngineObserver {
   void Register(int loops);
 
   std::atomic<bool> recording_{false};
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  // Declared before the exposer so it is destroyed after it: the exposer's threads stop
+  // (mg_stop) before the registry they scrape goes.
   std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
   int port_ = 0;
 
   prometheus::Gauge* running_ = nullptr;

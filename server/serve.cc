@@ -307,7 +307,9 @@ int ServeCommand(const Args& args) {
   auto model_config = LoadModelConfig(opts->model_dir);
   if (!model_config.ok()) return Fail(std::string(model_config.status().message()));
 
-  Signals signals;
+  // Never freed: the detached signal thread may still use it while the process exits (a
+  // second SIGTERM after the first one stopped the server; found by scripts/tsan.sh).
+  Signals& signals = *new Signals;
   if (!InstallSignalHandlers(&signals)) return Fail("cannot install signal handlers");
 
   const int loops = std::max(1, model_config->recursion.num_recursions);
