@@ -4,6 +4,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cmath>
 #include <fstream>
 #include <optional>
 #include <set>
@@ -18,6 +19,10 @@
 
 namespace morserve {
 namespace {
+
+// True when `v` is a whole number in [lo, hi], checked before any cast to int (a cast of a
+// value out of int's range, 1e300 or NaN, is undefined; found by tests/fuzz/mor_yaml_fuzz.cc).
+bool IsIntegerIn(double v, double lo, double hi) { return v >= lo && v <= hi && v == std::floor(v); }
 
 using nlohmann::json;
 
@@ -129,7 +134,7 @@ absl::StatusOr<json> RecursiveSection(Section& rec, bool* enabled) {
   }
   MORSERVE_ASSIGN(nr, rec.Number("num_recursion"));
   if (!nr.has_value()) return rec.Error("num_recursion", "missing");
-  if (*nr != static_cast<int>(*nr) || *nr < 2) {
+  if (!IsIntegerIn(*nr, 2, 1 << 20)) {
     return rec.Error("num_recursion",
                      absl::StrCat("must be an integer >= 2, got ", *nr,
                                   " (num_recursion 1 with base_depth, which drops layers, is not "
@@ -171,7 +176,7 @@ absl::Status RelaxationSection(Section& rel, bool recursive, json* rec) {
   if (auto s = lora.CheckMapping(); !s.ok()) return s;
   lora.Ignore({"dropout", "svd_init"});
   MORSERVE_ASSIGN(r, lora.Number("r"));
-  if (!r.has_value() || *r != static_cast<int>(*r) || *r < 1) {
+  if (!r.has_value() || !IsIntegerIn(*r, 1, 1 << 20)) {
     return lora.Error("r", "must be an integer >= 1");
   }
   if (lora.Get("rank_pattern").IsDefined() && !lora.Get("rank_pattern").IsNull()) {

@@ -175,6 +175,13 @@ TEST(ConvertMorYaml, UnknownKeysAndValuesAreErrorsNamingThem) {
               "recursive.sharing: 'zigzag'");
   ExpectError(Replace(RunYaml("expert"), "num_recursion: 3", "num_recursion: 1"), "recursive.num_recursion");
   ExpectError(Replace(RunYaml("expert"), "num_recursion: 3", "num_recursion: three"), "recursive.num_recursion");
+  // Found by tests/fuzz/mor_yaml_fuzz.cc: numbers past int's range were cast to int (UB).
+  ExpectError(Replace(RunYaml("expert"), "num_recursion: 3", "num_recursion: 1e300"),
+              "recursive.num_recursion: must be an integer >= 2");
+  ExpectError(Replace(Replace(RunYaml("expert"), "relaxation:\n  enable: false",
+                              "relaxation:\n  enable: true"),
+                      "    r: 16", "    r: 4.4e73"),
+              "relaxation.lora.r: must be an integer >= 1");
   ExpectError(Replace(RunYaml("expert"), "alpha: 0.1", "alpha: big"), "mor.expert.alpha: must be a number");
   ExpectError(Replace(Replace(RunYaml("expert"), "relaxation:\n  enable: false", "relaxation:\n  enable: true"),
                       "method: lora", "method: dora"),
