@@ -2,6 +2,9 @@
 #include "engine/runtime/depth_scheduler.h"
 
 #include <algorithm>
+#include <map>
+
+#include "engine/core/check.h"
 
 #include "absl/strings/str_cat.h"
 
@@ -26,7 +29,12 @@ DepthScheduler::DepthScheduler(const EngineConfig& config, const LayerPlan& plan
     const Segment& seg = plan_.segments[s];
     for (int r = 0; r < seg.loops; ++r) {
       if (!plan_.WritesKv(s, r)) continue;
-      for (int k = 0; k < seg.num_layers; ++k) entry_slots_.push_back(plan_.CacheSlot(s, r, k));
+      for (int k = 0; k < seg.num_layers; ++k) {
+        entry_slots_.push_back(plan_.CacheSlot(s, r, k));
+        if (plan_.looped_segment >= 0 && s > plan_.looped_segment) {
+          tail_slots_.push_back(plan_.CacheSlot(s, r, k));
+        }
+      }
     }
   }
 }
@@ -84,10 +92,15 @@ bool DepthScheduler::ReserveEntry(Sequence* seq, int n, bool include_loop0) {
 
 Sequence* DepthScheduler::Newest() { return running_.empty() ? nullptr : running_.back().get(); }
 
+// Forgets every row and every entering token of `seq` in the plan being built.
 void DepthScheduler::RemoveRows(Sequence* seq) {
   loop_rows_.erase(std::remove_if(loop_rows_.begin(), loop_rows_.end(),
                                   [&](const Row& r) { return r.seq == seq; }),
                    loop_rows_.end());
+  std::vector<EnteringToken>& entering = plan_out_.entering;
+  entering.erase(std::remove_if(entering.begin(), entering.end(),
+                                [&](const EnteringToken& t) { return t.seq == seq; }),
+                 entering.end());
   seq->rows_in_loop = 0;
   seq->pending_tail.clear();
 }
@@ -104,7 +117,8 @@ std::unique_ptr<Sequence> DepthScheduler::Detach(Sequence* seq) {
 }
 
 // Recompute later: blocks back to the pool, progress forgotten, tokens kept.
-void DepthScheduler::Preempt(Sequence* seq) {
+void DepthScheduler::Preempt(Sequence* seq, Preemption::For what) {
+  plan_out_.preempted.push_back({seq->id, what});
   RemoveRows(seq);
   seq->kv->FreeAll(*pool_);
   seq->num_entered = seq->num_done = 0;
@@ -118,13 +132,7 @@ void DepthScheduler::Preempt(Sequence* seq) {
 void DepthScheduler::Abort(Sequence* seq, absl::Status why) {
   RemoveRows(seq);
   seq->kv->FreeAll(*pool_);
-  seq->usage.prompt_tokens = seq->num_prompt;
-  std::unique_ptr<Sequence> s = Detach(seq);
-  RequestEvent e;
-  e.finish = FinishReason::kError;
-  e.error = std::move(why);
-  s->channel->Push(std::move(e));
-  dropped_.push_back(std::move(s));
+  plan_out_.dropped.push_back({Detach(seq), FinishReason::kError, std::move(why)});
 }
 
 void DepthScheduler::DropCancelled() {
@@ -135,11 +143,12 @@ void DepthScheduler::DropCancelled() {
   for (Sequence* s : cancelled) {
     RemoveRows(s);
     s->kv->FreeAll(*pool_);
-    dropped_.push_back(Detach(s));
+    plan_out_.dropped.push_back({Detach(s), s->cancel_reason, absl::OkStatus()});
   }
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     if ((*it)->cancelled) {
-      dropped_.push_back(std::move(*it));
+      const FinishReason reason = (*it)->cancel_reason;
+      plan_out_.dropped.push_back({std::move(*it), reason, absl::OkStatus()});
       it = waiting_.erase(it);
     } else {
       ++it;
@@ -147,7 +156,7 @@ void DepthScheduler::DropCancelled() {
   }
 }
 
-void DepthScheduler::Admit(int* row_budget, int* token_budget, std::vector<EnteringToken>* out) {
+void DepthScheduler::Admit(int* row_budget, int* token_budget) {
   const int watermark = std::max(1, pool_->num_blocks() / 100);
   while (!waiting_.empty() && static_cast<int>(running_.size()) < config_.max_running &&
          *row_budget > 0 && *token_budget > 0) {
@@ -170,18 +179,26 @@ void DepthScheduler::Admit(int* row_budget, int* token_budget, std::vector<Enter
     s->running = true;
     InsertById(&running_, std::move(s));
     if (!ReserveEntry(seq, take, /*include_loop0=*/false)) break;  // cannot happen: checked
-    for (int i = 0; i < take; ++i) out->push_back({seq, seq->num_entered + i});
+    for (int i = 0; i < take; ++i) plan_out_.entering.push_back({seq, seq->num_entered + i});
     seq->num_entered += take;
     *row_budget -= take;
     *token_budget -= take;
   }
 }
 
-std::vector<EnteringToken> DepthScheduler::ScheduleEntering() {
+StepPlan DepthScheduler::Schedule() {
+  plan_out_ = StepPlan();
   DropCancelled();
-  std::vector<EnteringToken> out;
+  ScheduleEntering();
+  ReservePass();
+  plan_out_.loop_rows = std::move(loop_rows_);
+  loop_rows_.clear();
+  return std::move(plan_out_);
+}
+
+void DepthScheduler::ScheduleEntering() {
   const bool loop_busy = !loop_rows_.empty();
-  if (config_.mode == BatchingMode::kSequenceWise && loop_busy) return out;
+  if (config_.mode == BatchingMode::kSequenceWise && loop_busy) return;
   int row_budget = config_.max_batch_rows;
   for (const Row& r : loop_rows_) row_budget -= r.kv_only ? 0 : 1;
   int token_budget = config_.max_step_tokens;
@@ -192,7 +209,7 @@ std::vector<EnteringToken> DepthScheduler::ScheduleEntering() {
     if (take == 0) continue;
     bool ok = ReserveEntry(seq, take, false);
     while (!ok && Newest() != seq) {
-      Preempt(Newest());
+      Preempt(Newest(), Preemption::For::kEntering);
       ok = ReserveEntry(seq, take, false);
     }
     if (!ok) {
@@ -203,23 +220,29 @@ std::vector<EnteringToken> DepthScheduler::ScheduleEntering() {
       }
       continue;  // else this request is the newest: it waits for older ones to free blocks
     }
-    for (int t = 0; t < take; ++t) out.push_back({seq, seq->num_entered + t});
+    for (int t = 0; t < take; ++t) plan_out_.entering.push_back({seq, seq->num_entered + t});
     seq->num_entered += take;
     row_budget -= take;
     token_budget -= take;
   }
-  Admit(&row_budget, &token_budget, &out);
-  return out;
+  Admit(&row_budget, &token_budget);
 }
 
+// Entries of the pass: each loop row's slots at its loop, and loop 0 for every entering
+// token (whether the entry routing sends it into the loop is known only after it entered;
+// Update returns the room of a token the router sends past the loop).
 void DepthScheduler::ReservePass() {
   for (;;) {
     // Entries per (sequence, slot) this pass writes; oldest sequences reserve first.
     std::map<Sequence*, std::vector<int>> need;
-    for (const Row& r : loop_rows_) {
-      std::vector<int>& v = need[r.seq];
+    auto add = [&](Sequence* seq, int loop) {
+      std::vector<int>& v = need[seq];
       if (v.empty()) v.assign(plan_.num_cache_slots, 0);
-      for (int slot : LoopSlots(r.loop)) ++v[slot];
+      for (int slot : LoopSlots(loop)) ++v[slot];
+    };
+    for (const Row& r : loop_rows_) add(r.seq, r.loop);
+    if (plan_.looped_segment >= 0) {
+      for (const EnteringToken& t : plan_out_.entering) add(t.seq, 0);
     }
     std::vector<Sequence*> order;
     for (auto& [seq, v] : need) order.push_back(seq);
@@ -236,26 +259,45 @@ void DepthScheduler::ReservePass() {
       Abort(failed, absl::ResourceExhaustedError(
                         "the KV cache is too small for this request's context"));
     } else {
-      Preempt(Newest());
+      Preempt(Newest(), Preemption::For::kPass);
     }
   }
 }
 
-void DepthScheduler::CollectExits() {
-  auto keep = loop_rows_.begin();
-  for (auto it = loop_rows_.begin(); it != loop_rows_.end(); ++it) {
-    if (it->exited && it->kv_only) {
-      continue;  // its last later-loop entries are written: gone
-    } else if (it->exited) {
-      --it->seq->rows_in_loop;
-      const int pos = it->position;
-      it->seq->pending_tail.emplace(pos, std::move(*it));
+// Records the entries a run wrote: its tables then hold them, in position order.
+void DepthScheduler::Commit(const std::vector<KvWrite>& writes) {
+  for (const KvWrite& w : writes) {
+    const int index = w.seq->kv->slot(w.slot).Append(*pool_, {w.position});
+    MORSERVE_CHECK(index >= 0, "a KV entry was written without a reservation");
+  }
+}
+
+std::vector<Row> DepthScheduler::Update(RunOutput&& out) {
+  Commit(out.kv_writes);
+  auto to_tail = [](Row&& r) {
+    Sequence* seq = r.seq;
+    const int pos = r.position;
+    seq->pending_tail.emplace(pos, std::move(r));
+  };
+  for (Row& r : out.skipped) {
+    // Routed past the loop at entry: loop 0's room reserved for it goes back to the pool.
+    for (int slot : LoopSlots(0)) r.seq->kv->slot(slot).ReleaseUnused(*pool_);
+    to_tail(std::move(r));
+  }
+  for (Row& r : out.passed) {
+    if (r.exited && r.kv_only) continue;  // its last later-loop entries are written: gone
+    if (r.exited) {
+      to_tail(std::move(r));
     } else {
-      if (keep != it) *keep = std::move(*it);
-      ++keep;
+      loop_rows_.push_back(std::move(r));
     }
   }
-  loop_rows_.erase(keep, loop_rows_.end());
+  for (Row& r : out.kv_only) loop_rows_.push_back(std::move(r));
+  for (auto& s : running_) s->rows_in_loop = 0;
+  for (const Row& r : loop_rows_) r.seq->rows_in_loop += r.kv_only ? 0 : 1;
+  // Sequence-wise: the tail runs once the loop is empty, over every row that left it.
+  if (config_.mode == BatchingMode::kSequenceWise && !loop_rows_.empty()) return {};
+  return TakeTailRows();
 }
 
 std::vector<Row> DepthScheduler::TakeTailRows() {
@@ -263,6 +305,11 @@ std::vector<Row> DepthScheduler::TakeTailRows() {
   for (auto& s : running_) {
     auto& pending = s->pending_tail;
     while (!pending.empty() && pending.begin()->first == s->num_done) {
+      // The entries the layers after the loop write: recorded before they run.
+      for (int slot : tail_slots_) {
+        MORSERVE_CHECK(s->kv->slot(slot).Append(*pool_, {s->num_done}) >= 0,
+                       "a KV entry of the layers after the loop was not reserved");
+      }
       out.push_back(std::move(pending.begin()->second));
       pending.erase(pending.begin());
       ++s->num_done;
@@ -271,28 +318,10 @@ std::vector<Row> DepthScheduler::TakeTailRows() {
   return out;
 }
 
-void DepthScheduler::Finish(Sequence* seq) {
+void DepthScheduler::Release(Sequence* seq) {
   RemoveRows(seq);
   seq->kv->FreeAll(*pool_);
   Detach(seq);  // the engine holds no other reference; destroyed here
-}
-
-std::vector<std::unique_ptr<Sequence>> DepthScheduler::TakeDropped() {
-  std::vector<std::unique_ptr<Sequence>> out;
-  out.swap(dropped_);
-  return out;
-}
-
-void DepthScheduler::AddRows(std::vector<Row> rows) {
-  for (Row& r : rows) {
-    if (r.exited) {
-      const int pos = r.position;
-      r.seq->pending_tail.emplace(pos, std::move(r));
-    } else {
-      ++r.seq->rows_in_loop;
-      loop_rows_.push_back(std::move(r));
-    }
-  }
 }
 
 bool DepthScheduler::HasPendingTail() const {

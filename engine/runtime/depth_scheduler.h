@@ -1,22 +1,25 @@
 // The depth-wise scheduler: FIFO admission, chunked prefill, rows at every loop of the
 // shared block, KV reservation and preemption. Pure CPU bookkeeping (no tensors are
 // computed here; rows carry their hidden state for the runner), unit-tested on its own.
+// It alone changes requests' KV bookkeeping (reserve, append, free).
 //
-// A step, as the engine drives it:
-//   1. ScheduleEntering(): drop cancelled requests; pick tokens to enter the model
-//      (continuing rows are never skipped, so the row limit counts them first; then new
-//      tokens of running requests; then admission from the queue while KV blocks fit),
-//      and reserve the KV entries their unique layers will write. K/V-only rows (early
-//      exit, exit_kv propagate) take no row of the limit: an exit frees its row at once,
-//      and the rows that write its later K/V cost a projection each, not a layer.
-//   2. ReservePass() before every pass of the shared block: one entry per (row, layer) at
-//      the row's loop; when blocks run out the newest running request is preempted (its
-//      blocks freed, its tokens recomputed later) until the older ones fit.
-//   3. CollectExits() after a pass; TakeTailRows() hands out, per request, the in-order
-//      prefix of positions that have left the loop (the unique last layers need every
-//      earlier position's entries first).
+// Its two verbs in a step (step_plan.h):
+//   Schedule(): drop cancelled requests; pick tokens to enter the model (continuing rows
+//     are never skipped, so the row limit counts them first; then new tokens of running
+//     requests; then admission from the queue while KV blocks fit); reserve the entries
+//     their unique layers will write and the entries of the pass (one per row and layer at
+//     the row's loop, loop 0 for entering tokens): when blocks run out the newest running
+//     request is preempted (blocks freed, tokens recomputed later) until the older ones
+//     fit. The loop's rows move into the plan. K/V-only rows (early exit, exit_kv
+//     propagate) take no row of the limit: an exit frees its row at once, and the rows
+//     that write its later K/V cost a projection each, not a layer.
+//   Update(): records the entries the run wrote; rows that left go to their request's
+//     pending tail, the others back into the loop; hands out, per request, the in-order
+//     prefix of positions that have left the loop (the unique last layers need every
+//     earlier position's entries first), with the entries those layers will write recorded.
 // Sequence-wise batching is a mode of the same object: new tokens enter only when no row
-// is in the loop, and the engine runs passes until the loop is empty.
+// is in the loop, the engine repeats Schedule/Run/Update until the loop is empty, and the
+// tail is handed out only then.
 #pragma once
 
 #include <deque>
@@ -29,13 +32,9 @@
 #include "engine/runtime/engine_config.h"
 #include "engine/runtime/kv_block_pool.h"
 #include "engine/runtime/sequence.h"
+#include "engine/runtime/step_plan.h"
 
 namespace morserve {
-
-struct EnteringToken {
-  Sequence* seq;
-  int position;
-};
 
 class DepthScheduler {
  public:
@@ -43,26 +42,20 @@ class DepthScheduler {
 
   // Queues a request (the engine bounds the queue before it gets here).
   void Add(std::unique_ptr<Sequence> seq);
-  // Marks a request cancelled; it is dropped at the next ScheduleEntering and reported with
+  // Marks a request cancelled; it is dropped at the next Schedule() and reported with
   // `reason`. False if unknown.
   bool Cancel(const std::string& request_id, FinishReason reason = FinishReason::kCancelled);
 
-  std::vector<EnteringToken> ScheduleEntering();
-  void ReservePass();
-  void CollectExits();
-  std::vector<Row> TakeTailRows();
-  // Removes a finished request and frees its blocks.
-  void Finish(Sequence* seq);
+  StepPlan Schedule();
+  // Takes the rows back after the run; returns the rows ready for the tail, in order.
+  std::vector<Row> Update(RunOutput&& out);
+  // Removes a request the engine finished and frees its blocks.
+  void Release(Sequence* seq);
 
-  // Places rows that entered: into the loop, or (when they skip it) into the pending tail.
-  void AddRows(std::vector<Row> rows);
   // True when some request has rows ready for the tail.
   bool HasPendingTail() const;
-  std::vector<Row>& loop_rows() { return loop_rows_; }
+  // Rows inside the loop between steps (tests inspect them).
   const std::vector<Row>& loop_rows() const { return loop_rows_; }
-  // Requests cancelled or aborted since the last call, for the engine to report; the
-  // scheduler no longer references them.
-  std::vector<std::unique_ptr<Sequence>> TakeDropped();
 
   int num_waiting() const { return static_cast<int>(waiting_.size()); }
   int num_running() const { return static_cast<int>(running_.size()); }
@@ -80,10 +73,14 @@ class DepthScheduler {
   bool ReserveEntry(Sequence* seq, int n, bool include_loop0);
   bool ReserveRows(Sequence* seq, const std::vector<int>& per_slot);
   Sequence* Newest();
-  void Preempt(Sequence* seq);
+  void Preempt(Sequence* seq, Preemption::For what);
   void Abort(Sequence* seq, absl::Status why);
   void DropCancelled();
-  void Admit(int* row_budget, int* token_budget, std::vector<EnteringToken>* out);
+  void ScheduleEntering();
+  void ReservePass();
+  void Admit(int* row_budget, int* token_budget);
+  void Commit(const std::vector<KvWrite>& writes);
+  std::vector<Row> TakeTailRows();
   void RemoveRows(Sequence* seq);
   std::unique_ptr<Sequence> Detach(Sequence* seq);
 
@@ -91,10 +88,11 @@ class DepthScheduler {
   LayerPlan plan_;
   KvBlockPool* pool_;
   std::vector<int> entry_slots_;
+  std::vector<int> tail_slots_;  // entry slots of the segments after the loop
   std::deque<std::unique_ptr<Sequence>> waiting_;  // sorted by id (preempted go back in order)
   std::vector<std::unique_ptr<Sequence>> running_;  // sorted by id
   std::vector<Row> loop_rows_;
-  std::vector<std::unique_ptr<Sequence>> dropped_;
+  StepPlan plan_out_;  // the plan Schedule() is building
   int64_t num_preemptions_ = 0;
 };
 

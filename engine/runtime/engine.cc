@@ -151,39 +151,25 @@ void Engine::DrainIncoming() {
   for (const auto& [id, reason] : cancels) scheduler_->Cancel(id, reason);
 }
 
-int Engine::ReportDropped() {
-  std::vector<std::unique_ptr<Sequence>> dropped = scheduler_->TakeDropped();
-  for (auto& seq : dropped) {
-    if (observer_) {
-      Usage u = seq->usage;
-      u.prompt_tokens = seq->num_prompt;
-      u.completion_tokens = seq->num_generated();
-      observer_->OnFinished(seq->cancelled ? seq->cancel_reason : FinishReason::kError,
-                            NowSeconds() - seq->arrival_time, u);
-    }
-    if (seq->cancelled) {
-      RequestEvent e;
-      e.finish = seq->cancel_reason;
-      e.usage = seq->usage;
-      e.usage.prompt_tokens = seq->num_prompt;
-      e.usage.completion_tokens = seq->num_generated();
-      seq->channel->Push(std::move(e));
-    }
-    std::lock_guard<std::mutex> lock(incoming_mu_);
-    --pending_;
+// Requests the scheduler let go (cancelled, or failed: the KV cache cannot hold them).
+void Engine::FinishDropped(std::vector<Dropped>* dropped) {
+  for (Dropped& d : *dropped) {
+    RequestEvent e;
+    e.finish = d.reason;
+    e.error = std::move(d.status);
+    Finish(*d.seq, std::move(e));
   }
-  return static_cast<int>(dropped.size());
+  dropped->clear();
 }
 
-// `ran` rows ran the pass: the K/V-only rows a pass creates for exits are appended after
-// them and ride from the next pass on. Pass rows are the full rows (the ones the row limit
-// counts); K/V-only rows show in stats_.layer_rows.
-void Engine::RecordPass(const std::vector<Row>& rows, size_t ran) {
+// Counts the pass's full rows by the loop they ran (K/V-only rows show in
+// stats_.layer_rows).
+void Engine::RecordPass(const RunOutput& out) {
+  if (!out.ran_pass) return;
   std::lock_guard<std::mutex> lock(stats_mu_);
   ++stats_.passes;
   stats_.pass_row_capacity += config_.max_batch_rows;
-  for (size_t i = 0; i < ran; ++i) {
-    const Row& r = rows[i];
+  for (const Row& r : out.passed) {
     if (r.kv_only) continue;
     ++stats_.pass_rows;
     if (r.loop - 1 >= 0 && r.loop - 1 < static_cast<int>(stats_.rows_per_loop.size())) {
@@ -229,55 +215,62 @@ void Engine::ReportStep(double start, const EngineStats& before, const StepPhase
   observer_->OnStep(r);
 }
 
+// Adds the seconds since the last lap to a phase.
+class PhaseClock {
+ public:
+  explicit PhaseClock(double start) : mark_(start) {}
+  void Lap(double* phase) {
+    const double now = NowSeconds();
+    *phase += now - mark_;
+    mark_ = now;
+  }
+
+ private:
+  double mark_;
+};
+
+// Schedule -> Run -> Update -> Complete (step_plan.h). Sequence-wise batching repeats
+// Schedule/Run/Update until the loop is empty.
 bool Engine::Step() {
   const double start = NowSeconds();
   const EngineStats before = observer_ ? stats() : EngineStats{};
   StepPhaseSeconds t;
-  double mark = start;
-  auto lap = [&mark](double* phase) {
-    const double now = NowSeconds();
-    *phase += now - mark;
-    mark = now;
-  };
+  PhaseClock clock(start);
   DrainIncoming();
-  std::vector<EnteringToken> entering = scheduler_->ScheduleEntering();
-  NoteAdmitted(entering);
-  const int dropped = ReportDropped();
-  if (entering.empty() && scheduler_->loop_rows().empty() && !scheduler_->HasPendingTail()) {
-    if (dropped > 0) {  // cancellations freed blocks: let stats and metrics see it
+  StepPlan plan = scheduler_->Schedule();
+  NoteAdmitted(plan.entering);
+  const bool dropped = !plan.dropped.empty();
+  FinishDropped(&plan.dropped);
+  if (!plan.has_work() && !scheduler_->HasPendingTail()) {
+    if (dropped) {  // cancellations freed blocks: let stats and metrics see it
       UpdateGauges();
       if (observer_) ReportStep(start, before, {});
     }
     return !scheduler_->idle();
   }
-  lap(&t.schedule);
-  std::vector<Row> rows = executor_->Enter(entering);
-  lap(&t.enter);
-  scheduler_->AddRows(std::move(rows));
-  do {
-    if (scheduler_->loop_rows().empty()) break;
-    scheduler_->ReservePass();
-    ReportDropped();
-    lap(&t.schedule);
-    const size_t ran = scheduler_->loop_rows().size();
-    executor_->BlockPass(&scheduler_->loop_rows());
-    lap(&t.pass);
-    RecordPass(scheduler_->loop_rows(), ran);
-    scheduler_->CollectExits();
-  } while (config_.mode == BatchingMode::kSequenceWise);
-  std::vector<Row> tail = scheduler_->TakeTailRows();
-  lap(&t.schedule);
-  executor_->Tail(&tail);
-  lap(&t.tail);
-  Complete(&tail);
-  lap(&t.sample);
+  clock.Lap(&t.schedule);
+  std::vector<Row> tail;
+  for (;;) {
+    RunOutput out = executor_->Run(std::move(plan));
+    clock.Lap(&t.pass);
+    t.enter += out.enter_seconds;
+    t.pass -= out.enter_seconds;
+    RecordPass(out);
+    tail = scheduler_->Update(std::move(out));
+    if (config_.mode != BatchingMode::kSequenceWise || scheduler_->loop_rows().empty()) break;
+    plan = scheduler_->Schedule();
+    FinishDropped(&plan.dropped);
+    clock.Lap(&t.schedule);
+  }
+  clock.Lap(&t.schedule);
+  Complete(std::move(tail), &t, &clock);
   {
     std::lock_guard<std::mutex> lock(stats_mu_);
     ++stats_.steps;
   }
   UpdateGauges();
   if (observer_) ReportStep(start, before, t);
-  lap(&t.report);
+  clock.Lap(&t.report);
   AddPhases(t);
   return true;
 }
@@ -303,10 +296,13 @@ void Engine::UpdateGauges() {
   stats_.layer_rows = runner_->counters();
 }
 
-// Rows that finished the model: count their loops, sample where logits were produced.
-void Engine::Complete(std::vector<Row>* tail) {
+// Rows that finished the loop: the layers after it, then count their loops and sample where
+// logits were produced.
+void Engine::Complete(std::vector<Row> tail, StepPhaseSeconds* t, PhaseClock* clock) {
+  executor_->Tail(&tail);
+  clock->Lap(&t->tail);
   std::vector<Sequence*> finished;
-  for (Row& row : *tail) {
+  for (Row& row : tail) {
     Sequence* seq = row.seq;
     seq->usage.recursion_loops += row.loop;
     if (static_cast<int>(seq->token_loops.size()) <= row.position) seq->token_loops.resize(row.position + 1);
@@ -324,11 +320,21 @@ void Engine::Complete(std::vector<Row>* tail) {
       finished.push_back(seq);
     }
   }
-  for (Sequence* seq : finished) {
-    scheduler_->Finish(seq);
-    std::lock_guard<std::mutex> lock(incoming_mu_);
-    --pending_;
-  }
+  for (Sequence* seq : finished) scheduler_->Release(seq);
+  clock->Lap(&t->sample);
+}
+
+// The one end of every request, whatever the reason (stop, length, cancel, error, a scored
+// prompt): usage, the observer, the final event (`last` may carry the last token), and the
+// count of pending requests.
+void Engine::Finish(Sequence& seq, RequestEvent last) {
+  last.usage = seq.usage;
+  last.usage.prompt_tokens = seq.num_prompt;
+  last.usage.completion_tokens = seq.num_generated();
+  if (observer_) observer_->OnFinished(last.finish, NowSeconds() - seq.arrival_time, last.usage);
+  seq.channel->Push(std::move(last));
+  std::lock_guard<std::mutex> lock(incoming_mu_);
+  --pending_;
 }
 
 void Engine::KeepPromptLogprob(Sequence* seq, Row& row) {
@@ -353,11 +359,7 @@ void Engine::FinishScoredPrompt(Sequence* seq) {
   RequestEvent e;
   AttachPromptLogprobs(seq, &e);
   e.finish = FinishReason::kLength;
-  e.usage = seq->usage;
-  e.usage.prompt_tokens = seq->num_prompt;
-  e.usage.completion_tokens = 0;
-  if (observer_) observer_->OnFinished(e.finish, NowSeconds() - seq->arrival_time, e.usage);
-  seq->channel->Push(std::move(e));
+  Finish(*seq, std::move(e));
 }
 
 // Samples the next token; returns true when the request finished.
@@ -396,15 +398,12 @@ bool Engine::Emit(Sequence* seq, const Row& row) {
              static_cast<int>(seq->tokens.size()) >= weights_->config.max_position_embeddings) {
     e.finish = FinishReason::kLength;
   }
-  if (e.final()) {
-    e.usage = seq->usage;
-    e.usage.prompt_tokens = seq->num_prompt;
-    e.usage.completion_tokens = seq->num_generated();
+  if (!e.final()) {
+    seq->channel->Push(std::move(e));
+    return false;
   }
-  const bool done = e.final();
-  if (done && observer_) observer_->OnFinished(e.finish, now - seq->arrival_time, e.usage);
-  seq->channel->Push(std::move(e));
-  return done;
+  Finish(*seq, std::move(e));
+  return true;
 }
 
 void Engine::RunUntilIdle() {

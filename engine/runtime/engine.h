@@ -1,6 +1,6 @@
 // The engine: one API (Submit -> stream of events, Cancel) over one engine thread that runs
-// schedule -> execute -> sample -> update, step after step (vLLM v1's loop). Front ends
-// (gRPC, HTTP, CLI, benchmarks) are thin adapters over it.
+// a step after another: Schedule -> Run -> Update -> Complete (step_plan.h; vLLM v1's
+// loop). Front ends (gRPC, HTTP, CLI, benchmarks) are thin adapters over it.
 #pragma once
 
 #include <atomic>
@@ -18,8 +18,11 @@
 #include "engine/runtime/model_executor.h"
 #include "engine/runtime/request.h"
 #include "engine/runtime/sampler.h"
+#include "engine/runtime/step_plan.h"
 
 namespace morserve {
+
+class PhaseClock;
 
 // Counters since start; the benchmark and the metrics read them.
 struct EngineStats {
@@ -81,10 +84,11 @@ class Engine {
          std::unique_ptr<ModelRunner> runner, int num_blocks);
   absl::Status Validate(const GenerateRequest& r) const;
   void DrainIncoming();
-  int ReportDropped();  // returns how many requests left
+  void FinishDropped(std::vector<Dropped>* dropped);
   void UpdateGauges();
-  void RecordPass(const std::vector<Row>& rows, size_t ran);
-  void Complete(std::vector<Row>* tail);
+  void RecordPass(const RunOutput& out);
+  void Complete(std::vector<Row> tail, StepPhaseSeconds* t, PhaseClock* clock);
+  void Finish(Sequence& seq, RequestEvent last);
   bool Emit(Sequence* seq, const Row& row);
   void KeepPromptLogprob(Sequence* seq, Row& row);
   void AttachPromptLogprobs(Sequence* seq, RequestEvent* e);

@@ -91,6 +91,11 @@ int KvBlockTable::NumVisible(int position) const {
                           positions_.begin());
 }
 
+int KvBlockTable::IndexOf(int position) const {
+  auto it = std::lower_bound(positions_.begin(), positions_.end(), position);
+  return it != positions_.end() && *it == position ? static_cast<int>(it - positions_.begin()) : -1;
+}
+
 void KvBlockTable::ReleaseUnused(KvBlockPool& pool) {
   const int keep = CeilDiv(num_tokens(), block_size_);
   pool.Free(absl::MakeConstSpan(blocks_).subspan(keep));

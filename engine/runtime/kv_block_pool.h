@@ -76,6 +76,8 @@ class KvBlockTable {
   int PhysicalSlot(int index) const;
   // Entries a query at `position` sees: those with position <= it (docs/models.md#kv-cache-modes).
   int NumVisible(int position) const;
+  // Slot-local index of the entry at `position`, or -1 when the table has none.
+  int IndexOf(int position) const;
 
   // Returns the blocks beyond what the entries need (reservations that were not used).
   void ReleaseUnused(KvBlockPool& pool);

@@ -2,7 +2,9 @@
 #include "engine/runtime/model_executor.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <map>
 #include <set>
 
 #include "engine/core/check.h"
@@ -11,6 +13,10 @@
 
 namespace morserve {
 namespace {
+
+double NowSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
@@ -49,7 +55,11 @@ void ModelExecutor::Scatter(const std::vector<float>& h, std::vector<Row*>& rows
 // Write first (in row order: one request's rows are in position order), then attend to the
 // entries at positions <= the row's own. Recurrent layers attend to earlier persistent
 // pairs plus their temporary one, and write after the layer output exists.
-LayerKvPlan ModelExecutor::PlanLayer(int segment, int k, const std::vector<Row*>& rows) {
+// With `writes`, the rows' entries are new: each goes after its table's recorded entries and
+// this call's earlier new ones, and is listed in *writes. Without, they are recorded already
+// (the layers after the loop: DepthScheduler::Update records them before the tail runs).
+LayerKvPlan ModelExecutor::PlanLayer(int segment, int k, const std::vector<Row*>& rows,
+                                     std::vector<KvWrite>* writes) const {
   LayerKvPlan kv;
   kv.recurrent = cfg_.recursion.layer_kind == LayerKind::kRecurrent;
   const size_t n = rows.size();
@@ -57,17 +67,42 @@ LayerKvPlan ModelExecutor::PlanLayer(int segment, int k, const std::vector<Row*>
   kv.kv_len.assign(n, 0);
   kv.table_indptr.assign(1, 0);
   std::vector<KvBlockTable*> tables(n);
+  std::map<const KvBlockTable*, std::vector<int>> fresh;  // new positions per table, in order
   for (size_t i = 0; i < n; ++i) {
     const Row& r = *rows[i];
-    tables[i] = &r.seq->kv->slot(plan_.CacheSlot(segment, r.loop, k));
-    if (kv.recurrent) kv.kv_len[i] = r.position == 0 ? 0 : tables[i]->NumVisible(r.position - 1);
+    const int slot = plan_.CacheSlot(segment, r.loop, k);
+    KvBlockTable& table = r.seq->kv->slot(slot);
+    tables[i] = &table;
     if (!plan_.WritesKv(segment, r.loop)) continue;
-    const int index = tables[i]->Append(*pool_, {r.position});
-    MORSERVE_CHECK(index >= 0, "KV entry was not reserved before the pass");
-    kv.write_slot[i] = tables[i]->PhysicalSlot(index);
+    int index = -1;
+    if (writes == nullptr) {
+      index = table.IndexOf(r.position);
+      MORSERVE_CHECK(index >= 0, "a KV entry of the layers after the loop was not recorded");
+    } else {
+      std::vector<int>& mine = fresh[&table];
+      const int last = !mine.empty() ? mine.back()
+                       : table.num_tokens() > 0 ? table.positions().back()
+                                                : -1;
+      MORSERVE_CHECK(r.position > last, "KV entries of a slot must be written in position order");
+      index = table.num_tokens() + static_cast<int>(mine.size());
+      mine.push_back(r.position);
+      writes->push_back({r.seq, slot, r.position});
+    }
+    MORSERVE_CHECK(index < table.capacity(), "KV entry was not reserved before the pass");
+    kv.write_slot[i] = table.PhysicalSlot(index);
   }
   for (size_t i = 0; i < n; ++i) {
-    if (!kv.recurrent) kv.kv_len[i] = tables[i]->NumVisible(rows[i]->position);
+    // Entries at positions <= p: recorded ones plus this call's new ones.
+    auto visible = [&](int p) {
+      int count = tables[i]->NumVisible(p);
+      if (auto it = fresh.find(tables[i]); it != fresh.end()) {
+        count += static_cast<int>(std::upper_bound(it->second.begin(), it->second.end(), p) -
+                                  it->second.begin());
+      }
+      return count;
+    };
+    const int pos = rows[i]->position;
+    kv.kv_len[i] = !kv.recurrent ? visible(pos) : pos == 0 ? 0 : visible(pos - 1);
     for (int b : tables[i]->blocks()) kv.table_blocks.push_back(b);
     kv.table_indptr.push_back(static_cast<int32_t>(kv.table_blocks.size()));
   }
@@ -95,8 +130,9 @@ std::vector<int32_t> ModelExecutor::RecurrentChunks(const std::vector<KvBlockTab
   return indptr;
 }
 
-void ModelExecutor::RunLayer(int segment, int k, std::vector<Row*>& rows, std::vector<float>* h) {
-  const LayerKvPlan kv = PlanLayer(segment, k, rows);
+void ModelExecutor::RunLayer(int segment, int k, std::vector<Row*>& rows, std::vector<float>* h,
+                             std::vector<KvWrite>* writes) {
+  const LayerKvPlan kv = PlanLayer(segment, k, rows, writes);
   std::vector<int> loops(rows.size()), positions(rows.size());
   std::vector<uint8_t> kv_only(rows.size());
   bool any_kv_only = false;
@@ -120,20 +156,39 @@ void ModelExecutor::RunLayer(int segment, int k, std::vector<Row*>& rows, std::v
 
 // Every loop of a segment outside the routed loop (unique layers, or a plan without a single
 // looped segment); rows' `loop` is borrowed as the segment's loop counter.
-void ModelExecutor::RunSegment(int segment, std::vector<Row*>& rows) {
+void ModelExecutor::RunSegment(int segment, std::vector<Row*>& rows, std::vector<KvWrite>* writes) {
   std::vector<float> h = Gather(rows);
   std::vector<int> saved(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) saved[i] = rows[i]->loop;
   const Segment& seg = plan_.segments[segment];
   for (int r = 0; r < seg.loops; ++r) {
     for (Row* row : rows) row->loop = r;
-    for (int k = 0; k < seg.num_layers; ++k) RunLayer(segment, k, rows, &h);
+    for (int k = 0; k < seg.num_layers; ++k) RunLayer(segment, k, rows, &h, writes);
   }
   for (size_t i = 0; i < rows.size(); ++i) rows[i]->loop = saved[i];
   Scatter(h, rows);
 }
 
-std::vector<Row> ModelExecutor::Enter(const std::vector<EnteringToken>& tokens) {
+RunOutput ModelExecutor::Run(StepPlan&& plan) {
+  RunOutput out;
+  const double start = NowSeconds();
+  std::vector<Row> rows = std::move(plan.loop_rows);
+  for (Row& r : Enter(plan.entering, &out.kv_writes)) {
+    (r.exited ? out.skipped : rows).push_back(std::move(r));
+  }
+  const double entered = NowSeconds();
+  out.enter_seconds = entered - start;
+  if (!rows.empty() && plan_.looped_segment >= 0) {
+    BlockPass(&rows, &out.kv_only, &out.kv_writes);
+    out.ran_pass = true;
+  }
+  out.passed = std::move(rows);
+  out.pass_seconds = NowSeconds() - entered;
+  return out;
+}
+
+std::vector<Row> ModelExecutor::Enter(const std::vector<EnteringToken>& tokens,
+                                      std::vector<KvWrite>* writes) {
   const int n = static_cast<int>(tokens.size());
   std::vector<Row> rows(n);
   std::vector<int> ids(n);
@@ -150,7 +205,7 @@ std::vector<Row> ModelExecutor::Enter(const std::vector<EnteringToken>& tokens) 
   Scatter(h, ptrs);
   const int looped = plan_.looped_segment;
   const int pre_end = looped < 0 ? static_cast<int>(plan_.segments.size()) : looped;
-  for (int s = 0; s < pre_end; ++s) RunSegment(s, ptrs);
+  for (int s = 0; s < pre_end; ++s) RunSegment(s, ptrs, writes);
   if (looped < 0) {  // no routed loop: the whole plan ran; report the loops it has
     bool any_loop = false;
     for (const Segment& seg : plan_.segments) any_loop |= seg.looped();
@@ -228,7 +283,8 @@ void ModelExecutor::ExitByConfidence(std::vector<Row*>& rows) {
   }
 }
 
-void ModelExecutor::BlockPass(std::vector<Row>* rows) {
+void ModelExecutor::BlockPass(std::vector<Row>* rows, std::vector<Row>* kv_only,
+                              std::vector<KvWrite>* writes) {
   const int looped = plan_.looped_segment;
   if (rows->empty() || looped < 0) return;
   // Rows grouped by loop (per-loop weights run per group), one request's rows in order.
@@ -245,7 +301,7 @@ void ModelExecutor::BlockPass(std::vector<Row>* rows) {
   const int hs = cfg_.hidden_size;
   // K/V-only rows keep their exit state through every layer (the runner leaves their h
   // alone): it is the input of each skipped layer (docs/models.md#early-exit).
-  for (int k = 0; k < seg.num_layers; ++k) RunLayer(looped, k, ptrs, &h);
+  for (int k = 0; k < seg.num_layers; ++k) RunLayer(looped, k, ptrs, &h, writes);
 
   const RecursionConfig& rc = cfg_.recursion;
   const int nr = rc.num_recursions;
@@ -281,7 +337,6 @@ void ModelExecutor::BlockPass(std::vector<Row>* rows) {
   if (rc.routing == Routing::kEarlyExit) {
     ExitByConfidence(undecided);
     if (rc.early_exit.exit_kv == ExitKv::kPropagate) {
-      std::vector<Row> ghosts;  // appended after: `undecided` points into *rows
       for (Row* r : undecided) {
         // Loops after loop 0 write no KV with kv sharing: nothing for a K/V-only row to do.
         if (!r->exited || !plan_.WritesKv(looped, r->loop)) continue;
@@ -291,9 +346,8 @@ void ModelExecutor::BlockPass(std::vector<Row>* rows) {
         ghost.loop = r->loop;
         ghost.h = r->h;
         ghost.kv_only = true;
-        ghosts.push_back(std::move(ghost));
+        kv_only->push_back(std::move(ghost));
       }
-      for (Row& g : ghosts) rows->push_back(std::move(g));
     }
   }
 }
@@ -304,7 +358,9 @@ void ModelExecutor::Tail(std::vector<Row>* rows) {
   for (Row& r : *rows) ptrs.push_back(&r);
   const int looped = plan_.looped_segment;
   if (looped >= 0) {
-    for (int s = looped + 1; s < static_cast<int>(plan_.segments.size()); ++s) RunSegment(s, ptrs);
+    for (int s = looped + 1; s < static_cast<int>(plan_.segments.size()); ++s) {
+      RunSegment(s, ptrs, /*writes=*/nullptr);
+    }
   }
   std::vector<Row*> sampled, scored;
   for (Row* r : ptrs) {

@@ -1,8 +1,10 @@
 // DepthScheduler on CPU bookkeeping alone: no model, no tensors. A small simulator plays the
-// engine's part with scripted per-token depths: Enter's KV writes for the unique first layer,
-// BlockPass's KV writes and loop counter (exit when loop == the token's depth), Tail's KV
-// writes for the unique last layer, and sampling (a token pushed when the last known position
-// leaves the tail). After every scheduler call it checks the invariants the engine relies on:
+// executor's and the engine's part of a step (Schedule -> Run -> Update -> Complete) with
+// scripted per-token depths: Run's KV writes for the unique first layer and the pass, and
+// the loop counter (exit when loop == the token's depth); the tail's use of the entries the
+// scheduler recorded for the unique last layer; and sampling (a token pushed when the last
+// known position leaves the tail). After every scheduler call it checks the invariants the
+// engine relies on:
 // FIFO admission without skipping, the row / token / running limits, the newest request
 // preempted first, entries reserved before they are written, an in-order tail, exact
 // recursion-wise KV contents at finish, and a pool whose used blocks are exactly those the
@@ -158,26 +160,26 @@ class SchedulerSim {
     StepRecord rec;
     rec.continuing = static_cast<int>(sched_.loop_rows().size());
     std::map<uint64_t, State> before = Snap();
-    std::vector<EnteringToken> entering = sched_.ScheduleEntering();
-    TakeDropped(&rec);
-    CheckPreemptions(before, "ScheduleEntering", &rec);
-    CheckEntering(before, entering, &rec);
-    sched_.AddRows(Enter(entering));
-    do {
-      if (sched_.loop_rows().empty()) break;
-      std::map<uint64_t, State> pass_before = Snap();
-      sched_.ReservePass();
-      TakeDropped(&rec);
-      CheckPreemptions(pass_before, "ReservePass", &rec);
-      Pass(&rec);
-      sched_.CollectExits();
-    } while (config_.mode == BatchingMode::kSequenceWise);
+    StepPlan plan = sched_.Schedule();
+    TakeDropped(&plan, &rec);
+    CheckPreemptions(before, plan, &rec);
+    CheckEntering(before, plan, &rec);
+    std::vector<Row> tail;
+    std::map<uint64_t, State> pass_before;
+    for (;;) {
+      pass_before = Snap();
+      tail = sched_.Update(Run(std::move(plan), &rec));
+      if (config_.mode != BatchingMode::kSequenceWise || sched_.loop_rows().empty()) break;
+      EXPECT_THAT(tail, IsEmpty()) << "sequence-wise tail before the loop is empty";
+      plan = sched_.Schedule();
+      TakeDropped(&plan, &rec);
+      CheckPreemptions(pass_before, plan, &rec);
+      EXPECT_THAT(plan.entering, IsEmpty()) << "sequence-wise: tokens entered a busy loop";
+    }
     if (config_.mode == BatchingMode::kSequenceWise) {
       EXPECT_TRUE(sched_.loop_rows().empty()) << "sequence-wise step ended with rows in the loop";
     }
-    std::map<uint64_t, State> tail_before = Snap();
-    std::vector<Row> tail = sched_.TakeTailRows();
-    CheckTail(tail_before, tail);
+    CheckTail(pass_before, tail);
     Tail(&tail, &rec);
     CheckPool();
     ++steps_;
@@ -205,7 +207,7 @@ class SchedulerSim {
   int steps() const { return steps_; }
   Sequence* live(uint64_t id) { return live_.count(id) ? live_.at(id) : nullptr; }
   const std::map<uint64_t, Finished>& finished() const { return finished_; }
-  const std::vector<std::unique_ptr<Sequence>>& dropped() const { return dropped_; }
+  const std::vector<Dropped>& dropped() const { return dropped_; }
   int arrival_step(uint64_t id) const { return arrival_step_.at(id); }
   int64_t preempted_in(const std::string& where) const {
     return preempted_in_.count(where) ? preempted_in_.at(where) : 0;
@@ -249,30 +251,49 @@ class SchedulerSim {
     return n;
   }
 
-  void TakeDropped(StepRecord* rec) {
-    for (auto& s : sched_.TakeDropped()) {
+  void TakeDropped(StepPlan* plan, StepRecord* rec) {
+    for (Dropped& d : plan->dropped) {
+      std::unique_ptr<Sequence>& s = d.seq;
+      if (s->cancelled) {
+        EXPECT_EQ(d.reason, s->cancel_reason);
+        EXPECT_TRUE(d.status.ok());
+      } else {
+        EXPECT_EQ(d.reason, FinishReason::kError);
+        EXPECT_FALSE(d.status.ok());
+      }
+      EXPECT_TRUE(s->channel->TryPop() == std::nullopt) << "the scheduler pushed an event";
       EXPECT_EQ(s->kv->num_blocks(), 0) << "dropped request " << s->id << " still holds blocks";
       EXPECT_EQ(LoopRowsOf(s.get()), 0) << "dropped request " << s->id << " still has loop rows";
       EXPECT_EQ(RunningIds().count(s->id), 0u);
       rec->dropped.push_back(s->id);
       live_.erase(s->id);
-      dropped_.push_back(std::move(s));
+      dropped_.push_back(std::move(d));
     }
   }
 
   // Preemption takes the newest running requests first, never the oldest, and leaves each
   // preempted request with no blocks, no rows and no progress.
-  void CheckPreemptions(const std::map<uint64_t, State>& before, const std::string& where,
+  void CheckPreemptions(const std::map<uint64_t, State>& before, const StepPlan& plan,
                         StepRecord* rec) {
+    std::set<uint64_t> listed;
+    for (const Preemption& p : plan.preempted) {
+      listed.insert(p.id);
+      preempted_in_[p.what == Preemption::For::kEntering ? "entering" : "pass"] += 1;
+    }
+    const std::string where = "Schedule";
     std::vector<uint64_t> running_before, preempted;
     for (auto [id, st] : before) {
-      if (!st.running) continue;
+      if (!st.running) {
+        listed.erase(id);  // admitted by this Schedule() and preempted before it returned
+        continue;
+      }
       running_before.push_back(id);
       if (live_.count(id) && live_.at(id)->usage.preemptions > st.preemptions)
         preempted.push_back(id);
     }
+    EXPECT_EQ(std::set<uint64_t>(preempted.begin(), preempted.end()), listed)
+        << "the plan lists other preemptions than happened";
     if (preempted.empty()) return;
-    preempted_in_[where] += static_cast<int64_t>(preempted.size());
     const std::vector<uint64_t> newest(running_before.end() - preempted.size(),
                                        running_before.end());
     EXPECT_EQ(preempted, newest) << where << " did not preempt the newest running requests";
@@ -290,12 +311,15 @@ class SchedulerSim {
       EXPECT_TRUE(s->pending_tail.empty());
       EXPECT_EQ(s->rows_in_loop, 0);
       EXPECT_EQ(LoopRowsOf(s), 0);
+      for (const Row& r : plan.loop_rows) EXPECT_NE(r.seq, s) << "preempted request " << id;
+      for (const EnteringToken& t : plan.entering) EXPECT_NE(t.seq, s) << "preempted request " << id;
     }
   }
 
-  void CheckEntering(const std::map<uint64_t, State>& before,
-                     const std::vector<EnteringToken>& entering, StepRecord* rec) {
-    const int loop_rows = static_cast<int>(sched_.loop_rows().size());
+  void CheckEntering(const std::map<uint64_t, State>& before, const StepPlan& plan,
+                     StepRecord* rec) {
+    const std::vector<EnteringToken>& entering = plan.entering;
+    const int loop_rows = static_cast<int>(plan.loop_rows.size());
     EXPECT_LE(static_cast<int>(entering.size()), config_.max_step_tokens);
     EXPECT_LE(loop_rows + static_cast<int>(entering.size()), config_.max_batch_rows);
     EXPECT_LE(sched_.num_running(), config_.max_running);
@@ -330,48 +354,66 @@ class SchedulerSim {
     }
   }
 
-  void AppendEntry(Sequence* seq, int slot, int position, const char* where) {
-    KvBlockTable& t = seq->kv->slot(slot);
-    if (t.num_tokens() > 0 && t.positions().back() >= position) {
+  // A KV entry the run writes: after the slot's recorded entries and this run's earlier ones,
+  // inside reserved blocks; listed for the scheduler to record (Update).
+  void WriteEntry(Sequence* seq, int slot, int position, const char* where, RunOutput* out) {
+    const KvBlockTable& t = seq->kv->slot(slot);
+    int written = 0, last = t.num_tokens() > 0 ? t.positions().back() : -1;
+    for (const KvWrite& w : out->kv_writes) {
+      if (w.seq != seq || w.slot != slot) continue;
+      ++written;
+      last = w.position;
+    }
+    if (last >= position) {
       ADD_FAILURE() << where << ": request " << seq->id << " slot " << slot << " position "
-                    << position << " written after position " << t.positions().back();
+                    << position << " written after position " << last;
       return;
     }
-    EXPECT_EQ(t.BlocksNeeded(1), 0) << where << ": request " << seq->id << " slot " << slot
-                                    << " position " << position << " was not reserved";
-    EXPECT_GE(t.Append(pool_, {position}), 0);
+    EXPECT_EQ(t.BlocksNeeded(written + 1), 0) << where << ": request " << seq->id << " slot "
+                                              << slot << " position " << position
+                                              << " was not reserved";
+    out->kv_writes.push_back({seq, slot, position});
   }
 
   // Every loop of the segments in [first, last), for rows in order (RunSegment's writes).
-  void WriteSegments(int first, int last, Sequence* seq, int position, const char* where) {
+  void WriteSegments(int first, int last, Sequence* seq, int position, const char* where,
+                     RunOutput* out) {
     for (int s = first; s < last; ++s) {
       for (int r = 0; r < plan_.segments[s].loops; ++r) {
         if (!plan_.WritesKv(s, r)) continue;
         for (int k = 0; k < plan_.segments[s].num_layers; ++k) {
-          AppendEntry(seq, plan_.CacheSlot(s, r, k), position, where);
+          WriteEntry(seq, plan_.CacheSlot(s, r, k), position, where, out);
         }
       }
     }
   }
 
-  std::vector<Row> Enter(const std::vector<EnteringToken>& entering) {
-    std::vector<Row> rows;
-    for (const EnteringToken& t : entering) {
-      WriteSegments(0, plan_.looped_segment, t.seq, t.position, "enter");
+  // ModelExecutor::Run: entering tokens enter (rows with scripted depth 0 skip the loop),
+  // then one pass over the loop rows and the entered rows that joined them.
+  RunOutput Run(StepPlan&& plan, StepRecord* rec) {
+    RunOutput out;
+    std::vector<Row> rows = std::move(plan.loop_rows);
+    for (const EnteringToken& t : plan.entering) {
+      WriteSegments(0, plan_.looped_segment, t.seq, t.position, "enter", &out);
       Row r;
       r.seq = t.seq;
       r.position = t.position;
       r.tc_depth = depth_(t.seq->id, t.position);
       r.exited = r.tc_depth == 0;
-      rows.push_back(std::move(r));
+      (r.exited ? out.skipped : rows).push_back(std::move(r));
     }
-    return rows;
+    if (!rows.empty()) {
+      Pass(&rows, &out, rec);
+      out.ran_pass = true;
+    }
+    out.passed = std::move(rows);
+    return out;
   }
 
   // BlockPass: rows grouped by loop, one request's rows in position order; each writes its
   // loop's slots, advances one loop, and leaves when it has run its scripted depth.
-  void Pass(StepRecord* rec) {
-    std::vector<Row>& rows = sched_.loop_rows();
+  void Pass(std::vector<Row>* rows_in, RunOutput* out, StepRecord* rec) {
+    std::vector<Row>& rows = *rows_in;
     EXPECT_LE(static_cast<int>(rows.size()), config_.max_batch_rows);
     std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
       if (a.loop != b.loop) return a.loop < b.loop;
@@ -383,7 +425,7 @@ class SchedulerSim {
     for (int k = 0; k < plan_.segments[s].num_layers; ++k) {
       for (const Row& r : rows) {
         if (plan_.WritesKv(s, r.loop))
-          AppendEntry(r.seq, plan_.CacheSlot(s, r.loop, k), r.position, "pass");
+          WriteEntry(r.seq, plan_.CacheSlot(s, r.loop, k), r.position, "pass", out);
       }
     }
     for (Row& r : rows) {
@@ -430,7 +472,7 @@ class SchedulerSim {
       rec->tail.push_back({r.seq->id, r.position});
       EXPECT_EQ(r.loop, depth_(r.seq->id, r.position))
           << "request " << r.seq->id << " position " << r.position;
-      WriteSegments(plan_.looped_segment + 1, segments, r.seq, r.position, "tail");
+      ExpectRecorded(plan_.looped_segment + 1, segments, r.seq, r.position);
       Sequence* s = r.seq;
       if (r.position != static_cast<int>(s->tokens.size()) - 1) continue;
       s->tokens.push_back(SampledToken(s->id, r.position));
@@ -442,7 +484,20 @@ class SchedulerSim {
       finished_[s->id] = {steps_, s->tokens, s->usage.preemptions};
       rec->finished.push_back(s->id);
       live_.erase(s->id);
-      sched_.Finish(s);
+      sched_.Release(s);
+    }
+  }
+
+  // The entries the layers after the loop write are recorded before the tail runs.
+  void ExpectRecorded(int first, int last, const Sequence* seq, int position) {
+    for (int s = first; s < last; ++s) {
+      for (int r = 0; r < plan_.segments[s].loops; ++r) {
+        if (!plan_.WritesKv(s, r)) continue;
+        for (int k = 0; k < plan_.segments[s].num_layers; ++k) {
+          EXPECT_GE(seq->kv->slot(plan_.CacheSlot(s, r, k)).IndexOf(position), 0)
+              << "request " << seq->id << " position " << position << " segment " << s;
+        }
+      }
     }
   }
 
@@ -491,7 +546,7 @@ class SchedulerSim {
   std::map<uint64_t, Sequence*> live_;  // queued or running (owned by the scheduler)
   std::map<uint64_t, int> arrival_step_;
   std::map<uint64_t, Finished> finished_;
-  std::vector<std::unique_ptr<Sequence>> dropped_;
+  std::vector<Dropped> dropped_;
   std::map<std::string, int64_t> preempted_in_;
 };
 
@@ -625,16 +680,20 @@ TEST(DepthSchedulerTest, NothingEntersSequenceWiseWhileRowsAreInTheLoop) {
     KvBlockPool pool(100, 4);
     DepthScheduler sched(Config(mode, 8, 64, 8, 4), MorPlan(), &pool);
     sched.Add(NewSequence(0, 3));
-    std::vector<EnteringToken> first = sched.ScheduleEntering();
-    ASSERT_EQ(first.size(), 3u);
-    std::vector<Row> rows(3);
-    for (int i = 0; i < 3; ++i) {
-      rows[i].seq = first[i].seq;
-      rows[i].position = first[i].position;
+    StepPlan first = sched.Schedule();
+    ASSERT_EQ(first.entering.size(), 3u);
+    RunOutput out;  // the three ran loop 0 and stay in the loop
+    for (const EnteringToken& t : first.entering) {
+      Row r;
+      r.seq = t.seq;
+      r.position = t.position;
+      r.loop = 1;
+      out.passed.push_back(std::move(r));
     }
-    sched.AddRows(std::move(rows));
+    out.ran_pass = true;
+    EXPECT_THAT(sched.Update(std::move(out)), IsEmpty());
     sched.Add(NewSequence(1, 2));  // fits the 5 free rows
-    std::vector<EnteringToken> second = sched.ScheduleEntering();
+    const std::vector<EnteringToken> second = sched.Schedule().entering;
     if (mode == BatchingMode::kSequenceWise) {
       EXPECT_TRUE(second.empty());
       EXPECT_EQ(sched.num_waiting(), 1);
@@ -858,8 +917,8 @@ TEST(DepthSchedulerTest, PreemptsAtEntryAndAtThePass) {
     ASSERT_TRUE(sim.Run(500)) << "depth " << depth;
     EXPECT_EQ(sim.finished().size(), 4u);
     EXPECT_EQ(sim.pool().num_free(), sim.pool().num_blocks());
-    at_entry += sim.preempted_in("ScheduleEntering");
-    at_pass += sim.preempted_in("ReservePass");
+    at_entry += sim.preempted_in("entering");
+    at_pass += sim.preempted_in("pass");
   }
   EXPECT_GT(at_entry, 0);
   EXPECT_GT(at_pass, 0);
@@ -870,12 +929,10 @@ TEST(DepthSchedulerTest, PreemptsAtEntryAndAtThePass) {
 void ExpectFailedAlone(SchedulerSim* sim, uint64_t id) {
   EXPECT_TRUE(sim->Run(100)) << "the request neither finished nor failed";
   ASSERT_EQ(sim->dropped().size(), 1u);
-  const Sequence& s = *sim->dropped()[0];
-  EXPECT_EQ(s.id, id);
-  std::optional<RequestEvent> e = s.channel->TryPop();
-  ASSERT_TRUE(e.has_value());
-  EXPECT_EQ(e->finish, FinishReason::kError);
-  EXPECT_EQ(e->error.code(), absl::StatusCode::kResourceExhausted);
+  const Dropped& d = sim->dropped()[0];
+  EXPECT_EQ(d.seq->id, id);
+  EXPECT_EQ(d.reason, FinishReason::kError);
+  EXPECT_EQ(d.status.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(sim->pool().num_free(), sim->pool().num_blocks());
 }
 
@@ -926,8 +983,8 @@ TEST(DepthSchedulerTest, CancelDropsRunningAndWaitingRequestsAtTheNextSchedule) 
   EXPECT_EQ(sim.sched().num_running(), 1);
   EXPECT_EQ(sim.sched().num_waiting(), 0);
   for (const auto& d : sim.dropped()) {
-    EXPECT_TRUE(d->cancelled);
-    EXPECT_EQ(d->kv->num_blocks(), 0);
+    EXPECT_TRUE(d.seq->cancelled);
+    EXPECT_EQ(d.seq->kv->num_blocks(), 0);
   }
   EXPECT_TRUE(sim.Run(100));
   EXPECT_EQ(sim.finished().size(), 1u);
