@@ -28,6 +28,8 @@ PACKAGES=(
   # Fuzzing and the sanitizer pass (scripts/fuzz.sh, scripts/sanitize.sh): clang with libFuzzer
   # and the sanitizer runtimes, llvm-symbolizer for readable stacks.
   clang libclang-rt-dev llvm
+  # The style gate of CI (scripts/check_style.sh): clang-format and clang-tidy (14 on bookworm).
+  clang-format clang-tidy
 )
 
 missing=()
