@@ -4,9 +4,8 @@
 #include <algorithm>
 #include <map>
 
-#include "engine/core/check.h"
-
 #include "absl/strings/str_cat.h"
+#include "engine/core/check.h"
 
 namespace morserve {
 namespace {
@@ -21,8 +20,7 @@ void InsertById(C* c, std::unique_ptr<Sequence> s) {
 
 }  // namespace
 
-DepthScheduler::DepthScheduler(const EngineConfig& config, const LayerPlan& plan,
-                               KvBlockPool* pool)
+DepthScheduler::DepthScheduler(const EngineConfig& config, const LayerPlan& plan, KvBlockPool* pool)
     : config_(config), plan_(plan), pool_(pool) {
   for (int s = 0; s < static_cast<int>(plan_.segments.size()); ++s) {
     if (s == plan_.looped_segment) continue;
@@ -43,7 +41,8 @@ std::vector<int> DepthScheduler::LoopSlots(int loop) const {
   std::vector<int> slots;
   const int s = plan_.looped_segment;
   if (s < 0 || !plan_.WritesKv(s, loop)) return slots;
-  for (int k = 0; k < plan_.segments[s].num_layers; ++k) slots.push_back(plan_.CacheSlot(s, loop, k));
+  for (int k = 0; k < plan_.segments[s].num_layers; ++k)
+    slots.push_back(plan_.CacheSlot(s, loop, k));
   return slots;
 }
 
@@ -215,8 +214,8 @@ void DepthScheduler::ScheduleEntering() {
     if (!ok) {
       // Alone, every block not its own is free: nothing will ever make room (as in ReservePass).
       if (running_.size() == 1) {
-        Abort(seq, absl::ResourceExhaustedError(
-                       "the KV cache is too small for this request's context"));
+        Abort(seq,
+              absl::ResourceExhaustedError("the KV cache is too small for this request's context"));
       }
       continue;  // else this request is the newest: it waits for older ones to free blocks
     }
@@ -256,8 +255,8 @@ void DepthScheduler::ReservePass() {
     }
     if (failed == nullptr) return;
     if (running_.size() == 1) {
-      Abort(failed, absl::ResourceExhaustedError(
-                        "the KV cache is too small for this request's context"));
+      Abort(failed,
+            absl::ResourceExhaustedError("the KV cache is too small for this request's context"));
     } else {
       Preempt(Newest(), Preemption::For::kPass);
     }

@@ -88,8 +88,8 @@ class DepthScheduler {
   LayerPlan plan_;
   KvBlockPool* pool_;
   std::vector<int> entry_slots_;
-  std::vector<int> tail_slots_;  // entry slots of the segments after the loop
-  std::deque<std::unique_ptr<Sequence>> waiting_;  // sorted by id (preempted go back in order)
+  std::vector<int> tail_slots_;                     // entry slots of the segments after the loop
+  std::deque<std::unique_ptr<Sequence>> waiting_;   // sorted by id (preempted go back in order)
   std::vector<std::unique_ptr<Sequence>> running_;  // sorted by id
   std::vector<Row> loop_rows_;
   StepPlan plan_out_;  // the plan Schedule() is building

@@ -15,8 +15,8 @@ double NowSeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-absl::StatusOr<std::unique_ptr<ModelRunner>> CreateRunner(std::shared_ptr<const ModelWeights> weights,
-                                                          const EngineConfig& config, int blocks) {
+absl::StatusOr<std::unique_ptr<ModelRunner>> CreateRunner(
+    const std::shared_ptr<const ModelWeights>& weights, const EngineConfig& config, int blocks) {
   if (config.device == Device::kCpu) return CreateCpuModelRunner(weights, config, blocks);
   // The CUDA runner is linked into the programs that serve --device cuda (see
   // cuda_runner_registry.h).
@@ -39,7 +39,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Mod
   if (config.block_size < 1) return absl::InvalidArgumentError("block_size: must be >= 1");
   int blocks = config.num_kv_blocks;
   // The CUDA pool holds bf16 entries: half the bytes of the CPU pool's fp32 per block.
-  const int64_t block_bytes = KvBlockBytes(weights->config, config.block_size) / (config.device == Device::kCuda ? 2 : 1);
+  const int64_t block_bytes =
+      KvBlockBytes(weights->config, config.block_size) / (config.device == Device::kCuda ? 2 : 1);
   if (blocks <= 0) blocks = static_cast<int>(config.kv_cache_bytes / block_bytes);
   if (blocks < 1) return absl::InvalidArgumentError("kv cache: room for no block");
   const RecursionConfig& rec = weights->config.recursion;
@@ -57,7 +58,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Mod
   }
   auto runner = CreateRunner(weights, config, blocks);
   if (!runner.ok()) return runner.status();
-  return std::unique_ptr<Engine>(new Engine(std::move(weights), config, std::move(*runner), blocks));
+  return std::unique_ptr<Engine>(
+      new Engine(std::move(weights), config, std::move(*runner), blocks));
 }
 
 Engine::Engine(std::shared_ptr<const ModelWeights> weights, const EngineConfig& config,
@@ -80,8 +82,9 @@ absl::Status Engine::Validate(const GenerateRequest& r) const {
   if (r.prompt.empty()) return absl::InvalidArgumentError("prompt: must not be empty");
   for (size_t i = 0; i < r.prompt.size(); ++i) {
     if (r.prompt[i] < 0 || r.prompt[i] >= c.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat("prompt: token id ", r.prompt[i], " at index ", i,
-                                                     " is outside the vocabulary (", c.vocab_size, ")"));
+      return absl::InvalidArgumentError(absl::StrCat("prompt: token id ", r.prompt[i], " at index ",
+                                                     i, " is outside the vocabulary (",
+                                                     c.vocab_size, ")"));
     }
   }
   const int context = c.max_position_embeddings;
@@ -95,9 +98,9 @@ absl::Status Engine::Validate(const GenerateRequest& r) const {
   }
   if (auto s = morserve::Validate(r.params, c.vocab_size, c.eos_token_ids); !s.ok()) return s;
   if (static_cast<int64_t>(r.prompt.size()) + r.params.max_tokens > context) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "max_tokens: ", r.params.max_tokens, " plus the prompt's ", r.prompt.size(),
-        " tokens exceeds the context of ", context, " tokens"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_tokens: ", r.params.max_tokens, " plus the prompt's ", r.prompt.size(),
+                     " tokens exceeds the context of ", context, " tokens"));
   }
   if (r.exit_threshold && !(*r.exit_threshold > 0.0f)) {
     return absl::InvalidArgumentError("exit_threshold: must be > 0");
@@ -119,9 +122,9 @@ absl::StatusOr<std::shared_ptr<EventChannel>> Engine::Submit(GenerateRequest req
     std::lock_guard<std::mutex> lock(incoming_mu_);
     // The FIFO queue holds max_queue requests beyond those that can run at once.
     if (pending_ >= config_.max_queue + config_.max_running) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "the request queue is full: ", pending_, " requests queued or running (max_queue ",
-          config_.max_queue, ")"));
+      return absl::ResourceExhaustedError(absl::StrCat("the request queue is full: ", pending_,
+                                                       " requests queued or running (max_queue ",
+                                                       config_.max_queue, ")"));
     }
     seq->id = next_id_++;
     incoming_.push_back(std::move(seq));
@@ -305,11 +308,13 @@ void Engine::Complete(std::vector<Row> tail, StepPhaseSeconds* t, PhaseClock* cl
   for (Row& row : tail) {
     Sequence* seq = row.seq;
     seq->usage.recursion_loops += row.loop;
-    if (static_cast<int>(seq->token_loops.size()) <= row.position) seq->token_loops.resize(row.position + 1);
+    if (static_cast<int>(seq->token_loops.size()) <= row.position)
+      seq->token_loops.resize(row.position + 1);
     seq->token_loops[row.position] = row.loop;
     {
       std::lock_guard<std::mutex> lock(stats_mu_);
-      if (row.loop < static_cast<int>(stats_.exits_per_loop.size())) ++stats_.exits_per_loop[row.loop];
+      if (row.loop < static_cast<int>(stats_.exits_per_loop.size()))
+        ++stats_.exits_per_loop[row.loop];
       if (row.position < seq->num_prompt) ++stats_.prompt_tokens;
     }
     if (row.prompt_logprob) KeepPromptLogprob(seq, row);
@@ -391,7 +396,8 @@ bool Engine::Emit(Sequence* seq, const Row& row) {
   e.tokens.push_back({s.token, s.logprob, std::move(s.top_logprobs), seq->token_loops[row.position],
                       seq->request.return_logits ? row.logits : std::vector<float>{}});
   const bool is_eos = !p.ignore_eos && std::find(eos_.begin(), eos_.end(), s.token) != eos_.end();
-  const bool is_stop = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), s.token) != p.stop_token_ids.end();
+  const bool is_stop = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), s.token) !=
+                       p.stop_token_ids.end();
   if (is_eos || is_stop) {
     e.finish = FinishReason::kStop;
   } else if (seq->num_generated() >= p.max_tokens ||

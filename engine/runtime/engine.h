@@ -27,8 +27,8 @@ class PhaseClock;
 // Counters since start; the benchmark and the metrics read them.
 struct EngineStats {
   int64_t steps = 0;
-  int64_t passes = 0;           // passes of the shared block
-  int64_t pass_rows = 0;        // full rows over all passes (K/V-only rows: layer_rows)
+  int64_t passes = 0;             // passes of the shared block
+  int64_t pass_rows = 0;          // full rows over all passes (K/V-only rows: layer_rows)
   int64_t pass_row_capacity = 0;  // max_batch_rows per pass (fill ratio denominator)
   int64_t tokens_generated = 0;
   int64_t prompt_tokens = 0;

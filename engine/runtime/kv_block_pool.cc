@@ -131,7 +131,7 @@ int RequestKv::num_blocks() const {
 
 int RequestKv::BlocksNeeded(absl::Span<const int> new_tokens_per_slot) const {
   MORSERVE_CHECK(static_cast<int>(new_tokens_per_slot.size()) == num_slots(),
-                    "one token count per cache slot");
+                 "one token count per cache slot");
   int n = 0;
   for (int s = 0; s < num_slots(); ++s) n += slots_[s].BlocksNeeded(new_tokens_per_slot[s]);
   return n;
@@ -141,7 +141,7 @@ bool RequestKv::Reserve(KvBlockPool& pool, absl::Span<const int> new_tokens_per_
   if (BlocksNeeded(new_tokens_per_slot) > pool.num_free()) return false;
   for (int s = 0; s < num_slots(); ++s) {
     MORSERVE_CHECK(slots_[s].Reserve(pool, new_tokens_per_slot[s]),
-                      "reservation failed after the capacity check");
+                   "reservation failed after the capacity check");
   }
   return true;
 }

@@ -43,7 +43,8 @@ ModelExecutor::ModelExecutor(std::shared_ptr<const ModelWeights> weights, ModelR
 std::vector<float> ModelExecutor::Gather(const std::vector<Row*>& rows) const {
   const int hs = cfg_.hidden_size;
   std::vector<float> h(rows.size() * hs);
-  for (size_t i = 0; i < rows.size(); ++i) std::copy(rows[i]->h.begin(), rows[i]->h.end(), &h[i * hs]);
+  for (size_t i = 0; i < rows.size(); ++i)
+    std::copy(rows[i]->h.begin(), rows[i]->h.end(), &h[i * hs]);
   return h;
 }
 
@@ -80,7 +81,7 @@ LayerKvPlan ModelExecutor::PlanLayer(int segment, int k, const std::vector<Row*>
       MORSERVE_CHECK(index >= 0, "a KV entry of the layers after the loop was not recorded");
     } else {
       std::vector<int>& mine = fresh[&table];
-      const int last = !mine.empty() ? mine.back()
+      const int last = !mine.empty()            ? mine.back()
                        : table.num_tokens() > 0 ? table.positions().back()
                                                 : -1;
       MORSERVE_CHECK(r.position > last, "KV entries of a slot must be written in position order");
@@ -119,7 +120,8 @@ std::vector<int32_t> ModelExecutor::RecurrentChunks(const std::vector<KvBlockTab
   std::set<const KvBlockTable*> seen;
   const size_t n = tables.size();
   for (size_t i = 0; i < n; ++i) {
-    const bool joins = i > 0 && tables[i] == tables[i - 1] && write_slot[i] >= 0 && write_slot[i - 1] >= 0;
+    const bool joins =
+        i > 0 && tables[i] == tables[i - 1] && write_slot[i] >= 0 && write_slot[i - 1] >= 0;
     if (!joins) {
       if (i > 0) indptr.push_back(static_cast<int32_t>(i));
       MORSERVE_CHECK(write_slot[i] < 0 || seen.insert(tables[i]).second,
@@ -234,7 +236,8 @@ void ModelExecutor::DecideExpert(std::vector<Row*>& rows) {
       rows[i]->exited = true;
       continue;
     }
-    const double act = rc.activation == RouterActivation::kTanh ? std::tanh(score[i]) : Sigmoid(score[i]);
+    const double act =
+        rc.activation == RouterActivation::kTanh ? std::tanh(score[i]) : Sigmoid(score[i]);
     rows[i]->gate = static_cast<float>(rc.alpha * act);
   }
 }
@@ -262,7 +265,8 @@ void ModelExecutor::EntryRouting(std::vector<Row*>& rows) {
       }
       int best = 0;  // argmax of p + bias, lowest index on ties
       for (int r = 1; r < nr; ++r) {
-        if (p[r] + (bias.empty() ? 0.0 : bias[r]) > p[best] + (bias.empty() ? 0.0 : bias[best])) best = r;
+        if (p[r] + (bias.empty() ? 0.0 : bias[r]) > p[best] + (bias.empty() ? 0.0 : bias[best]))
+          best = r;
       }
       rows[i]->tc_depth = best + 1;
       rows[i]->tc_gate = static_cast<float>(p[best]);
@@ -279,7 +283,8 @@ void ModelExecutor::ExitByConfidence(std::vector<Row*>& rows) {
   for (int i = 0; i < n; ++i) {
     const float threshold =
         rows[i]->seq->request.exit_threshold.value_or(cfg_.recursion.early_exit.threshold);
-    if (MaxProb(&logits[static_cast<size_t>(i) * vocab], vocab) >= threshold) rows[i]->exited = true;
+    if (MaxProb(&logits[static_cast<size_t>(i) * vocab], vocab) >= threshold)
+      rows[i]->exited = true;
   }
 }
 
@@ -320,7 +325,8 @@ void ModelExecutor::BlockPass(std::vector<Row>* rows, std::vector<Row>* kv_only,
     ++r.loop;
     if (rc.routing == Routing::kTokenChoice) {
       if (r.loop == r.tc_depth) {  // output x0 + p[d-1] * h
-        for (int d = 0; d < hs; ++d) out[d] = static_cast<float>(r.x0[d] + static_cast<double>(r.tc_gate) * out[d]);
+        for (int d = 0; d < hs; ++d)
+          out[d] = static_cast<float>(r.x0[d] + static_cast<double>(r.tc_gate) * out[d]);
         r.exited = true;
       }
     } else if (r.loop == nr) {
@@ -330,7 +336,8 @@ void ModelExecutor::BlockPass(std::vector<Row>* rows, std::vector<Row>* kv_only,
     }
     // docs/models.md#nanbeige42: the final norm between loops, on the host state every
     // backend hands back (the runners need no op for it).
-    if (!loop_norm_.empty() && !r.exited) RmsNormRows(out, loop_norm_.data(), 1, hs, cfg_.rms_norm_eps, out);
+    if (!loop_norm_.empty() && !r.exited)
+      RmsNormRows(out, loop_norm_.data(), 1, hs, cfg_.rms_norm_eps, out);
   }
   Scatter(h, ptrs);
   if (rc.routing == Routing::kExpertChoice) DecideExpert(undecided);
@@ -367,7 +374,8 @@ void ModelExecutor::Tail(std::vector<Row>* rows) {
     const Sequence& s = *r->seq;
     const bool last = r->position == static_cast<int>(s.tokens.size()) - 1;
     if (last && s.request.params.max_tokens > 0) sampled.push_back(r);
-    if (s.request.params.prompt_logprobs && !s.prompt_logprobs_sent && r->position + 1 < s.num_prompt) {
+    if (s.request.params.prompt_logprobs && !s.prompt_logprobs_sent &&
+        r->position + 1 < s.num_prompt) {
       scored.push_back(r);
     }
   }
@@ -377,7 +385,8 @@ void ModelExecutor::Tail(std::vector<Row>* rows) {
   std::vector<float> h = Gather(sampled), logits(static_cast<size_t>(n) * vocab);
   runner_->Logits(h.data(), n, logits.data());
   for (int i = 0; i < n; ++i) {
-    sampled[i]->logits.assign(&logits[static_cast<size_t>(i) * vocab], &logits[static_cast<size_t>(i + 1) * vocab]);
+    sampled[i]->logits.assign(&logits[static_cast<size_t>(i) * vocab],
+                              &logits[static_cast<size_t>(i + 1) * vocab]);
   }
 }
 
@@ -399,9 +408,9 @@ void ModelExecutor::ScorePrompt(const std::vector<Row*>& rows) {
     for (int i = 0; i < n; ++i) {
       Row& r = *part[i];
       const Sequence& s = *r.seq;
-      r.prompt_logprob = ScorePromptToken(
-          absl::MakeConstSpan(&logits[static_cast<size_t>(i) * vocab], vocab),
-          s.tokens[r.position + 1], *s.request.params.prompt_logprobs, &scratch);
+      r.prompt_logprob =
+          ScorePromptToken(absl::MakeConstSpan(&logits[static_cast<size_t>(i) * vocab], vocab),
+                           s.tokens[r.position + 1], *s.request.params.prompt_logprobs, &scratch);
     }
   }
 }

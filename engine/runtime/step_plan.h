@@ -56,9 +56,9 @@ struct StepPlan {
 };
 
 struct RunOutput {
-  std::vector<Row> skipped;   // entered rows that leave before the loop (exited set)
-  std::vector<Row> passed;    // rows that ran the pass: loop advanced, exited set on leavers
-  std::vector<Row> kv_only;   // K/V-only rows of this pass's exits, riding from the next pass
+  std::vector<Row> skipped;  // entered rows that leave before the loop (exited set)
+  std::vector<Row> passed;   // rows that ran the pass: loop advanced, exited set on leavers
+  std::vector<Row> kv_only;  // K/V-only rows of this pass's exits, riding from the next pass
   bool ran_pass = false;
   std::vector<KvWrite> kv_writes;  // entries written by the entry layers and the pass
   double enter_seconds = 0, pass_seconds = 0;

@@ -85,7 +85,7 @@ DepthFn RandomDepths(uint64_t salt) {
 }
 
 DepthFn ByPosition(std::vector<int> depths) {
-  return [depths](uint64_t, int pos) { return depths.at(pos); };
+  return [depths = std::move(depths)](uint64_t, int pos) { return depths.at(pos); };
 }
 
 // The token "sampled" after position p: a function of (id, p) only, so recomputation after
@@ -312,7 +312,8 @@ class SchedulerSim {
       EXPECT_EQ(s->rows_in_loop, 0);
       EXPECT_EQ(LoopRowsOf(s), 0);
       for (const Row& r : plan.loop_rows) EXPECT_NE(r.seq, s) << "preempted request " << id;
-      for (const EnteringToken& t : plan.entering) EXPECT_NE(t.seq, s) << "preempted request " << id;
+      for (const EnteringToken& t : plan.entering)
+        EXPECT_NE(t.seq, s) << "preempted request " << id;
     }
   }
 
@@ -369,9 +370,9 @@ class SchedulerSim {
                     << position << " written after position " << last;
       return;
     }
-    EXPECT_EQ(t.BlocksNeeded(written + 1), 0) << where << ": request " << seq->id << " slot "
-                                              << slot << " position " << position
-                                              << " was not reserved";
+    EXPECT_EQ(t.BlocksNeeded(written + 1), 0)
+        << where << ": request " << seq->id << " slot " << slot << " position " << position
+        << " was not reserved";
     out->kv_writes.push_back({seq, slot, position});
   }
 
