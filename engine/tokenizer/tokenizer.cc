@@ -2,6 +2,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -130,11 +131,17 @@ absl::Status Tokenizer::Load(const json& tj, const json& config) {
     AddedToken t;
     t.content = a["content"];
     t.id = a["id"];
-    t.special = a.value("special", false);
-    t.lstrip = a.value("lstrip", false);
-    t.rstrip = a.value("rstrip", false);
-    t.single_word = a.value("single_word", false);
-    t.normalized = a.value("normalized", false);
+    for (auto [key, flag] :
+         {std::pair{"special", &t.special}, std::pair{"lstrip", &t.lstrip},
+          std::pair{"rstrip", &t.rstrip}, std::pair{"single_word", &t.single_word},
+          std::pair{"normalized", &t.normalized}}) {
+      const json v = a.value(key, json(false));
+      if (!v.is_boolean()) {
+        return absl::InvalidArgumentError(absl::StrCat("tokenizer.json: added token ", t.id, ": '",
+                                                       key, "' must be true or false"));
+      }
+      *flag = v.get<bool>();
+    }
     model_->AddToken(t.content, t.id);
     if (t.special) special_strings_.insert(t.content);
     if (t.normalized) {

@@ -288,6 +288,12 @@ TEST(Tokenizer, MalformedFilesFailAtLoadWithClearErrors) {
          j["added_tokens"].push_back({{"content", "x"}});
        },
        "malformed added token"},
+      // Found by the tokenizer_json fuzzer: a flag that is not a boolean threw from nlohmann.
+      {"added token flag not a boolean",
+       [](json& j) {
+         j["added_tokens"].push_back({{"id", 300}, {"content", "x"}, {"special", "yes"}});
+       },
+       "added token 300: 'special' must be true or false"},
       {"unknown post-processor",
        [](json& j) {
          j["post_processor"] = {{"type", "Whatever"}};
