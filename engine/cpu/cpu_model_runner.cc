@@ -6,10 +6,11 @@
 #include <span>
 #include <string>
 
+#include "engine/core/aligned_allocator.h"
 #include "engine/core/check.h"
 #include "engine/cpu/cpu_linear.h"
-#include "engine/cpu/linear_weights.h"
 #include "engine/cpu/cpu_ops.h"
+#include "engine/cpu/linear_weights.h"
 #include "engine/cpu/paged_attention.h"
 #include "engine/cpu/recurrent_layer.h"
 #include "engine/cpu/thread_pool.h"
@@ -18,6 +19,7 @@ namespace morserve {
 namespace {
 
 using Vec = std::vector<float>;
+using Act = AlignedFloats;  // activations: cache-line aligned (aligned_allocator.h)
 
 // Contiguous runs of rows at the same loop.
 template <typename Fn>
@@ -60,21 +62,27 @@ struct LoopLinear {
     if (variants.size() == 1) {
       base(*variants[0], 0, rows);
     } else {
-      ForEachLoopGroup(loops, rows, [&](int loop, int begin, int count) { base(*variants[loop], begin, count); });
+      ForEachLoopGroup(loops, rows, [&](int loop, int begin, int count) {
+        base(*variants[loop], begin, count);
+      });
     }
     if (lora.empty()) return;
     ForEachLoopGroup(loops, rows, [&](int loop, int begin, int count) {
-      for (const LoraPart& part : lora[loop]) AddDelta(part, x + static_cast<size_t>(begin) * in, count, y + static_cast<size_t>(begin) * n);
+      for (const LoraPart& part : lora[loop])
+        AddDelta(part, x + static_cast<size_t>(begin) * in, count,
+                 y + static_cast<size_t>(begin) * n);
     });
   }
 
   void AddDelta(const LoraPart& part, const float* x, int count, float* y) const {
-    std::vector<float> t(static_cast<size_t>(count) * part.rank), d(static_cast<size_t>(count) * part.out);
+    std::vector<float> t(static_cast<size_t>(count) * part.rank),
+        d(static_cast<size_t>(count) * part.out);
     part.a->Forward(x, count, t.data());
     part.b->Forward(t.data(), count, d.data());
     for (int i = 0; i < count; ++i) {
       float* row = y + static_cast<size_t>(i) * n + part.offset;
-      for (int j = 0; j < part.out; ++j) row[j] += part.scale * d[static_cast<size_t>(i) * part.out + j];
+      for (int j = 0; j < part.out; ++j)
+        row[j] += part.scale * d[static_cast<size_t>(i) * part.out + j];
     }
   }
 };
@@ -129,7 +137,10 @@ void SelectRows(const LayerBatch& b, const std::vector<int>& rows, int hs, RowSu
 class CpuModelRunner : public ModelRunner {
  public:
   CpuModelRunner(std::shared_ptr<const ModelWeights> w, const EngineConfig& config, int num_blocks)
-      : w_(std::move(w)), cfg_(w_->config), pool_(config.threads), weights_(config.weights),
+      : w_(std::move(w)),
+        cfg_(w_->config),
+        pool_(config.threads),
+        weights_(config.weights),
         recurrent_prefill_(config.recurrent_prefill) {
     kv_ = MakePagedKvPool(num_blocks, config.block_size, cfg_.num_kv_heads, cfg_.head_dim);
     LoadLayers();
@@ -154,7 +165,7 @@ class CpuModelRunner : public ModelRunner {
   void ExpertRouter(const int* loops, const float* h, int n, float* score, float* decide) override;
   void TokenChoiceRouter(const float* h, int n, float* scores) override;
   void Logits(const float* h, int n, float* logits) override {
-    Vec x(static_cast<size_t>(n) * cfg_.hidden_size);
+    Act x(static_cast<size_t>(n) * cfg_.hidden_size);
     RmsNormRows(h, final_norm_.data(), n, cfg_.hidden_size, cfg_.rms_norm_eps, x.data());
     lm_head_->Forward(x.data(), n, logits);
   }
@@ -176,10 +187,11 @@ class CpuModelRunner : public ModelRunner {
   void LoadLayers();
   void LoadHeadAndRouters();
   void RouterForward(const CpuLinear& w1, const CpuLinear* w2, const float* x, int n, float* out);
-  void SplitQkv(const Vec& qkv, int n, Vec* q, Vec* k, Vec* v) const;
+  void SplitQkv(const Act& qkv, int n, Act* q, Act* k, Act* v) const;
   void NormRows(const LoopNorm& w, const int* loops, int n, const float* x, float* out) const;
   void AddAttentionAndMlp(const CpuLayer& L, const int* loops, int n, const float* attn, float* h);
-  void RunRecurrent(const LayerBatch& b, const CpuLayer& L, const Vec& q, const Vec& k, const Vec& v);
+  void RunRecurrent(const LayerBatch& b, const CpuLayer& L, const Act& q, const Act& k,
+                    const Act& v);
   void FinishRecurrentRows(const CpuLayer& L, const int* loops, const int* positions,
                            const int32_t* write_slot, int n, const float* attn, float* h);
   void RunMixedLayer(const LayerBatch& b);
@@ -201,7 +213,8 @@ class CpuModelRunner : public ModelRunner {
   RunnerCounters counters_;
 };
 
-LoopLinear CpuModelRunner::Fused(const LayerWeights& lw, std::initializer_list<Proj> parts, int loops) {
+LoopLinear CpuModelRunner::Fused(const LayerWeights& lw, std::initializer_list<Proj> parts,
+                                 int loops) {
   bool untied = false, has_lora = false;
   for (Proj p : parts) {
     untied |= lw.P(p).untied();
@@ -254,8 +267,10 @@ void CpuModelRunner::LoadLayers() {
       L.down = Fused(lw, {Proj::kDown}, seg.loops);
       if (kv_only_rows && s == plan.looped_segment)
         L.kv = Fused(lw, {Proj::kK, Proj::kV}, seg.loops);
-      for (auto [norm, t] : {std::pair{&L.in_norm, &lw.input_norm}, std::pair{&L.post_norm, &lw.post_norm}}) {
-        for (int r = 0; r < (t->untied() ? seg.loops : 1); ++r) norm->variants.push_back(t->At(r).ToF32Vector());
+      for (auto [norm, t] :
+           {std::pair{&L.in_norm, &lw.input_norm}, std::pair{&L.post_norm, &lw.post_norm}}) {
+        for (int r = 0; r < (t->untied() ? seg.loops : 1); ++r)
+          norm->variants.push_back(t->At(r).ToF32Vector());
       }
     }
   }
@@ -263,13 +278,17 @@ void CpuModelRunner::LoadLayers() {
 
 WeightFormat CpuModelRunner::FormatFor(DType stored, bool quantizable) const {
   switch (weights_) {
-    case CpuWeights::kF32: return WeightFormat::kF32;
-    case CpuWeights::kBF16: return WeightFormat::kBF16;
-    case CpuWeights::kF16: return WeightFormat::kF16;
+    case CpuWeights::kF32:
+      return WeightFormat::kF32;
+    case CpuWeights::kBF16:
+      return WeightFormat::kBF16;
+    case CpuWeights::kF16:
+      return WeightFormat::kF16;
     case CpuWeights::kInt8:
       if (quantizable) return WeightFormat::kQ8;
       break;
-    case CpuWeights::kAuto: break;
+    case CpuWeights::kAuto:
+      break;
   }
   if (stored == DType::kBF16) return WeightFormat::kBF16;
   if (stored == DType::kF16) return WeightFormat::kF16;
@@ -308,10 +327,11 @@ void CpuModelRunner::RunLayer(const LayerBatch& b) {
   const int qkv_dim = qd + 2 * kvd;
   const CpuLayer& L = layers_[w_->plan.segments[b.segment].first_layer_slot + b.k];
   const LayerKvPlan& kv = *b.kv;
-  Vec a(static_cast<size_t>(n) * hs), qkv(static_cast<size_t>(n) * qkv_dim);
+  Act a(static_cast<size_t>(n) * hs), qkv(static_cast<size_t>(n) * qkv_dim);
   NormRows(L.in_norm, b.loops, n, b.h, a.data());
   L.qkv.Run(b.loops, n, a.data(), hs, qkv.data(), /*accumulate=*/false);
-  Vec q(static_cast<size_t>(n) * qd), k(static_cast<size_t>(n) * kvd), v(static_cast<size_t>(n) * kvd);
+  Act q(static_cast<size_t>(n) * qd), k(static_cast<size_t>(n) * kvd),
+      v(static_cast<size_t>(n) * kvd);
   SplitQkv(qkv, n, &q, &k, &v);
   std::vector<int32_t> positions(b.positions, b.positions + n);
   RopeRows(q.data(), positions.data(), n, cfg_.num_heads, cfg_.head_dim, cfg_.rope_theta);
@@ -322,7 +342,7 @@ void CpuModelRunner::RunLayer(const LayerBatch& b) {
   }
   KvWrite(kv_, k.data(), v.data(), kv.write_slot.data(), n);
 
-  Vec attn(static_cast<size_t>(n) * qd);
+  Act attn(static_cast<size_t>(n) * qd);
   PagedAttentionParams p;
   p.num_rows = n;
   p.q = q.data();
@@ -354,7 +374,8 @@ void CpuModelRunner::AddAttentionAndMlp(const CpuLayer& L, const int* loops, int
                                         const float* attn, float* h) {
   const int hs = cfg_.hidden_size, qd = cfg_.q_dim(), inter = cfg_.intermediate_size;
   L.o.Run(loops, n, attn, qd, h, /*accumulate=*/true);
-  Vec m(static_cast<size_t>(n) * hs), gu(static_cast<size_t>(n) * 2 * inter), act(static_cast<size_t>(n) * inter);
+  Act m(static_cast<size_t>(n) * hs), gu(static_cast<size_t>(n) * 2 * inter),
+      act(static_cast<size_t>(n) * inter);
   NormRows(L.post_norm, loops, n, h, m.data());
   L.gate_up.Run(loops, n, m.data(), hs, gu.data(), /*accumulate=*/false);
   for (int i = 0; i < n; ++i) {
@@ -366,8 +387,8 @@ void CpuModelRunner::AddAttentionAndMlp(const CpuLayer& L, const int* loops, int
 
 // Recurrent layers (docs/models.md#recurrent-transformer-layers) from the rows' q and
 // temporary pairs: attention by recurrent_layer.h, the rest of the layer here.
-void CpuModelRunner::RunRecurrent(const LayerBatch& b, const CpuLayer& L, const Vec& q,
-                                  const Vec& k, const Vec& v) {
+void CpuModelRunner::RunRecurrent(const LayerBatch& b, const CpuLayer& L, const Act& q,
+                                  const Act& k, const Act& v) {
   RecurrentLayerParams p;
   p.batch = &b;
   p.q = q.data();
@@ -381,9 +402,8 @@ void CpuModelRunner::RunRecurrent(const LayerBatch& b, const CpuLayer& L, const 
   p.head_dim = cfg_.head_dim;
   p.schedule = recurrent_prefill_;
   p.finish = [&](const int* loops, const int* positions, const int32_t* write_slot, int n,
-                 const float* attn, float* h) {
-    FinishRecurrentRows(L, loops, positions, write_slot, n, attn, h);
-  };
+                 const float* attn,
+                 float* h) { FinishRecurrentRows(L, loops, positions, write_slot, n, attn, h); };
   RunRecurrentLayer(p);
 }
 
@@ -394,10 +414,11 @@ void CpuModelRunner::FinishRecurrentRows(const CpuLayer& L, const int* loops, co
                                          float* h) {
   const int hs = cfg_.hidden_size, qd = cfg_.q_dim(), kvd = cfg_.kv_dim();
   AddAttentionAndMlp(L, loops, n, attn, h);
-  Vec a(static_cast<size_t>(n) * hs), qkv(static_cast<size_t>(n) * (qd + 2 * kvd));
+  Act a(static_cast<size_t>(n) * hs), qkv(static_cast<size_t>(n) * (qd + 2 * kvd));
   NormRows(L.in_norm, loops, n, h, a.data());
   L.qkv.Run(loops, n, a.data(), hs, qkv.data(), /*accumulate=*/false);
-  Vec q(static_cast<size_t>(n) * qd), k(static_cast<size_t>(n) * kvd), v(static_cast<size_t>(n) * kvd);
+  Act q(static_cast<size_t>(n) * qd), k(static_cast<size_t>(n) * kvd),
+      v(static_cast<size_t>(n) * kvd);
   SplitQkv(qkv, n, &q, &k, &v);
   std::vector<int32_t> pos(positions, positions + n);
   RopeRows(k.data(), pos.data(), n, cfg_.num_kv_heads, cfg_.head_dim, cfg_.rope_theta);
@@ -418,7 +439,7 @@ void CpuModelRunner::RunMixedLayer(const LayerBatch& b) {
   counters_.kv_only_rows += nk;
   std::vector<int> loops(nk), positions(nk);
   std::vector<int32_t> slots(nk);
-  Vec h(static_cast<size_t>(nk) * hs), k(static_cast<size_t>(nk) * kvd),
+  Act h(static_cast<size_t>(nk) * hs), k(static_cast<size_t>(nk) * kvd),
       v(static_cast<size_t>(nk) * kvd);
   for (int j = 0; j < nk; ++j) {
     const int i = kv_rows[j];
@@ -444,7 +465,7 @@ void CpuModelRunner::RunMixedLayer(const LayerBatch& b) {
 void CpuModelRunner::ProjectKv(const CpuLayer& L, const int* loops, const int* positions,
                                const float* h, int n, float* k, float* v) {
   const int hs = cfg_.hidden_size, kvd = cfg_.kv_dim();
-  Vec a(static_cast<size_t>(n) * hs), kv(static_cast<size_t>(n) * 2 * kvd);
+  Act a(static_cast<size_t>(n) * hs), kv(static_cast<size_t>(n) * 2 * kvd);
   ForEachLoopGroup(loops, n, [&](int loop, int begin, int count) {
     RmsNormRows(h + static_cast<size_t>(begin) * hs, L.in_norm.At(loop).data(), count, hs,
                 cfg_.rms_norm_eps, &a[static_cast<size_t>(begin) * hs]);
@@ -459,7 +480,7 @@ void CpuModelRunner::ProjectKv(const CpuLayer& L, const int* loops, const int* p
   RopeRows(k, pos.data(), n, cfg_.num_kv_heads, cfg_.head_dim, cfg_.rope_theta);
 }
 
-void CpuModelRunner::SplitQkv(const Vec& qkv, int n, Vec* q, Vec* k, Vec* v) const {
+void CpuModelRunner::SplitQkv(const Act& qkv, int n, Act* q, Act* k, Act* v) const {
   const int qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), qkv_dim = qd + 2 * kvd;
   for (int i = 0; i < n; ++i) {
     const float* row = &qkv[static_cast<size_t>(i) * qkv_dim];
@@ -470,22 +491,23 @@ void CpuModelRunner::SplitQkv(const Vec& qkv, int n, Vec* q, Vec* k, Vec* v) con
 }
 
 // Router scores of n rows: w1 · x (linear), or w2 · gelu(w1 · x) (mlp).
-void CpuModelRunner::RouterForward(const CpuLinear& w1, const CpuLinear* w2, const float* x,
-                                   int n, float* out) {
+void CpuModelRunner::RouterForward(const CpuLinear& w1, const CpuLinear* w2, const float* x, int n,
+                                   float* out) {
   if (w2 == nullptr) {
     w1.Forward(x, n, out);
     return;
   }
-  Vec mid(static_cast<size_t>(n) * w1.n());
+  Act mid(static_cast<size_t>(n) * w1.n());
   w1.Forward(x, n, mid.data());
   GeluErf(mid.data(), static_cast<int64_t>(mid.size()));
   w2->Forward(mid.data(), n, out);
 }
 
-void CpuModelRunner::ExpertRouter(const int* loops, const float* h, int n, float* score, float* decide) {
+void CpuModelRunner::ExpertRouter(const int* loops, const float* h, int n, float* score,
+                                  float* decide) {
   const int hs = cfg_.hidden_size;
   const float temperature = cfg_.recursion.router.temperature;
-  Vec x(h, h + static_cast<size_t>(n) * hs);
+  Act x(h, h + static_cast<size_t>(n) * hs);
   for (float& v : x) v = v / temperature;
   // Rows may be at different loops: each group of rows uses its loop's router.
   ForEachLoopGroup(loops, n, [&](int r, int begin, int count) {
@@ -507,7 +529,8 @@ void CpuModelRunner::TokenChoiceRouter(const float* h, int n, float* scores) {
 
 absl::StatusOr<std::unique_ptr<ModelRunner>> CreateCpuModelRunner(
     std::shared_ptr<const ModelWeights> weights, const EngineConfig& config, int num_kv_blocks) {
-  return std::unique_ptr<ModelRunner>(new CpuModelRunner(std::move(weights), config, num_kv_blocks));
+  return std::unique_ptr<ModelRunner>(
+      new CpuModelRunner(std::move(weights), config, num_kv_blocks));
 }
 
 }  // namespace morserve
