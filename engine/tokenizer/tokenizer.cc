@@ -89,9 +89,11 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJsonText(std::string_v
   return FromJson(*tj, cj);
 }
 
-absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(const json& tj, const json& config) {
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(const json& tokenizer_json,
+                                                               const json& tokenizer_config) {
   auto tok = std::unique_ptr<Tokenizer>(new Tokenizer());
-  absl::Status s = tok->Load(tj, config.is_object() ? config : json::object());
+  absl::Status s =
+      tok->Load(tokenizer_json, tokenizer_config.is_object() ? tokenizer_config : json::object());
   if (!s.ok()) return s;
   return tok;
 }

@@ -69,7 +69,7 @@ class Tokenizer {
  private:
   Tokenizer() = default;
   absl::Status Load(const nlohmann::json& tj, const nlohmann::json& config);
-  absl::Status LoadPostProcessor(const nlohmann::json& config);
+  absl::Status LoadPostProcessor(const nlohmann::json& pp);
   void EncodeText(std::string_view text, std::vector<int>* ids) const;
   void EncodeNormalized(std::string_view text, int section_index, std::vector<int>* ids) const;
 
