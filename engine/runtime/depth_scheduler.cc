@@ -74,17 +74,14 @@ bool DepthScheduler::ReserveRows(Sequence* seq, const std::vector<int>& per_slot
   return seq->kv->Reserve(*pool_, per_slot);
 }
 
-// Reserves the entries n new tokens write outside the loop (and at loop 0 when asked).
+// Reserves the entries n new tokens write outside the loop (loop 0's: ReservePass).
 // Every entered token writes each entry slot once, but the slots after the loop are
 // written only when the token leaves it: room is made for all entered tokens, not only
 // for entries already written.
-bool DepthScheduler::ReserveEntry(Sequence* seq, int n, bool include_loop0) {
+bool DepthScheduler::ReserveEntry(Sequence* seq, int n) {
   std::vector<int> per_slot(plan_.num_cache_slots, 0);
   for (int slot : entry_slots_) {
     per_slot[slot] += seq->num_entered + n - seq->kv->slot(slot).num_tokens();
-  }
-  if (include_loop0) {
-    for (int slot : LoopSlots(0)) per_slot[slot] += n;
   }
   return ReserveRows(seq, per_slot);
 }
@@ -177,7 +174,7 @@ void DepthScheduler::Admit(int* row_budget, int* token_budget) {
     waiting_.pop_front();
     s->running = true;
     InsertById(&running_, std::move(s));
-    if (!ReserveEntry(seq, take, /*include_loop0=*/false)) break;  // cannot happen: checked
+    if (!ReserveEntry(seq, take)) break;  // cannot happen: checked
     for (int i = 0; i < take; ++i) plan_out_.entering.push_back({seq, seq->num_entered + i});
     seq->num_entered += take;
     *row_budget -= take;
@@ -206,10 +203,10 @@ void DepthScheduler::ScheduleEntering() {
     Sequence* seq = running_[i].get();
     const int take = std::min({Ready(*seq), row_budget, token_budget});
     if (take == 0) continue;
-    bool ok = ReserveEntry(seq, take, false);
+    bool ok = ReserveEntry(seq, take);
     while (!ok && Newest() != seq) {
       Preempt(Newest(), Preemption::For::kEntering);
-      ok = ReserveEntry(seq, take, false);
+      ok = ReserveEntry(seq, take);
     }
     if (!ok) {
       // Alone, every block not its own is free: nothing will ever make room (as in ReservePass).

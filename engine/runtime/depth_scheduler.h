@@ -70,7 +70,7 @@ class DepthScheduler {
 
  private:
   int Ready(const Sequence& s) const;
-  bool ReserveEntry(Sequence* seq, int n, bool include_loop0);
+  bool ReserveEntry(Sequence* seq, int n);
   bool ReserveRows(Sequence* seq, const std::vector<int>& per_slot);
   Sequence* Newest();
   void Preempt(Sequence* seq, Preemption::For what);
