@@ -38,6 +38,10 @@ struct EngineStats {
   RunnerCounters layer_rows;            // layer rows the runner computed: full and K/V-only
   int kv_blocks_used = 0, kv_blocks_total = 0, max_kv_blocks_used = 0;
   int running = 0, waiting = 0;
+  // Prefix cache totals (tokens looked up / found at admission, blocks evicted) and the
+  // blocks it holds now (some may also be held by running requests).
+  int64_t prefix_cache_queries = 0, prefix_cache_hits = 0, prefix_cache_evictions = 0;
+  int prefix_cache_blocks = 0;
   StepPhaseSeconds phases;
   double fill_ratio() const {
     return pass_row_capacity ? static_cast<double>(pass_rows) / pass_row_capacity : 0.0;

@@ -44,6 +44,9 @@ struct EngineConfig {
   CpuWeights weights = CpuWeights::kAuto;
   RecurrentPrefill recurrent_prefill = RecurrentPrefill::kTiled;
   int threads = 0;  // 0: the machine's cores
+  // Keep full KV blocks after their request ends and reuse the longest cached prefix of a
+  // new prompt (engine/runtime/prefix_cache.h).
+  bool prefix_cache = true;
   Device device = Device::kCpu;
 };
 

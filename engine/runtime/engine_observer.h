@@ -34,6 +34,10 @@ struct StepReport {
   int preemptions = 0;
   int running = 0, waiting = 0;
   int kv_blocks_used = 0, kv_blocks_total = 0;
+  // Prefix cache (deltas in tokens, like vLLM's prefix_cache_queries/hits): prompt tokens
+  // looked up and found at admission; blocks evicted; blocks cached after the step (gauge).
+  int64_t prefix_cache_queries = 0, prefix_cache_hits = 0, prefix_cache_evictions = 0;
+  int prefix_cache_blocks = 0;
   StepPhaseSeconds phases;  // `report` stays 0: the observer runs during it
 };
 

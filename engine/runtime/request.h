@@ -26,6 +26,9 @@ struct GenerateRequest {
   SamplingParams params;
   std::optional<float> exit_threshold;  // early-exit models: overrides the model's threshold
   bool return_logits = false;  // tests and debugging: each TokenEvent carries the raw logits
+  // Prefix caching (docs/design.md#prefix-cache): requests share cached KV only when their
+  // salts are equal (empty: the default namespace), so tenants cannot probe each other.
+  std::string cache_salt;
 };
 
 enum class FinishReason { kNone, kLength, kStop, kCancelled, kError };
@@ -44,6 +47,7 @@ struct Usage {
   int completion_tokens = 0;
   int64_t recursion_loops = 0;  // shared-block loops over all of the request's tokens
   int preemptions = 0;
+  int cached_tokens = 0;  // prompt tokens whose KV came from the prefix cache (not computed)
 };
 
 // One message on a request's stream: zero or more tokens, and a final one with a reason.
