@@ -120,6 +120,38 @@ std::vector<Row> Rows() {
                     return At(j, {"server_metrics", "totals", "preemptions"});
                   },
                   "%.0f"});
+  // The prefix cache: the server's setting, the usage sums, and its counters over the run.
+  rows.push_back({"prefix cache",
+                  [](const nlohmann::json& j) {
+                    const nlohmann::json on = At(j, {"server", "prefix_cache"});
+                    return on.is_boolean() ? nlohmann::json(on.get<bool>() ? "on" : "off") : on;
+                  },
+                  "%s"});
+  for (const auto& [name, key, format] :
+       {std::tuple<const char*, const char*, const char*>{"prompt tokens (usage)", "prompt_tokens",
+                                                          "%.0f"},
+        {"prompt tokens cached", "cached_tokens", "%.0f"},
+        {"prompt tokens computed", "computed_prompt_tokens", "%.0f"},
+        {"cached fraction", "cached_fraction", "%.3f"}}) {
+    const char* k = key;  // a lambda does not capture a structured binding before C++20
+    rows.push_back({name,
+                    [k](const nlohmann::json& j) {
+                      return At(j, {"prompt_cache", k});
+                    },
+                    format});
+  }
+  for (const auto& [name, key] :
+       {std::pair<const char*, const char*>{"server: prefix cache queries (tokens)",
+                                            "prefix_cache_queries"},
+        {"server: prefix cache hits (tokens)", "prefix_cache_hits"},
+        {"server: prefix cache evictions (blocks)", "prefix_cache_evictions"}}) {
+    const char* k = key;
+    rows.push_back({name,
+                    [k](const nlohmann::json& j) {
+                      return At(j, {"server_metrics", "totals", k});
+                    },
+                    "%.0f"});
+  }
   return rows;
 }
 

@@ -52,6 +52,14 @@ LengthDistribution LengthDistribution::Fixed(int n) {
   return d;
 }
 
+LengthDistribution LengthDistribution::Uniform(int lo, int hi) {
+  LengthDistribution d;
+  d.kind_ = Kind::kUniform;
+  d.a_ = lo;
+  d.b_ = hi;
+  return d;
+}
+
 LengthDistribution LengthDistribution::Normal(double mean, double stddev) {
   LengthDistribution d;
   d.kind_ = Kind::kNormal;

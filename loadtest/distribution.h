@@ -15,6 +15,7 @@ class LengthDistribution {
   enum class Kind { kFixed, kUniform, kNormal };
   static absl::StatusOr<LengthDistribution> Parse(const std::string& text);
   static LengthDistribution Fixed(int n);
+  static LengthDistribution Uniform(int lo, int hi);  // lo <= hi
   static LengthDistribution Normal(double mean, double stddev);
 
   int Sample(std::mt19937_64& rng, int cap) const;

@@ -58,11 +58,18 @@ class GenerateCall : public grpc::ClientReadReactor<v1::GenerateResponse> {
 
   void Start(const RequestSpec& spec, const SendOptions& o) {
     request_.set_request_id(absl::StrCat("loadtest-", record_.index));
-    if (spec.prompt_text.empty()) {
+    if (!spec.messages.empty()) {
+      for (const ChatMessage& m : spec.messages) {
+        v1::ChatMessage* out = request_.mutable_chat()->add_messages();
+        out->set_role(m.role);
+        out->set_content(m.content);
+      }
+    } else if (spec.prompt_text.empty()) {
       for (int t : spec.prompt_ids) request_.mutable_token_ids()->add_ids(t);
     } else {
       request_.set_text(spec.prompt_text);
     }
+    collect_text_ = o.collect_text;
     request_.mutable_sampling()->set_temperature(static_cast<float>(o.temperature));
     request_.set_max_tokens(spec.max_tokens);
     request_.set_ignore_eos(o.ignore_eos);
@@ -84,6 +91,7 @@ class GenerateCall : public grpc::ClientReadReactor<v1::GenerateResponse> {
       record_.chunk_tokens.push_back(n);
       record_.measured_tokens += n;
     }
+    if (collect_text_) record_.output_text += response_.text();
     if (response_.has_finished()) {
       const v1::Finished& f = response_.finished();
       saw_finished_ = true;
@@ -92,6 +100,7 @@ class GenerateCall : public grpc::ClientReadReactor<v1::GenerateResponse> {
       if (f.has_usage()) {
         record_.usage_prompt_tokens = f.usage().prompt_tokens();
         record_.usage_completion_tokens = f.usage().completion_tokens();
+        record_.usage_cached_tokens = f.usage().cached_tokens();
       }
     }
     StartRead(&response_);
@@ -124,7 +133,7 @@ class GenerateCall : public grpc::ClientReadReactor<v1::GenerateResponse> {
   grpc::ClientContext context_;
   v1::GenerateRequest request_;
   v1::GenerateResponse response_;
-  bool saw_finished_ = false;
+  bool saw_finished_ = false, collect_text_ = false;
   v1::FinishReason finish_ = v1::FINISH_REASON_UNSPECIFIED;
 };
 

@@ -1,7 +1,8 @@
 // morserve's gRPC Generate as a load-test target, on gRPC's callback API: one reactor per
 // request, no thread per stream, so thousands of requests can be in flight from one process.
-// Token ids go out as `token_ids`, text prompts as `text`; every response message with tokens
-// is one chunk; the final message's usage is the server's count.
+// Token ids go out as `token_ids`, text prompts as `text`, chat messages as `chat`; every
+// response message with tokens is one chunk; the final message's usage is the server's count
+// (cached_tokens included).
 #pragma once
 
 #include <grpcpp/grpcpp.h>

@@ -31,7 +31,8 @@ struct HttpTarget::Shared {
   HttpConnectionPool pool;
 };
 
-void ApplyOpenAiEvent(const std::string& data, bool chat, double t, RequestRecord* r, bool* done) {
+void ApplyOpenAiEvent(const std::string& data, bool chat, double t, RequestRecord* r, bool* done,
+                      bool collect_text) {
   if (data == "[DONE]") {
     *done = true;
     return;
@@ -51,6 +52,11 @@ void ApplyOpenAiEvent(const std::string& data, bool chat, double t, RequestRecor
       r->usage_prompt_tokens = u["prompt_tokens"].get<int>();
     if (u.contains("completion_tokens") && u["completion_tokens"].is_number_integer())
       r->usage_completion_tokens = u["completion_tokens"].get<int>();
+    const nlohmann::json details = u.value("prompt_tokens_details", nlohmann::json());
+    if (details.is_object() && details.contains("cached_tokens") &&
+        details["cached_tokens"].is_number_integer()) {
+      r->usage_cached_tokens = details["cached_tokens"].get<int>();
+    }
   }
   if (!j.contains("choices") || !j["choices"].is_array() || j["choices"].empty()) return;
   const nlohmann::json& c = j["choices"][0];
@@ -66,6 +72,7 @@ void ApplyOpenAiEvent(const std::string& data, bool chat, double t, RequestRecor
   } else if (c.contains("text") && c["text"].is_string()) {
     text = c["text"].get<std::string>();
   }
+  if (collect_text) r->output_text += text;
   // With logprobs requested the chunk lists its tokens: an exact count, text or not.
   int tokens = 0;
   const nlohmann::json lp = c.value("logprobs", nlohmann::json());
@@ -87,20 +94,22 @@ void ApplyOpenAiEvent(const std::string& data, bool chat, double t, RequestRecor
 class HttpCall : public std::enable_shared_from_this<HttpCall> {
  public:
   HttpCall(asio::io_context& io, std::shared_ptr<HttpTarget::Shared> shared, const Url& url,
-           http::request<http::string_body> req, bool chat, int timeout_s, RequestRecord record,
-           Clock::time_point epoch, Target::Done done)
+           http::request<http::string_body> req, bool chat, bool collect_text, int timeout_s,
+           RequestRecord record, Clock::time_point epoch, Target::Done done)
       : io_(io),
         shared_(std::move(shared)),
         url_(url),
         req_(std::move(req)),
         chat_(chat),
+        collect_text_(collect_text),
         timeout_s_(timeout_s),
         resolver_(io),
         record_(std::move(record)),
         epoch_(epoch),
         done_(std::move(done)),
         sse_([this](const std::string& data) {
-          ApplyOpenAiEvent(data, chat_, SecondsSince(sent_, Clock::now()), &record_, &saw_done_);
+          ApplyOpenAiEvent(data, chat_, SecondsSince(sent_, Clock::now()), &record_, &saw_done_,
+                           collect_text_);
         }) {}
 
   void Start() {
@@ -226,7 +235,7 @@ class HttpCall : public std::enable_shared_from_this<HttpCall> {
   std::shared_ptr<HttpTarget::Shared> shared_;
   Url url_;
   http::request<http::string_body> req_;
-  bool chat_;
+  bool chat_, collect_text_;
   int timeout_s_;
   tcp::resolver resolver_;
   std::unique_ptr<beast::tcp_stream> stream_;
@@ -275,7 +284,12 @@ std::string HttpTarget::Body(const RequestSpec& spec) const {
   } else if (options_.logprobs >= 0) {
     j["logprobs"] = options_.logprobs;
   }
-  if (chat_) {
+  if (chat_ && !spec.messages.empty()) {
+    j["messages"] = nlohmann::json::array();
+    for (const ChatMessage& m : spec.messages) {
+      j["messages"].push_back({{"role", m.role}, {"content", m.content}});
+    }
+  } else if (chat_) {
     j["messages"] = nlohmann::json::array({{{"role", "user"}, {"content", spec.prompt_text}}});
   } else if (spec.prompt_text.empty()) {
     j["prompt"] = spec.prompt_ids;
@@ -296,8 +310,8 @@ void HttpTarget::Send(const RequestSpec& spec, RequestRecord record, Clock::time
   req.body() = Body(spec);
   req.prepare_payload();
   auto call =
-      std::make_shared<HttpCall>(io_, shared_, url_, std::move(req), chat_, options_.timeout_s,
-                                 std::move(record), epoch, std::move(done));
+      std::make_shared<HttpCall>(io_, shared_, url_, std::move(req), chat_, options_.collect_text,
+                                 options_.timeout_s, std::move(record), epoch, std::move(done));
   asio::post(io_, [call] { call->Start(); });
 }
 

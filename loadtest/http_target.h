@@ -1,10 +1,10 @@
 // Any OpenAI-compatible HTTP server as a load-test target: streamed POSTs to
 // /v1/completions (token-id or text prompts) or /v1/chat/completions (text prompts as one
-// user message) with stream_options.include_usage and vLLM's ignore_eos, over Boost.Beast's
-// async HTTP/1.1 client on one I/O thread. Connections are kept alive and reused through a
-// pool (http_connection_pool.h), as aiohttp (vLLM's benchmark_serving), k6 and wrk do; with
-// SendOptions::keep_alive false every request sends Connection: close on a new connection.
-// Each SSE event with output is a chunk: with --logprobs its token count is the length
+// user message, or the chat workload's messages) with stream_options.include_usage and vLLM's
+// ignore_eos, over Boost.Beast's async HTTP/1.1 client on one I/O thread. Connections are kept
+// alive and reused through a pool (http_connection_pool.h), as aiohttp (vLLM's benchmark_serving),
+// k6 and wrk do; with SendOptions::keep_alive false every request sends Connection: close on a new
+// connection. Each SSE event with output is a chunk: with --logprobs its token count is the length
 // of its logprobs list (exact), otherwise one token per event with text (or a content event
 // before the finish), as vLLM's benchmark counts; the usage chunk gives the server's counts.
 // A server that sends no event for tokens without text (morserve-gateway on a model without
@@ -55,8 +55,10 @@ class HttpTarget : public Target {
 };
 
 // Applies one SSE event's data to the record (public for the unit test): "[DONE]" sets
-// *done; a JSON chunk adds a token chunk, a finish reason, usage or an error.
+// *done; a JSON chunk adds a token chunk, a finish reason, usage (with
+// prompt_tokens_details.cached_tokens) or an error; with collect_text its text is appended to
+// record->output_text.
 void ApplyOpenAiEvent(const std::string& data, bool chat, double t_since_send,
-                      RequestRecord* record, bool* done);
+                      RequestRecord* record, bool* done, bool collect_text = false);
 
 }  // namespace morserve::loadtest

@@ -17,6 +17,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "engine/tools/flags.h"
+#include "loadtest/chat_runner.h"
+#include "loadtest/chat_workload.h"
 #include "loadtest/compare_report.h"
 #include "loadtest/cpu_time.h"
 #include "loadtest/grpc_target.h"
@@ -25,6 +27,7 @@
 #include "loadtest/metrics_scraper.h"
 #include "loadtest/options.h"
 #include "loadtest/plots.h"
+#include "loadtest/prompt_cache_report.h"
 
 namespace morserve::loadtest {
 namespace {
@@ -64,7 +67,8 @@ absl::StatusOr<std::unique_ptr<Target>> MakeTarget(LoadTestOptions& o, nlohmann:
                {"kv_block_size", info->kv_block_size()},
                {"vocab_size", info->vocab_size()},
                {"context_length", info->context_length()},
-               {"num_recursions", info->num_recursions()}};
+               {"num_recursions", info->num_recursions()},
+               {"prefix_cache", info->prefix_cache()}};
     return std::unique_ptr<Target>(std::move(t));
   }
   if (o.model.empty()) {
@@ -75,9 +79,14 @@ absl::StatusOr<std::unique_ptr<Target>> MakeTarget(LoadTestOptions& o, nlohmann:
   *server = {{"model", o.model}};
   auto t =
       std::make_unique<HttpTarget>(o.endpoint, o.model, o.api_key, o.send, o.run.max_concurrency);
-  if (t->chat() && o.workload.kind != "jsonl") {
+  if (t->chat() && o.workload.kind != "jsonl" && !o.is_chat()) {
     return absl::InvalidArgumentError(
-        "a chat endpoint takes text prompts: use --workload jsonl with \"prompt\" strings");
+        "a chat endpoint takes text prompts: use --workload jsonl with \"prompt\" strings, or "
+        "--workload chat");
+  }
+  if (!t->chat() && o.is_chat()) {
+    return absl::InvalidArgumentError(
+        "--workload chat needs a /v1/chat/completions URL (or --grpc)");
   }
   return std::unique_ptr<Target>(std::move(t));
 }
@@ -128,21 +137,34 @@ int RunCommand(const std::vector<std::string>& args) {
   nlohmann::json server;
   auto target = MakeTarget(o, &server);
   if (!target.ok()) return Fail(target.status());
-  auto specs = MakeWorkload(o.workload, o.run.warmup + o.num_requests);
-  if (!specs.ok()) return Fail(specs.status());
+  std::vector<RequestSpec> specs;
+  ChatWorkload chat;
+  if (o.is_chat()) {
+    ChatWorkloadOptions c = o.chat;
+    c.conversations += o.run.warmup;  // the warm-up conversations come first
+    auto w = MakeChatWorkload(c);
+    if (!w.ok()) return Fail(w.status());
+    chat = *std::move(w);
+  } else {
+    auto made = MakeWorkload(o.workload, o.run.warmup + o.num_requests);
+    if (!made.ok()) return Fail(made.status());
+    specs = *std::move(made);
+  }
 
   std::unique_ptr<MetricsScraper> scraper;
   if (!o.metrics_url.empty())
     scraper = std::make_unique<MetricsScraper>(o.metrics, o.scrape_interval_ms);
   std::vector<double> cpu_before(o.cpu_pids.size(), NAN);
   o.run.progress = !o.no_progress && isatty(STDERR_FILENO);
-  auto result = Run(**target, *specs, o.run, [&](Clock::time_point epoch) {
+  auto on_start = [&](Clock::time_point epoch) {
     if (scraper) scraper->Start(epoch);
     for (size_t i = 0; i < o.cpu_pids.size(); ++i) {
       auto c = ProcessCpuSeconds(o.cpu_pids[i]);
       if (c.ok()) cpu_before[i] = *c;
     }
-  });
+  };
+  auto result = o.is_chat() ? RunChat(**target, chat, o.run, on_start)
+                            : Run(**target, specs, o.run, on_start);
   if (!result.ok()) return Fail(result.status());
   if (scraper) scraper->Stop();
 
@@ -159,7 +181,9 @@ int RunCommand(const std::vector<std::string>& args) {
       {"not_sent", result->not_sent},
       {"results", ReportJson(stats, o.slo)},
       {"cdf_ms", CdfJson(result->records)},
-      {"throughput_over_time", ThroughputOverTime(result->records, 1.0)}};
+      {"throughput_over_time", ThroughputOverTime(result->records, 1.0)},
+      {"prompt_cache", PromptCacheJson(result->records)}};
+  if (o.is_chat()) out["chat_turns"] = ChatTurnsJson(result->records);
   if (scraper) out["server_metrics"] = scraper->ToJson();
   const auto* http = dynamic_cast<const HttpTarget*>(target->get());
   if (http) out["target"]["connections"] = http->ConnectionStats();
@@ -184,6 +208,11 @@ int RunCommand(const std::vector<std::string>& args) {
   out["definitions"] = defs;
 
   std::printf("target: %s\n%s", (*target)->Describe().c_str(), FormatTable(stats, o.slo).c_str());
+  if (const nlohmann::json& pc = out["prompt_cache"]; !pc.is_null()) {
+    std::printf("prompt tokens: %s computed, %s cached (%.1f%%)\n",
+                pc["computed_prompt_tokens"].dump().c_str(), pc["cached_tokens"].dump().c_str(),
+                100 * pc["cached_fraction"].get<double>());
+  }
   if (http) std::printf("http connections: %s\n", out["target"]["connections"].dump().c_str());
   for (const nlohmann::json& c : cpu) std::printf("cpu of pid %s\n", c.dump().c_str());
   if (result->hit_duration)

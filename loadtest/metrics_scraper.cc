@@ -98,6 +98,10 @@ nlohmann::json MetricsScraper::ToJson() const {
       {"prompt_tokens", CounterDelta("morserve_prompt_tokens_total")},
       {"engine_steps", CounterDelta("morserve_engine_steps_total")},
       {"preemptions", CounterDelta("morserve_preemptions_total")},
+      // Prefix cache (tokens looked up and found at admission; blocks evicted).
+      {"prefix_cache_queries", CounterDelta("morserve_prefix_cache_queries_total")},
+      {"prefix_cache_hits", CounterDelta("morserve_prefix_cache_hits_total")},
+      {"prefix_cache_evictions", CounterDelta("morserve_prefix_cache_evictions_total")},
       // null for a model without a shared block (no pass of it, no ratio).
       {"mean_fill_ratio",
        steps > 0 ? nlohmann::json(CounterDelta("morserve_batch_fill_ratio_sum") / steps)

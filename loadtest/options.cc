@@ -24,13 +24,22 @@ Target (loopback only unless --allow-remote-host):
   --no-keep-alive             HTTP: a new connection per request (Connection: close); default:
                               keep-alive, idle connections reused (at most --max-concurrency)
 Workload:
-  --workload random|jsonl|decode   (default random; decode = 1-token prompt, output ~ N(256, 64))
+  --workload random|jsonl|decode|chat   (default random; decode = 1-token prompt, output ~
+                              N(256, 64); chat = multi-turn conversations, below)
   --input-len D --output-len D     D: N | fixed:N | uniform:LO:HI | normal:MEAN:STD
   --dataset FILE.jsonl        {"prompt": "text" | [ids], "max_tokens": N} per line
   --vocab-size N              token ids for random prompts (gRPC: from the server)
   --seed N                    workload and arrival seed (default 0)
   --respect-eos               stop at EOS (default: ignore_eos, so output lengths are exact)
   --temperature T             (default 0)
+Chat workload (gRPC or a /v1/chat/completions URL; loadtest/chat_workload.h):
+  --conversations N           measured conversations (default 16); --warmup N conversations
+  --turns N                   user turns per conversation (default 4); each resends the
+                              conversation so far with the server's replies
+  --system-prompt-words N     shared system prompt (default 750 words, ~1,000 demo tokens)
+  --user-words D              words per user message (default uniform:20:60)
+                              --output-len D is max_tokens per turn (default 32);
+                              --request-rate is conversation starts per second
 Traffic:
   --num-requests N            measured requests (default 100)
   --warmup N                  requests before the measured ones, excluded (default 0)
@@ -104,10 +113,44 @@ absl::Status ParseTarget(const Flags& f, LoadTestOptions* o) {
   return absl::OkStatus();
 }
 
+// --workload chat: its own sizes; --num-requests follows from them.
+absl::Status ParseChat(const Flags& f, LoadTestOptions* o) {
+  ChatWorkloadOptions& c = o->chat;
+  if (f.Has("num-requests")) {
+    return absl::InvalidArgumentError(
+        "--num-requests: not with --workload chat (use --conversations and --turns)");
+  }
+  if (f.Has("input-len")) {
+    return absl::InvalidArgumentError(
+        "--input-len: not with --workload chat (use --system-prompt-words and --user-words)");
+  }
+  if (auto s = IntFlag(f, "conversations", 1, &c.conversations); !s.ok()) return s;
+  if (auto s = IntFlag(f, "turns", 1, &c.turns); !s.ok()) return s;
+  if (auto s = IntFlag(f, "system-prompt-words", 0, &c.system_prompt_words); !s.ok()) return s;
+  if (f.Has("user-words")) {
+    auto d = LengthDistribution::Parse(f.Get("user-words"));
+    if (!d.ok()) return d.status();
+    c.user_words = *d;
+  }
+  if (o->workload.output_len_given) c.output_len = o->workload.output_len;
+  c.seed = o->workload.seed;
+  o->send.collect_text = true;  // the replies go back in the next turn
+  return absl::OkStatus();
+}
+
 absl::Status ParseWorkload(const Flags& f, LoadTestOptions* o) {
   WorkloadOptions& w = o->workload;
   w.kind = f.Get("workload", "random");
   w.dataset = f.Get("dataset");
+  if (w.kind != "random" && w.kind != "jsonl" && w.kind != "decode" && w.kind != "chat") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--workload ", w.kind, ": use random, jsonl, decode or chat"));
+  }
+  for (const char* name : {"conversations", "turns", "system-prompt-words", "user-words"}) {
+    if (f.Has(name) && w.kind != "chat") {
+      return absl::InvalidArgumentError(absl::StrCat("--", name, ": only with --workload chat"));
+    }
+  }
   if (w.kind == "jsonl" && w.dataset.empty())
     return absl::InvalidArgumentError("--workload jsonl needs --dataset FILE");
   if (f.Has("input-len")) {
@@ -125,12 +168,16 @@ absl::Status ParseWorkload(const Flags& f, LoadTestOptions* o) {
   int seed = 0;
   if (auto s = IntFlag(f, "seed", 0, &seed); !s.ok()) return s;
   w.seed = seed;
+  if (w.kind == "chat") {
+    if (auto s = ParseChat(f, o); !s.ok()) return s;
+  }
   o->run.seed = static_cast<uint64_t>(seed) * 7919 + 1;  // arrivals independent of lengths
   return absl::OkStatus();
 }
 
 absl::Status ParseTraffic(const Flags& f, LoadTestOptions* o) {
   if (auto s = IntFlag(f, "num-requests", 1, &o->num_requests); !s.ok()) return s;
+  if (o->is_chat()) o->num_requests = o->chat.conversations * o->chat.turns;
   if (auto s = IntFlag(f, "warmup", 0, &o->run.warmup); !s.ok()) return s;
   if (auto s = IntFlag(f, "max-concurrency", 1, &o->run.max_concurrency); !s.ok()) return s;
   if (auto s = IntFlag(f, "timeout", 1, &o->send.timeout_s); !s.ok()) return s;
@@ -183,15 +230,37 @@ absl::Status ParseReport(const Flags& f, LoadTestOptions* o) {
 }  // namespace
 
 absl::StatusOr<LoadTestOptions> ParseLoadTestOptions(const std::vector<std::string>& args) {
-  auto f = Flags::Parse(args, {"grpc",         "url",          "model",
-                               "api-key",      "workload",     "dataset",
-                               "input-len",    "output-len",   "vocab-size",
-                               "seed",         "num-requests", "warmup",
-                               "request-rate", "burstiness",   "max-concurrency",
-                               "duration",     "timeout",      "temperature",
-                               "slo",          "metrics-url",  "scrape-interval-ms",
-                               "cpu-pid",      "out",          "plots",
-                               "label",        "logprobs"},
+  auto f = Flags::Parse(args,
+                        {"grpc",
+                         "url",
+                         "model",
+                         "api-key",
+                         "workload",
+                         "dataset",
+                         "input-len",
+                         "output-len",
+                         "vocab-size",
+                         "seed",
+                         "num-requests",
+                         "warmup",
+                         "request-rate",
+                         "burstiness",
+                         "max-concurrency",
+                         "duration",
+                         "timeout",
+                         "temperature",
+                         "slo",
+                         "metrics-url",
+                         "scrape-interval-ms",
+                         "cpu-pid",
+                         "out",
+                         "plots",
+                         "label",
+                         "logprobs",
+                         "conversations",
+                         "turns",
+                         "system-prompt-words",
+                         "user-words"},
                         {"allow-remote-host", "respect-eos", "no-progress", "no-keep-alive"});
   if (!f.ok()) return f.status();
   LoadTestOptions o;
@@ -222,6 +291,14 @@ nlohmann::json ConfigJson(const LoadTestOptions& o) {
   if (w.kind != "decode" || w.output_len_given) j["output_len"] = w.output_len.Describe();
   if (w.kind == "decode" && !w.output_len_given) j["output_len"] = "normal:256:64";
   if (w.kind == "jsonl") j["dataset"] = w.dataset;
+  if (o.is_chat()) {
+    j["conversations"] = o.chat.conversations;
+    j["turns"] = o.chat.turns;
+    j["system_prompt_words"] = o.chat.system_prompt_words;
+    j["user_words"] = o.chat.user_words.Describe();
+    j["output_len"] = o.chat.output_len.Describe();
+    j["request_rate_unit"] = "conversations/s";
+  }
   return j;
 }
 

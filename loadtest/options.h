@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "loadtest/chat_workload.h"
 #include "loadtest/report.h"
 #include "loadtest/runner.h"
 #include "loadtest/target.h"
@@ -25,7 +26,9 @@ struct LoadTestOptions {
   bool allow_remote_host = false;
 
   WorkloadOptions workload;
-  int num_requests = 100;
+  ChatWorkloadOptions chat;  // --workload chat
+  int num_requests = 100;    // chat: conversations x turns
+  bool is_chat() const { return workload.kind == "chat"; }
   RunOptions run;
   SendOptions send;
   Slo slo;

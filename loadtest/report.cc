@@ -29,6 +29,8 @@ std::vector<double> Itls(const RequestRecord& r) {
 
 }  // namespace
 
+double TtftSeconds(const RequestRecord& r) { return Ttft(r); }
+
 absl::StatusOr<Slo> ParseSlo(const std::vector<std::string>& items) {
   Slo slo;
   for (const std::string& item : items) {

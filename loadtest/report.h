@@ -45,6 +45,8 @@ struct RunStats {
 // (time 0) to the last request's end.
 RunStats ComputeStats(const std::vector<RequestRecord>& records, const Slo& slo);
 bool MeetsSlo(const RequestRecord& r, const Slo& slo);
+// A request's TTFT: to its first chunk with output (its whole latency when none came).
+double TtftSeconds(const RequestRecord& r);
 // Per-request values for CDFs (ms): ttft, tpot, itl, e2e.
 std::map<std::string, std::vector<double>> LatencySamples(
     const std::vector<RequestRecord>& records);

@@ -20,6 +20,9 @@ struct RequestRecord {
   int measured_tokens = 0;        // sum of chunk_tokens
   int usage_prompt_tokens = -1;   // from the server's usage; -1 when it sent none
   int usage_completion_tokens = -1;
+  int usage_cached_tokens = -1;  // prompt tokens the server's prefix cache had; -1: not reported
+  int conversation = -1, turn = -1;  // the chat workload: which conversation and turn (0-based)
+  std::string output_text;           // SendOptions::collect_text: the text that streamed back
   bool ok = false;
   std::string failure;        // reason when !ok (a gRPC code name, "http_503", ...)
   std::string finish_reason;  // "length", "stop", ...

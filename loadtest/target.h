@@ -25,6 +25,9 @@ struct SendOptions {
   int logprobs = -1;
   // HTTP: reuse connections (keep-alive pool); false: Connection: close, one per request.
   bool keep_alive = true;
+  // Keep each request's output text in RequestRecord::output_text (the chat workload sends
+  // the replies back in the next turn).
+  bool collect_text = false;
 };
 
 class Target {

@@ -6,6 +6,7 @@
 //   decode  the decode protocol of docs/design.md#benchmark-protocol: a 1-token prompt ({1},
 //           as `morserve bench`) and output lengths ~ N(256, 64) unless --output-len says
 //           otherwise.
+// (The multi-turn chat workload, whose turns depend on the replies, is chat_workload.h.)
 // Lengths are clamped so that prompt + output fits the context when it is known.
 #pragma once
 
@@ -18,9 +19,15 @@
 
 namespace morserve::loadtest {
 
+// One message of a chat prompt ("system", "user" or "assistant").
+struct ChatMessage {
+  std::string role, content;
+};
+
 struct RequestSpec {
-  std::vector<int> prompt_ids;  // token ids, or empty when prompt_text is used
+  std::vector<int> prompt_ids;  // token ids, or empty when prompt_text or messages is used
   std::string prompt_text;
+  std::vector<ChatMessage> messages;  // a chat prompt (the chat workload)
   int max_tokens = 16;
   int prompt_tokens() const { return static_cast<int>(prompt_ids.size()); }
 };

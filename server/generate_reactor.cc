@@ -15,22 +15,30 @@ grpc::Status ToGrpc(const absl::Status& s) {
 
 RejectReason ReasonFor(const absl::Status& s) {
   switch (s.code()) {
-    case absl::StatusCode::kResourceExhausted: return RejectReason::kQueueFull;
-    case absl::StatusCode::kUnavailable: return RejectReason::kUnavailable;
+    case absl::StatusCode::kResourceExhausted:
+      return RejectReason::kQueueFull;
+    case absl::StatusCode::kUnavailable:
+      return RejectReason::kUnavailable;
     case absl::StatusCode::kFailedPrecondition:
       return absl::StrContains(s.message(), "tokenizer") ? RejectReason::kNoTokenizer
                                                          : RejectReason::kContextLength;
-    default: return RejectReason::kInvalidArgument;
+    default:
+      return RejectReason::kInvalidArgument;
   }
 }
 
 v1::FinishReason ToProto(FinishReason r) {
   switch (r) {
-    case FinishReason::kLength: return v1::FINISH_REASON_LENGTH;
-    case FinishReason::kStop: return v1::FINISH_REASON_STOP;
-    case FinishReason::kCancelled: return v1::FINISH_REASON_CANCELLED;
-    case FinishReason::kError: return v1::FINISH_REASON_ERROR;
-    case FinishReason::kNone: break;
+    case FinishReason::kLength:
+      return v1::FINISH_REASON_LENGTH;
+    case FinishReason::kStop:
+      return v1::FINISH_REASON_STOP;
+    case FinishReason::kCancelled:
+      return v1::FINISH_REASON_CANCELLED;
+    case FinishReason::kError:
+      return v1::FINISH_REASON_ERROR;
+    case FinishReason::kNone:
+      break;
   }
   return v1::FINISH_REASON_UNSPECIFIED;
 }
@@ -52,8 +60,9 @@ void AppendToken(const TokenEvent& t, const Tokenizer* pieces, v1::GenerateRespo
 
 // The prompt's entries: the first token bare (rank 0: nothing predicts it), then one scored
 // entry per later token.
-void AppendPromptLogprobs(const std::vector<int>& prompt, const std::vector<PromptTokenLogprob>& scored,
-                          const Tokenizer* pieces, v1::GenerateResponse* out) {
+void AppendPromptLogprobs(const std::vector<int>& prompt,
+                          const std::vector<PromptTokenLogprob>& scored, const Tokenizer* pieces,
+                          v1::GenerateResponse* out) {
   if (prompt.empty()) return;
   v1::Token* first = out->add_prompt_logprobs();
   first->set_id(prompt[0]);
@@ -104,9 +113,9 @@ void GenerateReactor::Begin(const v1::GenerateRequest& request) {
         std::max(1, context - static_cast<int>(parsed_.request.prompt.size()));
   }
   if (state_->text.tokenizer != nullptr) {
-    absl::StatusOr<TextStream> text = TextStream::Create(
-        *state_->text.tokenizer, parsed_.skip_special_tokens, parsed_.stop,
-        parsed_.request.params.min_tokens);
+    absl::StatusOr<TextStream> text =
+        TextStream::Create(*state_->text.tokenizer, parsed_.skip_special_tokens, parsed_.stop,
+                           parsed_.request.params.min_tokens);
     if (!text.ok()) return FinishWith(ToGrpc(text.status()));
     text_.emplace(*std::move(text));
   }
@@ -173,6 +182,7 @@ void GenerateReactor::AppendEventLocked(const RequestEvent& e) {
   v1::Usage* u = f->mutable_usage();
   u->set_prompt_tokens(e.usage.prompt_tokens);
   u->set_preemptions(e.usage.preemptions);
+  u->set_cached_tokens(e.usage.cached_tokens);
   if (stopped_) {
     // The engine saw a cancel (or finished on its own): the stop string decides.
     f->set_reason(v1::FINISH_REASON_STOP);
@@ -236,13 +246,16 @@ void GenerateReactor::Pump() {
     next = PrepareLocked();
   }
   switch (next) {
-    case Next::kNothing: return;
-    case Next::kWrite: return StartWrite(&response_);
+    case Next::kNothing:
+      return;
+    case Next::kWrite:
+      return StartWrite(&response_);
     case Next::kWriteAndFinish:
       return StartWriteAndFinish(&response_, grpc::WriteOptions(), grpc::Status::OK);
     case Next::kFinishCancelled:
       return Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the call was cancelled"));
-    case Next::kFinishError: return Finish(error_);
+    case Next::kFinishError:
+      return Finish(error_);
   }
 }
 

@@ -24,7 +24,13 @@ class Registry;
 namespace morserve {
 
 // Why the server refused a request before the engine queued it.
-enum class RejectReason { kInvalidArgument, kQueueFull, kContextLength, kUnavailable, kNoTokenizer };
+enum class RejectReason {
+  kInvalidArgument,
+  kQueueFull,
+  kContextLength,
+  kUnavailable,
+  kNoTokenizer
+};
 
 class ServerMetrics : public EngineObserver {
  public:
@@ -75,6 +81,11 @@ class ServerMetrics : public EngineObserver {
   prometheus::Counter* generation_tokens_ = nullptr;
   prometheus::Counter* preemptions_ = nullptr;
   prometheus::Counter* steps_ = nullptr;
+  // Prefix cache (vLLM's prefix_cache_queries / prefix_cache_hits, in tokens).
+  prometheus::Counter* prefix_cache_queries_ = nullptr;
+  prometheus::Counter* prefix_cache_hits_ = nullptr;
+  prometheus::Counter* prefix_cache_evictions_ = nullptr;
+  prometheus::Gauge* prefix_cache_blocks_ = nullptr;
   std::vector<prometheus::Counter*> finished_;  // by FinishReason
   std::vector<prometheus::Counter*> rejected_;  // by RejectReason
   std::vector<prometheus::Counter*> rows_per_loop_;

@@ -26,10 +26,14 @@ const char* ModelFamilyName(const ModelConfig& c) {
   if (r.layer_kind == LayerKind::kRecurrent) return "recurrent";
   if (!r.present) return "vanilla";
   switch (r.routing) {
-    case Routing::kExpertChoice: return "mor-ec";
-    case Routing::kTokenChoice: return "mor-tc";
-    case Routing::kEarlyExit: return "early-exit";
-    case Routing::kNone: break;
+    case Routing::kExpertChoice:
+      return "mor-ec";
+    case Routing::kTokenChoice:
+      return "mor-tc";
+    case Routing::kEarlyExit:
+      return "early-exit";
+    case Routing::kNone:
+      break;
   }
   return r.lora.rank > 0 ? "relaxed" : "recursive";
 }
@@ -62,8 +66,9 @@ grpc::ServerUnaryReactor* MorserveService::Tokenize(grpc::CallbackServerContext*
     }
     absl::StatusOr<std::string> rendered = RenderChat(request->chat(), *state_->text.chat_template);
     if (!rendered.ok()) {
-      return FinishNow(context, grpc::Status(static_cast<grpc::StatusCode>(rendered.status().code()),
-                                             std::string(rendered.status().message())));
+      return FinishNow(context,
+                       grpc::Status(static_cast<grpc::StatusCode>(rendered.status().code()),
+                                    std::string(rendered.status().message())));
     }
     text = *std::move(rendered);
   }
@@ -83,10 +88,11 @@ grpc::ServerUnaryReactor* MorserveService::Detokenize(grpc::CallbackServerContex
   for (int i = 0; i < request->ids_size(); ++i) {
     const int id = request->ids(i);
     if (id < 0 || id >= tok->vocab_size()) {
-      return FinishNow(context, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                             absl::StrCat("ids: token id ", id, " at index ", i,
-                                                          " is outside the tokenizer's vocabulary (",
-                                                          tok->vocab_size(), ")")));
+      return FinishNow(context,
+                       grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                    absl::StrCat("ids: token id ", id, " at index ", i,
+                                                 " is outside the tokenizer's vocabulary (",
+                                                 tok->vocab_size(), ")")));
     }
   }
   const std::vector<int> ids(request->ids().begin(), request->ids().end());
@@ -117,6 +123,7 @@ grpc::ServerUnaryReactor* MorserveService::GetModelInfo(grpc::CallbackServerCont
   out->set_has_chat_template(state_->text.chat_template != nullptr);
   out->set_batching_mode(BatchingModeName(ec.mode));
   out->set_max_batch_rows(ec.max_batch_rows);
+  out->set_prefix_cache(ec.prefix_cache);
   out->set_requests_running(st.running);
   out->set_requests_waiting(st.waiting);
   out->mutable_eos_token_ids()->Assign(c.eos_token_ids.begin(), c.eos_token_ids.end());

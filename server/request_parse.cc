@@ -10,9 +10,10 @@ namespace morserve {
 namespace {
 
 absl::Status NoTokenizer(const char* field) {
-  return absl::FailedPreconditionError(absl::StrCat(
-      field, ": model has no tokenizer (no tokenizer.json in the model directory): send "
-             "token_ids"));
+  return absl::FailedPreconditionError(
+      absl::StrCat(field,
+                   ": model has no tokenizer (no tokenizer.json in the model directory): send "
+                   "token_ids"));
 }
 
 void ApplySampling(const v1::SamplingParams& s, SamplingParams* p) {
@@ -91,7 +92,8 @@ absl::Status ParseInput(const v1::GenerateRequest& in, const TextModel& text, Pa
       out->prompt_text = *std::move(rendered);
       return absl::OkStatus();
     }
-    case v1::GenerateRequest::INPUT_NOT_SET: break;
+    case v1::GenerateRequest::INPUT_NOT_SET:
+      break;
   }
   return absl::InvalidArgumentError("input: one of text, token_ids or chat is required");
 }
@@ -125,6 +127,7 @@ absl::StatusOr<ParsedGenerate> ParseGenerateRequest(const v1::GenerateRequest& i
   if (in.token_text() && text.tokenizer == nullptr) return NoTokenizer("token_text");
   out.token_text = in.token_text();
   if (in.has_exit_threshold()) r.exit_threshold = in.exit_threshold();
+  r.cache_salt = in.cache_salt();
   return out;
 }
 

@@ -6,10 +6,9 @@
 namespace morserve {
 
 const std::set<std::string>& EngineFlagNames() {
-  static const std::set<std::string> names = {"mode", "weights", "max-batch", "max-step-tokens",
-                                              "max-running", "block-size", "kv-blocks",
-                                              "kv-cache-mb", "threads", "recurrent-prefill",
-                                              "device"};
+  static const std::set<std::string> names = {
+      "mode",      "weights",     "max-batch", "max-step-tokens",   "max-running", "block-size",
+      "kv-blocks", "kv-cache-mb", "threads",   "recurrent-prefill", "device",      "prefix-cache"};
   return names;
 }
 
@@ -31,11 +30,16 @@ absl::StatusOr<CpuWeights> ParseCpuWeights(const std::string& s) {
 
 const char* CpuWeightsName(CpuWeights w) {
   switch (w) {
-    case CpuWeights::kAuto: return "auto";
-    case CpuWeights::kF32: return "f32";
-    case CpuWeights::kBF16: return "bf16";
-    case CpuWeights::kF16: return "f16";
-    case CpuWeights::kInt8: return "int8";
+    case CpuWeights::kAuto:
+      return "auto";
+    case CpuWeights::kF32:
+      return "f32";
+    case CpuWeights::kBF16:
+      return "bf16";
+    case CpuWeights::kF16:
+      return "f16";
+    case CpuWeights::kInt8:
+      return "int8";
   }
   return "?";
 }
@@ -53,7 +57,8 @@ absl::StatusOr<EngineConfig> EngineConfigFromFlags(const Flags& flags) {
   if (!weights.ok()) return weights.status();
   c.weights = *weights;
   const std::string device = flags.Get("device", "cpu");
-  if (device != "cpu" && device != "cuda") return absl::InvalidArgumentError("--device: cpu or cuda");
+  if (device != "cpu" && device != "cuda")
+    return absl::InvalidArgumentError("--device: cpu or cuda");
   c.device = device == "cuda" ? Device::kCuda : Device::kCpu;
   const std::string prefill = flags.Get("recurrent-prefill", "tiled");
   if (prefill != "tiled" && prefill != "naive") {
@@ -61,20 +66,28 @@ absl::StatusOr<EngineConfig> EngineConfigFromFlags(const Flags& flags) {
         absl::StrCat("--recurrent-prefill: tiled or naive, got '", prefill, "'"));
   }
   c.recurrent_prefill = prefill == "naive" ? RecurrentPrefill::kNaive : RecurrentPrefill::kTiled;
+  const std::string prefix_cache = flags.Get("prefix-cache", "on");
+  if (prefix_cache != "on" && prefix_cache != "off") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--prefix-cache: on or off, got '", prefix_cache, "'"));
+  }
+  c.prefix_cache = prefix_cache == "on";
   struct IntFlag {
     const char* name;
     int* out;
     int min;
   };
   int kv_mb = static_cast<int>(c.kv_cache_bytes >> 20);
-  for (IntFlag f : {IntFlag{"max-batch", &c.max_batch_rows, 1},
-                    IntFlag{"max-step-tokens", &c.max_step_tokens, 1},
-                    IntFlag{"max-running", &c.max_running, 1}, IntFlag{"block-size", &c.block_size, 1},
-                    IntFlag{"kv-blocks", &c.num_kv_blocks, 0}, IntFlag{"kv-cache-mb", &kv_mb, 1},
-                    IntFlag{"threads", &c.threads, 0}}) {
+  for (IntFlag f :
+       {IntFlag{"max-batch", &c.max_batch_rows, 1},
+        IntFlag{"max-step-tokens", &c.max_step_tokens, 1},
+        IntFlag{"max-running", &c.max_running, 1}, IntFlag{"block-size", &c.block_size, 1},
+        IntFlag{"kv-blocks", &c.num_kv_blocks, 0}, IntFlag{"kv-cache-mb", &kv_mb, 1},
+        IntFlag{"threads", &c.threads, 0}}) {
     auto v = flags.GetInt(f.name, *f.out);
     if (!v.ok()) return v.status();
-    if (*v < f.min) return absl::InvalidArgumentError(absl::StrCat("--", f.name, ": must be >= ", f.min));
+    if (*v < f.min)
+      return absl::InvalidArgumentError(absl::StrCat("--", f.name, ": must be >= ", f.min));
     *f.out = *v;
   }
   c.kv_cache_bytes = static_cast<int64_t>(kv_mb) << 20;

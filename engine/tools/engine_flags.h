@@ -2,7 +2,7 @@
 //   --mode depth|sequence  --weights auto|f32|bf16|f16|int8  --max-batch N  --max-step-tokens N
 //   --max-running N  --block-size N  --kv-blocks N  --kv-cache-mb N  --threads N
 //   --device cpu|cuda (cuda: builds with MORSERVE_CUDA on a machine with a Hopper GPU)
-//   --recurrent-prefill tiled|naive
+//   --recurrent-prefill tiled|naive  --prefix-cache on|off (default on)
 #pragma once
 
 #include <set>

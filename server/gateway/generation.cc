@@ -142,7 +142,10 @@ void GenerationRun::OnMessage(int i, const v1::GenerateResponse& m) {
   if (!m.has_finished()) return;
   const v1::Finished& f = m.finished();
   s.result.finished = f;
-  if (i % req_.n == 0) usage_.prompt += f.usage().prompt_tokens();
+  if (i % req_.n == 0) {
+    usage_.prompt += f.usage().prompt_tokens();
+    usage_.cached += f.usage().cached_tokens();
+  }
   usage_.completion += f.usage().completion_tokens();
   if (f.reason() == v1::FINISH_REASON_ERROR) {
     ApiError e{500, "internal_error", "generation failed: " + f.error(), "", "internal_error"};

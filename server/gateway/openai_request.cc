@@ -383,6 +383,18 @@ std::optional<json> ParseObject(std::string_view body, std::optional<ApiError>* 
   return j;
 }
 
+// vLLM's cache_salt: requests share prefix-cached KV only when their salts are equal. As in
+// vLLM, when given it must be a non-empty string.
+std::optional<ApiError> GetCacheSalt(const json& body, v1::GenerateRequest* r) {
+  const json* v = Field(body, "cache_salt");
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_string() || v->get_ref<const std::string&>().empty()) {
+    return TypeError("cache_salt", "a non-empty string");
+  }
+  r->set_cache_salt(v->get<std::string>());
+  return std::nullopt;
+}
+
 std::optional<ApiError> GetModel(const json& body, std::string* model) {
   if (const json* m = Field(body, "model")) {
     if (!m->is_string()) return TypeError("model", "a string");
@@ -403,6 +415,7 @@ std::optional<ApiError> ParseOpenAiRequest(Endpoint endpoint, std::string_view t
   v1::GenerateRequest base;
   if (auto e = ParseSampling(*body, &base)) return e;
   if (auto e = ParseOutput(*body, out, &base)) return e;
+  if (auto e = GetCacheSalt(*body, &base)) return e;
   std::vector<v1::GenerateRequest> prompts;
   if (endpoint == Endpoint::kChat) {
     if (auto e = ParseMessages(*body, prompts.emplace_back().mutable_chat())) return e;

@@ -1,5 +1,5 @@
 // Parsing and type-checking of OpenAI /v1/completions and /v1/chat/completions bodies (plus
-// vLLM's extra sampling fields: min_tokens, allowed_token_ids, ...; OpenAI's logit_bias) into
+// vLLM's extra fields: min_tokens, allowed_token_ids, cache_salt, ...; OpenAI's logit_bias) into
 // the gRPC GenerateRequests the gateway sends: one per choice, choice index = prompt index *
 // n + sample index, seeds seed, seed+1, ... per prompt. Unknown fields are ignored as OpenAI
 // does; null counts as absent. Completions may ask for prompt logprobs (echo with logprobs,

@@ -124,10 +124,12 @@ ojson ChatLogprobs(const google::protobuf::RepeatedPtrField<v1::Token>& tokens) 
 }
 
 // `prompt`: the prompt's entries, led into completions' object with echo (else empty).
-ojson Logprobs(const OpenAiRequest& req, const google::protobuf::RepeatedPtrField<v1::Token>& prompt,
+ojson Logprobs(const OpenAiRequest& req,
+               const google::protobuf::RepeatedPtrField<v1::Token>& prompt,
                const google::protobuf::RepeatedPtrField<v1::Token>& t, int* offset) {
   if (req.logprobs < 0) return nullptr;
-  return req.endpoint == Endpoint::kChat ? ChatLogprobs(t) : CompletionLogprobs(req, prompt, t, offset);
+  return req.endpoint == Endpoint::kChat ? ChatLogprobs(t)
+                                         : CompletionLogprobs(req, prompt, t, offset);
 }
 
 const google::protobuf::RepeatedPtrField<v1::Token>& NoTokens() {
@@ -145,7 +147,8 @@ ojson StopReason(const v1::Finished& f) {
 ojson UsageJson(const UsageTotals& u) {
   return {{"prompt_tokens", u.prompt},
           {"completion_tokens", u.completion},
-          {"total_tokens", u.prompt + u.completion}};
+          {"total_tokens", u.prompt + u.completion},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached}}}};
 }
 
 std::string RandomHex() {

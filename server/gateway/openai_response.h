@@ -25,7 +25,7 @@ namespace morserve::gateway {
 // What a finished choice has collected (non-streaming).
 struct ChoiceResult {
   std::string text;
-  google::protobuf::RepeatedPtrField<v1::Token> tokens;  // with logprobs only
+  google::protobuf::RepeatedPtrField<v1::Token> tokens;         // with logprobs only
   google::protobuf::RepeatedPtrField<v1::Token> prompt_tokens;  // with prompt logprobs
   v1::Finished finished;
 };
@@ -41,10 +41,12 @@ ResponseHeader NewResponseHeader(Endpoint endpoint, std::string model);
 // "length", "stop", "abort" or "error".
 const char* FinishReasonName(v1::FinishReason r);
 
-// {"prompt_tokens", "completion_tokens", "total_tokens"}: prompt tokens once per prompt.
+// {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details":
+// {"cached_tokens"}}: prompt and cached tokens once per prompt (its first choice's call).
 struct UsageTotals {
   int64_t prompt = 0;
   int64_t completion = 0;
+  int64_t cached = 0;  // prompt tokens whose KV the backend's prefix cache had
 };
 
 std::string RenderResponse(const OpenAiRequest& req, const ResponseHeader& h,

@@ -76,7 +76,7 @@ TEST(DeployFilesTest, DashboardsHaveTheRequiredPanels) {
   }
   // What the issue lists: request rate, TTFT / ITL / E2E percentiles, tokens/s, running vs
   // waiting, KV usage, finish reasons, preemptions, rows per loop, exits per loop, batch fill
-  // ratio, step time, and the gateway's series.
+  // ratio, step time, the prefix cache (issue 20), and the gateway's series.
   for (const char* needle :
        {"rate(morserve_requests_finished_total",
         "histogram_quantile(0.99, sum by (le) (rate(morserve_time_to_first_token_seconds_bucket",
@@ -92,6 +92,10 @@ TEST(DeployFilesTest, DashboardsHaveTheRequiredPanels) {
         "rate(morserve_exits_per_loop_total",
         "morserve_batch_fill_ratio_sum",
         "morserve_step_duration_seconds_bucket",
+        "rate(morserve_prefix_cache_hits_total",
+        "rate(morserve_prefix_cache_queries_total",
+        "rate(morserve_prefix_cache_evictions_total",
+        "morserve_prefix_cache_blocks",
         "morserve_gateway_requests_total",
         "morserve_gateway_request_duration_seconds_bucket",
         "morserve_gateway_time_to_first_token_seconds_bucket",

@@ -148,6 +148,36 @@ TEST(OpenAiRequestTest, BadFieldsNameTheField) {
   EXPECT_EQ(ParseError(Endpoint::kCompletions, "{\"prompt\": \"x\", \"model\": 3}").param, "model");
 }
 
+// vLLM's cache_salt reaches every call of the request on both endpoints; absent or null it
+// stays empty (the default namespace); anything but a non-empty string is a 400 naming it.
+TEST(OpenAiRequestTest, CacheSaltGoesToEveryCall) {
+  OpenAiRequest c =
+      Parse(Endpoint::kCompletions, {{"prompt", {"a", "b"}}, {"n", 2}, {"cache_salt", "s1"}});
+  ASSERT_EQ(c.calls.size(), 4u);
+  for (const v1::GenerateRequest& call : c.calls) EXPECT_EQ(call.cache_salt(), "s1");
+  OpenAiRequest chat = Parse(Endpoint::kChat, {{"messages", {{{"role", "user"}, {"content", "x"}}}},
+                                               {"cache_salt", "tenant \u00e9"}});
+  ASSERT_EQ(chat.calls.size(), 1u);
+  EXPECT_EQ(chat.calls[0].cache_salt(), "tenant \u00e9");
+  EXPECT_EQ(Parse(Endpoint::kCompletions, {{"prompt", "x"}}).calls[0].cache_salt(), "");
+  EXPECT_EQ(Parse(Endpoint::kCompletions, {{"prompt", "x"}, {"cache_salt", nullptr}})
+                .calls[0]
+                .cache_salt(),
+            "");
+  for (const char* bad : {"3", "\"\"", "[\"a\"]", "{}", "true"}) {
+    for (Endpoint e : {Endpoint::kCompletions, Endpoint::kChat}) {
+      const std::string body =
+          std::string(e == Endpoint::kChat ? R"({"messages": [{"role": "user"}], )"
+                                           : R"({"prompt": "x", )") +
+          "\"cache_salt\": " + bad + "}";
+      const ApiError err = ParseError(e, body);
+      EXPECT_EQ(err.http_status, 400) << body;
+      EXPECT_EQ(err.param, "cache_salt") << body;
+      EXPECT_NE(err.message.find("cache_salt"), std::string::npos) << err.message;
+    }
+  }
+}
+
 // OpenAI's logit_bias and vLLM's allowed_token_ids / min_tokens on both endpoints: values
 // reach the proto as given; malformed ones are 400s naming the field (ids against the
 // vocabulary and min_tokens against max_tokens are the backend's checks).
@@ -226,7 +256,8 @@ TEST(OpenAiRequestTest, PromptLogprobsMapToTheProto) {
     EXPECT_EQ(call.has_max_tokens() ? call.max_tokens() : 16, c.max_tokens) << c.body;
     if (c.want_k >= 0) EXPECT_TRUE(call.token_text()) << c.body;
   }
-  EXPECT_EQ(Parse(Endpoint::kCompletions, {{"prompt", "p"}, {"prompt_logprobs", 4}}).prompt_logprobs, 4);
+  EXPECT_EQ(
+      Parse(Endpoint::kCompletions, {{"prompt", "p"}, {"prompt_logprobs", 4}}).prompt_logprobs, 4);
 }
 
 // Chat takes vLLM's prompt_logprobs: the first choice's call asks the backend (the list is
@@ -325,6 +356,29 @@ TEST(OpenAiResponseTest, JsonEscapingRoundTrips) {
   EXPECT_EQ(json::parse(out).get<std::string>(), s);
 }
 
+// usage.prompt_tokens_details.cached_tokens (OpenAI's shape) in the response and in the
+// streamed usage chunk; 0 when nothing was cached.
+TEST(OpenAiResponseTest, UsageHasCachedPromptTokens) {
+  OpenAiRequest req =
+      Parse(Endpoint::kChat, {{"messages", {{{"role", "user"}, {"content", "x"}}}}});
+  ResponseHeader h = NewResponseHeader(Endpoint::kChat, "m");
+  ChoiceResult c;
+  c.text = "y";
+  c.finished.set_reason(v1::FINISH_REASON_LENGTH);
+  json j = json::parse(RenderResponse(req, h, {c}, {40, 2, 32}));
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 40);
+  EXPECT_EQ(j["usage"]["total_tokens"], 42);
+  EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 32);
+  j = json::parse(RenderResponse(req, h, {c}, {40, 2}));
+  EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  std::string out;
+  ChunkWriter(req, h).Usage({40, 2, 16}, &out);
+  ASSERT_EQ(out.rfind("data: ", 0), 0u) << out;
+  const json chunk = json::parse(out.substr(6));
+  EXPECT_TRUE(chunk["choices"].empty());
+  EXPECT_EQ(chunk["usage"]["prompt_tokens_details"]["cached_tokens"], 16);
+}
+
 TEST(OpenAiResponseTest, ChunksAreOpenAiShapes) {
   OpenAiRequest req = Parse(Endpoint::kChat, {{"messages", {{{"role", "user"}, {"content", "x"}}}},
                                               {"logprobs", true},
@@ -395,8 +449,9 @@ google::protobuf::RepeatedPtrField<v1::Token> PromptEntries() {
 }
 
 TEST(OpenAiResponseTest, EchoLogprobsLeadWithThePromptAndNullFirst) {
-  OpenAiRequest req = Parse(Endpoint::kCompletions,
-                            {{"prompt", "Hello"}, {"echo", true}, {"logprobs", 1}, {"prompt_logprobs", 2}});
+  OpenAiRequest req =
+      Parse(Endpoint::kCompletions,
+            {{"prompt", "Hello"}, {"echo", true}, {"logprobs", 1}, {"prompt_logprobs", 2}});
   ChoiceResult c;
   c.text = "Hello!";
   c.prompt_tokens = PromptEntries();
@@ -404,17 +459,20 @@ TEST(OpenAiResponseTest, EchoLogprobsLeadWithThePromptAndNullFirst) {
   g->set_text("!");
   g->set_logprob(-1.0f);
   c.finished.set_reason(v1::FINISH_REASON_LENGTH);
-  const json j = json::parse(RenderResponse(req, NewResponseHeader(Endpoint::kCompletions, "m"), {c}, {2, 1}));
+  const json j =
+      json::parse(RenderResponse(req, NewResponseHeader(Endpoint::kCompletions, "m"), {c}, {2, 1}));
   const json& ch = j["choices"][0];
   EXPECT_EQ(ch["text"], "Hello!");
   const json& lp = ch["logprobs"];
   EXPECT_EQ(lp["tokens"], json({"He", "llo", "!"}));
   EXPECT_EQ(lp["token_logprobs"], json({nullptr, -2.5, -1.0}));
   EXPECT_TRUE(lp["top_logprobs"][0].is_null());
-  EXPECT_EQ(lp["top_logprobs"][1], json({{" x", -0.5}, {"llo", -2.5}}));  // logprobs 1: top 1 + itself
+  EXPECT_EQ(lp["top_logprobs"][1],
+            json({{" x", -0.5}, {"llo", -2.5}}));  // logprobs 1: top 1 + itself
   EXPECT_EQ(lp["text_offset"], json({0, 2, 5}));
   const nlohmann::ordered_json plp = nlohmann::ordered_json::parse(
-      RenderResponse(req, NewResponseHeader(Endpoint::kCompletions, "m"), {c}, {2, 1}))["choices"][0]["prompt_logprobs"];
+      RenderResponse(req, NewResponseHeader(Endpoint::kCompletions, "m"), {c},
+                     {2, 1}))["choices"][0]["prompt_logprobs"];
   ASSERT_EQ(plp.size(), 2u);
   EXPECT_TRUE(plp[0].is_null());
   EXPECT_EQ(json(plp[1]["31"]), json({{"logprob", -2.5}, {"rank", 3}, {"decoded_token", "llo"}}));
