@@ -4,13 +4,14 @@
 # from the licence texts and docs), one with --prefix-cache on and one with it off, both on
 # 127.0.0.1 port 0, then the same `morserve-loadtest --workload chat` run against each, one
 # after the other (so they do not share the CPU), and a side-by-side report. Sized for a
-# 2-core machine: about 2 to 4 minutes in all.
+# 2-core machine: at most about 5 minutes in all (each run stops at DURATION).
 #
 #   docs/bench/prefix-cache-2026-11-26/run.sh [OUT_DIR]   (default: this directory)
 #
 # Environment: BUILD_DIR (build; needs morserve and morserve-loadtest built), DEMO_DIR
 # (BUILD_DIR/demo-prefix-cache: tokenizer and model, made when missing), SERVER_FLAGS
-# (--threads 2), CONVERSATIONS (8), TURNS (4), RATE (0.5 conversations/s), DURATION (120 s).
+# (--threads 2), CONVERSATIONS (6), TURNS (4), RATE (0.2 conversations/s), DURATION (150 s:
+# the longest either run may take; open requests are cut then).
 # Writes OUT_DIR/on.json and off.json (the load tester's reports, with prompt_cache and
 # chat_turns), OUT_DIR/report/ (report.md, report.json and plots: side by side), the
 # load tester's tables (on.txt, off.txt) and the server logs.
@@ -70,9 +71,9 @@ start off off
 
 # The same workload and seed for both: 1 warm-up conversation (it puts the shared system
 # prompt in the cache of the "on" server, as earlier traffic would), then CONVERSATIONS.
-flags=(--workload chat --conversations "${CONVERSATIONS:-8}" --turns "${TURNS:-4}" --warmup 1
-       --request-rate "${RATE:-0.5}" --output-len 16 --max-concurrency 4
-       --duration "${DURATION:-120}" --timeout 120 --seed 1 --no-progress)
+flags=(--workload chat --conversations "${CONVERSATIONS:-6}" --turns "${TURNS:-4}" --warmup 1
+       --request-rate "${RATE:-0.2}" --output-len 16 --max-concurrency 4
+       --duration "${DURATION:-150}" --timeout 120 --seed 1 --no-progress)
 for label in on off; do
   addr_var="addr_$label" metrics_var="metrics_$label"
   echo "== prefix cache $label (${!addr_var})" >&2
