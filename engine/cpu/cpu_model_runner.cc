@@ -155,6 +155,17 @@ class CpuModelRunner : public ModelRunner {
     std::copy_n(kv_.k.data() + slot * d, d, k);
     std::copy_n(kv_.v.data() + slot * d, d, v);
   }
+  void CopyKv(const KvCopy* copies, int n) override {
+    const size_t d = static_cast<size_t>(kv_.kv_dim());
+    for (int i = 0; i < n; ++i) {
+      const KvCopy& c = copies[i];
+      MORSERVE_CHECK(c.src >= 0 && c.dst >= 0 && c.count >= 0 &&
+                         c.src + c.count <= kv_.num_slots() && c.dst + c.count <= kv_.num_slots(),
+                     "CopyKv: slots outside the KV pool");
+      std::copy_n(kv_.k.data() + c.src * d, c.count * d, kv_.k.data() + c.dst * d);
+      std::copy_n(kv_.v.data() + c.src * d, c.count * d, kv_.v.data() + c.dst * d);
+    }
+  }
 
   void Embed(const int* tokens, int n, float* h) override {
     std::vector<int32_t> ids(tokens, tokens + n);

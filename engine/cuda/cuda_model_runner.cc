@@ -149,6 +149,7 @@ class CudaModelRunner : public ModelRunner {
   void Logits(const float* h, int n, float* logits) override;
   // One cache entry read back as fp32 (tests).
   void ReadKv(int32_t slot, float* k, float* v) const override;
+  void CopyKv(const KvCopy* copies, int n) override;
   RunnerCounters counters() const override {
     return RunnerCounters{counters_.full_rows, counters_.kv_only_rows, counters_.weight_bytes};
   }
@@ -163,11 +164,11 @@ class CudaModelRunner : public ModelRunner {
   void RunRecurrentTiled(const LayerBatch& b);
   // Merge (finish = false) or finish items [begin, begin + count) staged at items_at.
   void RecurrentAttend(bool finish, const StagedRows& s, int rows, size_t items_at, int begin,
-                     int count);
+                       int count);
   // Rows [begin, begin + m) after their attention: o, MLP, persistent pair to the cache.
   // ws: the rows' own staging (loop runs from 0), appended to s's upload (AppendStaged).
-  void RecurrentRowsTail(const DeviceLayer& L, const StagedRows& s, const StagedRows& ws,
-                         int begin, int m);
+  void RecurrentRowsTail(const DeviceLayer& L, const StagedRows& s, const StagedRows& ws, int begin,
+                         int m);
   // K/V-only rows (early exit with exit_kv propagate): RMSNorm_in, the QKV projection and
   // RoPE from h, the entry written at write_slot; h unchanged.
   void RunKvOnlyRows(const LayerBatch& b);
@@ -202,7 +203,7 @@ class CudaModelRunner : public ModelRunner {
   // persistent pair from its output (docs/models.md#recurrent-transformer-layers), and the
   // K/V-only rows' entries.
   void KvFromHidden(const DeviceLayer& L, const StagedRows& s, const StagedRows& ws, float* h,
-                      int begin, int m);
+                    int begin, int m);
   const int32_t* Meta(size_t offset) const { return scratch_.meta.as<int32_t>() + offset; }
   // The fields paged and recurrent attention launches share: q, the cache and s's block
   // tables and kv lengths, bf16 output to scratch attn, the model's head shape and scale.
@@ -542,8 +543,8 @@ void CudaModelRunner::Mlp(const DeviceLayer& L, const StagedRows& ws, float* h, 
   AddResidual(h, proj, m, cfg_.hidden_size);
 }
 
-void CudaModelRunner::KvFromHidden(const DeviceLayer& L, const StagedRows& s,
-                                     const StagedRows& ws, float* h, int begin, int m) {
+void CudaModelRunner::KvFromHidden(const DeviceLayer& L, const StagedRows& s, const StagedRows& ws,
+                                   float* h, int begin, int m) {
   Norm(L.in_norm, ws, h, scratch_.a.as<uint16_t>());
   Linear(L.qkv, ws, scratch_.a.as<uint16_t>(), scratch_.qkv.as<float>());
   QkvEpilogue(s, m, /*write_cache=*/true, /*emit_kv=*/false, begin);
@@ -623,7 +624,7 @@ void CudaModelRunner::RunRecurrentTiled(const LayerBatch& b) {
 }
 
 void CudaModelRunner::RecurrentAttend(bool finish, const StagedRows& s, int rows, size_t items_at,
-                                    int begin, int count) {
+                                      int begin, int count) {
   if (count == 0) return;
   k::RecurrentAttentionParams p;
   FillAttention(s, rows, &p);
@@ -633,9 +634,9 @@ void CudaModelRunner::RecurrentAttend(bool finish, const StagedRows& s, int rows
   p.state_acc = rec_acc_.as<float>();
   p.items = reinterpret_cast<const k::RecurrentFoldItem*>(Meta(items_at)) + begin;
   p.num_items = count;
-  CudaCheck(finish ? k::recurrent_attention_finish(p, stream_)
-                   : k::recurrent_attention_merge(p, stream_),
-            finish ? "recurrent_attention_finish" : "recurrent_attention_merge");
+  CudaCheck(
+      finish ? k::recurrent_attention_finish(p, stream_) : k::recurrent_attention_merge(p, stream_),
+      finish ? "recurrent_attention_finish" : "recurrent_attention_merge");
 }
 
 void CudaModelRunner::RecurrentRowsTail(const DeviceLayer& L, const StagedRows& s,
@@ -700,6 +701,25 @@ void CudaModelRunner::ReadKv(int32_t slot, float* k, float* v) const {
   for (size_t i = 0; i < d; ++i) {
     k[i] = Bf16ToF32(kb[i]);
     v[i] = Bf16ToF32(vb[i]);
+  }
+}
+
+// Device-to-device copies on the step's stream: ordered before every later layer call.
+void CudaModelRunner::CopyKv(const KvCopy* copies, int n) {
+  const size_t d = static_cast<size_t>(cfg_.kv_dim());
+  const int64_t slots = static_cast<int64_t>(num_blocks_) * block_size_;
+  for (int i = 0; i < n; ++i) {
+    const KvCopy& c = copies[i];
+    MORSERVE_CHECK(c.src >= 0 && c.dst >= 0 && c.count >= 0 && c.src + c.count <= slots &&
+                       c.dst + c.count <= slots,
+                   "CopyKv: slots outside the KV pool");
+    const size_t bytes = static_cast<size_t>(c.count) * d * sizeof(uint16_t);
+    for (DeviceBuffer* cache : {&k_cache_, &v_cache_}) {
+      uint16_t* base = cache->as<uint16_t>();
+      CudaCheck(cudaMemcpyAsync(base + c.dst * d, base + c.src * d, bytes, cudaMemcpyDeviceToDevice,
+                                stream_),
+                "CopyKv");
+    }
   }
 }
 
@@ -857,9 +877,8 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> CreateCudaModelRunner(
         absl::StrCat("--device cuda: ", prop.name, " is compute capability ", prop.major, ".",
                      prop.minor, "; the kernels are built for Hopper (sm_90a)"));
   }
-  auto runner =
-      std::make_unique<CudaModelRunner>(std::move(weights), num_kv_blocks, config.block_size,
-                                        config.recurrent_prefill);
+  auto runner = std::make_unique<CudaModelRunner>(std::move(weights), num_kv_blocks,
+                                                  config.block_size, config.recurrent_prefill);
   if (absl::Status st = runner->Init(); !st.ok()) return st;
   return std::unique_ptr<ModelRunner>(std::move(runner));
 }

@@ -2,7 +2,9 @@
 #include "engine/runtime/depth_scheduler.h"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
+#include <numeric>
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/check.h"
@@ -35,6 +37,7 @@ DepthScheduler::DepthScheduler(const EngineConfig& config, const LayerPlan& plan
       }
     }
   }
+  if (config_.prefix_cache) cache_ = std::make_unique<PrefixCache>(plan_.num_cache_slots, pool_);
 }
 
 std::vector<int> DepthScheduler::LoopSlots(int loop) const {
@@ -46,8 +49,21 @@ std::vector<int> DepthScheduler::LoopSlots(int loop) const {
   return slots;
 }
 
+// The prefix cache namespace: what besides the tokens decides the KV a prefix leaves.
+std::string CacheKey(const GenerateRequest& r) {
+  std::string key = r.cache_salt;
+  key.push_back('\0');
+  if (r.exit_threshold) {
+    uint32_t bits = 0;
+    std::memcpy(&bits, &*r.exit_threshold, sizeof(bits));
+    key += std::to_string(bits);
+  }
+  return key;
+}
+
 void DepthScheduler::Add(std::unique_ptr<Sequence> seq) {
   seq->kv = std::make_unique<RequestKv>(plan_.num_cache_slots, pool_->block_size());
+  seq->cache_key = CacheKey(seq->request);
   InsertById(&waiting_, std::move(seq));
 }
 
@@ -97,6 +113,9 @@ void DepthScheduler::RemoveRows(Sequence* seq) {
   entering.erase(std::remove_if(entering.begin(), entering.end(),
                                 [&](const EnteringToken& t) { return t.seq == seq; }),
                  entering.end());
+  copies_.erase(
+      std::remove_if(copies_.begin(), copies_.end(), [&](const auto& c) { return c.first == seq; }),
+      copies_.end());
   seq->rows_in_loop = 0;
   seq->pending_tail.clear();
 }
@@ -115,11 +134,13 @@ std::unique_ptr<Sequence> DepthScheduler::Detach(Sequence* seq) {
 // Recompute later: blocks back to the pool, progress forgotten, tokens kept.
 void DepthScheduler::Preempt(Sequence* seq, Preemption::For what) {
   plan_out_.preempted.push_back({seq->id, what});
+  CacheDone(seq, CachedUpTo(*seq));  // its recompute may then start from the cache
   RemoveRows(seq);
   seq->kv->FreeAll(*pool_);
   seq->num_entered = seq->num_done = 0;
   seq->running = false;
   seq->token_loops.clear();
+  seq->cache_cursor = PrefixCursor{};
   ++seq->usage.preemptions;
   ++num_preemptions_;
   InsertById(&waiting_, Detach(seq));
@@ -157,6 +178,7 @@ void DepthScheduler::Admit(int* row_budget, int* token_budget) {
   while (!waiting_.empty() && static_cast<int>(running_.size()) < config_.max_running &&
          *row_budget > 0 && *token_budget > 0) {
     Sequence* seq = waiting_.front().get();
+    const bool from_cache = StartFromCache(seq);
     const int take = std::min({Ready(*seq), *row_budget, *token_budget});
     std::vector<int> need(plan_.num_cache_slots, 0);
     for (int slot : entry_slots_) need[slot] += take;
@@ -169,7 +191,14 @@ void DepthScheduler::Admit(int* row_budget, int* token_budget) {
       Abort(seq, absl::ResourceExhaustedError("the KV cache is too small for this prompt chunk"));
       continue;
     }
-    if (seq->kv->BlocksNeeded(need) > pool_->num_free() - watermark) break;  // FIFO: no skipping
+    if (seq->kv->BlocksNeeded(need) > pool_->num_free() - watermark) {
+      if (from_cache) ForgetCacheStart(seq);
+      break;  // FIFO: no skipping
+    }
+    if (cache_ && seq->num_prompt > 0) {
+      prefix_queries_ += static_cast<int64_t>(seq->tokens.size());
+      prefix_hits_ += seq->num_done;
+    }
     std::unique_ptr<Sequence> s = std::move(waiting_.front());
     waiting_.pop_front();
     s->running = true;
@@ -185,11 +214,105 @@ void DepthScheduler::Admit(int* row_budget, int* token_budget) {
 StepPlan DepthScheduler::Schedule() {
   plan_out_ = StepPlan();
   DropCancelled();
+  CacheAllDone();
   ScheduleEntering();
   ReservePass();
   plan_out_.loop_rows = std::move(loop_rows_);
   loop_rows_.clear();
+  for (auto& [seq, copy] : copies_) plan_out_.kv_copies.push_back(copy);
+  copies_.clear();
   return std::move(plan_out_);
+}
+
+int DepthScheduler::CachedUpTo(const Sequence& seq) const {
+  // A K/V-only row (early exit, exit_kv propagate) may still owe later loops' entries of a
+  // position that completed the model.
+  int up_to = seq.num_done;
+  for (const Row& r : loop_rows_) {
+    if (r.seq == &seq) up_to = std::min(up_to, r.position);
+  }
+  return up_to;
+}
+
+void DepthScheduler::CacheDone(Sequence* seq, int up_to) {
+  if (!cache_ || up_to < seq->cache_cursor.end + pool_->block_size()) return;
+  cache_->Insert(seq->cache_key, seq->tokens, up_to, *seq->kv, seq->token_loops,
+                 &seq->cache_cursor);
+}
+
+void DepthScheduler::CacheAllDone() {
+  if (!cache_) return;
+  std::map<const Sequence*, int> up_to;
+  for (auto& s : running_) up_to[s.get()] = s->num_done;
+  for (const Row& r : loop_rows_) {
+    int& u = up_to[r.seq];
+    u = std::min(u, r.position);
+  }
+  for (auto& s : running_) CacheDone(s.get(), up_to[s.get()]);
+}
+
+// A request that has not entered any token starts from the longest cached prefix of its
+// tokens (the last token is always computed: its logits are sampled). Full cached blocks are
+// shared; a partial one is copied into a block of its own by the plan's run. The source needs
+// no hold: the run makes its copies, in the order they were planned, before any layer writes,
+// and a source evicted later in this Schedule can only be written by that run or by a copy
+// planned after its own. Requests that score their prompt need every prompt position's row
+// and compute them all.
+bool DepthScheduler::StartFromCache(Sequence* seq) {
+  if (!cache_ || seq->num_entered > 0 || seq->request.params.prompt_logprobs) return false;
+  const int limit = static_cast<int>(seq->tokens.size()) - 1;
+  PrefixHit hit = cache_->Lookup(seq->cache_key, seq->tokens, limit, &seq->cache_cursor);
+  if (hit.tokens == 0) return false;
+  const int bs = pool_->block_size();
+  std::vector<int>
+      held;  // every hit block, held while copy targets are allocated (which may evict)
+  std::vector<int> sources;
+  for (int slot = 0; slot < plan_.num_cache_slots; ++slot) {
+    for (int b : hit.blocks[slot]) {
+      pool_->Share(b);
+      held.push_back(b);
+    }
+    if (hit.positions[slot].size() % bs != 0) sources.push_back(hit.blocks[slot].back());
+  }
+  std::vector<int> targets;
+  const bool ok = pool_->AllocateInto(static_cast<int>(sources.size()), &targets);
+  if (ok) {
+    int next = 0;
+    for (int slot = 0; slot < plan_.num_cache_slots; ++slot) {
+      std::vector<int>& blocks = hit.blocks[slot];
+      const int n = static_cast<int>(hit.positions[slot].size());
+      if (n % bs == 0) {
+        seq->kv->slot(slot).Adopt(*pool_, blocks, {}, std::move(hit.positions[slot]));
+        continue;
+      }
+      const int target = targets[next++];
+      copies_.push_back({seq, KvCopy{blocks.back() * bs, target * bs, n % bs}});
+      seq->kv->slot(slot).Adopt(*pool_, absl::MakeConstSpan(blocks).first(blocks.size() - 1),
+                                {target}, std::move(hit.positions[slot]));
+    }
+  }
+  pool_->Free(held);
+  if (!ok) return false;
+  seq->num_entered = seq->num_done = hit.tokens;
+  seq->token_loops = std::move(hit.loops);
+  seq->usage.cached_tokens = std::min(hit.tokens, seq->num_prompt);
+  seq->usage.recursion_loops +=
+      std::accumulate(seq->token_loops.begin(), seq->token_loops.end(), int64_t{0});
+  return true;
+}
+
+// Admission did not go ahead: the request gives the cached prefix back and waits as before.
+void DepthScheduler::ForgetCacheStart(Sequence* seq) {
+  copies_.erase(
+      std::remove_if(copies_.begin(), copies_.end(), [&](const auto& c) { return c.first == seq; }),
+      copies_.end());
+  seq->kv->FreeAll(*pool_);
+  seq->usage.recursion_loops -=
+      std::accumulate(seq->token_loops.begin(), seq->token_loops.end(), int64_t{0});
+  seq->usage.cached_tokens = 0;
+  seq->num_entered = seq->num_done = 0;
+  seq->token_loops.clear();
+  seq->cache_cursor = PrefixCursor{};
 }
 
 void DepthScheduler::ScheduleEntering() {
@@ -306,6 +429,8 @@ std::vector<Row> DepthScheduler::TakeTailRows() {
         MORSERVE_CHECK(s->kv->slot(slot).Append(*pool_, {s->num_done}) >= 0,
                        "a KV entry of the layers after the loop was not reserved");
       }
+      s->token_loops.resize(s->num_done + 1);
+      s->token_loops[s->num_done] = pending.begin()->second.loop;
       out.push_back(std::move(pending.begin()->second));
       pending.erase(pending.begin());
       ++s->num_done;
@@ -315,6 +440,7 @@ std::vector<Row> DepthScheduler::TakeTailRows() {
 }
 
 void DepthScheduler::Release(Sequence* seq) {
+  CacheDone(seq, CachedUpTo(*seq));
   RemoveRows(seq);
   seq->kv->FreeAll(*pool_);
   Detach(seq);  // the engine holds no other reference; destroyed here

@@ -13,6 +13,9 @@
 //     fit. The loop's rows move into the plan. K/V-only rows (early exit, exit_kv
 //     propagate) take no row of the limit: an exit frees its row at once, and the rows
 //     that write its later K/V cost a projection each, not a layer.
+//   With the prefix cache on, Schedule() first caches the full blocks running requests have
+//   completed, and admission starts a request from the longest cached prefix of its tokens
+//   (prefix_cache.h): shared full blocks, and copies of partial ones in the plan.
 //   Update(): records the entries the run wrote; rows that left go to their request's
 //     pending tail, the others back into the loop; hands out, per request, the in-order
 //     prefix of positions that have left the loop (the unique last layers need every
@@ -31,6 +34,7 @@
 #include "engine/model/layer_plan.h"
 #include "engine/runtime/engine_config.h"
 #include "engine/runtime/kv_block_pool.h"
+#include "engine/runtime/prefix_cache.h"
 #include "engine/runtime/sequence.h"
 #include "engine/runtime/step_plan.h"
 
@@ -38,6 +42,7 @@ namespace morserve {
 
 class DepthScheduler {
  public:
+  // `pool` must outlive the scheduler (its prefix cache gives the cached blocks back).
   DepthScheduler(const EngineConfig& config, const LayerPlan& plan, KvBlockPool* pool);
 
   // Queues a request (the engine bounds the queue before it gets here).
@@ -61,6 +66,11 @@ class DepthScheduler {
   int num_running() const { return static_cast<int>(running_.size()); }
   int64_t num_preemptions() const { return num_preemptions_; }
   bool idle() const { return waiting_.empty() && running_.empty(); }
+  // Prefix cache: tokens of admitted requests looked up and found (vLLM's queries and hits),
+  // and the cache itself (nullptr when EngineConfig::prefix_cache is off).
+  int64_t prefix_queries() const { return prefix_queries_; }
+  int64_t prefix_hits() const { return prefix_hits_; }
+  const PrefixCache* prefix_cache() const { return cache_.get(); }
   const std::vector<std::unique_ptr<Sequence>>& running() const { return running_; }
 
   // Cache slots a token writes outside the shared block's passes (unique layers, and every
@@ -80,6 +90,12 @@ class DepthScheduler {
   void ReservePass();
   void Admit(int* row_budget, int* token_budget);
   void Commit(const std::vector<KvWrite>& writes);
+  // Prefix cache: the last position before which every entry of `seq` is written.
+  int CachedUpTo(const Sequence& seq) const;
+  void CacheDone(Sequence* seq, int up_to);
+  void CacheAllDone();
+  bool StartFromCache(Sequence* seq);
+  void ForgetCacheStart(Sequence* seq);
   std::vector<Row> TakeTailRows();
   void RemoveRows(Sequence* seq);
   std::unique_ptr<Sequence> Detach(Sequence* seq);
@@ -94,6 +110,9 @@ class DepthScheduler {
   std::vector<Row> loop_rows_;
   StepPlan plan_out_;  // the plan Schedule() is building
   int64_t num_preemptions_ = 0;
+  std::unique_ptr<PrefixCache> cache_;
+  std::vector<std::pair<Sequence*, KvCopy>> copies_;  // this plan's, by request
+  int64_t prefix_queries_ = 0, prefix_hits_ = 0;
 };
 
 }  // namespace morserve

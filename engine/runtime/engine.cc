@@ -214,6 +214,10 @@ void Engine::ReportStep(double start, const EngineStats& before, const StepPhase
   r.waiting = after.waiting;
   r.kv_blocks_used = after.kv_blocks_used;
   r.kv_blocks_total = after.kv_blocks_total;
+  r.prefix_cache_queries = after.prefix_cache_queries - before.prefix_cache_queries;
+  r.prefix_cache_hits = after.prefix_cache_hits - before.prefix_cache_hits;
+  r.prefix_cache_evictions = after.prefix_cache_evictions - before.prefix_cache_evictions;
+  r.prefix_cache_blocks = after.prefix_cache_blocks;
   r.phases = phases;
   observer_->OnStep(r);
 }
@@ -297,6 +301,12 @@ void Engine::UpdateGauges() {
   stats_.running = scheduler_->num_running();
   stats_.waiting = scheduler_->num_waiting();
   stats_.layer_rows = runner_->counters();
+  stats_.prefix_cache_queries = scheduler_->prefix_queries();
+  stats_.prefix_cache_hits = scheduler_->prefix_hits();
+  if (const PrefixCache* cache = scheduler_->prefix_cache()) {
+    stats_.prefix_cache_evictions = cache->evicted_blocks();
+    stats_.prefix_cache_blocks = cache->num_blocks();
+  }
 }
 
 // Rows that finished the loop: the layers after it, then count their loops and sample where
@@ -308,9 +318,6 @@ void Engine::Complete(std::vector<Row> tail, StepPhaseSeconds* t, PhaseClock* cl
   for (Row& row : tail) {
     Sequence* seq = row.seq;
     seq->usage.recursion_loops += row.loop;
-    if (static_cast<int>(seq->token_loops.size()) <= row.position)
-      seq->token_loops.resize(row.position + 1);
-    seq->token_loops[row.position] = row.loop;
     {
       std::lock_guard<std::mutex> lock(stats_mu_);
       if (row.loop < static_cast<int>(stats_.exits_per_loop.size()))

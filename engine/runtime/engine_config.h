@@ -34,12 +34,12 @@ enum class Device { kCpu, kCuda };
 
 struct EngineConfig {
   BatchingMode mode = BatchingMode::kDepthWise;
-  int max_batch_rows = 256;     // rows in one pass of the shared block (the "batch size")
-  int max_step_tokens = 2048;   // tokens entering the model per step (prefill chunk budget)
-  int max_running = 256;        // requests holding KV at once
-  int max_queue = 4096;         // waiting requests; Submit fails with RESOURCE_EXHAUSTED beyond
-  int block_size = 16;          // tokens per KV block
-  int num_kv_blocks = 0;        // 0: derived from kv_cache_bytes
+  int max_batch_rows = 256;    // rows in one pass of the shared block (the "batch size")
+  int max_step_tokens = 2048;  // tokens entering the model per step (prefill chunk budget)
+  int max_running = 256;       // requests holding KV at once
+  int max_queue = 4096;        // waiting requests; Submit fails with RESOURCE_EXHAUSTED beyond
+  int block_size = 16;         // tokens per KV block
+  int num_kv_blocks = 0;       // 0: derived from kv_cache_bytes
   int64_t kv_cache_bytes = 256ll << 20;
   CpuWeights weights = CpuWeights::kAuto;
   RecurrentPrefill recurrent_prefill = RecurrentPrefill::kTiled;

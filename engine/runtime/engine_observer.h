@@ -24,9 +24,9 @@ struct StepPhaseSeconds {
 // One step's work (deltas, not totals) and the state after it.
 struct StepReport {
   double duration_seconds = 0;
-  int passes = 0;             // passes of the shared block
-  int pass_rows = 0;          // rows over those passes
-  int pass_row_capacity = 0;  // max_batch_rows per pass
+  int passes = 0;                       // passes of the shared block
+  int pass_rows = 0;                    // rows over those passes
+  int pass_row_capacity = 0;            // max_batch_rows per pass
   std::vector<int64_t> rows_per_loop;   // rows that ran loop r+1, by r
   std::vector<int64_t> exits_per_loop;  // tokens that left the model after r loops, by r
   int tokens_generated = 0;

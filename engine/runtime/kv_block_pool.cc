@@ -17,14 +17,20 @@ int CeilDiv(int a, int b) { return (a + b - 1) / b; }
 
 KvBlockPool::KvBlockPool(int num_blocks, int block_size) : block_size_(block_size) {
   MORSERVE_CHECK(num_blocks > 0 && block_size > 0, "num_blocks and block_size must be > 0");
-  allocated_.assign(num_blocks, 0);
+  refs_.assign(num_blocks, 0);
+  cache_refs_.assign(num_blocks, 0);
   free_.resize(num_blocks);
   // Hand out low ids first: the stack's back is id 0.
   for (int i = 0; i < num_blocks; ++i) free_[i] = num_blocks - 1 - i;
 }
 
 bool KvBlockPool::IsAllocated(int id) const {
-  return id >= 0 && id < num_blocks() && allocated_[id] != 0;
+  return id >= 0 && id < num_blocks() && refs_[id] > 0;
+}
+
+int KvBlockPool::refs(int id) const {
+  MORSERVE_CHECK(id >= 0 && id < num_blocks(), "unknown block id");
+  return refs_[id];
 }
 
 std::optional<std::vector<int>> KvBlockPool::Allocate(int n) {
@@ -36,24 +42,56 @@ std::optional<std::vector<int>> KvBlockPool::Allocate(int n) {
 bool KvBlockPool::AllocateInto(int n, std::vector<int>* out) {
   MORSERVE_CHECK(n >= 0, "negative block count");
   if (n > num_free()) return false;
+  if (n > num_empty() && evictor_) evictor_(n - num_empty());
+  MORSERVE_CHECK(n <= num_empty(), "the evictor left cached idle blocks that were needed");
   out->reserve(out->size() + n);
   for (int i = 0; i < n; ++i) {
     const int id = free_.back();
     free_.pop_back();
-    allocated_[id] = 1;
+    refs_[id] = 1;
     out->push_back(id);
   }
   return true;
 }
 
+void KvBlockPool::Share(int id) {
+  MORSERVE_CHECK(id >= 0 && id < num_blocks(), "sharing an unknown block id");
+  MORSERVE_CHECK(refs_[id] > 0 || cache_refs_[id] > 0, "sharing a free block");
+  if (refs_[id] == 0) --num_cached_idle_;
+  ++refs_[id];
+}
+
 void KvBlockPool::Free(absl::Span<const int> ids) {
   for (int id : ids) {
     MORSERVE_CHECK(id >= 0 && id < num_blocks(), "freeing an unknown block id");
-    MORSERVE_CHECK(allocated_[id] != 0, "freeing a block that is not allocated");
-    allocated_[id] = 0;
-    free_.push_back(id);
+    MORSERVE_CHECK(refs_[id] > 0, "freeing a block that is not allocated");
+    if (--refs_[id] > 0) continue;
+    if (cache_refs_[id] > 0) {
+      ++num_cached_idle_;
+    } else {
+      Release(id);
+    }
   }
 }
+
+void KvBlockPool::Cache(int id) {
+  MORSERVE_CHECK(id >= 0 && id < num_blocks(), "caching an unknown block id");
+  MORSERVE_CHECK(refs_[id] > 0 || cache_refs_[id] > 0, "caching a free block");
+  if (cache_refs_[id]++ == 0) ++num_cached_;
+}
+
+bool KvBlockPool::Uncache(int id) {
+  MORSERVE_CHECK(id >= 0 && id < num_blocks(), "uncaching an unknown block id");
+  MORSERVE_CHECK(cache_refs_[id] > 0, "uncaching a block the cache does not hold");
+  if (--cache_refs_[id] > 0) return false;
+  --num_cached_;
+  if (refs_[id] > 0) return false;
+  --num_cached_idle_;
+  Release(id);
+  return true;
+}
+
+void KvBlockPool::Release(int id) { free_.push_back(id); }
 
 KvBlockTable::KvBlockTable(int block_size) : block_size_(block_size) {
   MORSERVE_CHECK(block_size > 0, "block_size must be > 0");
@@ -94,6 +132,19 @@ int KvBlockTable::NumVisible(int position) const {
 int KvBlockTable::IndexOf(int position) const {
   auto it = std::lower_bound(positions_.begin(), positions_.end(), position);
   return it != positions_.end() && *it == position ? static_cast<int>(it - positions_.begin()) : -1;
+}
+
+void KvBlockTable::Adopt(KvBlockPool& pool, absl::Span<const int> shared, absl::Span<const int> own,
+                         std::vector<int> positions) {
+  MORSERVE_CHECK(blocks_.empty() && positions_.empty(), "adopting into a table in use");
+  const int n = static_cast<int>(shared.size() + own.size());
+  MORSERVE_CHECK(static_cast<int>(positions.size()) <= n * block_size_ &&
+                     static_cast<int>(positions.size()) > (n - 1) * block_size_,
+                 "adopted blocks do not match their entries");
+  for (int id : shared) pool.Share(id);
+  blocks_.assign(shared.begin(), shared.end());
+  blocks_.insert(blocks_.end(), own.begin(), own.end());
+  positions_ = std::move(positions);
 }
 
 void KvBlockTable::ReleaseUnused(KvBlockPool& pool) {

@@ -174,6 +174,9 @@ void ModelExecutor::RunSegment(int segment, std::vector<Row*>& rows, std::vector
 RunOutput ModelExecutor::Run(StepPlan&& plan) {
   RunOutput out;
   const double start = NowSeconds();
+  if (!plan.kv_copies.empty()) {
+    runner_->CopyKv(plan.kv_copies.data(), static_cast<int>(plan.kv_copies.size()));
+  }
   std::vector<Row> rows = std::move(plan.loop_rows);
   for (Row& r : Enter(plan.entering, &out.kv_writes)) {
     (r.exited ? out.skipped : rows).push_back(std::move(r));

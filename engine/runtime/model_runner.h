@@ -14,7 +14,7 @@ namespace morserve {
 
 // Where one layer's rows write and read KV (FlashInfer-style flat arrays).
 struct LayerKvPlan {
-  std::vector<int32_t> write_slot;   // [n] flat entry (block * block_size + offset), -1: none
+  std::vector<int32_t> write_slot;    // [n] flat entry (block * block_size + offset), -1: none
   std::vector<int32_t> table_indptr;  // [n + 1] into table_blocks
   std::vector<int32_t> table_blocks;  // block ids of each row's (request, cache slot)
   std::vector<int32_t> kv_len;        // [n] entries each row attends to, from index 0
@@ -25,6 +25,15 @@ struct LayerKvPlan {
   // one). kv_len of a chunk's row counts the chunk's earlier rows, whose persistent pairs the
   // runner must produce first. Different chunks are independent. Empty: chunks of one row.
   std::vector<int32_t> chunk_indptr;
+};
+
+// A run of `count` consecutive KV entries copied from flat slot `src` to flat slot `dst`
+// (block * block_size + offset; a run never crosses a block): a prefix-cache hit copies the
+// entries of a partial cached block into a block the new request owns.
+struct KvCopy {
+  int32_t src = 0;
+  int32_t dst = 0;
+  int32_t count = 0;
 };
 
 struct LayerBatch {
@@ -71,6 +80,8 @@ class ModelRunner {
   // Copies the K and V ([kv_dim] each, keys after RoPE) stored at a flat KV slot (block *
   // block_size + offset): for tests that compare cache contents with the reference.
   virtual void ReadKv(int32_t slot, float* k, float* v) const = 0;
+  // Copies K and V exactly (bit for bit), before any later call reads or writes the cache.
+  virtual void CopyKv(const KvCopy* copies, int n) = 0;
 };
 
 }  // namespace morserve

@@ -38,7 +38,7 @@ struct TokenEvent {
   int token = -1;
   float logprob = 0.0f;
   std::vector<TokenLogprob> top_logprobs;
-  int loops = 0;  // loops of the shared block the forward that produced this token ran
+  int loops = 0;              // loops of the shared block the forward that produced this token ran
   std::vector<float> logits;  // only with GenerateRequest::return_logits
 };
 

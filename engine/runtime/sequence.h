@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engine/runtime/kv_block_pool.h"
+#include "engine/runtime/prefix_cache.h"
 #include "engine/runtime/request.h"
 
 namespace morserve {
@@ -27,8 +28,8 @@ struct Sequence;
 struct Row {
   Sequence* seq = nullptr;
   int position = 0;
-  int loop = 0;          // next loop to run (0-based); loops run so far inside the segment
-  std::vector<float> h;  // hidden state [H]
+  int loop = 0;           // next loop to run (0-based); loops run so far inside the segment
+  std::vector<float> h;   // hidden state [H]
   std::vector<float> x0;  // token_choice: the segment input
   float gate = 0.0f;      // expert_choice: g of the loop about to run
   float tc_gate = 0.0f;   // token_choice: p[d-1]
@@ -56,11 +57,13 @@ struct Sequence {
   int rows_in_loop = 0;
   std::map<int, Row> pending_tail;  // position -> row that left the loop
   std::unique_ptr<RequestKv> kv;
+  std::string cache_key;      // prefix cache namespace: cache_salt and the exit threshold
+  PrefixCursor cache_cursor;  // how far this request's blocks are cached
   bool cancelled = false;
   FinishReason cancel_reason = FinishReason::kCancelled;  // what the final event reports
   bool running = false;
   Usage usage;
-  std::vector<int> token_loops;  // loops of each completed position (for events)
+  std::vector<int> token_loops;  // [num_done] loops of each position that left the loop
   // Prompt logprobs gathered so far (entry i: prompt token i + 1), kept across preemption
   // (a recomputed position rewrites its entry with the same value) until they are sent.
   std::vector<PromptTokenLogprob> prompt_logprobs;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "engine/runtime/model_runner.h"
 #include "engine/runtime/sequence.h"
 
 namespace morserve {
@@ -51,6 +52,10 @@ struct StepPlan {
   std::vector<Row> loop_rows;
   std::vector<Dropped> dropped;
   std::vector<Preemption> preempted;
+  // Prefix-cache hits: partial cached blocks copied into the admitted requests' own blocks.
+  // The run does them first and in this order, before any layer writes the cache (their
+  // sources are not held: see DepthScheduler::StartFromCache).
+  std::vector<KvCopy> kv_copies;
 
   bool has_work() const { return !entering.empty() || !loop_rows.empty(); }
 };
