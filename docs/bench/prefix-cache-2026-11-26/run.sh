@@ -13,8 +13,9 @@
 # (--threads 2), CONVERSATIONS (6), TURNS (4), RATE (0.2 conversations/s), DURATION (150 s:
 # the longest either run may take; open requests are cut then).
 # Writes OUT_DIR/on.json and off.json (the load tester's reports, with prompt_cache and
-# chat_turns), OUT_DIR/report/ (report.md, report.json and plots: side by side), the
-# load tester's tables (on.txt, off.txt) and the server logs.
+# chat_turns), OUT_DIR/report/ (report.md, report.json and plots: side by side) and the
+# load tester's tables (on.txt, off.txt); the server logs (OUT_DIR/*.server.log) are kept
+# only when something failed.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here/../../.."
@@ -83,4 +84,5 @@ for label in on off; do
 done
 "$loadtest" report --input "cache-on=$out/on.json,cache-off=$out/off.json" --out-dir "$out/report" \
   --title "Prefix cache on vs off: multi-turn chat on the demo model" >/dev/null
+rm -rf "$out/report/data" "$out"/*.server.log  # gnuplot's inputs; the logs of a clean run
 cat "$out/report/report.md"
