@@ -23,8 +23,10 @@
 //     end so, and at least kMinCompared (50%) of all generated steps must be compared, so
 //     the test cannot pass by comparing nothing.
 // Also: batch invariance for MoR and Relaxed (a request alone vs inside three mixed batches:
-// identical tokens and bitwise identical logits), every KV block back in the pool at the end,
-// and the clear error for a shape the kernels do not take.
+// identical tokens and bitwise identical logits), prefix caching for MoR and Relaxed (a request
+// that starts from cached KV, shared full blocks and partial ones copied on the device, equals
+// the same request on an engine without the cache, bit for bit), every KV block back in the
+// pool at the end, and the clear error for a shape the kernels do not take.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -156,6 +158,47 @@ TEST_P(EngineGpuInvarianceTest, AloneAndInMixedBatchesAreBitwiseEqual) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, EngineGpuInvarianceTest,
+                         ::testing::Values(FamilyCase{"mor_ec", Spec("mor-ec")},
+                                           FamilyCase{"relaxed_lora_r13",
+                                                      RelaxedEveryProjection()}),
+                         [](const auto& info) { return info.param.name; });
+
+class EngineGpuPrefixCacheTest : public ::testing::TestWithParam<FamilyCase> {
+ protected:
+  void SetUp() override { MORSERVE_SKIP_WITHOUT_GPU(); }
+};
+
+TEST_P(EngineGpuPrefixCacheTest, HitEqualsMissBitwise) {
+  testing::TempDir dir;
+  auto weights = testing::MakeModel(GetParam().spec, &dir);
+  ASSERT_NE(weights, nullptr);
+  const std::vector<int> base = testing::MakePrompts(1, 21, 21, weights->config.vocab_size, 7)[0];
+  const GenerateRequest first = Greedy(base, 3);
+  std::vector<int> longer(base.begin(), base.begin() + 18);
+  longer.push_back(3);
+  const GenerateRequest second = Greedy(longer, 6);
+  for (BatchingMode mode : {BatchingMode::kDepthWise, BatchingMode::kSequenceWise}) {
+    EngineConfig off = GpuConfig(mode);
+    off.prefix_cache = false;
+    auto miss_engine = Engine::Create(weights, off);
+    ASSERT_TRUE(miss_engine.ok()) << miss_engine.status();
+    const RunResult miss = testing::RunStaggered(miss_engine->get(), {second}, {0})[0];
+    auto engine = Engine::Create(weights, GpuConfig(mode));
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    testing::RunStaggered(engine->get(), {first}, {0});
+    const RunResult hit = testing::RunStaggered(engine->get(), {second}, {0})[0];
+    EXPECT_EQ(hit.usage.cached_tokens, 16);
+    EXPECT_EQ(hit.tokens, miss.tokens);
+    EXPECT_EQ(hit.loops, miss.loops);
+    ASSERT_EQ(hit.logits.size(), miss.logits.size());
+    for (size_t t = 0; t < miss.logits.size(); ++t) {
+      EXPECT_EQ(hit.logits[t], miss.logits[t]) << "token " << t;
+    }
+    EXPECT_EQ((*engine)->kv_pool().num_free(), off.num_kv_blocks) << "blocks leaked";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, EngineGpuPrefixCacheTest,
                          ::testing::Values(FamilyCase{"mor_ec", Spec("mor-ec")},
                                            FamilyCase{"relaxed_lora_r13",
                                                       RelaxedEveryProjection()}),
