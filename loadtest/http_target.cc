@@ -135,7 +135,7 @@ class HttpCall : public std::enable_shared_from_this<HttpCall> {
     stream_ = std::make_unique<beast::tcp_stream>(io_);
     resolver_.async_resolve(
         url_.host, url_.port,
-        [self = shared_from_this()](beast::error_code ec, tcp::resolver::results_type r) {
+        [self = shared_from_this()](beast::error_code ec, const tcp::resolver::results_type& r) {
           self->OnResolve(ec, r);
         });
   }

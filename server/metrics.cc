@@ -96,8 +96,8 @@ void ServerMetrics::Register(int loops) {
   auto counter = [&](const char* name, const char* help) {
     return &prometheus::BuildCounter().Name(name).Help(help).Register(r).Add({});
   };
-  auto histogram = [&](const char* name, const char* help, Histogram::BucketBoundaries b) {
-    return &prometheus::BuildHistogram().Name(name).Help(help).Register(r).Add({}, std::move(b));
+  auto histogram = [&](const char* name, const char* help, const Histogram::BucketBoundaries& b) {
+    return &prometheus::BuildHistogram().Name(name).Help(help).Register(r).Add({}, b);
   };
   running_ = gauge("morserve_requests_running", "Requests holding KV blocks in the engine.");
   waiting_ = gauge("morserve_requests_waiting", "Requests queued for admission.");

@@ -47,7 +47,7 @@ class ServerMetrics : public EngineObserver {
   void OnAdmitted(double queue_seconds) override;
   void OnToken(bool first, double latency_seconds, int loops) override;
   void OnFinished(FinishReason reason, double e2e_seconds, const Usage& usage) override;
-  void OnStep(const StepReport& report) override;
+  void OnStep(const StepReport& s) override;
 
   void OnRejected(RejectReason reason);
   void OnStreamOpened();

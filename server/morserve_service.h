@@ -22,7 +22,7 @@ class MorserveService final : public v1::Morserve::CallbackService {
                                        v1::DetokenizeResponse* response) override;
   grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
                                          const v1::GetModelInfoRequest* request,
-                                         v1::ModelInfo* response) override;
+                                         v1::ModelInfo* out) override;
 
  private:
   ServingState* state_;

@@ -43,15 +43,16 @@ struct OpenAiRequest {
 constexpr int kMaxChoices = 128;
 constexpr int kMaxLogprobs = 20;
 
-// Parses `body`; on failure the 400 error (message and param name the field).
-std::optional<ApiError> ParseOpenAiRequest(Endpoint endpoint, std::string_view body,
+// Parses `text` (the request body); on failure the 400 error (message and param name the
+// field).
+std::optional<ApiError> ParseOpenAiRequest(Endpoint endpoint, std::string_view text,
                                            OpenAiRequest* out);
 
 // POST /tokenize (vLLM's two shapes): {"prompt": "...", "add_special_tokens": bool (default
 // true), "model"} or {"messages": [...], "add_generation_prompt": bool (default true),
 // "add_special_tokens": bool (default false), "model"}; messages go to the backend as
 // TokenizeRequest.chat and are rendered with its chat template.
-std::optional<ApiError> ParseTokenizeRequest(std::string_view body, std::string* model,
+std::optional<ApiError> ParseTokenizeRequest(std::string_view text, std::string* model,
                                              v1::TokenizeRequest* out);
 
 }  // namespace morserve::gateway

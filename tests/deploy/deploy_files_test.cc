@@ -200,7 +200,7 @@ std::string Canonical(const YAML::Node& n) {
     std::map<std::string, std::string> kv;
     for (const auto& e : n) kv[e.first.as<std::string>()] = Canonical(e.second);
     std::string s = "{";
-    for (const auto& [k, v] : kv) s += k + ":" + v + ",";
+    for (const auto& [k, v] : kv) s.append(k).append(":").append(v).append(",");
     return s + "}";
   }
   if (n.IsSequence()) {

@@ -6,6 +6,7 @@
 #include <random>
 #include <tuple>
 
+#include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "server/gateway/backend_discovery.h"
 #include "server/gateway/openai_request.h"
@@ -166,10 +167,9 @@ TEST(OpenAiRequestTest, CacheSaltGoesToEveryCall) {
             "");
   for (const char* bad : {"3", "\"\"", "[\"a\"]", "{}", "true"}) {
     for (Endpoint e : {Endpoint::kCompletions, Endpoint::kChat}) {
-      const std::string body =
-          std::string(e == Endpoint::kChat ? R"({"messages": [{"role": "user"}], )"
-                                           : R"({"prompt": "x", )") +
-          "\"cache_salt\": " + bad + "}";
+      const std::string body = absl::StrCat(
+          e == Endpoint::kChat ? R"({"messages": [{"role": "user"}], )" : R"({"prompt": "x", )",
+          "\"cache_salt\": ", bad, "}");
       const ApiError err = ParseError(e, body);
       EXPECT_EQ(err.http_status, 400) << body;
       EXPECT_EQ(err.param, "cache_salt") << body;
@@ -223,7 +223,7 @@ TEST(OpenAiRequestTest, TokenConstraintsMapToTheProto) {
                                                         {"min_tokens", R"(-1)"},
                                                         {"min_tokens", R"(2.5)"},
                                                         {"min_tokens", R"("3")"}}) {
-    const std::string body = head + "\"" + field + "\": " + value + "}";
+    const std::string body = absl::StrCat(head, "\"", field, "\": ", value, "}");
     const ApiError e = ParseError(Endpoint::kCompletions, body);
     EXPECT_EQ(e.http_status, 400) << body;
     EXPECT_EQ(e.param, field) << body << ": " << e.message;
