@@ -178,8 +178,8 @@ void DepthScheduler::Admit(int* row_budget, int* token_budget) {
   while (!waiting_.empty() && static_cast<int>(running_.size()) < config_.max_running &&
          *row_budget > 0 && *token_budget > 0) {
     Sequence* seq = waiting_.front().get();
-    const bool from_cache = StartFromCache(seq);
-    const int take = std::min({Ready(*seq), *row_budget, *token_budget});
+    PrefixHit hit = LookUp(*seq);
+    const int take = std::min({Ready(*seq) - hit.tokens, *row_budget, *token_budget});
     std::vector<int> need(plan_.num_cache_slots, 0);
     for (int slot : entry_slots_) need[slot] += take;
     for (int slot : LoopSlots(0)) need[slot] += take;
@@ -191,10 +191,9 @@ void DepthScheduler::Admit(int* row_budget, int* token_budget) {
       Abort(seq, absl::ResourceExhaustedError("the KV cache is too small for this prompt chunk"));
       continue;
     }
-    if (seq->kv->BlocksNeeded(need) > pool_->num_free() - watermark) {
-      if (from_cache) ForgetCacheStart(seq);
-      break;  // FIFO: no skipping
-    }
+    // Checked before anything moves: a request that waits leaves the cache as it was.
+    if (StartCost(*seq, hit, need) > pool_->num_free() - watermark) break;  // FIFO: no skipping
+    if (hit.tokens > 0) StartFromCache(seq, std::move(hit));
     if (cache_ && seq->num_prompt > 0) {
       prefix_queries_ += static_cast<int64_t>(seq->tokens.size());
       prefix_hits_ += seq->num_done;
@@ -236,6 +235,11 @@ int DepthScheduler::CachedUpTo(const Sequence& seq) const {
 
 void DepthScheduler::CacheDone(Sequence* seq, int up_to) {
   if (!cache_ || up_to < seq->cache_cursor.end + pool_->block_size()) return;
+  // Started from the cache in this Schedule: its copied entries exist only once the run made
+  // the copies (a request preempted before that caches nothing; its prefix was cached anyway).
+  for (const auto& c : copies_) {
+    if (c.first == seq) return;
+  }
   cache_->Insert(seq->cache_key, seq->tokens, up_to, *seq->kv, seq->token_loops,
                  &seq->cache_cursor);
 }
@@ -251,68 +255,69 @@ void DepthScheduler::CacheAllDone() {
   for (auto& s : running_) CacheDone(s.get(), up_to[s.get()]);
 }
 
-// A request that has not entered any token starts from the longest cached prefix of its
-// tokens (the last token is always computed: its logits are sampled). Full cached blocks are
-// shared; a partial one is copied into a block of its own by the plan's run. The source needs
-// no hold: the run makes its copies, in the order they were planned, before any layer writes,
-// and a source evicted later in this Schedule can only be written by that run or by a copy
-// planned after its own. Requests that score their prompt need every prompt position's row
-// and compute them all.
-bool DepthScheduler::StartFromCache(Sequence* seq) {
-  if (!cache_ || seq->num_entered > 0 || seq->request.params.prompt_logprobs) return false;
-  const int limit = static_cast<int>(seq->tokens.size()) - 1;
-  PrefixHit hit = cache_->Lookup(seq->cache_key, seq->tokens, limit, &seq->cache_cursor);
-  if (hit.tokens == 0) return false;
+// The longest cached prefix a request that has entered nothing may start from: all its tokens
+// but the last (whose logits are sampled). Requests that score their prompt need every prompt
+// position's row and compute them all.
+PrefixHit DepthScheduler::LookUp(Sequence& seq) {
+  if (!cache_ || seq.num_entered > 0 || seq.request.params.prompt_logprobs) return {};
+  const int limit = static_cast<int>(seq.tokens.size()) - 1;
+  return cache_->Lookup(seq.cache_key, seq.tokens, limit);
+}
+
+// Blocks that starting from `hit` takes out of the free count: cached blocks no table holds
+// yet (held from now on), a copy target per partial block, and the blocks the tables then
+// need for `need` more entries per slot.
+int DepthScheduler::StartCost(const Sequence& seq, const PrefixHit& hit,
+                              const std::vector<int>& need) const {
+  if (hit.tokens == 0) return seq.kv->BlocksNeeded(need);
   const int bs = pool_->block_size();
-  std::vector<int>
-      held;  // every hit block, held while copy targets are allocated (which may evict)
-  std::vector<int> sources;
+  int cost = 0;
+  for (int slot = 0; slot < plan_.num_cache_slots; ++slot) {
+    for (int b : hit.blocks[slot]) cost += pool_->refs(b) == 0 ? 1 : 0;
+    const int n = static_cast<int>(hit.positions[slot].size());
+    const int have = (n + bs - 1) / bs;
+    if (n % bs != 0) ++cost;
+    cost += std::max(0, (n + need[slot] + bs - 1) / bs - have);
+  }
+  return cost;
+}
+
+// Starts a request from a cached prefix. Full blocks are shared; a partial one is copied into
+// a block of its own by the plan's run. The source needs no hold: the run makes its copies, in
+// the order they were planned, before any layer writes, and a source evicted later in this
+// Schedule can only be written by that run or by a copy planned after its own.
+void DepthScheduler::StartFromCache(Sequence* seq, PrefixHit hit) {
+  const int bs = pool_->block_size();
+  std::vector<int> held;  // every hit block, held while copy targets are allocated (may evict)
+  int partial = 0;
   for (int slot = 0; slot < plan_.num_cache_slots; ++slot) {
     for (int b : hit.blocks[slot]) {
       pool_->Share(b);
       held.push_back(b);
     }
-    if (hit.positions[slot].size() % bs != 0) sources.push_back(hit.blocks[slot].back());
+    partial += hit.positions[slot].size() % bs != 0 ? 1 : 0;
   }
   std::vector<int> targets;
-  const bool ok = pool_->AllocateInto(static_cast<int>(sources.size()), &targets);
-  if (ok) {
-    int next = 0;
-    for (int slot = 0; slot < plan_.num_cache_slots; ++slot) {
-      std::vector<int>& blocks = hit.blocks[slot];
-      const int n = static_cast<int>(hit.positions[slot].size());
-      if (n % bs == 0) {
-        seq->kv->slot(slot).Adopt(*pool_, blocks, {}, std::move(hit.positions[slot]));
-        continue;
-      }
-      const int target = targets[next++];
-      copies_.push_back({seq, KvCopy{blocks.back() * bs, target * bs, n % bs}});
-      seq->kv->slot(slot).Adopt(*pool_, absl::MakeConstSpan(blocks).first(blocks.size() - 1),
-                                {target}, std::move(hit.positions[slot]));
+  MORSERVE_CHECK(pool_->AllocateInto(partial, &targets), "copy targets after the cost check");
+  int next = 0;
+  for (int slot = 0; slot < plan_.num_cache_slots; ++slot) {
+    std::vector<int>& blocks = hit.blocks[slot];
+    const int n = static_cast<int>(hit.positions[slot].size());
+    if (n % bs == 0) {
+      seq->kv->slot(slot).Adopt(*pool_, blocks, {}, std::move(hit.positions[slot]));
+      continue;
     }
+    const int target = targets[next++];
+    copies_.push_back({seq, KvCopy{blocks.back() * bs, target * bs, n % bs}});
+    seq->kv->slot(slot).Adopt(*pool_, absl::MakeConstSpan(blocks).first(blocks.size() - 1),
+                              {target}, std::move(hit.positions[slot]));
   }
   pool_->Free(held);
-  if (!ok) return false;
   seq->num_entered = seq->num_done = hit.tokens;
   seq->token_loops = std::move(hit.loops);
   seq->usage.cached_tokens = std::min(hit.tokens, seq->num_prompt);
   seq->usage.recursion_loops +=
       std::accumulate(seq->token_loops.begin(), seq->token_loops.end(), int64_t{0});
-  return true;
-}
-
-// Admission did not go ahead: the request gives the cached prefix back and waits as before.
-void DepthScheduler::ForgetCacheStart(Sequence* seq) {
-  copies_.erase(
-      std::remove_if(copies_.begin(), copies_.end(), [&](const auto& c) { return c.first == seq; }),
-      copies_.end());
-  seq->kv->FreeAll(*pool_);
-  seq->usage.recursion_loops -=
-      std::accumulate(seq->token_loops.begin(), seq->token_loops.end(), int64_t{0});
-  seq->usage.cached_tokens = 0;
-  seq->num_entered = seq->num_done = 0;
-  seq->token_loops.clear();
-  seq->cache_cursor = PrefixCursor{};
 }
 
 void DepthScheduler::ScheduleEntering() {

@@ -94,8 +94,9 @@ class DepthScheduler {
   int CachedUpTo(const Sequence& seq) const;
   void CacheDone(Sequence* seq, int up_to);
   void CacheAllDone();
-  bool StartFromCache(Sequence* seq);
-  void ForgetCacheStart(Sequence* seq);
+  PrefixHit LookUp(Sequence& seq);
+  int StartCost(const Sequence& seq, const PrefixHit& hit, const std::vector<int>& need) const;
+  void StartFromCache(Sequence* seq, PrefixHit hit);
   std::vector<Row> TakeTailRows();
   void RemoveRows(Sequence* seq);
   std::unique_ptr<Sequence> Detach(Sequence* seq);

@@ -194,9 +194,10 @@ TEST_P(PrefixCacheEngineTest, PreemptionAndEvictionLoseNothing) {
     const std::vector<RunResult> got =
         testing::RunStaggered(engine->get(), requests, std::vector<int>(requests.size(), round));
     for (size_t i = 0; i < requests.size(); ++i) {
-      ExpectSame(
-          got[i], want[i],
-          GetParam().name + " round " + std::to_string(round) + " request " + std::to_string(i));
+      ExpectSame(got[i], want[i],
+                 GetParam().name + " round " + std::to_string(round) + " request " +
+                     std::to_string(i) + " (preempted " + std::to_string(got[i].usage.preemptions) +
+                     "x, cached " + std::to_string(got[i].usage.cached_tokens) + ")");
     }
     ExpectAccounted(**engine, GetParam().name + " round " + std::to_string(round));
   }
@@ -236,6 +237,46 @@ TEST_P(PrefixCacheEngineTest, NamespacesNeverShare) {
 INSTANTIATE_TEST_SUITE_P(Families, PrefixCacheEngineTest,
                          ::testing::ValuesIn(testing::EngineFamilies(Spec)),
                          testing::FamilyCaseName);
+
+// Two requests that both grow until the pool is short: the newer one is preempted after it
+// completed its prompt, its blocks stay cached, the older one evicts only what it needs (the
+// newer one's deepest blocks first), and the newer one's recompute starts from the rest.
+TEST(PrefixCacheEngine, RecomputeAfterPreemptionStartsFromTheCache) {
+  for (const std::string family : {"vanilla", "mor-ec"}) {
+    testing::TempDir dir;
+    auto weights = testing::MakeModel(Spec(family), &dir);
+    ASSERT_NE(weights, nullptr);
+    const int vocab = weights->config.vocab_size;
+    const std::vector<GenerateRequest> requests = {
+        Greedy(testing::MakePrompts(1, 4, 4, vocab, 1)[0], 40),
+        Greedy(testing::MakePrompts(1, 24, 24, vocab, 2)[0], 30)};
+    EngineConfig cfg = Config(BatchingMode::kDepthWise, true);
+    cfg.block_size = 2;
+    cfg.max_step_tokens = 64;
+    EngineConfig off = cfg;
+    off.prefix_cache = false;
+    off.num_kv_blocks = 4096;
+    std::vector<RunResult> want;
+    std::vector<int> peak;  // blocks each request holds at most, alone
+    for (const GenerateRequest& r : requests) {
+      auto alone = Engine::Create(weights, off);
+      ASSERT_TRUE(alone.ok());
+      want.push_back(testing::RunStaggered(alone->get(), {r}, {0})[0]);
+      peak.push_back((*alone)->stats().max_kv_blocks_used);
+    }
+    // Room for either alone (and the admission watermark), not for both.
+    cfg.num_kv_blocks = std::max(peak[0], peak[1]) + std::min(peak[0], peak[1]) / 3 + 2;
+    auto engine = Engine::Create(weights, cfg);
+    ASSERT_TRUE(engine.ok());
+    const std::vector<RunResult> got = testing::RunStaggered(engine->get(), requests, {0, 1});
+    EXPECT_GT(got[1].usage.preemptions, 0) << family << ": the pool was meant to be too small";
+    EXPECT_GT(got[1].usage.cached_tokens, 0) << family << ": the recompute found nothing";
+    for (size_t i = 0; i < requests.size(); ++i) {
+      ExpectSame(got[i], want[i], family + " request " + std::to_string(i));
+    }
+    ExpectAccounted(**engine, family);
+  }
+}
 
 // Prompt logprobs need every prompt position's row: such a request computes its whole prompt
 // (and its blocks are still cached for others).
