@@ -293,6 +293,14 @@ constexpr const char* kMetadataKeys[] = {
 // docs/models.md (nanbeige: the whole stack looped, docs/models.md#nanbeige42).
 constexpr const char* kLlamaArchitectures[] = {"LlamaForCausalLM", "MoRLlamaForCausalLM"};
 constexpr const char* kNanbeigeArchitectures[] = {"NanbeigeForCausalLM"};
+constexpr const char* kOuroArchitectures[] = {"OuroForCausalLM"};
+// Ouro's own keys (docs/models.md#ouro): the loop count and exit threshold (read); the
+// sliding-window switches and early_exit_step (must be off, checked by ParseOuro); layer
+// types (all full attention); max_window_layers (used only with a sliding window); auto_map
+// (the remote code whose math this loader implements).
+constexpr const char* kOuroKeys[] = {"total_ut_steps", "early_exit_threshold", "early_exit_step",
+                                     "use_sliding_window", "layer_types", "max_window_layers",
+                                     "auto_map"};
 // Nanbeige4.2's own keys: the loop count and inter-loop norm (read), the layer types (all
 // full attention), a training-only weight list, and features of the released code that must
 // be off (their truthy values change the math; refused by name).
@@ -318,13 +326,16 @@ std::string ModelTypeOf(const json& c) {
 
 absl::Status CheckTopLevelKeys(const json& c, const std::string& p) {
   if (auto it = c.find("model_type"); it != c.end() && !it->is_null()) {
-    if (!it->is_string() || (*it != "llama" && *it != "nanbeige")) {
-      return FieldError(p + "model_type", absl::StrCat(Quote(*it), " is not supported (supported: llama, nanbeige)"));
+    if (!it->is_string() || (*it != "llama" && *it != "nanbeige" && *it != "ouro")) {
+      return FieldError(p + "model_type",
+                        absl::StrCat(Quote(*it), " is not supported (supported: llama, nanbeige, ouro)"));
     }
   }
-  const bool nanbeige = ModelTypeOf(c) == "nanbeige";
+  const std::string type = ModelTypeOf(c);
+  const bool nanbeige = type == "nanbeige", ouro = type == "ouro";
   for (const auto& [key, value] : c.items()) {
-    const bool family_key = nanbeige && (OneOf(key, kNanbeigeReadKeys) || OneOf(key, kNanbeigeOffKeys));
+    const bool family_key = (nanbeige && (OneOf(key, kNanbeigeReadKeys) || OneOf(key, kNanbeigeOffKeys))) ||
+                            (ouro && OneOf(key, kOuroKeys));
     if (!OneOf(key, kReadKeys) && !OneOf(key, kMetadataKeys) && !family_key) {
       return FieldError(p + key, "not understood by this loader (the model may not be a Llama-block model); "
                                  "refusing rather than ignoring it");
@@ -333,12 +344,15 @@ absl::Status CheckTopLevelKeys(const json& c, const std::string& p) {
   if (auto it = c.find("architectures"); it != c.end() && !it->is_null()) {
     if (!it->is_array()) return FieldError(p + "architectures", "must be an array of strings");
     for (const json& a : *it) {
-      const bool ok = a.is_string() && (nanbeige ? OneOf(a.get<std::string>(), kNanbeigeArchitectures)
-                                                 : OneOf(a.get<std::string>(), kLlamaArchitectures));
+      const std::string name = a.is_string() ? a.get<std::string>() : "";
+      const bool ok = nanbeige ? OneOf(name, kNanbeigeArchitectures)
+                      : ouro   ? OneOf(name, kOuroArchitectures)
+                               : OneOf(name, kLlamaArchitectures);
       if (!ok) {
         return FieldError(p + "architectures",
-                          absl::StrCat(Quote(a), " is not supported with model_type ", ModelTypeOf(c), " (supported: ",
+                          absl::StrCat(Quote(a), " is not supported with model_type ", type, " (supported: ",
                                        nanbeige ? absl::StrJoin(kNanbeigeArchitectures, ", ")
+                                       : ouro   ? absl::StrJoin(kOuroArchitectures, ", ")
                                                 : absl::StrJoin(kLlamaArchitectures, ", "),
                                        ")"));
       }
@@ -347,7 +361,9 @@ absl::Status CheckTopLevelKeys(const json& c, const std::string& p) {
   if (auto it = c.find("rope_interleaved"); it != c.end() && !it->is_null() && *it != false) {
     return FieldError(p + "rope_interleaved", "only false is supported (RoPE rotates halves)");
   }
-  if (auto it = c.find("sliding_window"); it != c.end() && !it->is_null()) {
+  // Ouro (a Qwen2-style config) carries a sliding_window size that only use_sliding_window
+  // switches on; ParseOuro refuses that switch.
+  if (auto it = c.find("sliding_window"); it != c.end() && !it->is_null() && !ouro) {
     return FieldError(p + "sliding_window", "not supported (full causal attention only)");
   }
   return absl::OkStatus();
@@ -359,6 +375,20 @@ bool Truthy(const json& v) {
   if (v.is_number()) return v.get<double>() != 0.0;
   if (v.is_string() || v.is_array() || v.is_object()) return !v.empty();
   return true;
+}
+
+absl::Status CheckFullAttentionLayers(const json& c, const std::string& p, int num_layers) {
+  auto it = c.find("layer_types");
+  if (it == c.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_array() || static_cast<int>(it->size()) != num_layers) {
+    return FieldError(p + "layer_types", absl::StrCat("must list num_hidden_layers (", num_layers, ") entries"));
+  }
+  for (const json& t : *it) {
+    if (t != "full_attention") {
+      return FieldError(p + "layer_types", absl::StrCat(Quote(t), ": only full_attention layers are supported"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 // Nanbeige4.2 (docs/models.md#nanbeige42): num_hidden_layers L stored layers run num_loops N
@@ -377,16 +407,7 @@ absl::Status ParseNanbeige(const json& c, ModelConfig* m) {
       return FieldError(p + key, absl::StrCat(Quote(*it), ": not supported (must be false, 0 or null)"));
     }
   }
-  if (auto it = c.find("layer_types"); it != c.end() && !it->is_null()) {
-    if (!it->is_array() || static_cast<int>(it->size()) != m->num_layers) {
-      return FieldError(p + "layer_types", absl::StrCat("must list num_hidden_layers (", m->num_layers, ") entries"));
-    }
-    for (const json& t : *it) {
-      if (t != "full_attention") {
-        return FieldError(p + "layer_types", absl::StrCat(Quote(t), ": only full_attention layers are supported"));
-      }
-    }
-  }
+  if (auto s = CheckFullAttentionLayers(c, p, m->num_layers); !s.ok()) return s;
   m->model_type = "nanbeige";
   if (loops == 1) return absl::OkStatus();  // one pass: the Llama block as it is
   RecursionConfig& r = m->recursion;
@@ -394,6 +415,40 @@ absl::Status ParseNanbeige(const json& c, ModelConfig* m) {
   r.num_recursions = loops;
   r.sharing = Sharing::kCycle;
   r.norm_between_loops = !skip_norm;
+  m->num_layers *= loops;
+  return absl::OkStatus();
+}
+
+// Ouro (docs/models.md#ouro): num_hidden_layers L sandwich layers run total_ut_steps T times
+// (KV slot t * L + l), RMSNorm(x, model.norm) after every loop, and a learned exit gate read
+// after each loop in adaptive mode. The plan is Nanbeige's: an unrolled depth of T * L,
+// sharing cycle, one looped segment of L layers stored once.
+absl::Status ParseOuro(const json& c, ModelConfig* m) {
+  const std::string p = "config.json: ";
+  int loops = 4;  // OuroConfig's default
+  if (auto s = GetInt(c, p, "total_ut_steps", false, &loops); !s.ok()) return s;
+  if (loops < 1) return FieldError(p + "total_ut_steps", "must be >= 1");
+  float threshold = 1.0f;  // null: the last loop (a cumulative probability never exceeds 1)
+  if (auto s = GetFloat(c, p, "early_exit_threshold", &threshold); !s.ok()) return s;
+  if (!(threshold > 0)) return FieldError(p + "early_exit_threshold", "must be > 0");
+  if (auto it = c.find("early_exit_step"); it != c.end() && !it->is_null()) {
+    return FieldError(p + "early_exit_step", "not supported (a fixed exit step; must be null)");
+  }
+  if (auto it = c.find("use_sliding_window"); it != c.end() && Truthy(*it)) {
+    return FieldError(p + "use_sliding_window", "not supported (full causal attention only)");
+  }
+  if (auto s = CheckFullAttentionLayers(c, p, m->num_layers); !s.ok()) return s;
+  if (!c.contains("rms_norm_eps")) m->rms_norm_eps = 1e-6f;  // OuroConfig's default
+  m->model_type = "ouro";
+  m->sandwich_norm = true;
+  if (loops == 1) return absl::OkStatus();  // one pass: no loop, no exit
+  RecursionConfig& r = m->recursion;
+  r.present = true;
+  r.num_recursions = loops;
+  r.sharing = Sharing::kCycle;
+  r.norm_between_loops = true;
+  r.exit_rule = LoopExitRule::kOuroGate;
+  r.loop_exit_threshold = threshold;
   m->num_layers *= loops;
   return absl::OkStatus();
 }
@@ -496,6 +551,12 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const json& config, const json* rec
     }
     if (auto s = ParseNanbeige(config, &m); !s.ok()) return s;
   }
+  if (ModelTypeOf(config) == "ouro") {
+    if (rec != nullptr) {
+      return FieldError("recursion", "not allowed with model_type ouro (its loops are config.json's total_ut_steps)");
+    }
+    if (auto s = ParseOuro(config, &m); !s.ok()) return s;
+  }
   if (rec != nullptr) {
     if (auto s = ParseRecursion(*rec, &m.recursion); !s.ok()) return s;
     if (auto s = ValidateRecursion(&m.recursion); !s.ok()) return s;
@@ -505,14 +566,47 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const json& config, const json* rec
   return m;
 }
 
+absl::Status ApplyLoopedDefaults(const json& looped, ModelConfig* config) {
+  const std::string p = "looped.json: ";
+  if (auto s = CheckKnownKeys(looped, p, {"mode", "exit_threshold"}); !s.ok()) return s;
+  RecursionConfig& r = config->recursion;
+  if (auto s = GetEnum<LoopMode>(looped, p, "mode", {{"full", LoopMode::kFull}, {"adaptive", LoopMode::kAdaptive}},
+                                 &r.default_loop_mode);
+      !s.ok()) {
+    return s;
+  }
+  if (r.default_loop_mode == LoopMode::kAdaptive && r.exit_rule == LoopExitRule::kNone) {
+    return FieldError(p + "mode", absl::StrCat("adaptive needs a looped model with an exit rule (ouro); model_type ",
+                                               config->model_type, " runs full depth only"));
+  }
+  if (looped.contains("exit_threshold") && !looped["exit_threshold"].is_null()) {
+    if (r.exit_rule == LoopExitRule::kNone) {
+      return FieldError(p + "exit_threshold", absl::StrCat("model_type ", config->model_type, " has no exit rule"));
+    }
+    if (auto s = GetFloat(looped, p, "exit_threshold", &r.loop_exit_threshold); !s.ok()) return s;
+    if (!(r.loop_exit_threshold > 0)) return FieldError(p + "exit_threshold", "must be > 0");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& dir) {
   auto config = ReadJsonFile(dir + "/config.json");
   if (!config.ok()) return config.status();
-  std::ifstream probe(dir + "/recursion.json");
-  if (!probe) return ParseModelConfig(*config, nullptr);
-  auto sidecar = ReadJsonFile(dir + "/recursion.json");
-  if (!sidecar.ok()) return sidecar.status();
-  return ParseModelConfig(*config, &*sidecar);
+  absl::StatusOr<ModelConfig> m;
+  if (std::ifstream probe(dir + "/recursion.json"); !probe) {
+    m = ParseModelConfig(*config, nullptr);
+  } else {
+    auto sidecar = ReadJsonFile(dir + "/recursion.json");
+    if (!sidecar.ok()) return sidecar.status();
+    m = ParseModelConfig(*config, &*sidecar);
+  }
+  if (!m.ok()) return m;
+  if (std::ifstream probe(dir + "/looped.json"); probe) {
+    auto looped = ReadJsonFile(dir + "/looped.json");
+    if (!looped.ok()) return looped.status();
+    if (auto s = ApplyLoopedDefaults(*looped, &*m); !s.ok()) return s;
+  }
+  return m;
 }
 
 const char* SharingName(Sharing s) {
@@ -537,6 +631,8 @@ const char* RoutingName(Routing r) {
 }
 
 const char* KvModeName(KvMode k) { return k == KvMode::kShared ? "shared" : "recursion_wise"; }
+
+const char* LoopModeName(LoopMode m) { return m == LoopMode::kAdaptive ? "adaptive" : "full"; }
 
 namespace {
 const char* ActivationName(RouterActivation a) {

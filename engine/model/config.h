@@ -20,6 +20,11 @@ enum class Gating { kWeighted, kAdditive };
 enum class KvMode { kRecursionWise, kShared };
 enum class ExitKv { kPropagate, kSkip };
 enum class LayerKind { kStandard, kRecurrent };
+// How a looped checkpoint's own exit rule is used (docs/models.md#serving-looped-checkpoints):
+// full runs every loop for every token; adaptive lets generated tokens stop at the rule.
+enum class LoopMode { kFull, kAdaptive };
+// The exit rule a looped checkpoint ships with: none, or Ouro's learned exit gate.
+enum class LoopExitRule { kNone, kOuroGate };
 
 struct RouterConfig {
   RouterArch arch = RouterArch::kLinear;
@@ -58,6 +63,11 @@ struct RecursionConfig {
   // x = RMSNorm(x, model.norm) after every loop of the looped segment but the last
   // (Nanbeige4.2 without skip_loop_final_norm; not a key of the recursion object).
   bool norm_between_loops = false;
+  // Ouro (docs/models.md#ouro): the exit gate's rule, its threshold (config.json's
+  // early_exit_threshold, overridden by looped.json), and the default mode (looped.json).
+  LoopExitRule exit_rule = LoopExitRule::kNone;
+  float loop_exit_threshold = 1.0f;
+  LoopMode default_loop_mode = LoopMode::kFull;
 };
 
 struct ModelConfig {
@@ -72,7 +82,10 @@ struct ModelConfig {
   float rms_norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
   bool tie_word_embeddings = false;
-  std::string model_type = "llama";  // llama | nanbeige
+  std::string model_type = "llama";  // llama | nanbeige | ouro
+  // Ouro's sandwich block: input_layernorm_2 on the attention output and
+  // post_attention_layernorm_2 on the MLP output before each residual add.
+  bool sandwich_norm = false;
   std::string torch_dtype = "bfloat16";
   std::vector<std::string> architectures;
   std::vector<int> bos_token_ids;
@@ -88,7 +101,11 @@ struct ModelConfig {
 absl::StatusOr<ModelConfig> ParseModelConfig(const nlohmann::json& config,
                                              const nlohmann::json* recursion_sidecar);
 
-// Reads DIR/config.json and DIR/recursion.json (if present).
+// Applies a looped.json object (docs/checkpoints.md#loopedjson): the default `mode` and
+// `exit_threshold` of a looped checkpoint's requests. Errors name the field.
+absl::Status ApplyLoopedDefaults(const nlohmann::json& looped, ModelConfig* config);
+
+// Reads DIR/config.json, DIR/recursion.json and DIR/looped.json (each if present).
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& dir);
 
 // Serialises the recursion object back to JSON (mkmodel, inspect).
@@ -97,5 +114,7 @@ nlohmann::json RecursionToJson(const RecursionConfig& r);
 const char* SharingName(Sharing s);
 const char* RoutingName(Routing r);
 const char* KvModeName(KvMode k);
+const char* LoopModeName(LoopMode m);  // "full", "adaptive"
+
 
 }  // namespace morserve

@@ -105,6 +105,12 @@ absl::Status Engine::Validate(const GenerateRequest& r) const {
   if (r.exit_threshold && !(*r.exit_threshold > 0.0f)) {
     return absl::InvalidArgumentError("exit_threshold: must be > 0");
   }
+  const RecursionConfig& rc = c.recursion;
+  if (r.loop_mode == LoopMode::kAdaptive && rc.exit_rule == LoopExitRule::kNone) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mode: adaptive needs a looped model with an exit rule (ouro); model_type ", c.model_type,
+        " runs full depth only"));
+  }
   return absl::OkStatus();
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "engine/model/config.h"
 #include "engine/runtime/prompt_logprobs.h"
 #include "engine/runtime/sampler.h"
 #include "engine/runtime/sampling_params.h"
@@ -24,7 +25,12 @@ struct GenerateRequest {
   std::string request_id;  // echoed in logs; uniqueness is the caller's concern
   std::vector<int> prompt;
   SamplingParams params;
-  std::optional<float> exit_threshold;  // early-exit models: overrides the model's threshold
+  // Early-exit models: overrides recursion.early_exit.threshold. Ouro: overrides the exit
+  // gate's cumulative threshold (docs/models.md#serving-looped-checkpoints).
+  std::optional<float> exit_threshold;
+  // Looped checkpoints with an exit rule (Ouro): full or adaptive depth; absent: the model's
+  // default (looped.json, else full). Adaptive on a model without an exit rule is an error.
+  std::optional<LoopMode> loop_mode;
   bool return_logits = false;  // tests and debugging: each TokenEvent carries the raw logits
   // Prefix caching (docs/design.md#prefix-cache): requests share cached KV only when their
   // salts are equal (empty: the default namespace), so tenants cannot probe each other.
