@@ -95,6 +95,8 @@ struct LoopNorm {
 struct CpuLayer {
   LoopLinear qkv, o, gate_up, down;  // q|k|v and gate|up fused along the output dimension
   LoopNorm in_norm, post_norm;
+  // Sandwich blocks (Ouro): norms of the attention and MLP outputs; empty otherwise.
+  LoopNorm attn_out_norm, mlp_out_norm;
   // k|v alone (the K and V rows of qkv, with their per-loop copies and LoRA): the K/V-only
   // projection. Built for the looped layers of early-exit models with exit_kv propagate.
   LoopLinear kv;
@@ -200,6 +202,7 @@ class CpuModelRunner : public ModelRunner {
   void RouterForward(const CpuLinear& w1, const CpuLinear* w2, const float* x, int n, float* out);
   void SplitQkv(const Act& qkv, int n, Act* q, Act* k, Act* v) const;
   void NormRows(const LoopNorm& w, const int* loops, int n, const float* x, float* out) const;
+  void AddSublayerOutput(const LoopNorm& norm, const int* loops, int n, float* out, float* h) const;
   void AddAttentionAndMlp(const CpuLayer& L, const int* loops, int n, const float* attn, float* h);
   void RunRecurrent(const LayerBatch& b, const CpuLayer& L, const Act& q, const Act& k,
                     const Act& v);
@@ -279,7 +282,9 @@ void CpuModelRunner::LoadLayers() {
       if (kv_only_rows && s == plan.looped_segment)
         L.kv = Fused(lw, {Proj::kK, Proj::kV}, seg.loops);
       for (auto [norm, t] :
-           {std::pair{&L.in_norm, &lw.input_norm}, std::pair{&L.post_norm, &lw.post_norm}}) {
+           {std::pair{&L.in_norm, &lw.input_norm}, std::pair{&L.post_norm, &lw.post_norm},
+            std::pair{&L.attn_out_norm, &lw.attn_out_norm}, std::pair{&L.mlp_out_norm, &lw.mlp_out_norm}}) {
+        if (t->per_loop.empty()) continue;  // sandwich norms of other models
         for (int r = 0; r < (t->untied() ? seg.loops : 1); ++r)
           norm->variants.push_back(t->At(r).ToF32Vector());
       }
@@ -380,11 +385,26 @@ void CpuModelRunner::NormRows(const LoopNorm& w, const int* loops, int n, const 
   });
 }
 
-// h += attn Wo^T, then h += MLP(RMSNorm_post(h)).
+// h += out (n rows of the residual stream), or h += RMSNorm(out, norm) in a sandwich block.
+void CpuModelRunner::AddSublayerOutput(const LoopNorm& norm, const int* loops, int n, float* out,
+                                       float* h) const {
+  const size_t count = static_cast<size_t>(n) * cfg_.hidden_size;
+  if (cfg_.sandwich_norm) NormRows(norm, loops, n, out, out);
+  for (size_t i = 0; i < count; ++i) h[i] += out[i];
+}
+
+// h += attn Wo^T, then h += MLP(RMSNorm_post(h)); a sandwich block (Ouro) norms each of the
+// two outputs before its add (docs/models.md#ouro).
 void CpuModelRunner::AddAttentionAndMlp(const CpuLayer& L, const int* loops, int n,
                                         const float* attn, float* h) {
   const int hs = cfg_.hidden_size, qd = cfg_.q_dim(), inter = cfg_.intermediate_size;
-  L.o.Run(loops, n, attn, qd, h, /*accumulate=*/true);
+  if (cfg_.sandwich_norm) {
+    Act o(static_cast<size_t>(n) * hs);
+    L.o.Run(loops, n, attn, qd, o.data(), /*accumulate=*/false);
+    AddSublayerOutput(L.attn_out_norm, loops, n, o.data(), h);
+  } else {
+    L.o.Run(loops, n, attn, qd, h, /*accumulate=*/true);
+  }
   Act m(static_cast<size_t>(n) * hs), gu(static_cast<size_t>(n) * 2 * inter),
       act(static_cast<size_t>(n) * inter);
   NormRows(L.post_norm, loops, n, h, m.data());
@@ -393,7 +413,13 @@ void CpuModelRunner::AddAttentionAndMlp(const CpuLayer& L, const int* loops, int
     const float* g = &gu[static_cast<size_t>(i) * 2 * inter];
     SiluMulRows(g, g + inter, 1, inter, &act[static_cast<size_t>(i) * inter]);
   }
-  L.down.Run(loops, n, act.data(), inter, h, /*accumulate=*/true);
+  if (cfg_.sandwich_norm) {
+    Act d(static_cast<size_t>(n) * hs);
+    L.down.Run(loops, n, act.data(), inter, d.data(), /*accumulate=*/false);
+    AddSublayerOutput(L.mlp_out_norm, loops, n, d.data(), h);
+  } else {
+    L.down.Run(loops, n, act.data(), inter, h, /*accumulate=*/true);
+  }
 }
 
 // Recurrent layers (docs/models.md#recurrent-transformer-layers) from the rows' q and

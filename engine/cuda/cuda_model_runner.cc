@@ -73,6 +73,7 @@ struct DeviceNorm {
 struct DeviceLayer {
   DeviceLinear qkv, o, gate_up, down;
   DeviceNorm in_norm, post_norm;
+  DeviceNorm attn_out_norm, mlp_out_norm;  // sandwich blocks (Ouro) only
 };
 
 DeviceLinear Upload(const PackedLinear& p) {
@@ -191,7 +192,9 @@ class CudaModelRunner : public ModelRunner {
   void LoraDelta(const DeviceLinear& L, const StagedRows& s, const uint16_t* x, float* y, int n);
   // out[rows, hidden] bf16 = RMSNorm(h) with the row's loop's weights.
   void Norm(const DeviceNorm& w, const StagedRows& s, const float* h, uint16_t* out);
+  void NormInPlace(const DeviceNorm& w, const StagedRows& s, float* x);
   void AddResidual(float* h, const float* b, int n, int dim);
+  void AddSublayer(const DeviceNorm& norm, const StagedRows& s, float* h, float* out, int n);
   // Rows [begin, begin + n) of s: q -> scratch q (bf16, RoPE'd) at row begin; k, v -> the
   // cache at write_slot when write_cache; k, v -> k_tmp / v_tmp when emit_kv (the recurrent
   // layers' temporary pair). scratch qkv holds the n rows from its start.
@@ -328,7 +331,9 @@ void CudaModelRunner::LoadLayers() {
       L.gate_up = Upload(PackFusedLinear(lw, {Proj::kGate, Proj::kUp}, seg.loops));
       L.down = Upload(PackFusedLinear(lw, {Proj::kDown}, seg.loops));
       for (auto [norm, t] :
-           {std::pair{&L.in_norm, &lw.input_norm}, std::pair{&L.post_norm, &lw.post_norm}}) {
+           {std::pair{&L.in_norm, &lw.input_norm}, std::pair{&L.post_norm, &lw.post_norm},
+            std::pair{&L.attn_out_norm, &lw.attn_out_norm}, std::pair{&L.mlp_out_norm, &lw.mlp_out_norm}}) {
+        if (t->per_loop.empty()) continue;  // sandwich norms of other models
         for (int r = 0; r < (t->untied() ? seg.loops : 1); ++r)
           norm->variants.push_back(UploadVector(t->At(r).ToF32Vector()));
       }
@@ -495,6 +500,36 @@ void CudaModelRunner::Norm(const DeviceNorm& w, const StagedRows& s, const float
   for (const LoopGroup& g : s.groups) run(w.At(g.loop), g.begin, g.count);
 }
 
+// x = RMSNorm(x, w) in fp32 (a sandwich block's sublayer output).
+void CudaModelRunner::NormInPlace(const DeviceNorm& w, const StagedRows& s, float* x) {
+  auto run = [&](const float* weight, int begin, int count) {
+    k::RmsNormParams p;
+    p.x = x + static_cast<size_t>(begin) * cfg_.hidden_size;
+    p.weight = weight;
+    p.out = x + static_cast<size_t>(begin) * cfg_.hidden_size;
+    p.rows = count;
+    p.dim = cfg_.hidden_size;
+    p.eps = cfg_.rms_norm_eps;
+    p.x_dtype = DType::kF32;
+    p.weight_dtype = DType::kF32;
+    p.out_dtype = DType::kF32;
+    CudaCheck(k::rmsnorm_forward(p, stream_), "rmsnorm (sandwich)");
+  };
+  if (w.variants.size() == 1) {
+    const int n = s.groups.empty() ? 0 : s.groups.back().begin + s.groups.back().count;
+    run(w.At(0), 0, n);
+    return;
+  }
+  for (const LoopGroup& g : s.groups) run(w.At(g.loop), g.begin, g.count);
+}
+
+// h += out, or h += RMSNorm(out, norm) in a sandwich block (docs/models.md#ouro).
+void CudaModelRunner::AddSublayer(const DeviceNorm& norm, const StagedRows& s, float* h, float* out,
+                                  int n) {
+  if (cfg_.sandwich_norm) NormInPlace(norm, s, out);
+  AddResidual(h, out, n, cfg_.hidden_size);
+}
+
 void CudaModelRunner::AddResidual(float* h, const float* b, int n, int dim) {
   k::ScaleAddParams p;
   p.h = h;
@@ -540,7 +575,7 @@ void CudaModelRunner::Mlp(const DeviceLayer& L, const StagedRows& ws, float* h, 
   sw.out_dtype = DType::kBF16;
   CudaCheck(k::swiglu_forward(sw, stream_), "swiglu");
   Linear(L.down, ws, scratch_.act.as<uint16_t>(), proj);
-  AddResidual(h, proj, m, cfg_.hidden_size);
+  AddSublayer(L.mlp_out_norm, ws, h, proj, m);
 }
 
 void CudaModelRunner::KvFromHidden(const DeviceLayer& L, const StagedRows& s, const StagedRows& ws,
@@ -646,7 +681,7 @@ void CudaModelRunner::RecurrentRowsTail(const DeviceLayer& L, const StagedRows& 
   float* h = scratch_.h.as<float>() + static_cast<size_t>(begin) * hs;
   float* proj = scratch_.proj.as<float>();
   Linear(L.o, ws, scratch_.attn.as<uint16_t>() + static_cast<size_t>(begin) * qd, proj);
-  AddResidual(h, proj, m, hs);
+  AddSublayer(L.attn_out_norm, ws, h, proj, m);
   Mlp(L, ws, h, m);
   KvFromHidden(L, s, ws, h, begin, m);  // q at rows [begin, ...) is spent: overwritten
 }
@@ -757,7 +792,7 @@ void CudaModelRunner::RunFullRows(const LayerBatch& b) {
       ws == 0 ? nullptr : static_cast<float*>(scratch_.attn_ws.Reserve(ws * sizeof(float)));
   CudaCheck(k::paged_attention_forward(p, stream_), "paged_attention");
   Linear(L.o, s, scratch_.attn.as<uint16_t>(), scratch_.proj.as<float>());
-  AddResidual(h, scratch_.proj.as<float>(), n, hs);
+  AddSublayer(L.attn_out_norm, s, h, scratch_.proj.as<float>(), n);
 
   Mlp(L, s, h, n);
   if (kv.recurrent) KvFromHidden(L, s, s, h, /*begin=*/0, n);

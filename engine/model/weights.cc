@@ -110,6 +110,7 @@ class Resolver {
                              const std::vector<int64_t>& shape, bool copies_stored,
                              std::optional<Proj> proj, LoopTensor* out, DedupReport* report);
   absl::Status ResolveRouters(RouterWeights* out);
+  absl::Status ResolveExitGate(ModelWeights* w);
   absl::StatusOr<LoopRouter> ResolveRouter(const std::string& prefix, const std::string& linear,
                                            int outputs);
   absl::Status CheckLeftovers() const;
@@ -318,6 +319,15 @@ absl::Status Resolver::ResolveLayer(int segment, int k, LayerWeights* out, Dedup
       !s.ok()) {
     return s;
   }
+  if (config_.sandwich_norm) {
+    for (auto [module, t] : {std::pair{"input_layernorm_2", &out->attn_out_norm},
+                             std::pair{"post_attention_layernorm_2", &out->mlp_out_norm}}) {
+      if (auto s = ResolveTensor(segment, k, module, norm_shape, copies_stored, std::nullopt, t, report);
+          !s.ok()) {
+        return s;
+      }
+    }
+  }
   for (int p = 0; p < kNumProj; ++p) {
     const Proj proj = static_cast<Proj>(p);
     if (auto s = ResolveTensor(segment, k, kProjModule[p], ProjShape(config_, proj), copies_stored,
@@ -382,6 +392,18 @@ absl::Status Resolver::ResolveRouters(RouterWeights* out) {
   return absl::OkStatus();
 }
 
+// Ouro's exit gate (docs/models.md#ouro), stored even when total_ut_steps is 1.
+absl::Status Resolver::ResolveExitGate(ModelWeights* w) {
+  if (config_.model_type != "ouro") return absl::OkStatus();
+  auto gw = Take("model.early_exit_gate.weight", {1, config_.hidden_size});
+  if (!gw.ok()) return gw.status();
+  auto gb = Take("model.early_exit_gate.bias", {1});
+  if (!gb.ok()) return gb.status();
+  w->exit_gate_w = *gw;
+  w->exit_gate_b = *gb;
+  return absl::OkStatus();
+}
+
 absl::Status Resolver::CheckLeftovers() const {
   std::vector<std::string> unused;
   for (const auto& [name, view] : store_.tensors()) {
@@ -410,6 +432,7 @@ absl::Status Resolver::Run(ModelWeights* w) {
     }
   }
   if (auto s = ResolveRouters(&w->router); !s.ok()) return s;
+  if (auto s = ResolveExitGate(w); !s.ok()) return s;
   return CheckLeftovers();
 }
 

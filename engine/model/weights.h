@@ -37,6 +37,10 @@ const char* ProjName(Proj p);  // "q_proj" ... "down_proj"
 struct LayerWeights {
   LoopTensor input_norm;  // [H]
   LoopTensor post_norm;   // [H]
+  // Sandwich blocks (config.sandwich_norm, Ouro): the norms on the attention output
+  // (input_layernorm_2) and on the MLP output (post_attention_layernorm_2); empty otherwise.
+  LoopTensor attn_out_norm;  // [H]
+  LoopTensor mlp_out_norm;   // [H]
   LoopTensor proj[kNumProj];  // q [Hq, H], k/v [Hkv, H], o [H, Hq], gate/up [I, H], down [H, I]
   const LoopTensor& P(Proj p) const { return proj[static_cast<int>(p)]; }
 };
@@ -69,6 +73,9 @@ struct ModelWeights {
   bool lm_head_tied = false;
   std::vector<LayerWeights> layers;  // indexed by layer slot
   RouterWeights router;
+  // Ouro's exit gate (docs/models.md#ouro): lambda = sigmoid(w . h + b); empty otherwise.
+  TensorView exit_gate_w;  // [1, H]
+  TensorView exit_gate_b;  // [1]
   DedupReport dedup;
   std::shared_ptr<const TensorStore> store;  // keeps the bytes alive
 

@@ -185,14 +185,19 @@ Vec ReferenceModel::Layer(int segment, int loop, int k, const Vec& x) {
     if (writes) slots_[cache].push_back(self);
     attn = Attend(q, cache, nullptr);
   }
-  const Vec y = Add(x, MatVec(Weight(slot, loop, Proj::kO), attn, h, cfg_.q_dim()));
+  // Sandwich blocks (Ouro) norm each sublayer's output before its residual add.
+  Vec attn_out = MatVec(Weight(slot, loop, Proj::kO), attn, h, cfg_.q_dim());
+  if (cfg_.sandwich_norm) attn_out = RmsNorm(attn_out, Norm(lw.attn_out_norm, loop), cfg_.rms_norm_eps);
+  const Vec y = Add(x, attn_out);
   const Vec m = RmsNorm(y, Norm(lw.post_norm, loop), cfg_.rms_norm_eps);
   const int inter = cfg_.intermediate_size;
   const Vec gate = MatVec(Weight(slot, loop, Proj::kGate), m, inter, h);
   const Vec up = MatVec(Weight(slot, loop, Proj::kUp), m, inter, h);
   Vec act(inter);
   for (int i = 0; i < inter; ++i) act[i] = static_cast<float>(Silu(gate[i]) * up[i]);
-  Vec out = Add(y, MatVec(Weight(slot, loop, Proj::kDown), act, h, inter));
+  Vec mlp_out = MatVec(Weight(slot, loop, Proj::kDown), act, h, inter);
+  if (cfg_.sandwich_norm) mlp_out = RmsNorm(mlp_out, Norm(lw.mlp_out_norm, loop), cfg_.rms_norm_eps);
+  Vec out = Add(y, mlp_out);
   if (recurrent && writes) {  // the persistent pair comes from the layer's own output
     KvEntry persistent{position_, {}, {}};
     ProjectKv(slot, loop, RmsNorm(out, Norm(lw.input_norm, loop), cfg_.rms_norm_eps),
@@ -308,7 +313,59 @@ Vec ReferenceModel::EarlyExit(int segment, Vec h, TokenTrace* trace) {
   return h;
 }
 
+// Copy on exit (docs/models.md#serving-looped-checkpoints): every later loop's slot of every
+// layer gets, at this position, the entry the token wrote at its exit loop.
+void ReferenceModel::CopyOnExit(int segment, int exit_loop) {
+  const LayerPlan& plan = weights_->plan;
+  const Segment& seg = plan.segments[segment];
+  for (int later = exit_loop + 1; later < seg.loops; ++later) {
+    for (int k = 0; k < seg.num_layers; ++k) {
+      const KvEntry src = slots_[plan.CacheSlot(segment, exit_loop, k)].back();
+      assert(src.position == position_);
+      slots_[plan.CacheSlot(segment, later, k)].push_back(src);
+    }
+  }
+}
+
+// docs/models.md#ouro: T loops with RMSNorm(x, model.norm) after each; in adaptive mode a
+// decode token reads the exit gate on h_t after loop t < T-1 and stops once the cumulative
+// exit probability reaches the threshold. The state returned is pre-norm: Logits applies
+// model.norm once, giving lm_head . h_t.
+Vec ReferenceModel::OuroLoops(int segment, Vec h, TokenTrace* trace) {
+  const RecursionConfig& rc = cfg_.recursion;
+  const int loops = weights_->plan.segments[segment].loops;
+  const bool adaptive = options_.loop_mode.value_or(rc.default_loop_mode) == LoopMode::kAdaptive && !prompt_token_;
+  const double q = options_.exit_threshold.value_or(rc.loop_exit_threshold);
+  const Vec& norm = F32(weights_->final_norm);
+  const Vec& gate_w = F32(weights_->exit_gate_w);
+  const double gate_b = F32(weights_->exit_gate_b)[0];
+  double cumulative = 0, survive = 1;
+  for (int t = 0; t < loops; ++t) {
+    h = Block(segment, t, h);
+    ++trace->loops;
+    if (t + 1 == loops) break;
+    const Vec normed = RmsNorm(h, norm, cfg_.rms_norm_eps);
+    if (adaptive) {
+      double dot = gate_b;
+      for (size_t i = 0; i < normed.size(); ++i) dot += static_cast<double>(gate_w[i]) * normed[i];
+      const double lambda = Sigmoid(dot);
+      cumulative += lambda * survive;
+      survive *= 1.0 - lambda;
+      trace->exit_cumulative.push_back(cumulative);
+      if (cumulative >= q) {
+        CopyOnExit(segment, t);
+        return h;
+      }
+    }
+    h = normed;
+  }
+  return h;
+}
+
 Vec ReferenceModel::RunLoopedSegment(int segment, const Vec& x, TokenTrace* trace) {
+  if (segment == weights_->plan.looped_segment && cfg_.recursion.exit_rule == LoopExitRule::kOuroGate) {
+    return OuroLoops(segment, x, trace);
+  }
   if (segment == weights_->plan.looped_segment) {
     switch (cfg_.recursion.routing) {
       case Routing::kExpertChoice: return ExpertChoice(segment, x, trace);
@@ -335,7 +392,8 @@ Vec ReferenceModel::Logits(const Vec& h) {
   return MatVec(F32(weights_->lm_head), n, cfg_.vocab_size, cfg_.hidden_size);
 }
 
-StepOutput ReferenceModel::Step(int token) {
+StepOutput ReferenceModel::Step(int token, bool prompt) {
+  prompt_token_ = prompt;
   const Vec& embed = F32(weights_->embed);
   const int hs = cfg_.hidden_size;
   Vec h(embed.begin() + static_cast<size_t>(token) * hs, embed.begin() + static_cast<size_t>(token + 1) * hs);
@@ -369,7 +427,7 @@ std::vector<int> ReferenceModel::GenerateGreedy(const std::vector<int>& prompt, 
     const Vec& l = outs.back().logits;
     const int next = static_cast<int>(std::max_element(l.begin(), l.end()) - l.begin());
     generated.push_back(next);
-    if (i + 1 < n) outs.push_back(Step(next));
+    if (i + 1 < n) outs.push_back(Step(next, /*prompt=*/false));
   }
   if (outputs != nullptr) *outputs = std::move(outs);
   return generated;

@@ -22,6 +22,8 @@ struct TokenTrace {
   std::vector<double> router_scores;  // expert_choice: s_r of each loop it was a candidate for;
                                       // token_choice: the router's Nr outputs
   std::vector<double> exit_confidence;  // early_exit: max prob after each loop it ran (< Nr)
+  std::vector<double> exit_cumulative;  // Ouro adaptive: cumulative exit probability c after
+                                        // each loop whose gate was read (< T)
 };
 
 struct StepOutput {
@@ -30,7 +32,10 @@ struct StepOutput {
 };
 
 struct ReferenceOptions {
-  std::optional<float> exit_threshold;  // overrides recursion.early_exit.threshold
+  // Overrides recursion.early_exit.threshold, or Ouro's loop_exit_threshold.
+  std::optional<float> exit_threshold;
+  // Looped models with an exit rule: overrides the model's default mode (looped.json).
+  std::optional<LoopMode> loop_mode;
 };
 
 class ReferenceModel {
@@ -46,10 +51,13 @@ class ReferenceModel {
   // Clears the KV state: the next Step is position 0 of a new sequence.
   void Reset();
   // Feeds the next token of the sequence and returns the logits that predict the one after.
-  StepOutput Step(int token);
-  // Reset, then Step every token.
+  // `prompt`: the token is part of the prompt (in adaptive mode prompt tokens run full depth,
+  // docs/models.md#serving-looped-checkpoints); other families ignore it.
+  StepOutput Step(int token, bool prompt = true);
+  // Reset, then Step every token as a prompt token.
   std::vector<StepOutput> Forward(const std::vector<int>& tokens);
-  // Reset, feed the prompt, then generate `n` tokens greedily (argmax, lowest id on ties).
+  // Reset, feed the prompt, then generate `n` tokens greedily (argmax, lowest id on ties);
+  // generated tokens are fed as decode tokens.
   std::vector<int> GenerateGreedy(const std::vector<int>& prompt, int n,
                                   std::vector<StepOutput>* outputs = nullptr);
 
@@ -71,6 +79,8 @@ class ReferenceModel {
   Vec ExpertChoice(int segment, Vec h, TokenTrace* trace);
   Vec TokenChoice(int segment, const Vec& x0, TokenTrace* trace);
   Vec EarlyExit(int segment, Vec h, TokenTrace* trace);
+  Vec OuroLoops(int segment, Vec h, TokenTrace* trace);
+  void CopyOnExit(int segment, int exit_loop);
   void WriteKvFromState(int segment, int loop, int k, const Vec& h);
   void ProjectKv(int layer_slot, int loop, const Vec& a, Vec* k, Vec* v) const;
   Vec Attend(const Vec& q, int cache_slot, const KvEntry* extra) const;
@@ -81,6 +91,7 @@ class ReferenceModel {
   ReferenceOptions options_;
   const ModelConfig& cfg_;
   int position_ = 0;
+  bool prompt_token_ = true;  // the token Step is running is a prompt token
   std::vector<std::vector<KvEntry>> slots_;
   std::map<std::tuple<int, int, int>, Vec> weight_cache_;  // (layer slot, loop, proj) -> fp32
   std::map<const void*, Vec> tensor_cache_;                // any view -> fp32

@@ -234,6 +234,10 @@ int DepthScheduler::CachedUpTo(const Sequence& seq) const {
 }
 
 void DepthScheduler::CacheDone(Sequence* seq, int up_to) {
+  // In adaptive mode a generated token's entries depend on its being generated (it may exit
+  // and copy its entries); another request would run the same token as a prompt token at
+  // full depth. Only prompt positions are shared.
+  if (seq->adaptive_loops) up_to = std::min(up_to, seq->num_prompt);
   if (!cache_ || up_to < seq->cache_cursor.end + pool_->block_size()) return;
   // Started from the cache in this Schedule: its copied entries exist only once the run made
   // the copies (a request preempted before that caches nothing; its prefix was cached anyway).

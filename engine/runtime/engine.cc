@@ -121,6 +121,9 @@ absl::StatusOr<std::shared_ptr<EventChannel>> Engine::Submit(GenerateRequest req
   seq->seed = ResolveSeed(request.params);
   seq->tokens = request.prompt;
   seq->num_prompt = static_cast<int>(request.prompt.size());
+  const RecursionConfig& rc = weights_->config.recursion;
+  seq->adaptive_loops = rc.exit_rule != LoopExitRule::kNone &&
+                        request.loop_mode.value_or(rc.default_loop_mode) == LoopMode::kAdaptive;
   seq->arrival_time = NowSeconds();
   seq->request = std::move(request);
   std::shared_ptr<EventChannel> channel = seq->channel;

@@ -38,6 +38,10 @@ ModelExecutor::ModelExecutor(std::shared_ptr<const ModelWeights> weights, ModelR
       runner_(runner),
       pool_(pool) {
   if (cfg_.recursion.norm_between_loops) loop_norm_ = weights_->final_norm.ToF32Vector();
+  if (cfg_.recursion.exit_rule == LoopExitRule::kOuroGate) {
+    exit_gate_w_ = weights_->exit_gate_w.ToF32Vector();
+    exit_gate_b_ = weights_->exit_gate_b.ToF32Vector()[0];
+  }
 }
 
 std::vector<float> ModelExecutor::Gather(const std::vector<Row*>& rows) const {
@@ -132,9 +136,70 @@ std::vector<int32_t> ModelExecutor::RecurrentChunks(const std::vector<KvBlockTab
   return indptr;
 }
 
+// Copy-on-exit rows (Row::kv_copy_loop) of one layer call: their entries in this layer's slot
+// are copies of their exit loop's entries, made before any row of the call attends. Returns
+// the rows the runner computes (all of them when there is no such row).
+std::vector<int> ModelExecutor::CopyOnExitEntries(int segment, int k, const std::vector<Row*>& rows,
+                                                  const LayerKvPlan& kv) {
+  std::vector<int> computed;
+  std::vector<KvCopy> copies;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = *rows[i];
+    if (r.kv_copy_loop < 0) {
+      computed.push_back(static_cast<int>(i));
+      continue;
+    }
+    const KvBlockTable& source = r.seq->kv->slot(plan_.CacheSlot(segment, r.kv_copy_loop, k));
+    const int index = source.IndexOf(r.position);
+    MORSERVE_CHECK(index >= 0 && kv.write_slot[i] >= 0, "copy on exit without its source entry");
+    copies.push_back({source.PhysicalSlot(index), kv.write_slot[i], 1});
+  }
+  if (!copies.empty()) runner_->CopyKv(copies.data(), static_cast<int>(copies.size()));
+  return computed;
+}
+
+namespace {
+
+// The rows `keep` of a layer plan (their entries and visible counts unchanged).
+LayerKvPlan SelectPlanRows(const LayerKvPlan& kv, const std::vector<int>& keep) {
+  MORSERVE_CHECK(!kv.recurrent, "copy-on-exit rows on a recurrent layer");
+  LayerKvPlan out;
+  out.table_indptr.assign(1, 0);
+  for (int i : keep) {
+    out.write_slot.push_back(kv.write_slot[i]);
+    out.kv_len.push_back(kv.kv_len[i]);
+    out.table_blocks.insert(out.table_blocks.end(), kv.table_blocks.begin() + kv.table_indptr[i],
+                            kv.table_blocks.begin() + kv.table_indptr[i + 1]);
+    out.table_indptr.push_back(static_cast<int32_t>(out.table_blocks.size()));
+  }
+  return out;
+}
+
+}  // namespace
+
 void ModelExecutor::RunLayer(int segment, int k, std::vector<Row*>& rows, std::vector<float>* h,
                              std::vector<KvWrite>* writes) {
-  const LayerKvPlan kv = PlanLayer(segment, k, rows, writes);
+  const LayerKvPlan planned = PlanLayer(segment, k, rows, writes);
+  const std::vector<int> computed = CopyOnExitEntries(segment, k, rows, planned);
+  if (computed.size() < rows.size()) {  // the copy rows are done: the runner sees the rest
+    const int hs = cfg_.hidden_size;
+    std::vector<Row*> sub;
+    std::vector<float> sub_h(computed.size() * hs);
+    for (size_t j = 0; j < computed.size(); ++j) {
+      sub.push_back(rows[computed[j]]);
+      std::copy_n(&(*h)[computed[j] * static_cast<size_t>(hs)], hs, &sub_h[j * hs]);
+    }
+    if (!sub.empty()) RunRunnerLayer(segment, k, sub, &sub_h, SelectPlanRows(planned, computed));
+    for (size_t j = 0; j < computed.size(); ++j) {
+      std::copy_n(&sub_h[j * hs], hs, &(*h)[computed[j] * static_cast<size_t>(hs)]);
+    }
+    return;
+  }
+  RunRunnerLayer(segment, k, rows, h, planned);
+}
+
+void ModelExecutor::RunRunnerLayer(int segment, int k, std::vector<Row*>& rows, std::vector<float>* h,
+                                   const LayerKvPlan& kv) {
   std::vector<int> loops(rows.size()), positions(rows.size());
   std::vector<uint8_t> kv_only(rows.size());
   bool any_kv_only = false;
@@ -291,6 +356,22 @@ void ModelExecutor::ExitByConfidence(std::vector<Row*>& rows) {
   }
 }
 
+// Ouro's exit rule (docs/models.md#serving-looped-checkpoints) after a loop that is not the
+// last, on the normed state h_t: lambda = sigmoid(w . h_t + b), c += lambda * S, S *= 1 -
+// lambda; exit iff c >= the threshold. Only generated tokens of adaptive requests ask; the
+// sums run in fp64 over the fp32 state, as the reference computes them.
+bool ModelExecutor::OuroGateExits(Row* row, const float* normed) const {
+  if (exit_gate_w_.empty() || !row->seq->adaptive_loops || row->position < row->seq->num_prompt) return false;
+  double dot = exit_gate_b_;
+  for (size_t i = 0; i < exit_gate_w_.size(); ++i) dot += static_cast<double>(exit_gate_w_[i]) * normed[i];
+  const double lambda = Sigmoid(dot);
+  row->exit_cumulative += lambda * row->exit_survive;
+  row->exit_survive *= 1.0 - lambda;
+  const double threshold =
+      row->seq->request.exit_threshold.value_or(cfg_.recursion.loop_exit_threshold);
+  return row->exit_cumulative >= threshold;
+}
+
 void ModelExecutor::BlockPass(std::vector<Row>* rows, std::vector<Row>* kv_only,
                               std::vector<KvWrite>* writes) {
   const int looped = plan_.looped_segment;
@@ -313,7 +394,8 @@ void ModelExecutor::BlockPass(std::vector<Row>* rows, std::vector<Row>* kv_only,
 
   const RecursionConfig& rc = cfg_.recursion;
   const int nr = rc.num_recursions;
-  std::vector<Row*> undecided;
+  std::vector<Row*> undecided, copy_on_exit;
+  std::vector<float> normed(hs);
   for (size_t i = 0; i < ptrs.size(); ++i) {
     Row& r = *ptrs[i];
     float* out = &h[i * hs];
@@ -337,12 +419,29 @@ void ModelExecutor::BlockPass(std::vector<Row>* rows, std::vector<Row>* kv_only,
     } else if (rc.routing == Routing::kExpertChoice || rc.routing == Routing::kEarlyExit) {
       undecided.push_back(&r);
     }
-    // docs/models.md#nanbeige42: the final norm between loops, on the host state every
-    // backend hands back (the runners need no op for it).
-    if (!loop_norm_.empty() && !r.exited)
-      RmsNormRows(out, loop_norm_.data(), 1, hs, cfg_.rms_norm_eps, out);
+    // docs/models.md#nanbeige42 and #ouro: the final norm between loops, on the host state
+    // every backend hands back (the runners need no op for it). Ouro's gate reads the normed
+    // state; a row that exits keeps the state before the norm (the tail norms it once).
+    if (!loop_norm_.empty() && !r.exited) {
+      RmsNormRows(out, loop_norm_.data(), 1, hs, cfg_.rms_norm_eps, normed.data());
+      if (OuroGateExits(&r, normed.data())) {
+        r.exited = true;
+        copy_on_exit.push_back(&r);
+      } else {
+        std::copy(normed.begin(), normed.end(), out);
+      }
+    }
   }
   Scatter(h, ptrs);
+  for (Row* r : copy_on_exit) {  // rides the later loops, copying its exit loop's entries
+    Row ghost;
+    ghost.seq = r->seq;
+    ghost.position = r->position;
+    ghost.loop = r->loop;
+    ghost.kv_only = true;
+    ghost.kv_copy_loop = r->loop - 1;
+    kv_only->push_back(std::move(ghost));
+  }
   if (rc.routing == Routing::kExpertChoice) DecideExpert(undecided);
   if (rc.routing == Routing::kEarlyExit) {
     ExitByConfidence(undecided);

@@ -42,6 +42,8 @@ class ModelExecutor {
   void RunSegment(int segment, std::vector<Row*>& rows, std::vector<KvWrite>* writes);
   void RunLayer(int segment, int k, std::vector<Row*>& rows, std::vector<float>* h,
                 std::vector<KvWrite>* writes);
+  void RunRunnerLayer(int segment, int k, std::vector<Row*>& rows, std::vector<float>* h,
+                      const LayerKvPlan& kv);
   LayerKvPlan PlanLayer(int segment, int k, const std::vector<Row*>& rows,
                         std::vector<KvWrite>* writes) const;
   static std::vector<int32_t> RecurrentChunks(const std::vector<KvBlockTable*>& tables,
@@ -49,6 +51,9 @@ class ModelExecutor {
   void EntryRouting(std::vector<Row*>& rows);
   void DecideExpert(std::vector<Row*>& rows);
   void ExitByConfidence(std::vector<Row*>& rows);
+  bool OuroGateExits(Row* row, const float* normed) const;
+  std::vector<int> CopyOnExitEntries(int segment, int k, const std::vector<Row*>& rows,
+                                     const LayerKvPlan& kv);
   void ScorePrompt(const std::vector<Row*>& rows);
   std::vector<float> Gather(const std::vector<Row*>& rows) const;
   void Scatter(const std::vector<float>& h, std::vector<Row*>& rows) const;
@@ -59,6 +64,8 @@ class ModelExecutor {
   ModelRunner* runner_;
   KvBlockPool* pool_;
   std::vector<float> loop_norm_;  // model.norm as fp32 when the model norms between loops
+  std::vector<float> exit_gate_w_;  // Ouro's exit gate [H] as fp32 (docs/models.md#ouro)
+  double exit_gate_b_ = 0;
 };
 
 }  // namespace morserve

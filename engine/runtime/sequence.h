@@ -39,6 +39,12 @@ struct Row {
   // row keeps riding the later loops with the frozen exit state, writing each later slot's
   // entry in the same pass a full row would have (so entries stay in position order).
   bool kv_only = false;
+  // Ouro adaptive (docs/models.md#serving-looped-checkpoints): on a K/V-only row, the loop
+  // whose entries it copies into each later loop's slot (copy on exit; -1: it computes them
+  // from h as above). On a full row, the exit gate's cumulative probability and the
+  // probability of not having exited so far.
+  int kv_copy_loop = -1;
+  double exit_cumulative = 0, exit_survive = 1;
   std::vector<float> logits;  // [vocab] when the row is the last known token (sampled next)
   // With prompt logprobs, on rows of prompt positions p < num_prompt - 1: the score of
   // prompt token p + 1 from this row's final hidden state (set by the tail).
@@ -57,6 +63,9 @@ struct Sequence {
   int rows_in_loop = 0;
   std::map<int, Row> pending_tail;  // position -> row that left the loop
   std::unique_ptr<RequestKv> kv;
+  // Adaptive depth (a model with an exit rule, mode adaptive): generated tokens may exit at
+  // the rule; prompt tokens run full depth (docs/models.md#serving-looped-checkpoints).
+  bool adaptive_loops = false;
   std::string cache_key;      // prefix cache namespace: cache_salt and the exit threshold
   PrefixCursor cache_cursor;  // how far this request's blocks are cached
   bool cancelled = false;

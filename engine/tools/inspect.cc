@@ -42,6 +42,10 @@ json ConfigSummary(const ModelConfig& c) {
           {"tie_word_embeddings", c.tie_word_embeddings},
           {"model_type", c.model_type},
           {"norm_between_loops", c.recursion.norm_between_loops},
+          {"sandwich_norm", c.sandwich_norm},
+          {"exit_rule", c.recursion.exit_rule == LoopExitRule::kOuroGate ? json("ouro_gate") : json(nullptr)},
+          {"loop_exit_threshold", c.recursion.loop_exit_threshold},
+          {"default_loop_mode", LoopModeName(c.recursion.default_loop_mode)},
           {"recursion", c.recursion.present ? RecursionToJson(c.recursion) : json(nullptr)}};
 }
 
@@ -98,7 +102,7 @@ json RouterSummary(const RouterWeights& r) {
 
 int64_t LayerParameters(const ModelConfig& c) {
   const int64_t h = c.hidden_size, q = c.q_dim(), kv = c.kv_dim(), i = c.intermediate_size;
-  return 2 * h + h * q + 2 * h * kv + q * h + 3 * h * i;
+  return (c.sandwich_norm ? 4 : 2) * h + h * q + 2 * h * kv + q * h + 3 * h * i;
 }
 
 int64_t KvBytesPerTokenPerSlot(const ModelConfig& c) { return 2 * int64_t{c.kv_dim()} * 2; }
@@ -110,11 +114,13 @@ ParameterCounts CountParameters(const ModelWeights& w) {
       if (!absl::EndsWith(name, "rotary_emb.inv_freq")) n.checkpoint += Numel(view);
     }
   }
-  const int64_t globals =
-      Numel(w.embed) + Numel(w.final_norm) + (w.lm_head_tied ? 0 : Numel(w.lm_head));
+  const int64_t globals = Numel(w.embed) + Numel(w.final_norm) + (w.lm_head_tied ? 0 : Numel(w.lm_head)) +
+                          Numel(w.exit_gate_w) + Numel(w.exit_gate_b);
   n.stored = globals + RouterParameters(w.router);
   for (const LayerWeights& l : w.layers) {
-    n.stored += LoopTensorParameters(l.input_norm) + LoopTensorParameters(l.post_norm);
+    for (const LoopTensor* t : {&l.input_norm, &l.post_norm, &l.attn_out_norm, &l.mlp_out_norm}) {
+      n.stored += LoopTensorParameters(*t);
+    }
     for (const LoopTensor& t : l.proj) n.stored += LoopTensorParameters(t);
   }
   n.unrolled_equivalent = globals + w.plan.num_unrolled_layers() * LayerParameters(w.config);
@@ -150,7 +156,13 @@ std::string InspectText(const json& j) {
   std::string out = absl::StrCat("model ", j["dir"].get<std::string>(), " (model_type ",
                                  c["model_type"].get<std::string>(),
                                  c["norm_between_loops"].get<bool>() ? "; model.norm between loops" : "",
-                                 ")\n", j["plan"]["describe"].get<std::string>());
+                                 c["sandwich_norm"].get<bool>() ? "; sandwich norms" : "", ")\n",
+                                 j["plan"]["describe"].get<std::string>());
+  if (!c["exit_rule"].is_null()) {
+    absl::StrAppend(&out, "exit rule: ", c["exit_rule"].get<std::string>(), ", threshold ",
+                    c["loop_exit_threshold"].get<double>(), ", default mode ",
+                    c["default_loop_mode"].get<std::string>(), "\n");
+  }
   absl::StrAppend(&out, "parameters: ", p["stored"].get<int64_t>(), " stored (",
                   p["checkpoint"].get<int64_t>(), " in the checkpoint files), ",
                   p["unrolled_equivalent"].get<int64_t>(), " unrolled-equivalent\n");

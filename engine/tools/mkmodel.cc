@@ -54,6 +54,9 @@ constexpr FamilyDefaults kFamilies[] = {
     // Nanbeige4.2's layout (docs/checkpoints.md#nanbeige42): config.json model_type nanbeige
     // with num_loops, HF Llama names for the stored stack only.
     {"nanbeige", "cycle", "none", "standard", 0, false},
+    // Ouro's layout (docs/checkpoints.md#ouro): model_type ouro with total_ut_steps, sandwich
+    // norms, the exit gate; the stored stack only.
+    {"ouro", "cycle", "none", "standard", 0, false},
 };
 
 // A spec with the family's defaults filled in.
@@ -89,17 +92,18 @@ absl::StatusOr<Resolved> Resolve(const TinyModelSpec& spec) {
     const bool middle = r.sharing == "middle_cycle" || r.sharing == "middle_sequence";
     r.layers = r.sharing == "none" ? 4 : 2 * r.recursions + (middle ? 2 : 0);
   }
-  if (s.family == "nanbeige") {
-    // The whole stack looped: only --recursions (num_loops), --layers (unrolled: loops x the
-    // stored stack), --skip-loop-final-norm and --head-dim shape it.
+  if (s.family == "nanbeige" || s.family == "ouro") {
+    // The whole stack looped: only --recursions (num_loops / total_ut_steps), --layers
+    // (unrolled: loops x the stored stack), --head-dim and the family's own knobs shape it.
     if (r.sharing != "cycle" || s.kv != "recursion_wise" || s.lora_rank != 0 || s.untied_attention ||
         s.layer_kind != "standard") {
-      return absl::InvalidArgumentError(
-          "mkmodel: nanbeige loops its whole stack with per-loop KV: no --sharing, --kv shared, "
-          "LoRA, --untied-attn or --layer-kind");
+      return absl::InvalidArgumentError(absl::StrCat(
+          "mkmodel: ", s.family,
+          " loops its whole stack with per-loop KV: no --sharing, --kv shared, LoRA, --untied-attn or --layer-kind"));
     }
     s.first_copy_only = true;  // the checkpoint stores the L layers once
-  } else if (s.skip_loop_final_norm) {
+  }
+  if (s.family != "nanbeige" && s.skip_loop_final_norm) {
     return absl::InvalidArgumentError("mkmodel: --skip-loop-final-norm is a nanbeige option");
   }
   if (s.shards < 1) return absl::InvalidArgumentError("mkmodel: --shards must be >= 1");
@@ -201,6 +205,19 @@ json ConfigJson(const Resolved& r) {
     j["layer_types"] = std::vector<std::string>(r.layers / r.recursions, "full_attention");
     return j;
   }
+  if (s.family == "ouro") {  // OuroConfig (Qwen2-style): sliding window present but off
+    j["model_type"] = "ouro";
+    j["architectures"] = {"OuroForCausalLM"};
+    j["num_hidden_layers"] = r.layers / r.recursions;
+    j["total_ut_steps"] = r.recursions;
+    j["early_exit_threshold"] = Clean(s.exit_threshold);
+    j["rms_norm_eps"] = 1e-6;
+    j["use_sliding_window"] = false;
+    j["sliding_window"] = s.max_pos;
+    j["max_window_layers"] = r.layers / r.recursions;
+    j["layer_types"] = std::vector<std::string>(r.layers / r.recursions, "full_attention");
+    return j;
+  }
   const bool vanilla =
       r.sharing == "none" && r.routing == "none" && s.layer_kind == "standard" && s.lora_rank == 0;
   if (!vanilla) j["recursion"] = RecursionJson(r);
@@ -280,7 +297,12 @@ void TensorWriter::AddLayerCopy(const std::string& prefix, int segment, int loop
   const int64_t h = c_.hidden_size, q = c_.q_dim(), kv = c_.kv_dim(), inter = c_.intermediate_size;
   const std::string role = absl::StrCat("segment", segment, ".layer", k, ".");
   const bool looped = plan_.segments[segment].looped();
-  for (const char* norm : {"input_layernorm", "post_attention_layernorm"}) {
+  std::vector<const char*> norms = {"input_layernorm", "post_attention_layernorm"};
+  if (c_.sandwich_norm) {
+    norms.push_back("input_layernorm_2");
+    norms.push_back("post_attention_layernorm_2");
+  }
+  for (const char* norm : norms) {
     std::vector<float> w = Normal(s_.seed, role + norm, h, 0.1, 1.0);
     if (mix_ && std::string(norm) == "post_attention_layernorm") mix_->PostAttentionNorm(&w);
     Add(prefix + norm + ".weight", {h}, std::move(w));
@@ -432,6 +454,11 @@ std::vector<OwnedTensor> TensorWriter::Build() {
   std::vector<float> final_norm = Normal(s_.seed, "final_norm", h, 0.1, 1.0);
   if (mix_) mix_->FinalNorm(&final_norm);
   Add("model.norm.weight", {h}, std::move(final_norm));
+  if (c_.model_type == "ouro") {  // lambda = sigmoid(w . h_t + b): b = --router-bias
+    Add("model.early_exit_gate.weight", {1, h},
+        Normal(s_.seed, "exit_gate", h, 1.0 / std::sqrt(static_cast<double>(h))));
+    Add("model.early_exit_gate.bias", {1}, {s_.router_bias});
+  }
   if (!c_.tie_word_embeddings) {
     std::vector<float> lm_head = Normal(s_.seed, "lm_head", v * h, kEmbedStd);
     if (mix_) mix_->LmHead(&lm_head);
@@ -589,7 +616,7 @@ const char* MkmodelUsage() {
   return "usage: morserve mkmodel --family F --out DIR [options]\n"
          "families: vanilla recursive-cycle recursive-sequence recursive-middle-cycle\n"
          "          recursive-middle-sequence recursive-untied-attn relaxed-lora mor-ec mor-tc\n"
-         "          early-exit recurrent nanbeige\n"
+         "          early-exit recurrent nanbeige ouro\n"
          "sizes:    --hidden 64 --layers N --heads 4 --kv-heads 2 --intermediate 128\n"
          "          --vocab 256 --recursions 3 --max-pos 512 --head-dim D (default hidden/heads)\n"
          "files:    --seed 1 --dtype bf16|f16|f32 --shards N --tie-embeddings\n"
@@ -605,6 +632,9 @@ const char* MkmodelUsage() {
          "early exit: --exit-threshold 0.9 --exit-kv propagate|skip\n"
          "nanbeige: --recursions N is num_loops, --layers N x the stored stack,\n"
          "          --skip-loop-final-norm (no model.norm between loops)\n"
+         "ouro:     --recursions T is total_ut_steps, --layers T x the stored stack,\n"
+         "          --exit-threshold Q (early_exit_threshold), --router-bias B (the exit\n"
+         "          gate's bias: > 0 earlier exits, < 0 later)\n"
          "tokenizer: --tokenizer-dir DIR (copies DIR's tokenizer.json, tokenizer_config.json,\n"
          "          ...; vocab, bos and eos from it; overrides --vocab)\n";
 }

@@ -20,6 +20,10 @@
 //   nanbeige                    Nanbeige4.2's layout: model_type nanbeige, num_hidden_layers L
 //                               stored layers (HF Llama names, once), num_loops = recursions,
 //                               skip_loop_final_norm, layer_types; no recursion object
+//   ouro                        Ouro's layout: model_type ouro, num_hidden_layers L stored
+//                               sandwich layers (input_layernorm_2, post_attention_layernorm_2),
+//                               total_ut_steps = recursions, early_exit_threshold =
+//                               exit_threshold, model.early_exit_gate (bias = router_bias)
 // Most knobs apply to every family (sharing, kv, LoRA rank, untied attention...); the
 // combination is validated by ParseModelConfig, so impossible ones are errors.
 //
@@ -33,6 +37,7 @@
 //     (within alpha per loop: ~10% at the default alpha 0.1).
 //   - mor-tc: router_bias[i] = B * i (the bias is added to p before the argmax), so B > 0
 //     favours deeper tokens.
+//   - ouro: the exit gate's bias (lambda = sigmoid(w . h_t + B)): B > 0 exits earlier.
 //   - other families: no effect.
 //
 // depth_mix (`--depth-mix f1,...,fR`, mor-ec / mor-tc / early-exit): f_d is the fraction of
