@@ -101,6 +101,14 @@ std::vector<FamilyCase> EngineFamilies(
   TinyModelSpec nanbeige = spec("nanbeige");
   nanbeige.head_dim = 2 * nanbeige.hidden / nanbeige.heads;
   v.push_back({"nanbeige", nanbeige});
+  // Ouro's layout: sandwich layers, the whole stack looped with the norm after every loop.
+  // Full mode; then adaptive (looped.json), where decode tokens exit at the gate's cumulative
+  // threshold (0.55 gives exits after 1, 2 and 3 loops) and copy their entries on exit.
+  TinyModelSpec ouro = spec("ouro");
+  ouro.exit_threshold = 0.55f;
+  v.push_back({"ouro-full", ouro});
+  ouro.loop_mode = "adaptive";
+  v.push_back({"ouro-adaptive", ouro});
   return v;
 }
 

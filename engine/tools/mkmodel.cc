@@ -103,6 +103,9 @@ absl::StatusOr<Resolved> Resolve(const TinyModelSpec& spec) {
     }
     s.first_copy_only = true;  // the checkpoint stores the L layers once
   }
+  if (!s.loop_mode.empty() && s.loop_mode != "full" && s.loop_mode != "adaptive") {
+    return absl::InvalidArgumentError(absl::StrCat("mkmodel: --loop-mode must be full or adaptive, got '", s.loop_mode, "'"));
+  }
   if (s.family != "nanbeige" && s.skip_loop_final_norm) {
     return absl::InvalidArgumentError("mkmodel: --skip-loop-final-norm is a nanbeige option");
   }
@@ -591,6 +594,12 @@ absl::Status WriteTinyModel(const TinyModelSpec& spec, const std::string& dir) {
     return absl::InternalError(absl::StrCat("mkmodel: cannot create ", dir, ": ", ec.message()));
   RemoveStaleModelFiles(dir);
   if (auto s = WriteText(dir + "/config.json", ConfigJson(*r).dump(2) + "\n"); !s.ok()) return s;
+  std::filesystem::remove(dir + "/looped.json", ec);  // a stale one would change the defaults
+  if (!spec.loop_mode.empty()) {
+    if (auto s = WriteText(dir + "/looped.json", json{{"mode", spec.loop_mode}}.dump(2) + "\n"); !s.ok()) {
+      return s;
+    }
+  }
   if (!spec.tokenizer_dir.empty()) {
     if (auto s = CopyTokenizerFiles(spec.tokenizer_dir, dir); !s.ok()) return s;
   }
@@ -635,6 +644,7 @@ const char* MkmodelUsage() {
          "ouro:     --recursions T is total_ut_steps, --layers T x the stored stack,\n"
          "          --exit-threshold Q (early_exit_threshold), --router-bias B (the exit\n"
          "          gate's bias: > 0 earlier exits, < 0 later)\n"
+         "looped:   --loop-mode full|adaptive (writes looped.json: the requests' default)\n"
          "tokenizer: --tokenizer-dir DIR (copies DIR's tokenizer.json, tokenizer_config.json,\n"
          "          ...; vocab, bos and eos from it; overrides --vocab)\n";
 }
@@ -695,6 +705,7 @@ absl::Status ApplyValueFlag(const std::string& flag, const std::string& v, TinyM
                                                        {"--kv", &s->kv},
                                                        {"--exit-kv", &s->exit_kv},
                                                        {"--layer-kind", &s->layer_kind},
+                                                       {"--loop-mode", &s->loop_mode},
                                                        {"--tokenizer-dir", &s->tokenizer_dir}};
   if (auto it = ints.find(flag); it != ints.end()) return ParseIntFlag(flag, v, it->second);
   if (auto it = floats.find(flag); it != floats.end()) return ParseFloatFlag(flag, v, it->second);

@@ -99,6 +99,7 @@ struct TinyModelSpec {
   bool tie_embeddings = false;        // tie_word_embeddings, no lm_head.weight
   bool skip_loop_final_norm = false;  // nanbeige: no model.norm between loops
   int head_dim = 0;                   // > 0: config.json head_dim (q/o not square)
+  std::string loop_mode;              // full | adaptive: written to looped.json; empty: none
 
   int bos_token_id = 1;                 // < 0: null in config.json
   std::vector<int> eos_token_ids = {2};  // one: a number in config.json; several: a list

@@ -199,8 +199,8 @@ TEST(ConfigTest, RecursionJsonRoundTrip) {
 
 // A config.json key, model_type or architecture the loader does not understand is a load error
 // naming it (never a silent fallback to the Llama block: a Nanbeige directory, model_type
-// nanbeige with num_loops 2, used to load as a one-loop Llama and give wrong tokens; an Ouro
-// or Huginn one must not load at all).
+// nanbeige with num_loops 2, used to load as a one-loop Llama and give wrong tokens; a
+// Huginn one must not load at all, and Ouro's keys load only with model_type ouro).
 TEST(ConfigStrictKeysTest, LoopedFamiliesAndUnknownFieldsAreRefusedByName) {
   struct Case {
     const char* key;
@@ -208,8 +208,7 @@ TEST(ConfigStrictKeysTest, LoopedFamiliesAndUnknownFieldsAreRefusedByName) {
     const char* want;  // substring of the error
   };
   const Case cases[] = {
-      {"model_type", "qwen2", "config.json: model_type: \"qwen2\" is not supported (supported: llama, nanbeige)"},
-      {"model_type", "ouro", "config.json: model_type: \"ouro\""},
+      {"model_type", "qwen2", "config.json: model_type: \"qwen2\" is not supported (supported: llama, nanbeige, ouro)"},
       {"model_type", "huginn_raven", "config.json: model_type: \"huginn_raven\""},
       {"model_type", 3, "config.json: model_type: 3"},
       {"architectures", {"OuroForCausalLM"}, "config.json: architectures: \"OuroForCausalLM\" is not supported"},
@@ -331,6 +330,123 @@ TEST(ConfigNanbeigeTest, FeaturesItDoesNotComputeAreRefusedByName) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.key;
     EXPECT_THAT(std::string(s.message()), HasSubstr(c.want)) << c.key;
   }
+}
+
+// Ouro (docs/models.md#ouro): OuroConfig as released (Qwen2-style keys, the sliding window
+// present but off, auto_map to the remote code) is L sandwich layers looped total_ut_steps
+// times with the norm after every loop and the exit gate's rule.
+json OuroConfig() {
+  json c = BaseConfig(3);
+  c["model_type"] = "ouro";
+  c["architectures"] = {"OuroForCausalLM"};
+  c["total_ut_steps"] = 4;
+  c["early_exit_threshold"] = 1.0;
+  c["head_dim"] = 16;
+  c["layer_types"] = {"full_attention", "full_attention", "full_attention"};
+  c["use_sliding_window"] = false;
+  c["sliding_window"] = 4096;
+  c["max_window_layers"] = 3;
+  c["auto_map"] = {{"AutoConfig", "configuration_ouro.OuroConfig"},
+                   {"AutoModelForCausalLM", "modeling_ouro.OuroForCausalLM"}};
+  c["hidden_act"] = "silu";
+  c["rope_scaling"] = nullptr;
+  c.erase("rms_norm_eps");  // OuroConfig's default 1e-6
+  return c;
+}
+
+TEST(ConfigOuroTest, LoopsTheWholeStackWithSandwichNormsAndTheExitGate) {
+  auto m = ParseModelConfig(OuroConfig(), nullptr);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->model_type, "ouro");
+  EXPECT_TRUE(m->sandwich_norm);
+  EXPECT_EQ(m->num_layers, 12);
+  EXPECT_FLOAT_EQ(m->rms_norm_eps, 1e-6f);
+  const RecursionConfig& r = m->recursion;
+  EXPECT_TRUE(r.present);
+  EXPECT_EQ(r.num_recursions, 4);
+  EXPECT_EQ(r.sharing, Sharing::kCycle);
+  EXPECT_EQ(r.routing, Routing::kNone);
+  EXPECT_TRUE(r.norm_between_loops);
+  EXPECT_EQ(r.exit_rule, LoopExitRule::kOuroGate);
+  EXPECT_FLOAT_EQ(r.loop_exit_threshold, 1.0f);
+  EXPECT_EQ(r.default_loop_mode, LoopMode::kFull);
+  auto plan = BuildLayerPlan(*m);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->num_cache_slots, 12);  // one slot per (loop, layer)
+  EXPECT_EQ(plan->CacheSlot(0, 3, 2), 11);
+
+  json defaults = OuroConfig();  // total_ut_steps 4 and a null threshold (the last loop)
+  defaults.erase("total_ut_steps");
+  defaults["early_exit_threshold"] = nullptr;
+  auto d = ParseModelConfig(defaults, nullptr);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->recursion.num_recursions, 4);
+  EXPECT_FLOAT_EQ(d->recursion.loop_exit_threshold, 1.0f);
+}
+
+TEST(ConfigOuroTest, FeaturesItDoesNotComputeAreRefusedByName) {
+  struct Case {
+    const char* key;
+    json value;
+    const char* want;
+  };
+  const Case cases[] = {
+      {"use_sliding_window", true, "config.json: use_sliding_window: not supported"},
+      {"early_exit_step", 2, "config.json: early_exit_step: not supported"},
+      {"early_exit_threshold", 0, "config.json: early_exit_threshold: must be > 0"},
+      {"total_ut_steps", 0, "config.json: total_ut_steps: must be >= 1"},
+      {"hidden_act", "gelu", "config.json: hidden_act: only silu"},
+      {"rope_scaling", {{"type", "yarn"}}, "config.json: rope_scaling: not supported"},
+      {"layer_types", {"full_attention", "sliding_attention", "full_attention"},
+       "config.json: layer_types: \"sliding_attention\": only full_attention"},
+      {"architectures", {"LlamaForCausalLM"},
+       "config.json: architectures: \"LlamaForCausalLM\" is not supported with model_type ouro"},
+      {"num_loops", 2, "config.json: num_loops: not understood"},
+      {"recursion", {{"num_recursions", 2}, {"sharing", "cycle"}}, "recursion: not allowed with model_type ouro"},
+  };
+  for (const Case& c : cases) {
+    json config = OuroConfig();
+    config[c.key] = c.value;
+    const absl::Status s = ParseError(config);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.key;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.want)) << c.key;
+  }
+}
+
+// looped.json (docs/checkpoints.md#loopedjson): the default mode and threshold of a looped
+// model's requests; a mode or key the model cannot honour is an error naming it.
+TEST(ConfigOuroTest, LoopedJsonSetsTheDefaultsAndRefusesWhatTheModelCannotDo) {
+  auto ouro = ParseModelConfig(OuroConfig(), nullptr);
+  ASSERT_TRUE(ouro.ok()) << ouro.status();
+  ModelConfig m = *ouro;
+  ASSERT_TRUE(ApplyLoopedDefaults({{"mode", "adaptive"}, {"exit_threshold", 0.6}}, &m).ok());
+  EXPECT_EQ(m.recursion.default_loop_mode, LoopMode::kAdaptive);
+  EXPECT_FLOAT_EQ(m.recursion.loop_exit_threshold, 0.6f);
+
+  struct Case {
+    json looped;
+    const char* want;
+  };
+  const Case cases[] = {
+      {{{"mode", "early"}}, "looped.json: mode: must be one of full, adaptive"},
+      {{{"exit_threshold", -1}}, "looped.json: exit_threshold: must be > 0"},
+      {{{"exit_threshold", "high"}}, "looped.json: exit_threshold: must be a number"},
+      {{{"num_steps", 8}}, "looped.json: num_steps: unknown key"},
+  };
+  for (const Case& c : cases) {
+    ModelConfig copy = *ouro;
+    const absl::Status s = ApplyLoopedDefaults(c.looped, &copy);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.looped.dump();
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.want)) << c.looped.dump();
+  }
+  auto nanbeige = ParseModelConfig(NanbeigeConfig(), nullptr);
+  ASSERT_TRUE(nanbeige.ok());
+  ModelConfig n = *nanbeige;
+  EXPECT_THAT(std::string(ApplyLoopedDefaults({{"mode", "adaptive"}}, &n).message()),
+              HasSubstr("looped.json: mode: adaptive needs a looped model with an exit rule"));
+  EXPECT_TRUE(ApplyLoopedDefaults({{"mode", "full"}}, &n).ok());
+  EXPECT_THAT(std::string(ApplyLoopedDefaults({{"exit_threshold", 0.5}}, &n).message()),
+              HasSubstr("looped.json: exit_threshold: model_type nanbeige has no exit rule"));
 }
 
 }  // namespace
