@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 
@@ -98,6 +99,18 @@ absl::Status ParseInput(const v1::GenerateRequest& in, const TextModel& text, Pa
   return absl::InvalidArgumentError("input: one of text, token_ids or chat is required");
 }
 
+// "full" or "adaptive" (LoopModeName); whether the model has an exit rule for adaptive is
+// Engine::Submit's check.
+absl::StatusOr<LoopMode> ParseLoopMode(const std::string& name) {
+  for (LoopMode m : {LoopMode::kFull, LoopMode::kAdaptive}) {
+    if (name == LoopModeName(m)) return m;
+  }
+  constexpr size_t kShown = 40;  // of a long value, its start
+  const std::string shown = absl::CEscape(name.substr(0, kShown));
+  return absl::InvalidArgumentError(absl::StrCat("mode: expected \"full\" or \"adaptive\", got \"",
+                                                 shown, name.size() > kShown ? "...\"" : "\""));
+}
+
 }  // namespace
 
 absl::StatusOr<ParsedGenerate> ParseGenerateRequest(const v1::GenerateRequest& in,
@@ -127,6 +140,11 @@ absl::StatusOr<ParsedGenerate> ParseGenerateRequest(const v1::GenerateRequest& i
   if (in.token_text() && text.tokenizer == nullptr) return NoTokenizer("token_text");
   out.token_text = in.token_text();
   if (in.has_exit_threshold()) r.exit_threshold = in.exit_threshold();
+  if (in.has_mode()) {
+    absl::StatusOr<LoopMode> mode = ParseLoopMode(in.mode());
+    if (!mode.ok()) return mode.status();
+    r.loop_mode = *mode;
+  }
   r.cache_salt = in.cache_salt();
   return out;
 }

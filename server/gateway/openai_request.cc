@@ -395,6 +395,35 @@ std::optional<ApiError> GetCacheSalt(const json& body, v1::GenerateRequest* r) {
   return std::nullopt;
 }
 
+// Looped models (extra body fields, as vLLM takes its own): `mode` ("full" | "adaptive") and
+// `exit_threshold` (a number > 0), checked here as cache_salt is, so a bad value costs no
+// backend call (the backend checks them again). Whether the model has an exit rule for
+// "adaptive" is the backend's check: its INVALID_ARGUMENT names `mode` and comes back as a
+// 400.
+std::optional<ApiError> GetLoopParams(const json& body, v1::GenerateRequest* r) {
+  if (const json* m = Field(body, "mode")) {
+    if (!m->is_string() || (*m != "full" && *m != "adaptive")) {
+      return InvalidRequest(
+          absl::StrCat("mode: expected \"full\" or \"adaptive\", got ", m->dump().substr(0, 48)),
+          "mode");
+    }
+    r->set_mode(m->get<std::string>());
+  }
+  std::optional<double> d;
+  if (auto e = GetNumber(body, "exit_threshold", &d)) return e;
+  if (d) {
+    // Checked as the float the backend takes: 1e-50 is 0 there, 1e300 infinite.
+    const auto f = static_cast<float>(*d);
+    if (!(f > 0.0f) || !std::isfinite(f)) {
+      return InvalidRequest(absl::StrCat("exit_threshold: must be a finite number > 0, got ",
+                                         Field(body, "exit_threshold")->dump()),
+                            "exit_threshold");
+    }
+    r->set_exit_threshold(f);
+  }
+  return std::nullopt;
+}
+
 std::optional<ApiError> GetModel(const json& body, std::string* model) {
   if (const json* m = Field(body, "model")) {
     if (!m->is_string()) return TypeError("model", "a string");
@@ -416,6 +445,7 @@ std::optional<ApiError> ParseOpenAiRequest(Endpoint endpoint, std::string_view t
   if (auto e = ParseSampling(*body, &base)) return e;
   if (auto e = ParseOutput(*body, out, &base)) return e;
   if (auto e = GetCacheSalt(*body, &base)) return e;
+  if (auto e = GetLoopParams(*body, &base)) return e;
   std::vector<v1::GenerateRequest> prompts;
   if (endpoint == Endpoint::kChat) {
     if (auto e = ParseMessages(*body, prompts.emplace_back().mutable_chat())) return e;

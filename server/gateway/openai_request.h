@@ -1,7 +1,8 @@
 // Parsing and type-checking of OpenAI /v1/completions and /v1/chat/completions bodies (plus
-// vLLM's extra fields: min_tokens, allowed_token_ids, cache_salt, ...; OpenAI's logit_bias) into
-// the gRPC GenerateRequests the gateway sends: one per choice, choice index = prompt index *
-// n + sample index, seeds seed, seed+1, ... per prompt. Unknown fields are ignored as OpenAI
+// vLLM's extra fields: min_tokens, allowed_token_ids, cache_salt, ...; OpenAI's logit_bias;
+// the looped-model fields mode and exit_threshold, passed to GenerateRequest's) into the gRPC
+// GenerateRequests the gateway sends: one per choice, choice index = prompt index * n +
+// sample index, seeds seed, seed+1, ... per prompt. Unknown fields are ignored as OpenAI
 // does; null counts as absent. Completions may ask for prompt logprobs (echo with logprobs,
 // or vLLM's prompt_logprobs) and for max_tokens 0 with them or with echo (the prompt alone,
 // scored by the backend, nothing generated). Chat takes vLLM's prompt_logprobs for the

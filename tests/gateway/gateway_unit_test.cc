@@ -178,6 +178,62 @@ TEST(OpenAiRequestTest, CacheSaltGoesToEveryCall) {
   }
 }
 
+// The looped-model extra fields: mode ("full" | "adaptive") and exit_threshold (> 0) reach
+// every call on both endpoints; absent or null they stay unset (the model's defaults); a
+// wrong type or value is a 400 naming the field.
+TEST(OpenAiRequestTest, LoopModeAndExitThresholdGoToEveryCall) {
+  OpenAiRequest c =
+      Parse(Endpoint::kCompletions,
+            {{"prompt", {"a", "b"}}, {"n", 2}, {"mode", "adaptive"}, {"exit_threshold", 0.25}});
+  ASSERT_EQ(c.calls.size(), 4u);
+  for (const v1::GenerateRequest& call : c.calls) {
+    ASSERT_TRUE(call.has_mode());
+    EXPECT_EQ(call.mode(), "adaptive");
+    ASSERT_TRUE(call.has_exit_threshold());
+    EXPECT_FLOAT_EQ(call.exit_threshold(), 0.25f);
+  }
+  OpenAiRequest chat = Parse(Endpoint::kChat, {{"messages", {{{"role", "user"}, {"content", "x"}}}},
+                                               {"mode", "full"},
+                                               {"exit_threshold", 1}});
+  ASSERT_EQ(chat.calls.size(), 1u);
+  EXPECT_EQ(chat.calls[0].mode(), "full");
+  EXPECT_FLOAT_EQ(chat.calls[0].exit_threshold(), 1.0f);
+  for (const json& body : {json{{"prompt", "x"}},
+                           json{{"prompt", "x"}, {"mode", nullptr}, {"exit_threshold", nullptr}}}) {
+    const OpenAiRequest r = Parse(Endpoint::kCompletions, body);
+    EXPECT_FALSE(r.calls[0].has_mode()) << body.dump();
+    EXPECT_FALSE(r.calls[0].has_exit_threshold()) << body.dump();
+  }
+  const std::pair<const char*, const char*> kBad[] = {
+      {"mode", "3"},
+      {"mode", "\"bogus\""},
+      {"mode", "\"Full\""},
+      {"mode", "\"\""},
+      {"mode", "[\"full\"]"},
+      {"mode", "true"},
+      {"exit_threshold", "\"x\""},
+      {"exit_threshold", "\"0.5\""},
+      {"exit_threshold", "-1"},
+      {"exit_threshold", "0"},
+      {"exit_threshold", "1e-50"},  // 0 as the backend's float
+      {"exit_threshold", "1e300"},  // infinite as a float
+      {"exit_threshold", "[0.5]"},
+      {"exit_threshold", "false"},
+  };
+  for (const auto& [field, bad] : kBad) {
+    for (Endpoint e : {Endpoint::kCompletions, Endpoint::kChat}) {
+      const std::string body = absl::StrCat(
+          e == Endpoint::kChat ? R"({"messages": [{"role": "user"}], )" : R"({"prompt": "x", )",
+          "\"", field, "\": ", bad, "}");
+      const ApiError err = ParseError(e, body);
+      EXPECT_EQ(err.http_status, 400) << body;
+      EXPECT_EQ(err.type, "invalid_request_error") << body;
+      EXPECT_EQ(err.param, field) << body;
+      EXPECT_EQ(err.message.rfind(absl::StrCat(field, ": "), 0), 0u) << err.message;
+    }
+  }
+}
+
 // OpenAI's logit_bias and vLLM's allowed_token_ids / min_tokens on both endpoints: values
 // reach the proto as given; malformed ones are 400s naming the field (ids against the
 // vocabulary and min_tokens against max_tokens are the backend's checks).

@@ -1,0 +1,164 @@
+// The looped-model request fields through the real server: `mode` and `exit_threshold` of
+// GenerateRequest, `morserve serve` on 127.0.0.1 port 0 with generated gRPC stubs as the
+// client. Two models: a tiny vanilla one on a `morserve mktokenizer` tokenizer (no exit rule:
+// "adaptive" is INVALID_ARGUMENT naming `mode`; "full" generates what no mode generates; a
+// mode that is neither is INVALID_ARGUMENT naming `mode` and the allowed values), and an
+// early-exit one (mkmodel --family early-exit, threshold 0.2: tokens leave after 1, 2 or 3
+// loops) on which exit_threshold 1e-6 makes every token leave after the first loop and 1.5
+// keeps every token for all 3 loops, per token (Token.loops) and in usage.recursion_loops.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tests/server/served_suite.h"
+#include "tests/server/server_process.h"
+#include "tests/server/test_models.h"
+
+namespace morserve::testing {
+namespace {
+
+constexpr int kRecursions = 3;
+const std::vector<int> kPrompt = {5, 17, 42, 9, 100, 23, 64};
+constexpr int kMaxTokens = 10;
+
+// mkmodel's early-exit family, fp32, with a threshold its unsure random weights reach after
+// 1, 2 or 3 loops.
+TinyModelSpec EarlyExitSpec() {
+  TinyModelSpec s;
+  s.family = "early-exit";
+  s.dtype = DType::kF32;
+  s.recursions = kRecursions;
+  s.exit_threshold = 0.2f;
+  s.max_pos = 128;
+  return s;
+}
+
+class ServerLoopParamsTest : public ServedSuite<ServerLoopParamsTest, ServedTextModel> {
+ protected:
+  static void SetUpTestSuite() {
+    StartSuite("vanilla");
+    if (served_ == nullptr || !served_->server().started()) return;
+    const std::string dir = served_->dir().File("early-exit");
+    const absl::Status s = WriteTinyModel(EarlyExitSpec(), dir);
+    ASSERT_TRUE(s.ok()) << s;
+    early_ = new ServerProcess();
+    ASSERT_NO_FATAL_FAILURE(StartOrDie(early_, dir));
+  }
+  static void TearDownTestSuite() {
+    if (early_ != nullptr && early_->pid() > 0)
+      EXPECT_EQ(early_->Terminate(), 0) << early_->output();
+    delete early_;
+    early_ = nullptr;
+    ServedSuite::TearDownTestSuite();
+  }
+  void SetUp() override {
+    ServedSuite::SetUp();
+    ASSERT_NE(early_, nullptr);
+    early_stub_ = early_->Stub();
+  }
+
+  static v1::GenerateRequest WithMode(const std::string& mode) {
+    v1::GenerateRequest r = TokenRequest(kPrompt, 4);
+    r.set_mode(mode);
+    return r;
+  }
+  static v1::GenerateRequest WithThreshold(float threshold) {
+    v1::GenerateRequest r = TokenRequest(kPrompt, kMaxTokens);
+    r.set_exit_threshold(threshold);
+    return r;
+  }
+  // The call failed with INVALID_ARGUMENT and a message that starts with `field: `.
+  static void ExpectInvalid(const StreamResult& got, const std::string& field) {
+    EXPECT_EQ(got.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << got.status.error_message();
+    EXPECT_EQ(got.status.error_message().rfind(field + ": ", 0), 0u) << got.status.error_message();
+    EXPECT_TRUE(got.tokens.empty());
+  }
+
+  static inline ServerProcess* early_ = nullptr;
+  std::unique_ptr<v1::Morserve::Stub> early_stub_;
+};
+
+TEST_F(ServerLoopParamsTest, AdaptiveOnAModelWithoutAnExitRuleNamesMode) {
+  for (v1::Morserve::Stub* stub : {stub_.get(), early_stub_.get()}) {
+    const StreamResult got = GenerateAll(stub, WithMode("adaptive"));
+    ExpectInvalid(got, "mode");
+    EXPECT_NE(got.status.error_message().find("adaptive"), std::string::npos)
+        << got.status.error_message();
+  }
+  // The model's type is named: the vanilla model is a llama.
+  const StreamResult got = GenerateAll(stub_.get(), WithMode("adaptive"));
+  EXPECT_NE(got.status.error_message().find("model_type llama"), std::string::npos)
+      << got.status.error_message();
+}
+
+TEST_F(ServerLoopParamsTest, UnknownModeNamesTheFieldAndTheAllowedValues) {
+  for (const char* bad : {"bogus", "", "Full", "ADAPTIVE", "full "}) {
+    SCOPED_TRACE(bad);
+    const StreamResult got = GenerateAll(stub_.get(), WithMode(bad));
+    ExpectInvalid(got, "mode");
+    const std::string& msg = got.status.error_message();
+    EXPECT_NE(msg.find("\"full\""), std::string::npos) << msg;
+    EXPECT_NE(msg.find("\"adaptive\""), std::string::npos) << msg;
+  }
+  const StreamResult got = GenerateAll(stub_.get(), WithMode(std::string(1000, 'x')));
+  ExpectInvalid(got, "mode");
+  EXPECT_LT(got.status.error_message().size(), 200u) << "a long value is cut";
+}
+
+TEST_F(ServerLoopParamsTest, FullModeGeneratesWhatNoModeGenerates) {
+  for (v1::Morserve::Stub* stub : {stub_.get(), early_stub_.get()}) {
+    const StreamResult plain = GenerateAll(stub, TokenRequest(kPrompt, 4));
+    const StreamResult full = GenerateAll(stub, WithMode("full"));
+    ASSERT_TRUE(plain.status.ok()) << plain.status.error_message();
+    ASSERT_TRUE(full.status.ok()) << full.status.error_message();
+    EXPECT_EQ(full.tokens.size(), 4u);
+    EXPECT_EQ(full.tokens, plain.tokens);
+    EXPECT_EQ(full.loops, plain.loops);
+  }
+}
+
+TEST_F(ServerLoopParamsTest, ExitThresholdReachesTheEngine) {
+  // Forwards of the request: every prompt token and every generated token but the last.
+  const int64_t forwards = static_cast<int64_t>(kPrompt.size()) + kMaxTokens - 1;
+
+  const StreamResult model = GenerateAll(early_stub_.get(), TokenRequest(kPrompt, kMaxTokens));
+  ASSERT_TRUE(model.status.ok()) << model.status.error_message();
+  ASSERT_EQ(model.loops.size(), static_cast<size_t>(kMaxTokens));
+  const std::set<int> depths(model.loops.begin(), model.loops.end());
+  EXPECT_GT(depths.size(), 1u) << "the model's own threshold should give mixed depths";
+
+  const StreamResult first = GenerateAll(early_stub_.get(), WithThreshold(1e-6f));
+  ASSERT_TRUE(first.status.ok()) << first.status.error_message();
+  ASSERT_EQ(first.loops.size(), static_cast<size_t>(kMaxTokens));
+  for (size_t i = 0; i < first.loops.size(); ++i) EXPECT_EQ(first.loops[i], 1) << "token " << i;
+  ASSERT_TRUE(first.finished.has_value());
+  EXPECT_EQ(first.finished->usage().recursion_loops(), forwards);
+
+  const StreamResult never = GenerateAll(early_stub_.get(), WithThreshold(1.5f));
+  ASSERT_TRUE(never.status.ok()) << never.status.error_message();
+  ASSERT_EQ(never.loops.size(), static_cast<size_t>(kMaxTokens));
+  for (size_t i = 0; i < never.loops.size(); ++i) {
+    EXPECT_EQ(never.loops[i], kRecursions) << "token " << i;
+  }
+  ASSERT_TRUE(never.finished.has_value());
+  EXPECT_EQ(never.finished->usage().recursion_loops(), forwards * kRecursions);
+
+  // Different depths, different logits: the first tokens' logprobs differ.
+  ASSERT_FALSE(first.logprobs.empty());
+  ASSERT_FALSE(never.logprobs.empty());
+  EXPECT_NE(first.logprobs[0], never.logprobs[0]);
+}
+
+TEST_F(ServerLoopParamsTest, ExitThresholdMustBePositive) {
+  for (float bad : {0.0f, -1.0f}) {
+    SCOPED_TRACE(bad);
+    ExpectInvalid(GenerateAll(early_stub_.get(), WithThreshold(bad)), "exit_threshold");
+  }
+}
+
+}  // namespace
+}  // namespace morserve::testing
