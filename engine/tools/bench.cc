@@ -165,7 +165,10 @@ json ModelInfo(const ModelWeights& w, const std::string& dir) {
           {"num_recursions", r.num_recursions},
           {"capacity", r.router.capacity},
           {"exit_threshold", r.early_exit.threshold},
-          {"exit_kv", r.early_exit.exit_kv == ExitKv::kPropagate ? "propagate" : "skip"}};
+          {"exit_kv", r.early_exit.exit_kv == ExitKv::kPropagate ? "propagate" : "skip"},
+          {"model_type", w.config.model_type},
+          {"loop_mode", LoopModeName(r.default_loop_mode)},
+          {"loop_exit_threshold", r.loop_exit_threshold}};
 }
 
 void PrintRow(const json& run) {

@@ -109,7 +109,8 @@ EngineConfig SmallConfig() {
 }
 
 // A request's tokens and logits are bit-identical alone and inside mixed-depth batches (MoR
-// exits; early exits whose K/V-only rows share the passes with full rows).
+// exits; early exits whose K/V-only rows share the passes with full rows; Ouro's gate exits
+// whose copy-on-exit rows do).
 class BatchInvarianceTest : public ::testing::TestWithParam<FamilyCase> {};
 
 std::vector<FamilyCase> BatchInvarianceFamilies() {
@@ -121,9 +122,14 @@ std::vector<FamilyCase> BatchInvarianceFamilies() {
   untied_lora.untied_attention = true;
   untied_lora.lora_rank = 4;
   untied_lora.lora_targets = {"q_proj", "k_proj", "v_proj"};
+  // Ouro adaptive: decode tokens exit at the gate and their copy-on-exit rows share passes.
+  TinyModelSpec ouro = Spec("ouro");
+  ouro.exit_threshold = 0.55f;
+  ouro.loop_mode = "adaptive";
   return {{"mor-ec", Spec("mor-ec")},
           {"early-exit-propagate", early},
-          {"early-exit-propagate-untied-lora", untied_lora}};
+          {"early-exit-propagate-untied-lora", untied_lora},
+          {"ouro-adaptive", ouro}};
 }
 
 TEST_P(BatchInvarianceTest, AloneEqualsMixed) {
