@@ -25,6 +25,7 @@ constexpr char kUsage[] =
     "         [--max-tokens 16] [--temperature 0] [--top-k 0] [--top-p 1] [--min-p 0]\n"
     "         [--seed S] [--logprobs N] [--prompt-logprobs K] [--stop-ids a,b] [--ignore-eos]\n"
     "         [--min-tokens N] [--logit-bias ID:BIAS,...] [--allowed-ids a,b] [--json]\n"
+    "         [--loop-mode full|adaptive] [--exit-threshold Q] (looped models with an exit rule)\n"
     "         [engine flags: --mode depth|sequence --weights auto|f32|bf16|f16|int8 --max-batch N ...]\n";
 
 absl::StatusOr<std::vector<int>> PromptFromFlags(const Flags& f, const ModelConfig& c,
@@ -147,13 +148,34 @@ int Fail(const absl::Status& s) {
   return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
 }
 
+// --loop-mode and --exit-threshold: the request's looped-model parameters
+// (docs/models.md#serving-looped-checkpoints; the engine refuses what the model cannot do).
+absl::Status ApplyLoopFlags(const Flags& f, GenerateRequest* r) {
+  if (f.Has("loop-mode")) {
+    const std::string m = f.Get("loop-mode");
+    if (m != "full" && m != "adaptive") {
+      return absl::InvalidArgumentError("--loop-mode: expected full or adaptive, got '" + m + "'");
+    }
+    r->loop_mode = m == "adaptive" ? LoopMode::kAdaptive : LoopMode::kFull;
+  }
+  if (f.Has("exit-threshold")) {
+    float q = 0;
+    if (!absl::SimpleAtof(f.Get("exit-threshold"), &q)) {
+      return absl::InvalidArgumentError("--exit-threshold: not a number: " + f.Get("exit-threshold"));
+    }
+    r->exit_threshold = q;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int GenerateCommand(const Args& args) {
   std::set<std::string> value_flags = {"model",       "prompt-ids", "prompt",          "max-tokens",
                                        "temperature", "top-k",      "top-p",           "min-p",
                                        "seed",        "logprobs",   "prompt-logprobs", "stop-ids",
-                                       "min-tokens",  "logit-bias", "allowed-ids"};
+                                       "min-tokens",  "logit-bias", "allowed-ids",     "loop-mode",
+                                       "exit-threshold"};
   value_flags.insert(EngineFlagNames().begin(), EngineFlagNames().end());
   auto flags = Flags::Parse(args, value_flags, {"json", "ignore-eos", "help"});
   if (!flags.ok()) {
@@ -175,6 +197,7 @@ int GenerateCommand(const Args& args) {
   if (!prompt.ok()) return Fail(prompt.status());
   request.prompt = *prompt;
   if (auto s = ApplySampling(*flags, &request.params); !s.ok()) return Fail(s);
+  if (auto s = ApplyLoopFlags(*flags, &request); !s.ok()) return Fail(s);
   auto engine = Engine::Create(*weights, *engine_config);
   if (!engine.ok()) return Fail(engine.status());
   auto channel = (*engine)->Submit(request);

@@ -6,6 +6,9 @@
 // early-exit one (mkmodel --family early-exit, threshold 0.2: tokens leave after 1, 2 or 3
 // loops) on which exit_threshold 1e-6 makes every token leave after the first loop and 1.5
 // keeps every token for all 3 loops, per token (Token.loops) and in usage.recursion_loops.
+// And an Ouro one (mkmodel --family ouro, no looped.json: full by default): "adaptive" makes
+// generated tokens exit at the gate, with the reference's tokens and loop counts, the first
+// token at full depth, and the exits in a real metrics scrape.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/model/weights.h"
+#include "engine/reference/reference_model.h"
 #include "tests/server/served_suite.h"
 #include "tests/server/server_process.h"
 #include "tests/server/test_models.h"
@@ -36,6 +41,20 @@ TinyModelSpec EarlyExitSpec() {
   return s;
 }
 
+constexpr int kOuroLoops = 4;
+
+// Ouro's layout, fp32; a threshold that random gates reach after 1, 2 or 3 loops.
+TinyModelSpec OuroSpec() {
+  TinyModelSpec s;
+  s.family = "ouro";
+  s.dtype = DType::kF32;
+  s.recursions = kOuroLoops;
+  s.layers = 2 * kOuroLoops;
+  s.exit_threshold = 0.55f;
+  s.max_pos = 128;
+  return s;
+}
+
 class ServerLoopParamsTest : public ServedSuite<ServerLoopParamsTest, ServedTextModel> {
  protected:
   static void SetUpTestSuite() {
@@ -46,12 +65,21 @@ class ServerLoopParamsTest : public ServedSuite<ServerLoopParamsTest, ServedText
     ASSERT_TRUE(s.ok()) << s;
     early_ = new ServerProcess();
     ASSERT_NO_FATAL_FAILURE(StartOrDie(early_, dir));
+    ouro_dir_ = new std::string(served_->dir().File("ouro"));
+    ASSERT_TRUE(WriteTinyModel(OuroSpec(), *ouro_dir_).ok());
+    ouro_ = new ServerProcess();
+    ASSERT_NO_FATAL_FAILURE(StartOrDie(ouro_, *ouro_dir_));
   }
   static void TearDownTestSuite() {
     if (early_ != nullptr && early_->pid() > 0)
       EXPECT_EQ(early_->Terminate(), 0) << early_->output();
     delete early_;
     early_ = nullptr;
+    if (ouro_ != nullptr && ouro_->pid() > 0) EXPECT_EQ(ouro_->Terminate(), 0) << ouro_->output();
+    delete ouro_;
+    ouro_ = nullptr;
+    delete ouro_dir_;
+    ouro_dir_ = nullptr;
     ServedSuite::TearDownTestSuite();
   }
   void SetUp() override {
@@ -79,6 +107,8 @@ class ServerLoopParamsTest : public ServedSuite<ServerLoopParamsTest, ServedText
   }
 
   static inline ServerProcess* early_ = nullptr;
+  static inline ServerProcess* ouro_ = nullptr;
+  static inline std::string* ouro_dir_ = nullptr;
   std::unique_ptr<v1::Morserve::Stub> early_stub_;
 };
 
@@ -158,6 +188,45 @@ TEST_F(ServerLoopParamsTest, ExitThresholdMustBePositive) {
     SCOPED_TRACE(bad);
     ExpectInvalid(GenerateAll(early_stub_.get(), WithThreshold(bad)), "exit_threshold");
   }
+}
+
+TEST_F(ServerLoopParamsTest, OuroAdaptiveExitsAtTheGateAsTheReferenceDoes) {
+  ASSERT_NE(ouro_, nullptr);
+  auto stub = ouro_->Stub();
+  auto weights = LoadModel(*ouro_dir_);
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  constexpr int kTokens = 16;
+  for (const char* mode : {"", "full", "adaptive"}) {
+    SCOPED_TRACE(mode);
+    v1::GenerateRequest r = TokenRequest(kPrompt, kTokens);
+    if (*mode != '\0') r.set_mode(mode);
+    const StreamResult got = GenerateAll(stub.get(), r);
+    ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+    ReferenceOptions o;
+    o.loop_mode = std::string(mode) == "adaptive" ? LoopMode::kAdaptive : LoopMode::kFull;
+    ReferenceModel ref(*weights, o);
+    std::vector<StepOutput> outs;
+    EXPECT_EQ(got.tokens, ref.GenerateGreedy(kPrompt, kTokens, &outs));
+    ASSERT_EQ(got.loops.size(), static_cast<size_t>(kTokens));
+    for (int t = 0; t < kTokens; ++t) {
+      EXPECT_EQ(got.loops[t], outs[kPrompt.size() - 1 + t].trace.loops) << "token " << t;
+    }
+    EXPECT_EQ(got.loops[0], kOuroLoops) << "the first token comes from the prompt's full depth";
+    const std::set<int> depths(got.loops.begin(), got.loops.end());
+    if (std::string(mode) == "adaptive") {
+      EXPECT_GT(depths.size(), 2u) << "generated tokens should exit at several loops";
+    } else {
+      EXPECT_EQ(depths, std::set<int>{kOuroLoops});
+    }
+  }
+  // The exits are in a real scrape: tokens that left after fewer loops than the model has.
+  const std::optional<std::string> text = HttpGet(ouro_->metrics_port(), "/metrics");
+  ASSERT_TRUE(text.has_value());
+  double early_exits = 0;
+  for (int l = 1; l < kOuroLoops; ++l) {
+    early_exits += ScrapeValue(*text, "morserve_exits_per_loop_total{loops=\"" + std::to_string(l) + "\"}").value_or(0);
+  }
+  EXPECT_GT(early_exits, 0) << *text;
 }
 
 }  // namespace

@@ -33,7 +33,7 @@ std::shared_ptr<const ModelWeights> WriteAndLoad(const TinyModelSpec& spec, cons
 const std::vector<int> kTokens = {5, 17, 3, 42, 8, 8, 61, 0};
 
 TEST(Mkmodel, EveryFamilyWritesLoadsAndRuns) {
-  ASSERT_EQ(TinyModelFamilies().size(), 12u);
+  ASSERT_EQ(TinyModelFamilies().size(), 13u);
   for (const std::string& family : TinyModelFamilies()) {
     SCOPED_TRACE(family);
     TempDir dir;
@@ -77,6 +77,7 @@ TEST(Mkmodel, FamiliesConfigureWhatTheirNamesSay) {
       {"early-exit", Sharing::kMiddleCycle, Routing::kEarlyExit, LayerKind::kStandard, 8},
       {"recurrent", Sharing::kNone, Routing::kNone, LayerKind::kRecurrent, 4},
       {"nanbeige", Sharing::kCycle, Routing::kNone, LayerKind::kStandard, 6},
+      {"ouro", Sharing::kCycle, Routing::kNone, LayerKind::kStandard, 6},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.family);
@@ -126,6 +127,51 @@ TEST(Mkmodel, NanbeigeWritesTheReleasedLayout) {
   TinyModelSpec skip_elsewhere = NarrowSpec("recursive-cycle");
   skip_elsewhere.skip_loop_final_norm = true;
   EXPECT_FALSE(TinyModelConfig(skip_elsewhere).ok());
+}
+
+// ouro writes Ouro's own config.json (Qwen2-style keys with the sliding window off, no
+// recursion object), the sandwich norms and the exit gate (its bias from --router-bias), and
+// --loop-mode writes looped.json.
+TEST(Mkmodel, OuroWritesTheReleasedLayout) {
+  TinyModelSpec spec = NarrowSpec("ouro");
+  spec.recursions = 4;
+  spec.layers = 8;
+  spec.exit_threshold = 0.7f;
+  spec.router_bias = 0.25f;
+  spec.loop_mode = "adaptive";
+  TempDir dir;
+  auto w = WriteAndLoad(spec, dir);
+  ASSERT_NE(w, nullptr);
+  const nlohmann::json c = nlohmann::json::parse(testing::ReadFile(dir.File("config.json")));
+  EXPECT_EQ(c["model_type"], "ouro");
+  EXPECT_EQ(c["architectures"], nlohmann::json({"OuroForCausalLM"}));
+  EXPECT_EQ(c["num_hidden_layers"], 2);
+  EXPECT_EQ(c["total_ut_steps"], 4);
+  EXPECT_EQ(c["early_exit_threshold"], 0.7);
+  EXPECT_EQ(c["use_sliding_window"], false);
+  EXPECT_FALSE(c.contains("recursion"));
+  EXPECT_TRUE(w->config.sandwich_norm);
+  EXPECT_EQ(w->config.recursion.exit_rule, LoopExitRule::kOuroGate);
+  EXPECT_EQ(w->plan.segments[0].loops, 4);
+  EXPECT_FALSE(w->layers[1].attn_out_norm.per_loop.empty());
+  EXPECT_FALSE(w->layers[1].mlp_out_norm.untied());  // stored once, tied for every loop
+  EXPECT_EQ(w->exit_gate_w.shape, (std::vector<int64_t>{1, 32}));
+  EXPECT_FLOAT_EQ(w->exit_gate_b.ToF32Vector()[0], 0.25f);
+  EXPECT_EQ(nlohmann::json::parse(testing::ReadFile(dir.File("looped.json"))), nlohmann::json({{"mode", "adaptive"}}));
+  EXPECT_EQ(w->config.recursion.default_loop_mode, LoopMode::kAdaptive);
+  EXPECT_FLOAT_EQ(w->config.recursion.loop_exit_threshold, 0.7f);
+
+  spec.loop_mode.clear();  // rewriting the directory drops the stale looped.json
+  auto full = WriteAndLoad(spec, dir);
+  ASSERT_NE(full, nullptr);
+  EXPECT_EQ(full->config.recursion.default_loop_mode, LoopMode::kFull);
+
+  TinyModelSpec bad = NarrowSpec("ouro");
+  bad.loop_mode = "sometimes";
+  EXPECT_FALSE(WriteTinyModel(bad, dir.path()).ok());
+  bad = NarrowSpec("ouro");
+  bad.kv = "shared";
+  EXPECT_FALSE(TinyModelConfig(bad).ok());
 }
 
 TEST(Mkmodel, InvalidCombinationsAreErrors) {
