@@ -283,7 +283,8 @@ void CpuModelRunner::LoadLayers() {
         L.kv = Fused(lw, {Proj::kK, Proj::kV}, seg.loops);
       for (auto [norm, t] :
            {std::pair{&L.in_norm, &lw.input_norm}, std::pair{&L.post_norm, &lw.post_norm},
-            std::pair{&L.attn_out_norm, &lw.attn_out_norm}, std::pair{&L.mlp_out_norm, &lw.mlp_out_norm}}) {
+            std::pair{&L.attn_out_norm, &lw.attn_out_norm},
+            std::pair{&L.mlp_out_norm, &lw.mlp_out_norm}}) {
         if (t->per_loop.empty()) continue;  // sandwich norms of other models
         for (int r = 0; r < (t->untied() ? seg.loops : 1); ++r)
           norm->variants.push_back(t->At(r).ToF32Vector());

@@ -332,7 +332,8 @@ void CudaModelRunner::LoadLayers() {
       L.down = Upload(PackFusedLinear(lw, {Proj::kDown}, seg.loops));
       for (auto [norm, t] :
            {std::pair{&L.in_norm, &lw.input_norm}, std::pair{&L.post_norm, &lw.post_norm},
-            std::pair{&L.attn_out_norm, &lw.attn_out_norm}, std::pair{&L.mlp_out_norm, &lw.mlp_out_norm}}) {
+            std::pair{&L.attn_out_norm, &lw.attn_out_norm},
+            std::pair{&L.mlp_out_norm, &lw.mlp_out_norm}}) {
         if (t->per_loop.empty()) continue;  // sandwich norms of other models
         for (int r = 0; r < (t->untied() ? seg.loops : 1); ++r)
           norm->variants.push_back(UploadVector(t->At(r).ToF32Vector()));

@@ -17,9 +17,7 @@ using nlohmann::json;
 
 // A JSON value quoted in an error message. Values may hold ill-formed UTF-8 when the object
 // did not come from JSON text (the MoR YAML import): replaced, never thrown.
-std::string Quote(const json& v) {
-  return v.dump(-1, ' ', false, json::error_handler_t::replace);
-}
+std::string Quote(const json& v) { return v.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 absl::Status FieldError(const std::string& field, const std::string& problem) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", problem));
@@ -105,18 +103,19 @@ absl::Status GetTokenIds(const json& j, const char* key, std::vector<int>* out) 
 
 absl::Status ParseRouter(const json& j, Routing routing, int nr, RouterConfig* r) {
   const std::string p = "recursion.router.";
-  if (auto s = CheckKnownKeys(j, p, {"arch", "activation", "alpha", "temperature", "threshold",
-                                     "gating", "capacity", "aux_router"});
+  if (auto s = CheckKnownKeys(j, p,
+                              {"arch", "activation", "alpha", "temperature", "threshold", "gating",
+                               "capacity", "aux_router"});
       !s.ok()) {
     return s;
   }
-  if (auto s = GetEnum<RouterArch>(j, p, "arch", {{"linear", RouterArch::kLinear},
-                                                  {"mlp", RouterArch::kMlp}}, &r->arch);
+  if (auto s = GetEnum<RouterArch>(
+          j, p, "arch", {{"linear", RouterArch::kLinear}, {"mlp", RouterArch::kMlp}}, &r->arch);
       !s.ok()) {
     return s;
   }
-  r->activation = routing == Routing::kTokenChoice ? RouterActivation::kSoftmax
-                                                   : RouterActivation::kSigmoid;
+  r->activation =
+      routing == Routing::kTokenChoice ? RouterActivation::kSoftmax : RouterActivation::kSigmoid;
   std::vector<std::pair<const char*, RouterActivation>> acts;
   if (routing == Routing::kTokenChoice) {
     acts = {{"softmax", RouterActivation::kSoftmax}, {"sigmoid", RouterActivation::kSigmoid}};
@@ -129,8 +128,9 @@ absl::Status ParseRouter(const json& j, Routing routing, int nr, RouterConfig* r
     if (auto s = GetFloat(j, p, key, out); !s.ok()) return s;
   }
   if (!(r->temperature > 0)) return FieldError(p + "temperature", "must be > 0");
-  if (auto s = GetEnum<Gating>(j, p, "gating", {{"weighted", Gating::kWeighted},
-                                                {"additive", Gating::kAdditive}}, &r->gating);
+  if (auto s = GetEnum<Gating>(j, p, "gating",
+                               {{"weighted", Gating::kWeighted}, {"additive", Gating::kAdditive}},
+                               &r->gating);
       !s.ok()) {
     return s;
   }
@@ -182,14 +182,15 @@ absl::Status ParseEarlyExit(const json& j, EarlyExitConfig* e) {
   if (auto s = CheckKnownKeys(j, p, {"threshold", "exit_kv"}); !s.ok()) return s;
   if (auto s = GetFloat(j, p, "threshold", &e->threshold); !s.ok()) return s;
   if (!(e->threshold > 0)) return FieldError(p + "threshold", "must be > 0");
-  return GetEnum<ExitKv>(j, p, "exit_kv", {{"propagate", ExitKv::kPropagate},
-                                           {"skip", ExitKv::kSkip}}, &e->exit_kv);
+  return GetEnum<ExitKv>(j, p, "exit_kv",
+                         {{"propagate", ExitKv::kPropagate}, {"skip", ExitKv::kSkip}}, &e->exit_kv);
 }
 
 absl::Status ParseRecursion(const json& j, RecursionConfig* r) {
   const std::string p = "recursion.";
-  if (auto s = CheckKnownKeys(j, p, {"num_recursions", "sharing", "routing", "router", "kv",
-                                     "lora", "early_exit", "layer_kind"});
+  if (auto s = CheckKnownKeys(j, p,
+                              {"num_recursions", "sharing", "routing", "router", "kv", "lora",
+                               "early_exit", "layer_kind"});
       !s.ok()) {
     return s;
   }
@@ -197,7 +198,8 @@ absl::Status ParseRecursion(const json& j, RecursionConfig* r) {
   if (auto s = GetInt(j, p, "num_recursions", true, &r->num_recursions); !s.ok()) return s;
   if (r->num_recursions < 1) return FieldError(p + "num_recursions", "must be >= 1");
   if (auto s = GetEnum<Sharing>(j, p, "sharing",
-                                {{"none", Sharing::kNone}, {"cycle", Sharing::kCycle},
+                                {{"none", Sharing::kNone},
+                                 {"cycle", Sharing::kCycle},
                                  {"sequence", Sharing::kSequence},
                                  {"middle_cycle", Sharing::kMiddleCycle},
                                  {"middle_sequence", Sharing::kMiddleSequence}},
@@ -206,21 +208,24 @@ absl::Status ParseRecursion(const json& j, RecursionConfig* r) {
     return s;
   }
   if (auto s = GetEnum<Routing>(j, p, "routing",
-                                {{"none", Routing::kNone}, {"expert_choice", Routing::kExpertChoice},
+                                {{"none", Routing::kNone},
+                                 {"expert_choice", Routing::kExpertChoice},
                                  {"token_choice", Routing::kTokenChoice},
                                  {"early_exit", Routing::kEarlyExit}},
                                 &r->routing);
       !s.ok()) {
     return s;
   }
-  if (auto s = GetEnum<KvMode>(j, p, "kv", {{"recursion_wise", KvMode::kRecursionWise},
-                                            {"shared", KvMode::kShared}}, &r->kv);
+  if (auto s = GetEnum<KvMode>(
+          j, p, "kv", {{"recursion_wise", KvMode::kRecursionWise}, {"shared", KvMode::kShared}},
+          &r->kv);
       !s.ok()) {
     return s;
   }
-  if (auto s = GetEnum<LayerKind>(j, p, "layer_kind", {{"standard", LayerKind::kStandard},
-                                                       {"recurrent", LayerKind::kRecurrent}},
-                                  &r->layer_kind);
+  if (auto s = GetEnum<LayerKind>(
+          j, p, "layer_kind",
+          {{"standard", LayerKind::kStandard}, {"recurrent", LayerKind::kRecurrent}},
+          &r->layer_kind);
       !s.ok()) {
     return s;
   }
@@ -278,15 +283,33 @@ absl::Status ValidateRecursion(RecursionConfig* r) {
 // cache switch). Any other key is a load error that names it: a field this loader does not
 // understand may change the math (a looped family's num_loops, a quantization config,
 // remote code), so it is never ignored silently.
-constexpr const char* kReadKeys[] = {
-    "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size",
-    "num_key_value_heads", "max_position_embeddings", "rms_norm_eps", "rope_theta",
-    "tie_word_embeddings", "torch_dtype", "architectures", "model_type", "bos_token_id",
-    "eos_token_id", "head_dim", "rope_scaling", "hidden_act", "attention_bias", "mlp_bias",
-    "rope_interleaved", "sliding_window", "recursion"};
+constexpr const char* kReadKeys[] = {"hidden_size",
+                                     "num_hidden_layers",
+                                     "num_attention_heads",
+                                     "intermediate_size",
+                                     "vocab_size",
+                                     "num_key_value_heads",
+                                     "max_position_embeddings",
+                                     "rms_norm_eps",
+                                     "rope_theta",
+                                     "tie_word_embeddings",
+                                     "torch_dtype",
+                                     "architectures",
+                                     "model_type",
+                                     "bos_token_id",
+                                     "eos_token_id",
+                                     "head_dim",
+                                     "rope_scaling",
+                                     "hidden_act",
+                                     "attention_bias",
+                                     "mlp_bias",
+                                     "rope_interleaved",
+                                     "sliding_window",
+                                     "recursion"};
 constexpr const char* kMetadataKeys[] = {
-    "_name_or_path", "transformers_version", "initializer_range", "use_cache", "pad_token_id",
-    "attention_dropout", "pretraining_tp", "is_llama_config", "transformers.js_config",
+    "_name_or_path",  "transformers_version", "initializer_range",
+    "use_cache",      "pad_token_id",         "attention_dropout",
+    "pretraining_tp", "is_llama_config",      "transformers.js_config",
     "dtype",     // newer transformers' name for torch_dtype: the tensors carry their own dtypes
     "mkmodel"};  // provenance written by `morserve mkmodel` (family, seed, depth mix)
 // model_type values and, per model_type, the architectures whose math is the Llama block of
@@ -298,18 +321,25 @@ constexpr const char* kOuroArchitectures[] = {"OuroForCausalLM"};
 // sliding-window switches and early_exit_step (must be off, checked by ParseOuro); layer
 // types (all full attention); max_window_layers (used only with a sliding window); auto_map
 // (the remote code whose math this loader implements).
-constexpr const char* kOuroKeys[] = {"total_ut_steps", "early_exit_threshold", "early_exit_step",
-                                     "use_sliding_window", "layer_types", "max_window_layers",
-                                     "auto_map"};
+constexpr const char* kOuroKeys[] = {
+    "total_ut_steps", "early_exit_threshold", "early_exit_step", "use_sliding_window",
+    "layer_types",    "max_window_layers",    "auto_map"};
 // Nanbeige4.2's own keys: the loop count and inter-loop norm (read), the layer types (all
 // full attention), a training-only weight list, and features of the released code that must
 // be off (their truthy values change the math; refused by name).
 constexpr const char* kNanbeigeReadKeys[] = {"num_loops", "skip_loop_final_norm", "layer_types",
                                              "loop_loss_weights"};
-constexpr const char* kNanbeigeOffKeys[] = {
-    "qk_layernorm", "emb_neighbor_num", "insert_ngram_layer_idx", "ngram_insert_all_layers",
-    "enable_double_loop_split", "loop_middle_layers", "loop_share_kv", "enable_hyper_connection",
-    "enable_mhc", "enable_h_res_identity", "enable_depth_attention"};
+constexpr const char* kNanbeigeOffKeys[] = {"qk_layernorm",
+                                            "emb_neighbor_num",
+                                            "insert_ngram_layer_idx",
+                                            "ngram_insert_all_layers",
+                                            "enable_double_loop_split",
+                                            "loop_middle_layers",
+                                            "loop_share_kv",
+                                            "enable_hyper_connection",
+                                            "enable_mhc",
+                                            "enable_h_res_identity",
+                                            "enable_depth_attention"};
 
 template <size_t N>
 bool OneOf(const std::string& v, const char* const (&list)[N]) {
@@ -327,18 +357,21 @@ std::string ModelTypeOf(const json& c) {
 absl::Status CheckTopLevelKeys(const json& c, const std::string& p) {
   if (auto it = c.find("model_type"); it != c.end() && !it->is_null()) {
     if (!it->is_string() || (*it != "llama" && *it != "nanbeige" && *it != "ouro")) {
-      return FieldError(p + "model_type",
-                        absl::StrCat(Quote(*it), " is not supported (supported: llama, nanbeige, ouro)"));
+      return FieldError(
+          p + "model_type",
+          absl::StrCat(Quote(*it), " is not supported (supported: llama, nanbeige, ouro)"));
     }
   }
   const std::string type = ModelTypeOf(c);
   const bool nanbeige = type == "nanbeige", ouro = type == "ouro";
   for (const auto& [key, value] : c.items()) {
-    const bool family_key = (nanbeige && (OneOf(key, kNanbeigeReadKeys) || OneOf(key, kNanbeigeOffKeys))) ||
-                            (ouro && OneOf(key, kOuroKeys));
+    const bool family_key =
+        (nanbeige && (OneOf(key, kNanbeigeReadKeys) || OneOf(key, kNanbeigeOffKeys))) ||
+        (ouro && OneOf(key, kOuroKeys));
     if (!OneOf(key, kReadKeys) && !OneOf(key, kMetadataKeys) && !family_key) {
-      return FieldError(p + key, "not understood by this loader (the model may not be a Llama-block model); "
-                                 "refusing rather than ignoring it");
+      return FieldError(p + key,
+                        "not understood by this loader (the model may not be a Llama-block model); "
+                        "refusing rather than ignoring it");
     }
   }
   if (auto it = c.find("architectures"); it != c.end() && !it->is_null()) {
@@ -349,12 +382,13 @@ absl::Status CheckTopLevelKeys(const json& c, const std::string& p) {
                       : ouro   ? OneOf(name, kOuroArchitectures)
                                : OneOf(name, kLlamaArchitectures);
       if (!ok) {
-        return FieldError(p + "architectures",
-                          absl::StrCat(Quote(a), " is not supported with model_type ", type, " (supported: ",
-                                       nanbeige ? absl::StrJoin(kNanbeigeArchitectures, ", ")
-                                       : ouro   ? absl::StrJoin(kOuroArchitectures, ", ")
-                                                : absl::StrJoin(kLlamaArchitectures, ", "),
-                                       ")"));
+        return FieldError(
+            p + "architectures",
+            absl::StrCat(Quote(a), " is not supported with model_type ", type, " (supported: ",
+                         nanbeige ? absl::StrJoin(kNanbeigeArchitectures, ", ")
+                         : ouro   ? absl::StrJoin(kOuroArchitectures, ", ")
+                                  : absl::StrJoin(kLlamaArchitectures, ", "),
+                         ")"));
       }
     }
   }
@@ -381,11 +415,13 @@ absl::Status CheckFullAttentionLayers(const json& c, const std::string& p, int n
   auto it = c.find("layer_types");
   if (it == c.end() || it->is_null()) return absl::OkStatus();
   if (!it->is_array() || static_cast<int>(it->size()) != num_layers) {
-    return FieldError(p + "layer_types", absl::StrCat("must list num_hidden_layers (", num_layers, ") entries"));
+    return FieldError(p + "layer_types",
+                      absl::StrCat("must list num_hidden_layers (", num_layers, ") entries"));
   }
   for (const json& t : *it) {
     if (t != "full_attention") {
-      return FieldError(p + "layer_types", absl::StrCat(Quote(t), ": only full_attention layers are supported"));
+      return FieldError(p + "layer_types",
+                        absl::StrCat(Quote(t), ": only full_attention layers are supported"));
     }
   }
   return absl::OkStatus();
@@ -404,7 +440,8 @@ absl::Status ParseNanbeige(const json& c, ModelConfig* m) {
   if (auto s = GetBool(c, p, "skip_loop_final_norm", &skip_norm); !s.ok()) return s;
   for (const char* key : kNanbeigeOffKeys) {
     if (auto it = c.find(key); it != c.end() && Truthy(*it)) {
-      return FieldError(p + key, absl::StrCat(Quote(*it), ": not supported (must be false, 0 or null)"));
+      return FieldError(p + key,
+                        absl::StrCat(Quote(*it), ": not supported (must be false, 0 or null)"));
     }
   }
   if (auto s = CheckFullAttentionLayers(c, p, m->num_layers); !s.ok()) return s;
@@ -456,11 +493,11 @@ absl::Status ParseOuro(const json& c, ModelConfig* m) {
 absl::Status ParseBase(const json& c, ModelConfig* m) {
   const std::string p = "config.json: ";
   if (auto s = CheckTopLevelKeys(c, p); !s.ok()) return s;
-  for (auto [key, out] : {std::pair{"hidden_size", &m->hidden_size},
-                          std::pair{"num_hidden_layers", &m->num_layers},
-                          std::pair{"num_attention_heads", &m->num_heads},
-                          std::pair{"intermediate_size", &m->intermediate_size},
-                          std::pair{"vocab_size", &m->vocab_size}}) {
+  for (auto [key, out] :
+       {std::pair{"hidden_size", &m->hidden_size}, std::pair{"num_hidden_layers", &m->num_layers},
+        std::pair{"num_attention_heads", &m->num_heads},
+        std::pair{"intermediate_size", &m->intermediate_size},
+        std::pair{"vocab_size", &m->vocab_size}}) {
     if (auto s = GetInt(c, p, key, true, out); !s.ok()) return s;
     if (*out <= 0) return FieldError(p + key, "must be > 0");
   }
@@ -482,9 +519,9 @@ absl::Status ParseBase(const json& c, ModelConfig* m) {
   if (auto s = GetTokenIds(c, "bos_token_id", &m->bos_token_ids); !s.ok()) return s;
   if (auto s = GetTokenIds(c, "eos_token_id", &m->eos_token_ids); !s.ok()) return s;
   if (m->num_kv_heads <= 0 || m->num_heads % m->num_kv_heads != 0) {
-    return FieldError(p + "num_key_value_heads",
-                      absl::StrCat(m->num_kv_heads, " does not divide num_attention_heads ",
-                                   m->num_heads));
+    return FieldError(
+        p + "num_key_value_heads",
+        absl::StrCat(m->num_kv_heads, " does not divide num_attention_heads ", m->num_heads));
   }
   if (c.contains("head_dim") && !c["head_dim"].is_null()) {
     if (auto s = GetInt(c, p, "head_dim", true, &m->head_dim); !s.ok()) return s;
@@ -547,13 +584,17 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const json& config, const json* rec
   if (rec == nullptr) rec = recursion_sidecar;
   if (ModelTypeOf(config) == "nanbeige") {
     if (rec != nullptr) {
-      return FieldError("recursion", "not allowed with model_type nanbeige (its loops are config.json's num_loops)");
+      return FieldError(
+          "recursion",
+          "not allowed with model_type nanbeige (its loops are config.json's num_loops)");
     }
     if (auto s = ParseNanbeige(config, &m); !s.ok()) return s;
   }
   if (ModelTypeOf(config) == "ouro") {
     if (rec != nullptr) {
-      return FieldError("recursion", "not allowed with model_type ouro (its loops are config.json's total_ut_steps)");
+      return FieldError(
+          "recursion",
+          "not allowed with model_type ouro (its loops are config.json's total_ut_steps)");
     }
     if (auto s = ParseOuro(config, &m); !s.ok()) return s;
   }
@@ -570,18 +611,22 @@ absl::Status ApplyLoopedDefaults(const json& looped, ModelConfig* config) {
   const std::string p = "looped.json: ";
   if (auto s = CheckKnownKeys(looped, p, {"mode", "exit_threshold"}); !s.ok()) return s;
   RecursionConfig& r = config->recursion;
-  if (auto s = GetEnum<LoopMode>(looped, p, "mode", {{"full", LoopMode::kFull}, {"adaptive", LoopMode::kAdaptive}},
+  if (auto s = GetEnum<LoopMode>(looped, p, "mode",
+                                 {{"full", LoopMode::kFull}, {"adaptive", LoopMode::kAdaptive}},
                                  &r.default_loop_mode);
       !s.ok()) {
     return s;
   }
   if (r.default_loop_mode == LoopMode::kAdaptive && r.exit_rule == LoopExitRule::kNone) {
-    return FieldError(p + "mode", absl::StrCat("adaptive needs a looped model with an exit rule (ouro); model_type ",
-                                               config->model_type, " runs full depth only"));
+    return FieldError(
+        p + "mode",
+        absl::StrCat("adaptive needs a looped model with an exit rule (ouro); model_type ",
+                     config->model_type, " runs full depth only"));
   }
   if (looped.contains("exit_threshold") && !looped["exit_threshold"].is_null()) {
     if (r.exit_rule == LoopExitRule::kNone) {
-      return FieldError(p + "exit_threshold", absl::StrCat("model_type ", config->model_type, " has no exit rule"));
+      return FieldError(p + "exit_threshold",
+                        absl::StrCat("model_type ", config->model_type, " has no exit rule"));
     }
     if (auto s = GetFloat(looped, p, "exit_threshold", &r.loop_exit_threshold); !s.ok()) return s;
     if (!(r.loop_exit_threshold > 0)) return FieldError(p + "exit_threshold", "must be > 0");
@@ -611,21 +656,30 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& dir) {
 
 const char* SharingName(Sharing s) {
   switch (s) {
-    case Sharing::kNone: return "none";
-    case Sharing::kCycle: return "cycle";
-    case Sharing::kSequence: return "sequence";
-    case Sharing::kMiddleCycle: return "middle_cycle";
-    case Sharing::kMiddleSequence: return "middle_sequence";
+    case Sharing::kNone:
+      return "none";
+    case Sharing::kCycle:
+      return "cycle";
+    case Sharing::kSequence:
+      return "sequence";
+    case Sharing::kMiddleCycle:
+      return "middle_cycle";
+    case Sharing::kMiddleSequence:
+      return "middle_sequence";
   }
   return "?";
 }
 
 const char* RoutingName(Routing r) {
   switch (r) {
-    case Routing::kNone: return "none";
-    case Routing::kExpertChoice: return "expert_choice";
-    case Routing::kTokenChoice: return "token_choice";
-    case Routing::kEarlyExit: return "early_exit";
+    case Routing::kNone:
+      return "none";
+    case Routing::kExpertChoice:
+      return "expert_choice";
+    case Routing::kTokenChoice:
+      return "token_choice";
+    case Routing::kEarlyExit:
+      return "early_exit";
   }
   return "?";
 }
@@ -637,9 +691,12 @@ const char* LoopModeName(LoopMode m) { return m == LoopMode::kAdaptive ? "adapti
 namespace {
 const char* ActivationName(RouterActivation a) {
   switch (a) {
-    case RouterActivation::kSigmoid: return "sigmoid";
-    case RouterActivation::kTanh: return "tanh";
-    case RouterActivation::kSoftmax: return "softmax";
+    case RouterActivation::kSigmoid:
+      return "sigmoid";
+    case RouterActivation::kTanh:
+      return "tanh";
+    case RouterActivation::kSoftmax:
+      return "softmax";
   }
   return "?";
 }

@@ -40,7 +40,8 @@ struct RouterConfig {
 struct LoraConfig {
   int rank = 0;  // 0: no LoRA
   float alpha = 0.0f;
-  std::vector<std::string> targets;  // subset of q_proj k_proj v_proj o_proj gate_proj up_proj down_proj
+  std::vector<std::string>
+      targets;  // subset of q_proj k_proj v_proj o_proj gate_proj up_proj down_proj
   float scale() const { return rank > 0 ? alpha / static_cast<float>(rank) : 0.0f; }
   bool Targets(const std::string& proj) const;
 };
@@ -115,6 +116,5 @@ const char* SharingName(Sharing s);
 const char* RoutingName(Routing r);
 const char* KvModeName(KvMode k);
 const char* LoopModeName(LoopMode m);  // "full", "adaptive"
-
 
 }  // namespace morserve

@@ -322,7 +322,8 @@ absl::Status Resolver::ResolveLayer(int segment, int k, LayerWeights* out, Dedup
   if (config_.sandwich_norm) {
     for (auto [module, t] : {std::pair{"input_layernorm_2", &out->attn_out_norm},
                              std::pair{"post_attention_layernorm_2", &out->mlp_out_norm}}) {
-      if (auto s = ResolveTensor(segment, k, module, norm_shape, copies_stored, std::nullopt, t, report);
+      if (auto s =
+              ResolveTensor(segment, k, module, norm_shape, copies_stored, std::nullopt, t, report);
           !s.ok()) {
         return s;
       }

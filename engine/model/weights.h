@@ -18,15 +18,17 @@ namespace morserve {
 class TensorStore;
 
 struct LoraDelta {  // delta = scale * B * A
-  TensorView a;      // [rank, in]
-  TensorView b;      // [out, rank]
+  TensorView a;     // [rank, in]
+  TensorView b;     // [out, rank]
   float scale = 0.0f;
 };
 
 struct LoopTensor {
   std::vector<TensorView> per_loop;  // size 1 (shared by all loops) or `loops`
   std::vector<LoraDelta> lora;       // empty, or one per loop
-  const TensorView& At(int loop) const { return per_loop.size() == 1 ? per_loop[0] : per_loop[loop]; }
+  const TensorView& At(int loop) const {
+    return per_loop.size() == 1 ? per_loop[0] : per_loop[loop];
+  }
   bool untied() const { return per_loop.size() > 1; }
 };
 
@@ -39,8 +41,8 @@ struct LayerWeights {
   LoopTensor post_norm;   // [H]
   // Sandwich blocks (config.sandwich_norm, Ouro): the norms on the attention output
   // (input_layernorm_2) and on the MLP output (post_attention_layernorm_2); empty otherwise.
-  LoopTensor attn_out_norm;  // [H]
-  LoopTensor mlp_out_norm;   // [H]
+  LoopTensor attn_out_norm;   // [H]
+  LoopTensor mlp_out_norm;    // [H]
   LoopTensor proj[kNumProj];  // q [Hq, H], k/v [Hkv, H], o [H, Hq], gate/up [I, H], down [H, I]
   const LoopTensor& P(Proj p) const { return proj[static_cast<int>(p)]; }
 };
@@ -52,10 +54,10 @@ struct LoopRouter {
 };
 
 struct RouterWeights {
-  std::vector<LoopRouter> expert;      // expert_choice: one per loop
-  std::vector<LoopRouter> aux;         // expert_choice with aux_router: one per loop
-  TensorView token_choice;             // token_choice: linear [Nr, H] (mlp: w1 [2H,H])
-  TensorView token_choice_w2;          // token_choice mlp: [Nr, 2H]
+  std::vector<LoopRouter> expert;        // expert_choice: one per loop
+  std::vector<LoopRouter> aux;           // expert_choice with aux_router: one per loop
+  TensorView token_choice;               // token_choice: linear [Nr, H] (mlp: w1 [2H,H])
+  TensorView token_choice_w2;            // token_choice mlp: [Nr, 2H]
   std::vector<float> token_choice_bias;  // [Nr], zeros when absent
 };
 

@@ -66,7 +66,8 @@ void ApplyRope(Vec* x, int n_heads, int head_dim, int position, float theta) {
   }
 }
 
-ReferenceModel::ReferenceModel(std::shared_ptr<const ModelWeights> weights, ReferenceOptions options)
+ReferenceModel::ReferenceModel(std::shared_ptr<const ModelWeights> weights,
+                               ReferenceOptions options)
     : weights_(std::move(weights)), options_(options), cfg_(weights_->config) {
   Reset();
 }
@@ -108,9 +109,11 @@ const Vec& ReferenceModel::Weight(int layer_slot, int loop, Proj p) {
       for (int i = 0; i < in; ++i) {
         double acc = 0;
         for (int j = 0; j < rank; ++j) {
-          acc += static_cast<double>(b[static_cast<size_t>(o) * rank + j]) * a[static_cast<size_t>(j) * in + i];
+          acc += static_cast<double>(b[static_cast<size_t>(o) * rank + j]) *
+                 a[static_cast<size_t>(j) * in + i];
         }
-        w[static_cast<size_t>(o) * in + i] = static_cast<float>(w[static_cast<size_t>(o) * in + i] + d.scale * acc);
+        w[static_cast<size_t>(o) * in + i] =
+            static_cast<float>(w[static_cast<size_t>(o) * in + i] + d.scale * acc);
       }
     }
   }
@@ -187,7 +190,8 @@ Vec ReferenceModel::Layer(int segment, int loop, int k, const Vec& x) {
   }
   // Sandwich blocks (Ouro) norm each sublayer's output before its residual add.
   Vec attn_out = MatVec(Weight(slot, loop, Proj::kO), attn, h, cfg_.q_dim());
-  if (cfg_.sandwich_norm) attn_out = RmsNorm(attn_out, Norm(lw.attn_out_norm, loop), cfg_.rms_norm_eps);
+  if (cfg_.sandwich_norm)
+    attn_out = RmsNorm(attn_out, Norm(lw.attn_out_norm, loop), cfg_.rms_norm_eps);
   const Vec y = Add(x, attn_out);
   const Vec m = RmsNorm(y, Norm(lw.post_norm, loop), cfg_.rms_norm_eps);
   const int inter = cfg_.intermediate_size;
@@ -196,12 +200,13 @@ Vec ReferenceModel::Layer(int segment, int loop, int k, const Vec& x) {
   Vec act(inter);
   for (int i = 0; i < inter; ++i) act[i] = static_cast<float>(Silu(gate[i]) * up[i]);
   Vec mlp_out = MatVec(Weight(slot, loop, Proj::kDown), act, h, inter);
-  if (cfg_.sandwich_norm) mlp_out = RmsNorm(mlp_out, Norm(lw.mlp_out_norm, loop), cfg_.rms_norm_eps);
+  if (cfg_.sandwich_norm)
+    mlp_out = RmsNorm(mlp_out, Norm(lw.mlp_out_norm, loop), cfg_.rms_norm_eps);
   Vec out = Add(y, mlp_out);
   if (recurrent && writes) {  // the persistent pair comes from the layer's own output
     KvEntry persistent{position_, {}, {}};
-    ProjectKv(slot, loop, RmsNorm(out, Norm(lw.input_norm, loop), cfg_.rms_norm_eps),
-              &persistent.k, &persistent.v);
+    ProjectKv(slot, loop, RmsNorm(out, Norm(lw.input_norm, loop), cfg_.rms_norm_eps), &persistent.k,
+              &persistent.v);
     slots_[cache].push_back(std::move(persistent));
   }
   return out;
@@ -209,7 +214,8 @@ Vec ReferenceModel::Layer(int segment, int loop, int k, const Vec& x) {
 
 Vec ReferenceModel::Block(int segment, int loop, const Vec& h) {
   Vec x = h;
-  for (int k = 0; k < weights_->plan.segments[segment].num_layers; ++k) x = Layer(segment, loop, k, x);
+  for (int k = 0; k < weights_->plan.segments[segment].num_layers; ++k)
+    x = Layer(segment, loop, k, x);
   return x;
 }
 
@@ -229,14 +235,16 @@ double ReferenceModel::RouterScore(const LoopRouter& r, const Vec& h, int out_ro
   const Vec& w1 = F32(r.w1);
   if (r.w2.empty()) {
     double acc = 0;
-    for (int i = 0; i < hs; ++i) acc += static_cast<double>(w1[static_cast<size_t>(out_row) * hs + i]) * h[i];
+    for (int i = 0; i < hs; ++i)
+      acc += static_cast<double>(w1[static_cast<size_t>(out_row) * hs + i]) * h[i];
     return acc;
   }
   const int mid = static_cast<int>(r.w1.shape[0]);
   const Vec hidden = MatVec(w1, h, mid, hs);
   const Vec& w2 = F32(r.w2);
   double acc = 0;
-  for (int i = 0; i < mid; ++i) acc += static_cast<double>(w2[static_cast<size_t>(out_row) * mid + i]) * Gelu(hidden[i]);
+  for (int i = 0; i < mid; ++i)
+    acc += static_cast<double>(w2[static_cast<size_t>(out_row) * mid + i]) * Gelu(hidden[i]);
   return acc;
 }
 
@@ -246,13 +254,15 @@ Vec ReferenceModel::ExpertChoice(int segment, Vec h, TokenTrace* trace) {
   const RouterWeights& rw = weights_->router;
   for (int r = 0; r < cfg_.recursion.num_recursions; ++r) {
     Vec hin(h.size());
-    for (size_t i = 0; i < h.size(); ++i) hin[i] = static_cast<float>(h[i] / static_cast<double>(rc.temperature));
+    for (size_t i = 0; i < h.size(); ++i)
+      hin[i] = static_cast<float>(h[i] / static_cast<double>(rc.temperature));
     const double s = RouterScore(rw.expert[r], hin, 0);
     const double decide = rc.aux_router ? RouterScore(rw.aux[r], hin, 0) : s;
     trace->router_scores.push_back(s);
     const bool active = rc.capacity[r] >= 1.0f || decide > rc.threshold;
     if (!active) break;
-    const double g = rc.alpha * (rc.activation == RouterActivation::kTanh ? std::tanh(s) : Sigmoid(s));
+    const double g =
+        rc.alpha * (rc.activation == RouterActivation::kTanh ? std::tanh(s) : Sigmoid(s));
     const Vec b = Block(segment, r, h);
     h = Add(h, b, rc.gating == Gating::kAdditive ? 1.0 : g);
     ++trace->loops;
@@ -334,7 +344,8 @@ void ReferenceModel::CopyOnExit(int segment, int exit_loop) {
 Vec ReferenceModel::OuroLoops(int segment, Vec h, TokenTrace* trace) {
   const RecursionConfig& rc = cfg_.recursion;
   const int loops = weights_->plan.segments[segment].loops;
-  const bool adaptive = options_.loop_mode.value_or(rc.default_loop_mode) == LoopMode::kAdaptive && !prompt_token_;
+  const bool adaptive =
+      options_.loop_mode.value_or(rc.default_loop_mode) == LoopMode::kAdaptive && !prompt_token_;
   const double q = options_.exit_threshold.value_or(rc.loop_exit_threshold);
   const Vec& norm = F32(weights_->final_norm);
   const Vec& gate_w = F32(weights_->exit_gate_w);
@@ -363,15 +374,20 @@ Vec ReferenceModel::OuroLoops(int segment, Vec h, TokenTrace* trace) {
 }
 
 Vec ReferenceModel::RunLoopedSegment(int segment, const Vec& x, TokenTrace* trace) {
-  if (segment == weights_->plan.looped_segment && cfg_.recursion.exit_rule == LoopExitRule::kOuroGate) {
+  if (segment == weights_->plan.looped_segment &&
+      cfg_.recursion.exit_rule == LoopExitRule::kOuroGate) {
     return OuroLoops(segment, x, trace);
   }
   if (segment == weights_->plan.looped_segment) {
     switch (cfg_.recursion.routing) {
-      case Routing::kExpertChoice: return ExpertChoice(segment, x, trace);
-      case Routing::kTokenChoice: return TokenChoice(segment, x, trace);
-      case Routing::kEarlyExit: return EarlyExit(segment, x, trace);
-      case Routing::kNone: break;
+      case Routing::kExpertChoice:
+        return ExpertChoice(segment, x, trace);
+      case Routing::kTokenChoice:
+        return TokenChoice(segment, x, trace);
+      case Routing::kEarlyExit:
+        return EarlyExit(segment, x, trace);
+      case Routing::kNone:
+        break;
     }
   }
   Vec h = x;
@@ -396,7 +412,8 @@ StepOutput ReferenceModel::Step(int token, bool prompt) {
   prompt_token_ = prompt;
   const Vec& embed = F32(weights_->embed);
   const int hs = cfg_.hidden_size;
-  Vec h(embed.begin() + static_cast<size_t>(token) * hs, embed.begin() + static_cast<size_t>(token + 1) * hs);
+  Vec h(embed.begin() + static_cast<size_t>(token) * hs,
+        embed.begin() + static_cast<size_t>(token + 1) * hs);
   StepOutput out;
   const LayerPlan& plan = weights_->plan;
   for (int s = 0; s < static_cast<int>(plan.segments.size()); ++s) {

@@ -18,9 +18,9 @@ namespace morserve {
 
 // What happened to one token inside the looped segment.
 struct TokenTrace {
-  int loops = 0;                     // loops of the looped segment the token ran
-  std::vector<double> router_scores;  // expert_choice: s_r of each loop it was a candidate for;
-                                      // token_choice: the router's Nr outputs
+  int loops = 0;                        // loops of the looped segment the token ran
+  std::vector<double> router_scores;    // expert_choice: s_r of each loop it was a candidate for;
+                                        // token_choice: the router's Nr outputs
   std::vector<double> exit_confidence;  // early_exit: max prob after each loop it ran (< Nr)
   std::vector<double> exit_cumulative;  // Ouro adaptive: cumulative exit probability c after
                                         // each loop whose gate was read (< T)
@@ -45,7 +45,8 @@ class ReferenceModel {
     std::vector<float> k, v;  // [kv_dim], keys after RoPE
   };
 
-  explicit ReferenceModel(std::shared_ptr<const ModelWeights> weights, ReferenceOptions options = {});
+  explicit ReferenceModel(std::shared_ptr<const ModelWeights> weights,
+                          ReferenceOptions options = {});
   ~ReferenceModel();
 
   // Clears the KV state: the next Step is position 0 of a new sequence.
@@ -101,7 +102,8 @@ class ReferenceModel {
 // Building blocks shared with tests: exact definitions of docs/models.md#the-block in fp64.
 std::vector<float> RmsNorm(const std::vector<float>& x, const std::vector<float>& w, float eps);
 // y[o] = sum_i W[o, i] x[i]; W row-major [out, in].
-std::vector<float> MatVec(const std::vector<float>& w, const std::vector<float>& x, int out, int in);
+std::vector<float> MatVec(const std::vector<float>& w, const std::vector<float>& x, int out,
+                          int in);
 // Rotates each head of x (n_heads * head_dim) in place, rotate_half convention.
 void ApplyRope(std::vector<float>* x, int n_heads, int head_dim, int position, float theta);
 

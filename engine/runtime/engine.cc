@@ -107,9 +107,9 @@ absl::Status Engine::Validate(const GenerateRequest& r) const {
   }
   const RecursionConfig& rc = c.recursion;
   if (r.loop_mode == LoopMode::kAdaptive && rc.exit_rule == LoopExitRule::kNone) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "mode: adaptive needs a looped model with an exit rule (ouro); model_type ", c.model_type,
-        " runs full depth only"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("mode: adaptive needs a looped model with an exit rule (ouro); model_type ",
+                     c.model_type, " runs full depth only"));
   }
   return absl::OkStatus();
 }

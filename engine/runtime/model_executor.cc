@@ -198,8 +198,8 @@ void ModelExecutor::RunLayer(int segment, int k, std::vector<Row*>& rows, std::v
   RunRunnerLayer(segment, k, rows, h, planned);
 }
 
-void ModelExecutor::RunRunnerLayer(int segment, int k, std::vector<Row*>& rows, std::vector<float>* h,
-                                   const LayerKvPlan& kv) {
+void ModelExecutor::RunRunnerLayer(int segment, int k, std::vector<Row*>& rows,
+                                   std::vector<float>* h, const LayerKvPlan& kv) {
   std::vector<int> loops(rows.size()), positions(rows.size());
   std::vector<uint8_t> kv_only(rows.size());
   bool any_kv_only = false;
@@ -361,9 +361,11 @@ void ModelExecutor::ExitByConfidence(std::vector<Row*>& rows) {
 // lambda; exit iff c >= the threshold. Only generated tokens of adaptive requests ask; the
 // sums run in fp64 over the fp32 state, as the reference computes them.
 bool ModelExecutor::OuroGateExits(Row* row, const float* normed) const {
-  if (exit_gate_w_.empty() || !row->seq->adaptive_loops || row->position < row->seq->num_prompt) return false;
+  if (exit_gate_w_.empty() || !row->seq->adaptive_loops || row->position < row->seq->num_prompt)
+    return false;
   double dot = exit_gate_b_;
-  for (size_t i = 0; i < exit_gate_w_.size(); ++i) dot += static_cast<double>(exit_gate_w_[i]) * normed[i];
+  for (size_t i = 0; i < exit_gate_w_.size(); ++i)
+    dot += static_cast<double>(exit_gate_w_[i]) * normed[i];
   const double lambda = Sigmoid(dot);
   row->exit_cumulative += lambda * row->exit_survive;
   row->exit_survive *= 1.0 - lambda;

@@ -63,7 +63,7 @@ class ModelExecutor {
   const LayerPlan& plan_;
   ModelRunner* runner_;
   KvBlockPool* pool_;
-  std::vector<float> loop_norm_;  // model.norm as fp32 when the model norms between loops
+  std::vector<float> loop_norm_;    // model.norm as fp32 when the model norms between loops
   std::vector<float> exit_gate_w_;  // Ouro's exit gate [H] as fp32 (docs/models.md#ouro)
   double exit_gate_b_ = 0;
 };

@@ -23,13 +23,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/cpu/machine_limits.h"
+#include "engine/cpu/mem_bandwidth.h"
 #include "engine/cpu/thread_pool.h"
 #include "engine/model/weights.h"
 #include "engine/runtime/engine.h"
 #include "engine/tools/commands.h"
 #include "engine/tools/engine_flags.h"
-#include "engine/cpu/machine_limits.h"
-#include "engine/cpu/mem_bandwidth.h"
 #include "nlohmann/json.hpp"
 
 namespace morserve {
@@ -67,7 +67,8 @@ Workload MakeWorkload(int requests, double mean, double stddev, int prompt_len, 
   std::mt19937_64 ids(seed ^ 0x9e3779b97f4a7c15ULL);
   for (int i = 0; i < requests; ++i) {
     std::vector<int> p(prompt_len);
-    for (int& t : p) t = 1 + static_cast<int>(ids() % static_cast<uint64_t>(std::max(1, vocab - 1)));
+    for (int& t : p)
+      t = 1 + static_cast<int>(ids() % static_cast<uint64_t>(std::max(1, vocab - 1)));
     w.prompts.push_back(std::move(p));
   }
   std::mt19937_64 rng(seed);
@@ -105,9 +106,12 @@ double ProcessCpuSeconds() {
 }
 
 json PhasesDelta(const StepPhaseSeconds& a, const StepPhaseSeconds& b) {
-  return {{"schedule", b.schedule - a.schedule}, {"enter", b.enter - a.enter},
-          {"pass", b.pass - a.pass},             {"tail", b.tail - a.tail},
-          {"sample", b.sample - a.sample},       {"report", b.report - a.report}};
+  return {{"schedule", b.schedule - a.schedule},
+          {"enter", b.enter - a.enter},
+          {"pass", b.pass - a.pass},
+          {"tail", b.tail - a.tail},
+          {"sample", b.sample - a.sample},
+          {"report", b.report - a.report}};
 }
 
 // Weight bytes the runner read between two stats, their rate (GB/s) and its fraction of the
@@ -131,26 +135,26 @@ json StatsDelta(const EngineStats& a, const EngineStats& b, double seconds, doub
   const int64_t rows = b.pass_rows - a.pass_rows;
   const int64_t capacity = b.pass_row_capacity - a.pass_row_capacity;
   json out = {{"seconds", seconds},
-          {"tokens_generated", tokens},
-          {"tokens_per_s", tokens / seconds},
-          {"cpu_seconds", cpu_seconds},
-          {"cpu_us_per_token", tokens ? 1e6 * cpu_seconds / tokens : 0.0},
-          {"step_phase_seconds", PhasesDelta(a.phases, b.phases)},
-          {"steps", b.steps - a.steps},
-          {"shared_block_passes", b.passes - a.passes},
-          {"shared_block_rows", rows},
-          {"shared_block_rows_per_s", rows / seconds},
-          {"batch_fill_ratio", capacity ? static_cast<double>(rows) / capacity : 0.0},
-          {"mean_rows_per_pass",
-           (b.passes - a.passes) ? static_cast<double>(rows) / (b.passes - a.passes) : 0.0},
-          {"rows_per_loop", diff(a.rows_per_loop, b.rows_per_loop)},
-          {"exits_per_loop", diff(a.exits_per_loop, b.exits_per_loop)},
-          {"layer_rows_full", b.layer_rows.full_rows - a.layer_rows.full_rows},
-          {"layer_rows_kv_only", b.layer_rows.kv_only_rows - a.layer_rows.kv_only_rows},
-          {"max_kv_blocks_used", b.max_kv_blocks_used},
-          {"kv_blocks_total", b.kv_blocks_total},
-          {"preemptions", b.preemptions - a.preemptions},
-          {"max_batch_rows", batch}};
+              {"tokens_generated", tokens},
+              {"tokens_per_s", tokens / seconds},
+              {"cpu_seconds", cpu_seconds},
+              {"cpu_us_per_token", tokens ? 1e6 * cpu_seconds / tokens : 0.0},
+              {"step_phase_seconds", PhasesDelta(a.phases, b.phases)},
+              {"steps", b.steps - a.steps},
+              {"shared_block_passes", b.passes - a.passes},
+              {"shared_block_rows", rows},
+              {"shared_block_rows_per_s", rows / seconds},
+              {"batch_fill_ratio", capacity ? static_cast<double>(rows) / capacity : 0.0},
+              {"mean_rows_per_pass",
+               (b.passes - a.passes) ? static_cast<double>(rows) / (b.passes - a.passes) : 0.0},
+              {"rows_per_loop", diff(a.rows_per_loop, b.rows_per_loop)},
+              {"exits_per_loop", diff(a.exits_per_loop, b.exits_per_loop)},
+              {"layer_rows_full", b.layer_rows.full_rows - a.layer_rows.full_rows},
+              {"layer_rows_kv_only", b.layer_rows.kv_only_rows - a.layer_rows.kv_only_rows},
+              {"max_kv_blocks_used", b.max_kv_blocks_used},
+              {"kv_blocks_total", b.kv_blocks_total},
+              {"preemptions", b.preemptions - a.preemptions},
+              {"max_batch_rows", batch}};
   out.update(WeightTraffic(a, b, seconds, read_gbs));
   return out;
 }
@@ -190,7 +194,8 @@ json Ratios(const json& runs) {
   json out = json::array();
   auto find = [&](const std::string& dir, const std::string& mode, int batch) -> const json* {
     for (const json& r : runs) {
-      if (r["model"]["dir"] == dir && r["mode"] == mode && r["stats"]["max_batch_rows"] == batch) return &r;
+      if (r["model"]["dir"] == dir && r["mode"] == mode && r["stats"]["max_batch_rows"] == batch)
+        return &r;
     }
     return nullptr;
   };
@@ -204,13 +209,17 @@ json Ratios(const json& runs) {
     const double tps = r["stats"]["tokens_per_s"];
     if (r["mode"] == "depth") {
       if (const json* seq = find(dir, "sequence", batch)) {
-        out.push_back({{"model", dir}, {"batch", batch}, {"what", "depth-wise / sequence-wise"},
+        out.push_back({{"model", dir},
+                       {"batch", batch},
+                       {"what", "depth-wise / sequence-wise"},
                        {"ratio", tps / (*seq)["stats"]["tokens_per_s"].get<double>()}});
       }
     }
     if (!vanilla.empty() && dir != vanilla) {
       if (const json* v = find(vanilla, r["mode"], batch)) {
-        out.push_back({{"model", dir}, {"batch", batch}, {"mode", r["mode"]},
+        out.push_back({{"model", dir},
+                       {"batch", batch},
+                       {"mode", r["mode"]},
                        {"what", "model / vanilla (same mode)"},
                        {"ratio", tps / (*v)["stats"]["tokens_per_s"].get<double>()}});
       }
@@ -230,8 +239,8 @@ absl::StatusOr<json> RunOnce(std::shared_ptr<const ModelWeights> weights, const 
   const double cpu0 = ProcessCpuSeconds();
   RunRequests(engine->get(), w, static_cast<int>(w.output_lengths.size()));
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return StatsDelta(before, (*engine)->stats(), secs, ProcessCpuSeconds() - cpu0, cfg.max_batch_rows,
-                    read_gbs);
+  return StatsDelta(before, (*engine)->stats(), secs, ProcessCpuSeconds() - cpu0,
+                    cfg.max_batch_rows, read_gbs);
 }
 
 // Prefill of one `prompt_len`-token prompt (ids spread over the vocabulary, max_tokens 1) on
@@ -246,13 +255,15 @@ double LinearFlopsPerToken(const ModelWeights& w) {
   return 2.0 * per_layer * w.plan.num_unrolled_layers();
 }
 
-absl::StatusOr<json> RunPrefill(std::shared_ptr<const ModelWeights> weights, const EngineConfig& cfg,
-                                int prompt_len, double read_gbs, double fma_gflops) {
+absl::StatusOr<json> RunPrefill(std::shared_ptr<const ModelWeights> weights,
+                                const EngineConfig& cfg, int prompt_len, double read_gbs,
+                                double fma_gflops) {
   const int vocab = weights->config.vocab_size;
   const double flops_per_token = LinearFlopsPerToken(*weights);
   if (prompt_len >= weights->config.max_position_embeddings) {
-    return absl::InvalidArgumentError(absl::StrCat("--prefill: ", prompt_len, " tokens do not fit the model's ",
-                                                   weights->config.max_position_embeddings, " positions"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--prefill: ", prompt_len, " tokens do not fit the model's ",
+                     weights->config.max_position_embeddings, " positions"));
   }
   auto engine = Engine::Create(std::move(weights), cfg);
   if (!engine.ok()) return engine.status();
@@ -264,19 +275,21 @@ absl::StatusOr<json> RunPrefill(std::shared_ptr<const ModelWeights> weights, con
   one.prompts.assign(1, std::vector<int>(prompt_len));
   one.output_lengths = {1};
   std::vector<int>& prompt = one.prompts[0];
-  for (int i = 0; i < prompt_len; ++i) prompt[i] = static_cast<int>((int64_t{i} * 7919 + 3) % vocab);
+  for (int i = 0; i < prompt_len; ++i)
+    prompt[i] = static_cast<int>((int64_t{i} * 7919 + 3) % vocab);
   const EngineStats before = (*engine)->stats();
   const auto t0 = std::chrono::steady_clock::now();
   RunRequests(engine->get(), one, 1);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const EngineStats after = (*engine)->stats();
-  json out = {{"prompt_tokens", prompt_len},
-              {"seconds", secs},
-              {"prefill_tokens_per_s", prompt_len / secs},
-              {"linear_gflops", flops_per_token * prompt_len / secs / 1e9},
-              {"fma_fraction", fma_gflops > 0 ? json(flops_per_token * prompt_len / secs / 1e9 / fma_gflops)
-                                              : json(nullptr)},
-              {"max_step_tokens", cfg.max_step_tokens}};
+  json out = {
+      {"prompt_tokens", prompt_len},
+      {"seconds", secs},
+      {"prefill_tokens_per_s", prompt_len / secs},
+      {"linear_gflops", flops_per_token * prompt_len / secs / 1e9},
+      {"fma_fraction", fma_gflops > 0 ? json(flops_per_token * prompt_len / secs / 1e9 / fma_gflops)
+                                      : json(nullptr)},
+      {"max_step_tokens", cfg.max_step_tokens}};
   out.update(WeightTraffic(before, after, secs, read_gbs));
   return out;
 }
@@ -289,14 +302,15 @@ int Fail(const std::string& msg) {
 }  // namespace
 
 int BenchCommand(const Args& args) {
-  std::set<std::string> value_flags = {"models", "requests", "mean-tokens", "std-tokens",
-                                       "prompt-len", "batches", "modes", "warmup", "seed", "out",
-                                       "repeats", "membw-mb", "membw-passes", "prefill",
-                                       "temperature"};
+  std::set<std::string> value_flags = {"models",       "requests", "mean-tokens", "std-tokens",
+                                       "prompt-len",   "batches",  "modes",       "warmup",
+                                       "seed",         "out",      "repeats",     "membw-mb",
+                                       "membw-passes", "prefill",  "temperature"};
   value_flags.insert(EngineFlagNames().begin(), EngineFlagNames().end());
   auto flags = Flags::Parse(args, value_flags, {"help"});
   if (!flags.ok() || flags->Has("help") || !flags->Has("models")) {
-    if (!flags.ok()) std::fprintf(stderr, "morserve bench: %s\n", std::string(flags.status().message()).c_str());
+    if (!flags.ok())
+      std::fprintf(stderr, "morserve bench: %s\n", std::string(flags.status().message()).c_str());
     std::fputs(kUsage, stderr);
     return flags.ok() && flags->Has("help") ? 0 : 2;
   }
@@ -315,10 +329,10 @@ int BenchCommand(const Args& args) {
       (!absl::SimpleAtof(flags->Get("temperature", "0"), &temperature) || temperature < 0)) {
     return Fail("--temperature: a number >= 0 (0: greedy)");
   }
-  for (const absl::Status& s : {requests.status(), mean.status(), stddev.status(),
-                                prompt_len.status(), warmup.status(), seed.status(),
-                                repeats.status(), membw_mb.status(), membw_passes.status(),
-                                prefill.status()}) {
+  for (const absl::Status& s :
+       {requests.status(), mean.status(), stddev.status(), prompt_len.status(), warmup.status(),
+        seed.status(), repeats.status(), membw_mb.status(), membw_passes.status(),
+        prefill.status()}) {
     if (!s.ok()) return Fail(std::string(s.message()));
   }
   if (*repeats < 1) return Fail("--repeats: must be >= 1");
@@ -326,15 +340,17 @@ int BenchCommand(const Args& args) {
   if (*membw_passes < 1) return Fail("--membw-passes: must be >= 1");
   if (*prefill < 0) return Fail("--prefill: must be >= 0 (0: none)");
   std::vector<int> batches;
-  for (const std::string& b : flags->GetList("batches").empty() ? std::vector<std::string>{"32", "256"}
-                                                                : flags->GetList("batches")) {
+  for (const std::string& b : flags->GetList("batches").empty()
+                                  ? std::vector<std::string>{"32", "256"}
+                                  : flags->GetList("batches")) {
     int v;
     if (!absl::SimpleAtoi(b, &v) || v < 1) return Fail("--batches: positive integers");
     batches.push_back(v);
   }
   std::vector<BatchingMode> modes;
-  for (const std::string& m : flags->GetList("modes").empty() ? std::vector<std::string>{"depth", "sequence"}
-                                                              : flags->GetList("modes")) {
+  for (const std::string& m : flags->GetList("modes").empty()
+                                  ? std::vector<std::string>{"depth", "sequence"}
+                                  : flags->GetList("modes")) {
     auto mode = ParseBatchingMode(m);
     if (!mode.ok()) return Fail(std::string(mode.status().message()));
     modes.push_back(*mode);
@@ -387,7 +403,8 @@ int BenchCommand(const Args& args) {
           auto stats = RunOnce(*weights, cfg, w, *warmup, read_gbs);
           if (!stats.ok()) return Fail(std::string(stats.status().message()));
           all[m].push_back((*stats)["tokens_per_s"].get<double>());
-          if (best[m].is_null() || (*stats)["tokens_per_s"] > best[m]["tokens_per_s"]) best[m] = *stats;
+          if (best[m].is_null() || (*stats)["tokens_per_s"] > best[m]["tokens_per_s"])
+            best[m] = *stats;
         }
       }
       for (size_t m = 0; m < modes.size(); ++m) {
@@ -407,13 +424,15 @@ int BenchCommand(const Args& args) {
       for (int rep = 0; rep < *repeats; ++rep) {
         auto p = RunPrefill(*weights, cfg, *prefill, read_gbs, fma_gflops);
         if (!p.ok()) return Fail(std::string(p.status().message()));
-        if (best.is_null() || (*p)["prefill_tokens_per_s"] > best["prefill_tokens_per_s"]) best = *p;
+        if (best.is_null() || (*p)["prefill_tokens_per_s"] > best["prefill_tokens_per_s"])
+          best = *p;
       }
       best["model"] = dir;
       best["mode"] = BatchingModeName(modes[0]);
-      std::printf("prefill %-28s %d tokens: %.1f tok/s, weights %.2f GB/s, projections %.1f GFLOP/s\n",
-                  dir.substr(0, 28).c_str(), *prefill, best["prefill_tokens_per_s"].get<double>(),
-                  best["weight_gbs"].get<double>(), best["linear_gflops"].get<double>());
+      std::printf(
+          "prefill %-28s %d tokens: %.1f tok/s, weights %.2f GB/s, projections %.1f GFLOP/s\n",
+          dir.substr(0, 28).c_str(), *prefill, best["prefill_tokens_per_s"].get<double>(),
+          best["weight_gbs"].get<double>(), best["linear_gflops"].get<double>());
       std::fflush(stdout);
       prefills.push_back(best);
     }
@@ -421,16 +440,24 @@ int BenchCommand(const Args& args) {
   const json ratios = Ratios(runs);
   std::printf("\nratios (tokens/s, measured side by side in this run):\n");
   for (const json& r : ratios) {
-    std::printf("  %-28s batch %4d %-9s %-30s %.3f\n", r["model"].get<std::string>().substr(0, 28).c_str(),
-                r["batch"].get<int>(), r.value("mode", "").c_str(), r["what"].get<std::string>().c_str(),
+    std::printf("  %-28s batch %4d %-9s %-30s %.3f\n",
+                r["model"].get<std::string>().substr(0, 28).c_str(), r["batch"].get<int>(),
+                r.value("mode", "").c_str(), r["what"].get<std::string>().c_str(),
                 r["ratio"].get<double>());
   }
-  const json report = {{"protocol", {{"requests", *requests}, {"mean_tokens", *mean}, {"std_tokens", *stddev},
-                                     {"prompt_len", *prompt_len}, {"warmup", *warmup}, {"seed", *seed},
-                                     {"repeats", *repeats}, {"prefill", *prefill},
-                                     {"temperature", temperature}, {"distinct_prompts", true},
-                                     {"weights", CpuWeightsName(base->weights)},
-                                     {"device", base->device == Device::kCuda ? "cuda" : "cpu"}}},
+  const json report = {{"protocol",
+                        {{"requests", *requests},
+                         {"mean_tokens", *mean},
+                         {"std_tokens", *stddev},
+                         {"prompt_len", *prompt_len},
+                         {"warmup", *warmup},
+                         {"seed", *seed},
+                         {"repeats", *repeats},
+                         {"prefill", *prefill},
+                         {"temperature", temperature},
+                         {"distinct_prompts", true},
+                         {"weights", CpuWeightsName(base->weights)},
+                         {"device", base->device == Device::kCuda ? "cuda" : "cpu"}}},
                        {"read_bandwidth", bandwidth},
                        {"read_bandwidth_gbs", bandwidth.is_null() ? json(nullptr) : json(read_gbs)},
                        {"runs", runs},

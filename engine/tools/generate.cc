@@ -26,7 +26,8 @@ constexpr char kUsage[] =
     "         [--seed S] [--logprobs N] [--prompt-logprobs K] [--stop-ids a,b] [--ignore-eos]\n"
     "         [--min-tokens N] [--logit-bias ID:BIAS,...] [--allowed-ids a,b] [--json]\n"
     "         [--loop-mode full|adaptive] [--exit-threshold Q] (looped models with an exit rule)\n"
-    "         [engine flags: --mode depth|sequence --weights auto|f32|bf16|f16|int8 --max-batch N ...]\n";
+    "         [engine flags: --mode depth|sequence --weights auto|f32|bf16|f16|int8 --max-batch N "
+    "...]\n";
 
 absl::StatusOr<std::vector<int>> PromptFromFlags(const Flags& f, const ModelConfig& c,
                                                  const std::string& dir) {
@@ -34,7 +35,8 @@ absl::StatusOr<std::vector<int>> PromptFromFlags(const Flags& f, const ModelConf
   if (f.Has("prompt-ids")) {
     for (const std::string& s : f.GetList("prompt-ids")) {
       int v;
-      if (!absl::SimpleAtoi(s, &v)) return absl::InvalidArgumentError("--prompt-ids: not an integer: " + s);
+      if (!absl::SimpleAtoi(s, &v))
+        return absl::InvalidArgumentError("--prompt-ids: not an integer: " + s);
       ids.push_back(v);
     }
     return ids;
@@ -101,18 +103,21 @@ absl::Status ApplySampling(const Flags& f, SamplingParams* p) {
   p->ignore_eos = f.Has("ignore-eos");
   if (f.Has("seed")) {
     uint64_t seed;
-    if (!absl::SimpleAtoi(f.Get("seed"), &seed)) return absl::InvalidArgumentError("--seed: not an integer");
+    if (!absl::SimpleAtoi(f.Get("seed"), &seed))
+      return absl::InvalidArgumentError("--seed: not an integer");
     p->seed = seed;
   }
   for (const std::string& s : f.GetList("stop-ids")) {
     int v;
-    if (!absl::SimpleAtoi(s, &v)) return absl::InvalidArgumentError("--stop-ids: not an integer: " + s);
+    if (!absl::SimpleAtoi(s, &v))
+      return absl::InvalidArgumentError("--stop-ids: not an integer: " + s);
     p->stop_token_ids.push_back(v);
   }
   return ApplyTokenConstraints(f, p);
 }
 
-nlohmann::json EventsToJson(const std::vector<RequestEvent>& events, const std::vector<int>& prompt) {
+nlohmann::json EventsToJson(const std::vector<RequestEvent>& events,
+                            const std::vector<int>& prompt) {
   nlohmann::json tokens = nlohmann::json::array();
   nlohmann::json out = {{"prompt_ids", prompt}};
   for (const RequestEvent& e : events) {
@@ -120,15 +125,19 @@ nlohmann::json EventsToJson(const std::vector<RequestEvent>& events, const std::
       nlohmann::json scored = nlohmann::json::array({nullptr});
       for (const PromptTokenLogprob& p : *e.prompt_logprobs) {
         nlohmann::json top = nlohmann::json::array();
-        for (const TokenLogprob& lp : p.top_logprobs) top.push_back({{"id", lp.token}, {"logprob", lp.logprob}});
-        scored.push_back({{"id", p.token}, {"logprob", p.logprob}, {"rank", p.rank}, {"top_logprobs", top}});
+        for (const TokenLogprob& lp : p.top_logprobs)
+          top.push_back({{"id", lp.token}, {"logprob", lp.logprob}});
+        scored.push_back(
+            {{"id", p.token}, {"logprob", p.logprob}, {"rank", p.rank}, {"top_logprobs", top}});
       }
       out["prompt_logprobs"] = std::move(scored);
     }
     for (const TokenEvent& t : e.tokens) {
       nlohmann::json top = nlohmann::json::array();
-      for (const TokenLogprob& lp : t.top_logprobs) top.push_back({{"id", lp.token}, {"logprob", lp.logprob}});
-      tokens.push_back({{"id", t.token}, {"logprob", t.logprob}, {"loops", t.loops}, {"top_logprobs", top}});
+      for (const TokenLogprob& lp : t.top_logprobs)
+        top.push_back({{"id", lp.token}, {"logprob", lp.logprob}});
+      tokens.push_back(
+          {{"id", t.token}, {"logprob", t.logprob}, {"loops", t.loops}, {"top_logprobs", top}});
     }
     if (e.final()) {
       out["finish_reason"] = FinishReasonName(e.finish);
@@ -161,7 +170,8 @@ absl::Status ApplyLoopFlags(const Flags& f, GenerateRequest* r) {
   if (f.Has("exit-threshold")) {
     float q = 0;
     if (!absl::SimpleAtof(f.Get("exit-threshold"), &q)) {
-      return absl::InvalidArgumentError("--exit-threshold: not a number: " + f.Get("exit-threshold"));
+      return absl::InvalidArgumentError("--exit-threshold: not a number: " +
+                                        f.Get("exit-threshold"));
     }
     r->exit_threshold = q;
   }
@@ -171,15 +181,15 @@ absl::Status ApplyLoopFlags(const Flags& f, GenerateRequest* r) {
 }  // namespace
 
 int GenerateCommand(const Args& args) {
-  std::set<std::string> value_flags = {"model",       "prompt-ids", "prompt",          "max-tokens",
-                                       "temperature", "top-k",      "top-p",           "min-p",
-                                       "seed",        "logprobs",   "prompt-logprobs", "stop-ids",
-                                       "min-tokens",  "logit-bias", "allowed-ids",     "loop-mode",
-                                       "exit-threshold"};
+  std::set<std::string> value_flags = {
+      "model",      "prompt-ids", "prompt",      "max-tokens", "temperature",     "top-k",
+      "top-p",      "min-p",      "seed",        "logprobs",   "prompt-logprobs", "stop-ids",
+      "min-tokens", "logit-bias", "allowed-ids", "loop-mode",  "exit-threshold"};
   value_flags.insert(EngineFlagNames().begin(), EngineFlagNames().end());
   auto flags = Flags::Parse(args, value_flags, {"json", "ignore-eos", "help"});
   if (!flags.ok()) {
-    std::fprintf(stderr, "morserve generate: %s\n%s", std::string(flags.status().message()).c_str(), kUsage);
+    std::fprintf(stderr, "morserve generate: %s\n%s", std::string(flags.status().message()).c_str(),
+                 kUsage);
     return 2;
   }
   if (flags->Has("help") || !flags->Has("model")) {

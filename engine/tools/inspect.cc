@@ -43,7 +43,8 @@ json ConfigSummary(const ModelConfig& c) {
           {"model_type", c.model_type},
           {"norm_between_loops", c.recursion.norm_between_loops},
           {"sandwich_norm", c.sandwich_norm},
-          {"exit_rule", c.recursion.exit_rule == LoopExitRule::kOuroGate ? json("ouro_gate") : json(nullptr)},
+          {"exit_rule",
+           c.recursion.exit_rule == LoopExitRule::kOuroGate ? json("ouro_gate") : json(nullptr)},
           {"loop_exit_threshold", c.recursion.loop_exit_threshold},
           {"default_loop_mode", LoopModeName(c.recursion.default_loop_mode)},
           {"recursion", c.recursion.present ? RecursionToJson(c.recursion) : json(nullptr)}};
@@ -114,8 +115,9 @@ ParameterCounts CountParameters(const ModelWeights& w) {
       if (!absl::EndsWith(name, "rotary_emb.inv_freq")) n.checkpoint += Numel(view);
     }
   }
-  const int64_t globals = Numel(w.embed) + Numel(w.final_norm) + (w.lm_head_tied ? 0 : Numel(w.lm_head)) +
-                          Numel(w.exit_gate_w) + Numel(w.exit_gate_b);
+  const int64_t globals = Numel(w.embed) + Numel(w.final_norm) +
+                          (w.lm_head_tied ? 0 : Numel(w.lm_head)) + Numel(w.exit_gate_w) +
+                          Numel(w.exit_gate_b);
   n.stored = globals + RouterParameters(w.router);
   for (const LayerWeights& l : w.layers) {
     for (const LoopTensor* t : {&l.input_norm, &l.post_norm, &l.attn_out_norm, &l.mlp_out_norm}) {
@@ -153,11 +155,11 @@ std::string InspectText(const json& j) {
   const json& p = j["parameters"];
   const json& kv = j["kv"];
   const json& c = j["config"];
-  std::string out = absl::StrCat("model ", j["dir"].get<std::string>(), " (model_type ",
-                                 c["model_type"].get<std::string>(),
-                                 c["norm_between_loops"].get<bool>() ? "; model.norm between loops" : "",
-                                 c["sandwich_norm"].get<bool>() ? "; sandwich norms" : "", ")\n",
-                                 j["plan"]["describe"].get<std::string>());
+  std::string out = absl::StrCat(
+      "model ", j["dir"].get<std::string>(), " (model_type ", c["model_type"].get<std::string>(),
+      c["norm_between_loops"].get<bool>() ? "; model.norm between loops" : "",
+      c["sandwich_norm"].get<bool>() ? "; sandwich norms" : "", ")\n",
+      j["plan"]["describe"].get<std::string>());
   if (!c["exit_rule"].is_null()) {
     absl::StrAppend(&out, "exit rule: ", c["exit_rule"].get<std::string>(), ", threshold ",
                     c["loop_exit_threshold"].get<double>(), ", default mode ",

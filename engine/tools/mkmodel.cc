@@ -95,16 +95,18 @@ absl::StatusOr<Resolved> Resolve(const TinyModelSpec& spec) {
   if (s.family == "nanbeige" || s.family == "ouro") {
     // The whole stack looped: only --recursions (num_loops / total_ut_steps), --layers
     // (unrolled: loops x the stored stack), --head-dim and the family's own knobs shape it.
-    if (r.sharing != "cycle" || s.kv != "recursion_wise" || s.lora_rank != 0 || s.untied_attention ||
-        s.layer_kind != "standard") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "mkmodel: ", s.family,
-          " loops its whole stack with per-loop KV: no --sharing, --kv shared, LoRA, --untied-attn or --layer-kind"));
+    if (r.sharing != "cycle" || s.kv != "recursion_wise" || s.lora_rank != 0 ||
+        s.untied_attention || s.layer_kind != "standard") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("mkmodel: ", s.family,
+                       " loops its whole stack with per-loop KV: no --sharing, --kv shared, LoRA, "
+                       "--untied-attn or --layer-kind"));
     }
     s.first_copy_only = true;  // the checkpoint stores the L layers once
   }
   if (!s.loop_mode.empty() && s.loop_mode != "full" && s.loop_mode != "adaptive") {
-    return absl::InvalidArgumentError(absl::StrCat("mkmodel: --loop-mode must be full or adaptive, got '", s.loop_mode, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("mkmodel: --loop-mode must be full or adaptive, got '", s.loop_mode, "'"));
   }
   if (s.family != "nanbeige" && s.skip_loop_final_norm) {
     return absl::InvalidArgumentError("mkmodel: --skip-loop-final-norm is a nanbeige option");
@@ -114,14 +116,17 @@ absl::StatusOr<Resolved> Resolve(const TinyModelSpec& spec) {
     if (r.routing == "none") {
       return absl::InvalidArgumentError(absl::StrCat(
           "mkmodel: --depth-mix needs a family with routers or early exit (mor-ec, mor-tc, "
-          "early-exit), not ", s.family));
+          "early-exit), not ",
+          s.family));
     }
     if (auto st = CheckDepthMix(s.depth_mix, r.recursions); !st.ok()) return st;
     if (s.router_bias != 0.0f) {
-      return absl::InvalidArgumentError("mkmodel: --depth-mix sets the router scores: drop --router-bias");
+      return absl::InvalidArgumentError(
+          "mkmodel: --depth-mix sets the router scores: drop --router-bias");
     }
     if (!s.capacity.empty()) {
-      return absl::InvalidArgumentError("mkmodel: --depth-mix sets the capacities: drop --capacity");
+      return absl::InvalidArgumentError(
+          "mkmodel: --depth-mix sets the capacities: drop --capacity");
     }
     if (r.routing == "expert_choice") s.capacity = DepthMixCapacity(s.depth_mix);
   }
@@ -190,8 +195,8 @@ json ConfigJson(const Resolved& r) {
       {"tie_word_embeddings", s.tie_embeddings},
       {"torch_dtype", TorchDtype(s.dtype)},
       {"bos_token_id", s.bos_token_id >= 0 ? json(s.bos_token_id) : json(nullptr)},
-      {"eos_token_id", s.eos_token_ids.size() == 1 ? json(s.eos_token_ids[0])
-                                                   : json(s.eos_token_ids)},
+      {"eos_token_id",
+       s.eos_token_ids.size() == 1 ? json(s.eos_token_ids[0]) : json(s.eos_token_ids)},
       {"mkmodel", {{"family", s.family}, {"seed", s.seed}, {"router_bias", Clean(s.router_bias)}}}};
   if (!s.depth_mix.empty()) {
     json mix = json::array();
@@ -531,7 +536,8 @@ absl::Status WriteShards(const std::string& dir, std::vector<OwnedTensor> tensor
   return WriteText(dir + "/model.safetensors.index.json", index.dump(2) + "\n");
 }
 
-absl::StatusOr<DepthMix> MakeDepthMix(const Resolved& r, const ModelConfig& c, const LayerPlan& plan) {
+absl::StatusOr<DepthMix> MakeDepthMix(const Resolved& r, const ModelConfig& c,
+                                      const LayerPlan& plan) {
   DepthMixModel m;
   m.routing = c.recursion.routing;
   m.recursions = c.recursion.num_recursions;
@@ -596,7 +602,8 @@ absl::Status WriteTinyModel(const TinyModelSpec& spec, const std::string& dir) {
   if (auto s = WriteText(dir + "/config.json", ConfigJson(*r).dump(2) + "\n"); !s.ok()) return s;
   std::filesystem::remove(dir + "/looped.json", ec);  // a stale one would change the defaults
   if (!spec.loop_mode.empty()) {
-    if (auto s = WriteText(dir + "/looped.json", json{{"mode", spec.loop_mode}}.dump(2) + "\n"); !s.ok()) {
+    if (auto s = WriteText(dir + "/looped.json", json{{"mode", spec.loop_mode}}.dump(2) + "\n");
+        !s.ok()) {
       return s;
     }
   }
@@ -741,11 +748,12 @@ absl::Status ApplyValueFlag(const std::string& flag, const std::string& v, TinyM
 absl::StatusOr<TinyModelSpec> TinyModelSpecFromArgs(const std::vector<std::string>& args,
                                                     std::string* out_dir) {
   TinyModelSpec spec;
-  const std::map<std::string, bool*> switches = {{"--aux-router", &spec.aux_router},
-                                                 {"--untied-attn", &spec.untied_attention},
-                                                 {"--first-copy-only", &spec.first_copy_only},
-                                                 {"--tie-embeddings", &spec.tie_embeddings},
-                                                 {"--skip-loop-final-norm", &spec.skip_loop_final_norm}};
+  const std::map<std::string, bool*> switches = {
+      {"--aux-router", &spec.aux_router},
+      {"--untied-attn", &spec.untied_attention},
+      {"--first-copy-only", &spec.first_copy_only},
+      {"--tie-embeddings", &spec.tie_embeddings},
+      {"--skip-loop-final-norm", &spec.skip_loop_final_norm}};
   bool family_given = false;
   for (size_t i = 0; i < args.size(); ++i) {
     std::string flag = args[i], value;

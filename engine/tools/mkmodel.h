@@ -75,8 +75,8 @@ struct TinyModelSpec {
   uint64_t seed = 1;
   DType dtype = DType::kBF16;
   int max_pos = 512;
-  int shards = 1;            // > 1: model-0000i-of-0000N.safetensors + index
-  float router_bias = 0.0f;  // see the file comment
+  int shards = 1;                // > 1: model-0000i-of-0000N.safetensors + index
+  float router_bias = 0.0f;      // see the file comment
   std::vector<float> depth_mix;  // empty: random routers; else one fraction per loop
 
   // Overrides of the family's defaults (empty / negative: family default).
@@ -101,9 +101,9 @@ struct TinyModelSpec {
   int head_dim = 0;                   // > 0: config.json head_dim (q/o not square)
   std::string loop_mode;              // full | adaptive: written to looped.json; empty: none
 
-  int bos_token_id = 1;                 // < 0: null in config.json
+  int bos_token_id = 1;                  // < 0: null in config.json
   std::vector<int> eos_token_ids = {2};  // one: a number in config.json; several: a list
-  std::string tokenizer_dir;            // non-empty: tokenizer files copied from here
+  std::string tokenizer_dir;             // non-empty: tokenizer files copied from here
 };
 
 // Points the spec at DIR's tokenizer: vocab, bos and eos from it (see the file comment).

@@ -224,7 +224,9 @@ TEST_F(ServerLoopParamsTest, OuroAdaptiveExitsAtTheGateAsTheReferenceDoes) {
   ASSERT_TRUE(text.has_value());
   double early_exits = 0;
   for (int l = 1; l < kOuroLoops; ++l) {
-    early_exits += ScrapeValue(*text, "morserve_exits_per_loop_total{loops=\"" + std::to_string(l) + "\"}").value_or(0);
+    early_exits +=
+        ScrapeValue(*text, "morserve_exits_per_loop_total{loops=\"" + std::to_string(l) + "\"}")
+            .value_or(0);
   }
   EXPECT_GT(early_exits, 0) << *text;
 }

@@ -1,22 +1,31 @@
 // config.json / recursion object parsing and layer plans for every sharing strategy.
+#include "engine/model/config.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "engine/model/config.h"
 #include "engine/model/layer_plan.h"
 #include "tests/testutil.h"
 
 namespace morserve {
 namespace {
 
-using ::testing::HasSubstr;
 using nlohmann::json;
+using ::testing::HasSubstr;
 
 json BaseConfig(int layers = 6) {
-  return {{"hidden_size", 64},       {"num_hidden_layers", layers}, {"num_attention_heads", 4},
-          {"num_key_value_heads", 2}, {"intermediate_size", 128},   {"vocab_size", 256},
-          {"rms_norm_eps", 1e-5},     {"rope_theta", 10000.0},      {"architectures", {"LlamaForCausalLM"}},
-          {"eos_token_id", 2},        {"bos_token_id", 1},          {"torch_dtype", "bfloat16"}};
+  return {{"hidden_size", 64},
+          {"num_hidden_layers", layers},
+          {"num_attention_heads", 4},
+          {"num_key_value_heads", 2},
+          {"intermediate_size", 128},
+          {"vocab_size", 256},
+          {"rms_norm_eps", 1e-5},
+          {"rope_theta", 10000.0},
+          {"architectures", {"LlamaForCausalLM"}},
+          {"eos_token_id", 2},
+          {"bos_token_id", 1},
+          {"torch_dtype", "bfloat16"}};
 }
 
 absl::Status ParseError(json config) { return ParseModelConfig(config, nullptr).status(); }
@@ -38,7 +47,9 @@ TEST(ConfigTest, VanillaDefaults) {
 
 TEST(ConfigTest, MorExpertChoiceDefaultsCapacity) {
   json c = BaseConfig(8);
-  c["recursion"] = {{"num_recursions", 3}, {"sharing", "middle_cycle"}, {"routing", "expert_choice"},
+  c["recursion"] = {{"num_recursions", 3},
+                    {"sharing", "middle_cycle"},
+                    {"routing", "expert_choice"},
                     {"router", {{"alpha", 0.1}}}};
   auto m = ParseModelConfig(c, nullptr);
   ASSERT_TRUE(m.ok()) << m.status();
@@ -92,7 +103,9 @@ TEST(ConfigTest, SequenceSharingNumbering) {
 
 TEST(ConfigTest, MiddleSequence) {
   json c = BaseConfig(6);
-  c["recursion"] = {{"num_recursions", 4}, {"sharing", "middle_sequence"}, {"routing", "early_exit"},
+  c["recursion"] = {{"num_recursions", 4},
+                    {"sharing", "middle_sequence"},
+                    {"routing", "early_exit"},
                     {"early_exit", {{"threshold", 0.9}, {"exit_kv", "skip"}}}};
   auto m = ParseModelConfig(c, nullptr);
   ASSERT_TRUE(m.ok()) << m.status();
@@ -110,29 +123,55 @@ struct BadCase {
 
 TEST(ConfigTest, RejectsBadRecursionNamingTheField) {
   const std::vector<BadCase> cases = {
-      {"unknown key", {{"num_recursions", 2}, {"sharing", "cycle"}, {"bogus", 1}}, "recursion.bogus"},
+      {"unknown key",
+       {{"num_recursions", 2}, {"sharing", "cycle"}, {"bogus", 1}},
+       "recursion.bogus"},
       {"bad sharing", {{"num_recursions", 2}, {"sharing", "spiral"}}, "recursion.sharing"},
       {"indivisible", {{"num_recursions", 3}, {"sharing", "cycle"}}, "recursion.num_recursions"},
-      {"middle indivisible", {{"num_recursions", 3}, {"sharing", "middle_cycle"}}, "recursion.num_recursions"},
-      {"routing on multi-segment", {{"num_recursions", 2}, {"sharing", "sequence"}, {"routing", "expert_choice"}},
+      {"middle indivisible",
+       {{"num_recursions", 3}, {"sharing", "middle_cycle"}},
+       "recursion.num_recursions"},
+      {"routing on multi-segment",
+       {{"num_recursions", 2}, {"sharing", "sequence"}, {"routing", "expert_choice"}},
        "recursion.routing"},
-      {"router unknown key", {{"num_recursions", 2}, {"sharing", "cycle"}, {"routing", "expert_choice"},
-                               {"router", {{"arch", "linear"}, {"size", 3}}}}, "recursion.router.size"},
-      {"capacity length", {{"num_recursions", 2}, {"sharing", "cycle"}, {"routing", "expert_choice"},
-                           {"router", {{"capacity", {1.0}}}}}, "recursion.router.capacity"},
-      {"tanh on token choice", {{"num_recursions", 2}, {"sharing", "cycle"}, {"routing", "token_choice"},
-                                {"router", {{"activation", "tanh"}}}}, "recursion.router.activation"},
-      {"early exit without threshold", {{"num_recursions", 2}, {"sharing", "cycle"}, {"routing", "early_exit"}},
+      {"router unknown key",
+       {{"num_recursions", 2},
+        {"sharing", "cycle"},
+        {"routing", "expert_choice"},
+        {"router", {{"arch", "linear"}, {"size", 3}}}},
+       "recursion.router.size"},
+      {"capacity length",
+       {{"num_recursions", 2},
+        {"sharing", "cycle"},
+        {"routing", "expert_choice"},
+        {"router", {{"capacity", {1.0}}}}},
+       "recursion.router.capacity"},
+      {"tanh on token choice",
+       {{"num_recursions", 2},
+        {"sharing", "cycle"},
+        {"routing", "token_choice"},
+        {"router", {{"activation", "tanh"}}}},
+       "recursion.router.activation"},
+      {"early exit without threshold",
+       {{"num_recursions", 2}, {"sharing", "cycle"}, {"routing", "early_exit"}},
        "recursion.early_exit"},
-      {"router without routing", {{"num_recursions", 2}, {"sharing", "cycle"}, {"router", json::object()}},
+      {"router without routing",
+       {{"num_recursions", 2}, {"sharing", "cycle"}, {"router", json::object()}},
        "recursion.router"},
-      {"lora unknown target", {{"num_recursions", 2}, {"sharing", "cycle"},
-                               {"lora", {{"rank", 4}, {"targets", {"qkv"}}}}}, "recursion.lora.targets"},
+      {"lora unknown target",
+       {{"num_recursions", 2}, {"sharing", "cycle"}, {"lora", {{"rank", 4}, {"targets", {"qkv"}}}}},
+       "recursion.lora.targets"},
       {"none with loops", {{"num_recursions", 2}, {"sharing", "none"}}, "recursion.num_recursions"},
-      {"shared kv with capacity < 1", {{"num_recursions", 2}, {"sharing", "cycle"}, {"kv", "shared"},
-                                       {"routing", "expert_choice"}, {"router", {{"capacity", {0.5, 0.25}}}}},
+      {"shared kv with capacity < 1",
+       {{"num_recursions", 2},
+        {"sharing", "cycle"},
+        {"kv", "shared"},
+        {"routing", "expert_choice"},
+        {"router", {{"capacity", {0.5, 0.25}}}}},
        "recursion.kv"},
-      {"num_recursions string", {{"num_recursions", "3"}, {"sharing", "cycle"}}, "recursion.num_recursions"},
+      {"num_recursions string",
+       {{"num_recursions", "3"}, {"sharing", "cycle"}},
+       "recursion.num_recursions"},
   };
   for (const BadCase& bc : cases) {
     json c = BaseConfig(4);
@@ -169,22 +208,27 @@ TEST(ConfigTest, RejectsBadBaseFields) {
 TEST(ConfigTest, LoadFromDirectory) {
   testing::TempDir dir;
   testing::WriteFile(dir.File("config.json"), BaseConfig(4).dump());
-  testing::WriteFile(dir.File("recursion.json"),
-                     json({{"num_recursions", 2}, {"sharing", "cycle"}, {"routing", "token_choice"}}).dump());
+  testing::WriteFile(
+      dir.File("recursion.json"),
+      json({{"num_recursions", 2}, {"sharing", "cycle"}, {"routing", "token_choice"}}).dump());
   auto m = LoadModelConfig(dir.path());
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ(m->recursion.routing, Routing::kTokenChoice);
   EXPECT_EQ(m->recursion.router.activation, RouterActivation::kSoftmax);
   testing::WriteFile(dir.File("config.json"), "{not json");
-  EXPECT_THAT(std::string(LoadModelConfig(dir.path()).status().message()), HasSubstr("not valid JSON"));
+  EXPECT_THAT(std::string(LoadModelConfig(dir.path()).status().message()),
+              HasSubstr("not valid JSON"));
 }
 
 TEST(ConfigTest, RecursionJsonRoundTrip) {
   json c = BaseConfig(8);
-  c["recursion"] = {{"num_recursions", 3}, {"sharing", "middle_cycle"}, {"routing", "expert_choice"},
-                    {"router", {{"arch", "mlp"}, {"activation", "tanh"}, {"alpha", 0.5},
-                                {"capacity", {1.0, 0.5, 0.25}}}},
-                    {"lora", {{"rank", 4}, {"alpha", 8}, {"targets", {"q_proj"}}}}};
+  c["recursion"] = {
+      {"num_recursions", 3},
+      {"sharing", "middle_cycle"},
+      {"routing", "expert_choice"},
+      {"router",
+       {{"arch", "mlp"}, {"activation", "tanh"}, {"alpha", 0.5}, {"capacity", {1.0, 0.5, 0.25}}}},
+      {"lora", {{"rank", 4}, {"alpha", 8}, {"targets", {"q_proj"}}}}};
   auto m = ParseModelConfig(c, nullptr);
   ASSERT_TRUE(m.ok()) << m.status();
   json again = BaseConfig(8);
@@ -208,14 +252,19 @@ TEST(ConfigStrictKeysTest, LoopedFamiliesAndUnknownFieldsAreRefusedByName) {
     const char* want;  // substring of the error
   };
   const Case cases[] = {
-      {"model_type", "qwen2", "config.json: model_type: \"qwen2\" is not supported (supported: llama, nanbeige, ouro)"},
+      {"model_type", "qwen2",
+       "config.json: model_type: \"qwen2\" is not supported (supported: llama, nanbeige, ouro)"},
       {"model_type", "huginn_raven", "config.json: model_type: \"huginn_raven\""},
       {"model_type", 3, "config.json: model_type: 3"},
-      {"architectures", {"OuroForCausalLM"}, "config.json: architectures: \"OuroForCausalLM\" is not supported"},
+      {"architectures",
+       {"OuroForCausalLM"},
+       "config.json: architectures: \"OuroForCausalLM\" is not supported"},
       {"architectures", "LlamaForCausalLM", "config.json: architectures: must be an array"},
       {"num_loops", 2, "config.json: num_loops: not understood by this loader"},  // not nanbeige
       {"total_ut_steps", 4, "config.json: total_ut_steps: not understood"},
-      {"quantization_config", {{"quant_method", "gptq"}}, "config.json: quantization_config: not understood"},
+      {"quantization_config",
+       {{"quant_method", "gptq"}},
+       "config.json: quantization_config: not understood"},
       {"auto_map", {{"AutoModelForCausalLM", "x.Y"}}, "config.json: auto_map: not understood"},
       {"rope_interleaved", true, "config.json: rope_interleaved: only false"},
       {"sliding_window", 4096, "config.json: sliding_window: not supported"},
@@ -233,13 +282,26 @@ TEST(ConfigStrictKeysTest, LlamaConfigsAsPublishedStillLoad) {
   // The keys of SmolLM2-360M's and Llama 3's config.json (values as published) and the
   // official MoR checkpoint's architecture.
   json config = BaseConfig();
-  config.update({{"_name_or_path", "HuggingFaceTB/SmolLM2-360M"}, {"model_type", "llama"},
-                 {"attention_bias", false}, {"attention_dropout", 0.0}, {"hidden_act", "silu"},
-                 {"initializer_range", 0.02}, {"is_llama_config", true}, {"max_position_embeddings", 8192},
-                 {"mlp_bias", false}, {"pad_token_id", 2}, {"pretraining_tp", 1}, {"rope_interleaved", false},
-                 {"rope_scaling", nullptr}, {"tie_word_embeddings", true}, {"transformers_version", "4.42.3"},
-                 {"transformers.js_config", {{"kv_cache_dtype", {{"q4f16", "float16"}}}}}, {"use_cache", true},
-                 {"head_dim", 16}, {"sliding_window", nullptr}, {"dtype", "bfloat16"},
+  config.update({{"_name_or_path", "HuggingFaceTB/SmolLM2-360M"},
+                 {"model_type", "llama"},
+                 {"attention_bias", false},
+                 {"attention_dropout", 0.0},
+                 {"hidden_act", "silu"},
+                 {"initializer_range", 0.02},
+                 {"is_llama_config", true},
+                 {"max_position_embeddings", 8192},
+                 {"mlp_bias", false},
+                 {"pad_token_id", 2},
+                 {"pretraining_tp", 1},
+                 {"rope_interleaved", false},
+                 {"rope_scaling", nullptr},
+                 {"tie_word_embeddings", true},
+                 {"transformers_version", "4.42.3"},
+                 {"transformers.js_config", {{"kv_cache_dtype", {{"q4f16", "float16"}}}}},
+                 {"use_cache", true},
+                 {"head_dim", 16},
+                 {"sliding_window", nullptr},
+                 {"dtype", "bfloat16"},
                  {"architectures", {"MoRLlamaForCausalLM"}}});
   auto m = ParseModelConfig(config, nullptr);
   ASSERT_TRUE(m.ok()) << m.status();
@@ -282,7 +344,7 @@ TEST(ConfigNanbeigeTest, LoopsTheWholeStackWithPerLoopKv) {
   EXPECT_EQ(plan->segments[0].num_layers, 3);
   EXPECT_EQ(plan->segments[0].loops, 2);
   EXPECT_EQ(plan->num_cache_slots, 6);
-  EXPECT_EQ(plan->CacheSlot(0, 1, 2), 5);  // slot n * L + l
+  EXPECT_EQ(plan->CacheSlot(0, 1, 2), 5);      // slot n * L + l
   EXPECT_EQ(plan->UnrolledLayer(0, 0, 2), 2);  // loop 0's copy: the stored model.layers.2
 
   json skip = NanbeigeConfig();
@@ -313,13 +375,19 @@ TEST(ConfigNanbeigeTest, FeaturesItDoesNotComputeAreRefusedByName) {
       {"insert_ngram_layer_idx", {3}, "config.json: insert_ngram_layer_idx: [3]: not supported"},
       {"loop_share_kv", true, "config.json: loop_share_kv"},
       {"enable_depth_attention", true, "config.json: enable_depth_attention"},
-      {"layer_types", {"full_attention", "sliding_attention", "full_attention"},
+      {"layer_types",
+       {"full_attention", "sliding_attention", "full_attention"},
        "config.json: layer_types: \"sliding_attention\": only full_attention"},
-      {"layer_types", {"full_attention"}, "config.json: layer_types: must list num_hidden_layers (3)"},
+      {"layer_types",
+       {"full_attention"},
+       "config.json: layer_types: must list num_hidden_layers (3)"},
       {"num_loops", 0, "config.json: num_loops: must be >= 1"},
-      {"architectures", {"LlamaForCausalLM"},
-       "config.json: architectures: \"LlamaForCausalLM\" is not supported with model_type nanbeige"},
-      {"recursion", {{"num_recursions", 2}, {"sharing", "cycle"}},
+      {"architectures",
+       {"LlamaForCausalLM"},
+       "config.json: architectures: \"LlamaForCausalLM\" is not supported with model_type "
+       "nanbeige"},
+      {"recursion",
+       {{"num_recursions", 2}, {"sharing", "cycle"}},
        "recursion: not allowed with model_type nanbeige"},
       {"total_ut_steps", 4, "config.json: total_ut_steps: not understood"},
   };
@@ -397,12 +465,16 @@ TEST(ConfigOuroTest, FeaturesItDoesNotComputeAreRefusedByName) {
       {"total_ut_steps", 0, "config.json: total_ut_steps: must be >= 1"},
       {"hidden_act", "gelu", "config.json: hidden_act: only silu"},
       {"rope_scaling", {{"type", "yarn"}}, "config.json: rope_scaling: not supported"},
-      {"layer_types", {"full_attention", "sliding_attention", "full_attention"},
+      {"layer_types",
+       {"full_attention", "sliding_attention", "full_attention"},
        "config.json: layer_types: \"sliding_attention\": only full_attention"},
-      {"architectures", {"LlamaForCausalLM"},
+      {"architectures",
+       {"LlamaForCausalLM"},
        "config.json: architectures: \"LlamaForCausalLM\" is not supported with model_type ouro"},
       {"num_loops", 2, "config.json: num_loops: not understood"},
-      {"recursion", {{"num_recursions", 2}, {"sharing", "cycle"}}, "recursion: not allowed with model_type ouro"},
+      {"recursion",
+       {{"num_recursions", 2}, {"sharing", "cycle"}},
+       "recursion: not allowed with model_type ouro"},
   };
   for (const Case& c : cases) {
     json config = OuroConfig();

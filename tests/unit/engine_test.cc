@@ -14,10 +14,10 @@ namespace {
 
 using testing::FamilyCase;
 using testing::Greedy;
+using ::testing::HasSubstr;
 using testing::MakeWorkload;
 using testing::RunResult;
 using testing::Workload;
-using ::testing::HasSubstr;
 
 constexpr double kLogitTolerance = 1e-4;
 
@@ -65,7 +65,8 @@ TEST_P(EngineFamilyTest, DepthAndSequenceWiseMatchReference) {
     auto engine = Engine::Create(weights, cfg);
     ASSERT_TRUE(engine.ok()) << engine.status();
     auto got = testing::RunStaggered(engine->get(), w.requests, w.arrivals);
-    const std::string label = GetParam().name + (mode == BatchingMode::kDepthWise ? " depth" : " sequence");
+    const std::string label =
+        GetParam().name + (mode == BatchingMode::kDepthWise ? " depth" : " sequence");
     ExpectMatchesReference(*weights, w, got, label);
     EXPECT_EQ((*engine)->kv_pool().num_free(), cfg.num_kv_blocks) << label << ": blocks leaked";
     const EngineStats stats = (*engine)->stats();
@@ -89,7 +90,8 @@ TEST_P(EngineFamilyTest, ForcedPreemptionChangesNothing) {
   cfg.num_kv_blocks = weights->plan.num_cache_slots * 28;
   auto engine = Engine::Create(weights, cfg);
   ASSERT_TRUE(engine.ok()) << engine.status();
-  auto got = testing::RunStaggered(engine->get(), w.requests, std::vector<int>(w.requests.size(), 0));
+  auto got =
+      testing::RunStaggered(engine->get(), w.requests, std::vector<int>(w.requests.size(), 0));
   EXPECT_GT((*engine)->stats().preemptions, 0) << "the pool was meant to be too small";
   ExpectMatchesReference(*weights, w, got, GetParam().name + " preempted");
   EXPECT_EQ((*engine)->kv_pool().num_free(), cfg.num_kv_blocks);
@@ -176,7 +178,8 @@ TEST_P(BatchInvarianceTest, ChunkedPrefillEqualsWhole) {
   testing::TempDir dir;
   auto weights = testing::MakeModel(GetParam().spec, &dir);
   ASSERT_NE(weights, nullptr);
-  const GenerateRequest probe = Greedy(testing::MakePrompts(1, 40, 40, weights->config.vocab_size, 5)[0], 6);
+  const GenerateRequest probe =
+      Greedy(testing::MakePrompts(1, 40, 40, weights->config.vocab_size, 5)[0], 6);
   auto run = [&](int step_tokens) {
     EngineConfig cfg = SmallConfig();
     cfg.max_step_tokens = step_tokens;
@@ -187,11 +190,12 @@ TEST_P(BatchInvarianceTest, ChunkedPrefillEqualsWhole) {
   const RunResult whole = run(64), chunked = run(3);
   EXPECT_EQ(chunked.tokens, whole.tokens);
   ASSERT_EQ(chunked.logits.size(), whole.logits.size());
-  for (size_t t = 0; t < whole.logits.size(); ++t) EXPECT_EQ(chunked.logits[t], whole.logits[t]) << "token " << t;
+  for (size_t t = 0; t < whole.logits.size(); ++t)
+    EXPECT_EQ(chunked.logits[t], whole.logits[t]) << "token " << t;
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, BatchInvarianceTest, ::testing::ValuesIn(BatchInvarianceFamilies()),
-                         testing::FamilyCaseName);
+INSTANTIATE_TEST_SUITE_P(Families, BatchInvarianceTest,
+                         ::testing::ValuesIn(BatchInvarianceFamilies()), testing::FamilyCaseName);
 
 // Recursion-wise caching: each (loop, layer) slot holds exactly the tokens that reached it.
 TEST(EngineTest, RecursionWiseSlotsHoldOnlyTokensThatReachedThem) {
@@ -222,7 +226,8 @@ TEST(EngineTest, RecursionWiseSlotsHoldOnlyTokensThatReachedThem) {
     for (const auto& [pos, row] : seq->pending_tail) in_flight += row.loop > loop;
     for (int k = 0; k < plan.segments[seg].num_layers; ++k) {
       const int slot = plan.CacheSlot(seg, loop, k);
-      EXPECT_EQ(seq->kv->slot(slot).num_tokens(), reached + in_flight) << "loop " << loop << " layer " << k;
+      EXPECT_EQ(seq->kv->slot(slot).num_tokens(), reached + in_flight)
+          << "loop " << loop << " layer " << k;
       EXPECT_EQ(seq->kv->slot(slot).num_tokens(), ref.SlotEntries(slot) + in_flight);
     }
   }
@@ -282,7 +287,8 @@ TEST(EngineTest, RejectsBadInputWithoutDisturbingOthers) {
   };
   std::vector<Bad> bad;
   bad.push_back({Greedy({}, 4), absl::StatusCode::kInvalidArgument, "prompt"});
-  bad.push_back({Greedy(std::vector<int>(64, 1), 1), absl::StatusCode::kFailedPrecondition, "prompt"});
+  bad.push_back(
+      {Greedy(std::vector<int>(64, 1), 1), absl::StatusCode::kFailedPrecondition, "prompt"});
   bad.push_back({Greedy(ok_prompt, 0), absl::StatusCode::kInvalidArgument, "max_tokens"});
   bad.push_back({Greedy(ok_prompt, 61), absl::StatusCode::kInvalidArgument, "max_tokens"});
   bad.push_back({Greedy({1, 999}, 4), absl::StatusCode::kInvalidArgument, "prompt"});

@@ -157,7 +157,8 @@ TEST(Mkmodel, OuroWritesTheReleasedLayout) {
   EXPECT_FALSE(w->layers[1].mlp_out_norm.untied());  // stored once, tied for every loop
   EXPECT_EQ(w->exit_gate_w.shape, (std::vector<int64_t>{1, 32}));
   EXPECT_FLOAT_EQ(w->exit_gate_b.ToF32Vector()[0], 0.25f);
-  EXPECT_EQ(nlohmann::json::parse(testing::ReadFile(dir.File("looped.json"))), nlohmann::json({{"mode", "adaptive"}}));
+  EXPECT_EQ(nlohmann::json::parse(testing::ReadFile(dir.File("looped.json"))),
+            nlohmann::json({{"mode", "adaptive"}}));
   EXPECT_EQ(w->config.recursion.default_loop_mode, LoopMode::kAdaptive);
   EXPECT_FLOAT_EQ(w->config.recursion.loop_exit_threshold, 0.7f);
 

@@ -38,7 +38,9 @@ EngineConfig Config(BatchingMode mode, bool prefix_cache = false) {
   return cfg;
 }
 
-const char* Name(BatchingMode mode) { return mode == BatchingMode::kDepthWise ? "depth" : "sequence"; }
+const char* Name(BatchingMode mode) {
+  return mode == BatchingMode::kDepthWise ? "depth" : "sequence";
+}
 
 ReferenceOptions Options(const GenerateRequest& r) {
   ReferenceOptions o;
@@ -48,13 +50,15 @@ ReferenceOptions Options(const GenerateRequest& r) {
 }
 
 // Tokens, loops and logits of each request against the reference run with its parameters.
-void ExpectMatchesReference(const std::shared_ptr<const ModelWeights>& w, const std::vector<GenerateRequest>& requests,
+void ExpectMatchesReference(const std::shared_ptr<const ModelWeights>& w,
+                            const std::vector<GenerateRequest>& requests,
                             const std::vector<testing::RunResult>& got, const std::string& label) {
   for (size_t i = 0; i < requests.size(); ++i) {
     const GenerateRequest& r = requests[i];
     ReferenceModel ref(w, Options(r));
     std::vector<StepOutput> outs;
-    ASSERT_EQ(got[i].tokens, ref.GenerateGreedy(r.prompt, r.params.max_tokens, &outs)) << label << " request " << i;
+    ASSERT_EQ(got[i].tokens, ref.GenerateGreedy(r.prompt, r.params.max_tokens, &outs))
+        << label << " request " << i;
     for (size_t t = 0; t < got[i].tokens.size(); ++t) {
       const StepOutput& o = outs[r.prompt.size() - 1 + t];
       EXPECT_EQ(got[i].loops[t], o.trace.loops) << label << " request " << i << " token " << t;
@@ -72,7 +76,8 @@ int ExpectSlotsMatchReference(const Engine& engine, const Sequence& seq, const s
   const LayerPlan& plan = w.plan;
   ReferenceModel ref(std::shared_ptr<const ModelWeights>(&w, [](const ModelWeights*) {}));
   std::vector<int> loops;
-  for (int t = 0; t < seq.num_done; ++t) loops.push_back(ref.Step(seq.tokens[t], t < seq.num_prompt).trace.loops);
+  for (int t = 0; t < seq.num_done; ++t)
+    loops.push_back(ref.Step(seq.tokens[t], t < seq.num_prompt).trace.loops);
   const int kvd = w.config.kv_dim();
   auto read = [&](int slot, int position, std::vector<float>* k, std::vector<float>* v) {
     const KvBlockTable& table = seq.kv->slot(slot);
@@ -93,14 +98,15 @@ int ExpectSlotsMatchReference(const Engine& engine, const Sequence& seq, const s
         return copies;
       }
       for (int p = 0; p < seq.num_done; ++p) {
-        const std::string where = label + " loop " + std::to_string(loop) + " layer " + std::to_string(k) +
-                                  " position " + std::to_string(p);
+        const std::string where = label + " loop " + std::to_string(loop) + " layer " +
+                                  std::to_string(k) + " position " + std::to_string(p);
         std::vector<float> key, value;
         if (!read(slot, p, &key, &value)) {
           // Copies still to come ride the loop as K/V-only rows.
           bool owed = false;
           for (const Row& row : engine.scheduler().loop_rows()) {
-            owed = owed || (row.seq == &seq && row.position == p && row.kv_only && row.loop <= loop);
+            owed =
+                owed || (row.seq == &seq && row.position == p && row.kv_only && row.loop <= loop);
           }
           EXPECT_TRUE(owed) << where << ": no entry and none owed";
           continue;
@@ -140,7 +146,8 @@ TEST(OuroEngineTest, AdaptiveExitsAtSeveralDepthsAndCopiesEntriesOnExit) {
     for (const auto& seq : running) {
       copies += ExpectSlotsMatchReference(**engine, *seq, Name(mode));
       for (int p = seq->num_prompt; p < seq->num_done; ++p) ++depths[seq->token_loops[p]];
-      for (int p = 0; p < seq->num_prompt; ++p) EXPECT_EQ(seq->token_loops[p], kLoops) << "prompt at full depth";
+      for (int p = 0; p < seq->num_prompt; ++p)
+        EXPECT_EQ(seq->token_loops[p], kLoops) << "prompt at full depth";
     }
     EXPECT_GT(copies, 0) << Name(mode);
     EXPECT_GE(depths.size(), 3u) << Name(mode) << ": decode tokens should exit at several loops";
@@ -173,7 +180,8 @@ TEST(OuroEngineTest, RequestModeAndThresholdOverrideTheModelDefault) {
       const auto got = testing::RunStaggered(engine->get(), requests, arrivals);
       const std::string label = std::string(model_mode) + " " + Name(mode);
       ExpectMatchesReference(weights, requests, got, label);
-      for (int t : got[1].loops) EXPECT_EQ(t, kLoops) << label << ": the request asked for full depth";
+      for (int t : got[1].loops)
+        EXPECT_EQ(t, kLoops) << label << ": the request asked for full depth";
       EXPECT_EQ((*engine)->kv_pool().num_free(), Config(mode).num_kv_blocks) << label;
     }
   }
@@ -194,7 +202,8 @@ TEST(OuroEngineTest, PrefixCacheSharesOnlyPromptBlocksOfAdaptiveRequests) {
     first.loop_mode = first_mode;
     const auto a = testing::RunStaggered(engine->get(), {first}, {0});
     GenerateRequest second = Greedy(prompt, 4);
-    second.prompt.insert(second.prompt.end(), a[0].tokens.begin(), a[0].tokens.end() - 1);  // 28 tokens
+    second.prompt.insert(second.prompt.end(), a[0].tokens.begin(),
+                         a[0].tokens.end() - 1);  // 28 tokens
     const auto b = testing::RunStaggered(engine->get(), {second}, {0});
     const std::string label = first_mode == LoopMode::kAdaptive ? "after adaptive" : "after full";
     if (first_mode == LoopMode::kAdaptive) {

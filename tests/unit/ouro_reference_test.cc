@@ -59,7 +59,8 @@ Loops OuroPositionZero(const ModelWeights& w, int token, bool sandwich) {
   };
   const V embed = Vec(w.embed), norm = Vec(w.final_norm), gate = Vec(w.exit_gate_w);
   const double gate_b = Vec(w.exit_gate_b)[0];
-  V x(embed.begin() + static_cast<size_t>(token) * hs, embed.begin() + static_cast<size_t>(token + 1) * hs);
+  V x(embed.begin() + static_cast<size_t>(token) * hs,
+      embed.begin() + static_cast<size_t>(token + 1) * hs);
   Loops out;
   const Segment& seg = w.plan.segments[0];
   for (int t = 0; t < seg.loops; ++t) {
@@ -98,7 +99,9 @@ double MaxAbsDiff(const V& a, const std::vector<float>& b) {
   return m;
 }
 
-double Scale(const std::vector<float>& l) { return 1.0 + std::fabs(*std::max_element(l.begin(), l.end())); }
+double Scale(const std::vector<float>& l) {
+  return 1.0 + std::fabs(*std::max_element(l.begin(), l.end()));
+}
 
 std::shared_ptr<const ModelWeights> Model(testing::TempDir* dir) {
   auto w = testing::MakeModel(OuroSpec(), dir);
@@ -131,7 +134,8 @@ TEST(OuroReference, FullModeIsTheSandwichStackWithTheNormAfterEveryLoop) {
     EXPECT_LT(MaxAbsDiff(OuroPositionZero(*w, token, true).logits.back(), out.logits), 2e-4 * scale)
         << "token " << token;
     // Without the sandwich norms the logits are measurably different: the test tells them apart.
-    EXPECT_GT(MaxAbsDiff(OuroPositionZero(*w, token, false).logits.back(), out.logits), 1e-2 * scale)
+    EXPECT_GT(MaxAbsDiff(OuroPositionZero(*w, token, false).logits.back(), out.logits),
+              1e-2 * scale)
         << "token " << token;
   }
 }
@@ -161,7 +165,9 @@ TEST(OuroReference, AdaptiveDecodeTokenExitsWhereTheCumulativeGateReachesTheThre
       const StepOutput out = ref.Step(token, /*prompt=*/false);
       const std::string label = "token " + std::to_string(token) + " q " + std::to_string(q);
       EXPECT_EQ(out.trace.loops, exit_loop + 1) << label;
-      ASSERT_EQ(out.trace.exit_cumulative.size(), static_cast<size_t>(std::min(exit_loop + 1, kLoops - 1))) << label;
+      ASSERT_EQ(out.trace.exit_cumulative.size(),
+                static_cast<size_t>(std::min(exit_loop + 1, kLoops - 1)))
+          << label;
       for (size_t t = 0; t < out.trace.exit_cumulative.size(); ++t) {
         EXPECT_NEAR(out.trace.exit_cumulative[t], c[t], 1e-5) << label << " loop " << t;
       }
@@ -209,7 +215,8 @@ TEST(OuroReference, CopyOnExitFillsTheLaterLoopsWithTheExitLoopsEntries) {
   const int positions = static_cast<int>(outs.size());
   std::vector<int> exits(kLoops + 1, 0);
   for (int p = static_cast<int>(prompt.size()); p < positions; ++p) ++exits[outs[p].trace.loops];
-  EXPECT_GT(exits[1] + exits[2] + exits[3], 0) << "no decode token exited early: the test shows nothing";
+  EXPECT_GT(exits[1] + exits[2] + exits[3], 0)
+      << "no decode token exited early: the test shows nothing";
   for (int loop = 0; loop < kLoops; ++loop) {
     for (int k = 0; k < plan.segments[0].num_layers; ++k) {
       const auto& slot = ref.SlotContents(plan.CacheSlot(0, loop, k));
@@ -227,7 +234,8 @@ TEST(OuroReference, CopyOnExitFillsTheLaterLoopsWithTheExitLoopsEntries) {
   ReferenceModel never = Reference(w, LoopMode::kAdaptive, 1.0f);
   ReferenceModel full = Reference(w, LoopMode::kFull, 1.0f);
   std::vector<StepOutput> no, fo;
-  EXPECT_EQ(never.GenerateGreedy(prompt, generated, &no), full.GenerateGreedy(prompt, generated, &fo));
+  EXPECT_EQ(never.GenerateGreedy(prompt, generated, &no),
+            full.GenerateGreedy(prompt, generated, &fo));
   for (size_t p = 0; p < no.size(); ++p) {
     EXPECT_EQ(no[p].trace.loops, kLoops);
     EXPECT_EQ(no[p].logits, fo[p].logits);

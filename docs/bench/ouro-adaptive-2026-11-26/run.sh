@@ -12,8 +12,8 @@ set -euo pipefail
 M=$1
 OUT=${2:-$(dirname "$0")}
 D=${3:-/tmp/ouro-bench}
-Q=${Q:-0.6}
-B=${B:-0.0}
+Q=${Q:-0.7}
+B=${B:-0.4}
 REQUESTS=${REQUESTS:-48}
 mkdir -p "$D" "$OUT"
 shape=(--family ouro --hidden 1024 --layers 24 --recursions 4 --heads 16 --kv-heads 16
