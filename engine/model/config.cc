@@ -427,6 +427,18 @@ absl::Status CheckFullAttentionLayers(const json& c, const std::string& p, int n
   return absl::OkStatus();
 }
 
+// The unrolled depth of `loops` loops over num_hidden_layers: bounded, so the product can
+// neither overflow nor ask for an absurd plan.
+absl::Status UnrollLoops(const std::string& field, int loops, ModelConfig* m) {
+  constexpr int64_t kMaxUnrolledLayers = 1 << 16;
+  if (static_cast<int64_t>(m->num_layers) * loops > kMaxUnrolledLayers) {
+    return FieldError(field, absl::StrCat(loops, " loops of ", m->num_layers, " layers exceed ",
+                                          kMaxUnrolledLayers, " unrolled layers"));
+  }
+  m->num_layers *= loops;
+  return absl::OkStatus();
+}
+
 // Nanbeige4.2 (docs/models.md#nanbeige42): num_hidden_layers L stored layers run num_loops N
 // times (KV slot n * L + l), RMSNorm(x, model.norm) between loops unless skip_loop_final_norm.
 // Expressed as the plan every path already runs: an unrolled depth of N * L, sharing cycle
@@ -452,8 +464,7 @@ absl::Status ParseNanbeige(const json& c, ModelConfig* m) {
   r.num_recursions = loops;
   r.sharing = Sharing::kCycle;
   r.norm_between_loops = !skip_norm;
-  m->num_layers *= loops;
-  return absl::OkStatus();
+  return UnrollLoops(p + "num_loops", loops, m);
 }
 
 // Ouro (docs/models.md#ouro): num_hidden_layers L sandwich layers run total_ut_steps T times
@@ -486,8 +497,7 @@ absl::Status ParseOuro(const json& c, ModelConfig* m) {
   r.norm_between_loops = true;
   r.exit_rule = LoopExitRule::kOuroGate;
   r.loop_exit_threshold = threshold;
-  m->num_layers *= loops;
-  return absl::OkStatus();
+  return UnrollLoops(p + "total_ut_steps", loops, m);
 }
 
 absl::Status ParseBase(const json& c, ModelConfig* m) {

@@ -390,6 +390,7 @@ TEST(ConfigNanbeigeTest, FeaturesItDoesNotComputeAreRefusedByName) {
        {{"num_recursions", 2}, {"sharing", "cycle"}},
        "recursion: not allowed with model_type nanbeige"},
       {"total_ut_steps", 4, "config.json: total_ut_steps: not understood"},
+      {"num_loops", 1 << 30, "config.json: num_loops: 1073741824 loops of 3 layers exceed"},
   };
   for (const Case& c : cases) {
     json config = NanbeigeConfig();
@@ -475,6 +476,8 @@ TEST(ConfigOuroTest, FeaturesItDoesNotComputeAreRefusedByName) {
       {"recursion",
        {{"num_recursions", 2}, {"sharing", "cycle"}},
        "recursion: not allowed with model_type ouro"},
+      {"total_ut_steps", 1 << 30,
+       "config.json: total_ut_steps: 1073741824 loops of 3 layers exceed"},
   };
   for (const Case& c : cases) {
     json config = OuroConfig();
