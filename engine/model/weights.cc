@@ -465,8 +465,8 @@ absl::StatusOr<std::shared_ptr<const ModelWeights>> ResolveWeights(
   auto w = std::make_shared<ModelWeights>();
   w->config = config;
   w->plan = plan;
-  w->store = store;
-  Resolver resolver(w->config, w->plan, *store);
+  w->store = std::move(store);
+  Resolver resolver(w->config, w->plan, *w->store);
   if (auto s = resolver.Run(w.get()); !s.ok()) return s;
   return std::shared_ptr<const ModelWeights>(std::move(w));
 }

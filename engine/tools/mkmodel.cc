@@ -278,12 +278,12 @@ class TensorWriter {
   std::vector<OwnedTensor> Build();
 
  private:
-  void Add(const std::string& name, std::vector<int64_t> shape, std::vector<float> values,
+  void Add(const std::string& name, std::vector<int64_t> shape, const std::vector<float>& values,
            DType dtype) {
     out_.push_back(OwnedTensor::FromF32(name, dtype, std::move(shape), values));
   }
-  void Add(const std::string& name, std::vector<int64_t> shape, std::vector<float> values) {
-    Add(name, std::move(shape), std::move(values), s_.dtype);
+  void Add(const std::string& name, std::vector<int64_t> shape, const std::vector<float>& values) {
+    Add(name, std::move(shape), values, s_.dtype);
   }
   // The hidden channel 0 is held constant in expert-choice models (router bias, see .h).
   bool ConstantChannel() const { return routing_ == Routing::kExpertChoice; }
