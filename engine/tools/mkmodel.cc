@@ -313,7 +313,7 @@ void TensorWriter::AddLayerCopy(const std::string& prefix, int segment, int loop
   for (const char* norm : norms) {
     std::vector<float> w = Normal(s_.seed, role + norm, h, 0.1, 1.0);
     if (mix_ && std::string(norm) == "post_attention_layernorm") mix_->PostAttentionNorm(&w);
-    Add(prefix + norm + ".weight", {h}, std::move(w));
+    Add(prefix + norm + ".weight", {h}, w);
   }
   const LayerPlace place = !looped && segment < plan_.looped_segment ? LayerPlace::kBefore
                            : looped                                  ? LayerPlace::kLooped
@@ -333,12 +333,12 @@ void TensorWriter::AddLayerCopy(const std::string& prefix, int segment, int loop
     if (mix_) mix_->Projection(p, place, shape[0], shape[1], &w);
     const std::string key = prefix + kProjModules[p];
     if (!(looped && c_.recursion.lora.Targets(kProjNames[p]))) {
-      Add(key + ".weight", shape, std::move(w));
+      Add(key + ".weight", shape, w);
       continue;
     }
     const int64_t rank = c_.recursion.lora.rank;
     const std::string lora_role = absl::StrCat(proj_role, ".loop", loop, ".lora_");
-    Add(key + ".base_layer.weight", shape, std::move(w));
+    Add(key + ".base_layer.weight", shape, w);
     std::vector<float> a =
         Normal(s_.seed, lora_role + "A", rank * shape[1], 1.0 / std::sqrt(double(shape[1])));
     std::vector<float> b = Normal(s_.seed, lora_role + "B", shape[0] * rank, 0.05);
@@ -346,8 +346,8 @@ void TensorWriter::AddLayerCopy(const std::string& prefix, int segment, int loop
       mix_->LoraA(p, rank, shape[1], &a);
       mix_->LoraB(p, shape[0], rank, &b);
     }
-    Add(key + ".lora_A.default.weight", {rank, shape[1]}, std::move(a));
-    Add(key + ".lora_B.default.weight", {shape[0], rank}, std::move(b));
+    Add(key + ".lora_A.default.weight", {rank, shape[1]}, a);
+    Add(key + ".lora_B.default.weight", {shape[0], rank}, b);
   }
 }
 
@@ -360,7 +360,7 @@ void TensorWriter::AddExpertRouter(const std::string& prefix, const std::string&
     std::vector<float> w = Normal(s_.seed, role, h, 1.0 / std::sqrt(double(h)));
     w[0] = bias;
     if (mix_) mix_->ExpertRouter(loop, &w);
-    Add(prefix + ".weight", {1, h}, std::move(w));
+    Add(prefix + ".weight", {1, h}, w);
     return;
   }
   std::vector<float> w1 = Normal(s_.seed, role + ".0", 2 * h * h, 1.0 / std::sqrt(double(h)));
@@ -370,8 +370,8 @@ void TensorWriter::AddExpertRouter(const std::string& prefix, const std::string&
   std::vector<float> w2 = Normal(s_.seed, role + ".2", 2 * h, 1.0 / std::sqrt(double(2 * h)));
   w2[0] = static_cast<float>(bias / kGeluOne);
   if (mix_) mix_->ExpertRouter(loop, &w1, &w2);
-  Add(prefix + ".0.weight", {2 * h, h}, std::move(w1));
-  Add(prefix + ".2.weight", {1, 2 * h}, std::move(w2));
+  Add(prefix + ".0.weight", {2 * h, h}, w1);
+  Add(prefix + ".2.weight", {1, 2 * h}, w2);
 }
 
 void TensorWriter::AddTokenRouter(const std::string& layer) {
@@ -380,18 +380,18 @@ void TensorWriter::AddTokenRouter(const std::string& layer) {
   if (c_.recursion.router.arch == RouterArch::kLinear) {
     std::vector<float> w = Normal(s_.seed, "tc_router", nr * h, 1.0 / std::sqrt(h));
     if (mix_) mix_->TokenRouter(&w);
-    Add(prefix + ".weight", {nr, h}, std::move(w));
+    Add(prefix + ".weight", {nr, h}, w);
   } else {
     std::vector<float> w1 = Normal(s_.seed, "tc_router.0", 2 * h * h, 1.0 / std::sqrt(double(h)));
     std::vector<float> w2 =
         Normal(s_.seed, "tc_router.2", nr * 2 * h, 1.0 / std::sqrt(double(2 * h)));
     if (mix_) mix_->TokenRouter(&w1, &w2);
-    Add(prefix + ".0.weight", {2 * h, h}, std::move(w1));
-    Add(prefix + ".2.weight", {nr, 2 * h}, std::move(w2));
+    Add(prefix + ".0.weight", {2 * h, h}, w1);
+    Add(prefix + ".2.weight", {nr, 2 * h}, w2);
   }
   std::vector<float> bias(nr);
   for (int64_t i = 0; i < nr; ++i) bias[i] = s_.router_bias * static_cast<float>(i);
-  Add(layer + "router_bias", {nr}, std::move(bias), DType::kF32);
+  Add(layer + "router_bias", {nr}, bias, DType::kF32);
 }
 
 // model.layers.{j} for every unrolled layer j (Hugging Face / plain Recursive / PEFT).
@@ -452,7 +452,7 @@ std::vector<OwnedTensor> TensorWriter::Build() {
     for (int64_t i = 0; i < v; ++i) embed[i * h] = 1.0f;
   }
   if (mix_) mix_->Embedding(&embed);
-  Add("model.embed_tokens.weight", {v, h}, std::move(embed));
+  Add("model.embed_tokens.weight", {v, h}, embed);
   const bool mor = routing_ == Routing::kExpertChoice || routing_ == Routing::kTokenChoice;
   if (mor) {
     AddMor();
@@ -461,7 +461,7 @@ std::vector<OwnedTensor> TensorWriter::Build() {
   }
   std::vector<float> final_norm = Normal(s_.seed, "final_norm", h, 0.1, 1.0);
   if (mix_) mix_->FinalNorm(&final_norm);
-  Add("model.norm.weight", {h}, std::move(final_norm));
+  Add("model.norm.weight", {h}, final_norm);
   if (c_.model_type == "ouro") {  // lambda = sigmoid(w . h_t + b): b = --router-bias
     Add("model.early_exit_gate.weight", {1, h},
         Normal(s_.seed, "exit_gate", h, 1.0 / std::sqrt(static_cast<double>(h))));
@@ -470,7 +470,7 @@ std::vector<OwnedTensor> TensorWriter::Build() {
   if (!c_.tie_word_embeddings) {
     std::vector<float> lm_head = Normal(s_.seed, "lm_head", v * h, kEmbedStd);
     if (mix_) mix_->LmHead(&lm_head);
-    Add("lm_head.weight", {v, h}, std::move(lm_head));
+    Add("lm_head.weight", {v, h}, lm_head);
   }
   return std::move(out_);
 }
