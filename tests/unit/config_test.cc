@@ -28,7 +28,7 @@ json BaseConfig(int layers = 6) {
           {"torch_dtype", "bfloat16"}};
 }
 
-absl::Status ParseError(json config) { return ParseModelConfig(config, nullptr).status(); }
+absl::Status ParseError(const json& config) { return ParseModelConfig(config, nullptr).status(); }
 
 TEST(ConfigTest, VanillaDefaults) {
   auto c = ParseModelConfig(BaseConfig(), nullptr);
