@@ -192,7 +192,7 @@ class CudaModelRunner : public ModelRunner {
   void LoraDelta(const DeviceLinear& L, const StagedRows& s, const uint16_t* x, float* y, int n);
   // out[rows, hidden] bf16 = RMSNorm(h) with the row's loop's weights.
   void Norm(const DeviceNorm& w, const StagedRows& s, const float* h, uint16_t* out);
-  void NormInPlace(const DeviceNorm& w, const StagedRows& s, float* x);
+  void NormTo(const DeviceNorm& w, const StagedRows& s, const float* x, void* out, DType out_dtype);
   void AddResidual(float* h, const float* b, int n, int dim);
   void AddSublayer(const DeviceNorm& norm, const StagedRows& s, float* h, float* out, int n);
   // Rows [begin, begin + n) of s: q -> scratch q (bf16, RoPE'd) at row begin; k, v -> the
@@ -478,19 +478,22 @@ void CudaModelRunner::LoraDelta(const DeviceLinear& L, const StagedRows& s, cons
   CudaCheck(k::lora_expand_forward(ep, stream_), "lora_expand");
 }
 
-void CudaModelRunner::Norm(const DeviceNorm& w, const StagedRows& s, const float* h,
-                           uint16_t* out) {
+// out = RMSNorm(x, w) per loop group of the staged rows; out_dtype kBF16 (a GEMM's input) or
+// kF32 (in place: a sandwich block's sublayer output).
+void CudaModelRunner::NormTo(const DeviceNorm& w, const StagedRows& s, const float* x, void* out,
+                             DType out_dtype) {
+  const size_t out_bytes = out_dtype == DType::kF32 ? sizeof(float) : sizeof(uint16_t);
   auto run = [&](const float* weight, int begin, int count) {
     k::RmsNormParams p;
-    p.x = h + static_cast<size_t>(begin) * cfg_.hidden_size;
+    p.x = x + static_cast<size_t>(begin) * cfg_.hidden_size;
     p.weight = weight;
-    p.out = out + static_cast<size_t>(begin) * cfg_.hidden_size;
+    p.out = static_cast<char*>(out) + static_cast<size_t>(begin) * cfg_.hidden_size * out_bytes;
     p.rows = count;
     p.dim = cfg_.hidden_size;
     p.eps = cfg_.rms_norm_eps;
     p.x_dtype = DType::kF32;
     p.weight_dtype = DType::kF32;
-    p.out_dtype = DType::kBF16;
+    p.out_dtype = out_dtype;
     CudaCheck(k::rmsnorm_forward(p, stream_), "rmsnorm");
   };
   if (w.variants.size() == 1) {
@@ -501,33 +504,15 @@ void CudaModelRunner::Norm(const DeviceNorm& w, const StagedRows& s, const float
   for (const LoopGroup& g : s.groups) run(w.At(g.loop), g.begin, g.count);
 }
 
-// x = RMSNorm(x, w) in fp32 (a sandwich block's sublayer output).
-void CudaModelRunner::NormInPlace(const DeviceNorm& w, const StagedRows& s, float* x) {
-  auto run = [&](const float* weight, int begin, int count) {
-    k::RmsNormParams p;
-    p.x = x + static_cast<size_t>(begin) * cfg_.hidden_size;
-    p.weight = weight;
-    p.out = x + static_cast<size_t>(begin) * cfg_.hidden_size;
-    p.rows = count;
-    p.dim = cfg_.hidden_size;
-    p.eps = cfg_.rms_norm_eps;
-    p.x_dtype = DType::kF32;
-    p.weight_dtype = DType::kF32;
-    p.out_dtype = DType::kF32;
-    CudaCheck(k::rmsnorm_forward(p, stream_), "rmsnorm (sandwich)");
-  };
-  if (w.variants.size() == 1) {
-    const int n = s.groups.empty() ? 0 : s.groups.back().begin + s.groups.back().count;
-    run(w.At(0), 0, n);
-    return;
-  }
-  for (const LoopGroup& g : s.groups) run(w.At(g.loop), g.begin, g.count);
+void CudaModelRunner::Norm(const DeviceNorm& w, const StagedRows& s, const float* h,
+                           uint16_t* out) {
+  NormTo(w, s, h, out, DType::kBF16);
 }
 
 // h += out, or h += RMSNorm(out, norm) in a sandwich block (docs/models.md#ouro).
 void CudaModelRunner::AddSublayer(const DeviceNorm& norm, const StagedRows& s, float* h, float* out,
                                   int n) {
-  if (cfg_.sandwich_norm) NormInPlace(norm, s, out);
+  if (cfg_.sandwich_norm) NormTo(norm, s, out, out, DType::kF32);
   AddResidual(h, out, n, cfg_.hidden_size);
 }
 
