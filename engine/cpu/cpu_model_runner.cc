@@ -158,6 +158,7 @@ class CpuModelRunner : public ModelRunner {
     std::copy_n(kv_.v.data() + slot * d, d, v);
   }
   void CopyKv(const KvCopy* copies, int n) override {
+    MORSERVE_CHECK(KvCopiesDisjoint(copies, n), "CopyKv: overlapping copies");
     const size_t d = static_cast<size_t>(kv_.kv_dim());
     for (int i = 0; i < n; ++i) {
       const KvCopy& c = copies[i];

@@ -26,6 +26,7 @@
 #include "kernels/embedding.cuh"
 #include "kernels/expert_router.cuh"
 #include "kernels/gemm.cuh"
+#include "kernels/kv_copy.cuh"
 #include "kernels/lora_expand.cuh"
 #include "kernels/lora_shrink.cuh"
 #include "kernels/paged_attention.cuh"
@@ -252,6 +253,8 @@ class CudaModelRunner : public ModelRunner {
   RecurrentPrefill recurrent_prefill_ = RecurrentPrefill::kTiled;
   DeviceBuffer rec_ml_, rec_acc_;  // recurrent folds' softmax state, [rows, n_heads, 2 | hd]
   PinnedBuffer pinned_in_, pinned_meta_, pinned_out_;
+  PinnedBuffer pinned_copies_;  // CopyKv's triples
+  DeviceBuffer kv_copies_;
   struct {
     int64_t full_rows = 0, kv_only_rows = 0, weight_bytes = 0;
   } counters_;  // rows computed since construction, by kind
@@ -725,23 +728,35 @@ void CudaModelRunner::ReadKv(int32_t slot, float* k, float* v) const {
   }
 }
 
-// Device-to-device copies on the step's stream: ordered before every later layer call.
+// Every copy of the call in one kv_copy launch on the step's stream (ordered before every
+// later layer call), its (src, dst, count) triples uploaded through their own pinned buffer.
+// The stream is synchronised first: the previous call's upload may still read that buffer.
 void CudaModelRunner::CopyKv(const KvCopy* copies, int n) {
-  const size_t d = static_cast<size_t>(cfg_.kv_dim());
+  if (n == 0) return;
   const int64_t slots = static_cast<int64_t>(num_blocks_) * block_size_;
   for (int i = 0; i < n; ++i) {
     const KvCopy& c = copies[i];
     MORSERVE_CHECK(c.src >= 0 && c.dst >= 0 && c.count >= 0 && c.src + c.count <= slots &&
                        c.dst + c.count <= slots,
                    "CopyKv: slots outside the KV pool");
-    const size_t bytes = static_cast<size_t>(c.count) * d * sizeof(uint16_t);
-    for (DeviceBuffer* cache : {&k_cache_, &v_cache_}) {
-      uint16_t* base = cache->as<uint16_t>();
-      CudaCheck(cudaMemcpyAsync(base + c.dst * d, base + c.src * d, bytes, cudaMemcpyDeviceToDevice,
-                                stream_),
-                "CopyKv");
-    }
   }
+  MORSERVE_CHECK(KvCopiesDisjoint(copies, n), "CopyKv: overlapping copies");
+  static_assert(sizeof(KvCopy) == 3 * sizeof(int32_t), "KvCopy is the kernel's triple");
+  const size_t bytes = static_cast<size_t>(n) * sizeof(KvCopy);
+  CudaCheck(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  std::memcpy(pinned_copies_.Reserve(bytes), copies, bytes);
+  Ensure(kv_copies_, bytes);
+  CudaCheck(cudaMemcpyAsync(kv_copies_.as<void>(), pinned_copies_.as<void>(), bytes,
+                            cudaMemcpyHostToDevice, stream_),
+            "CopyKv upload");
+  k::KvCopyParams p;
+  p.k_cache = k_cache_.as<uint16_t>();
+  p.v_cache = v_cache_.as<uint16_t>();
+  p.copies = kv_copies_.as<int32_t>();
+  p.n = n;
+  p.kv_dim = cfg_.kv_dim();
+  p.slots = slots;
+  CudaCheck(k::kv_copy_forward(p, stream_), "kv_copy");
 }
 
 void CudaModelRunner::RunFullRows(const LayerBatch& b) {

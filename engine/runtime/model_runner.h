@@ -36,6 +36,11 @@ struct KvCopy {
   int32_t count = 0;
 };
 
+// True when no copy's destination range overlaps another copy's source or destination range,
+// nor its own source unless the two coincide: the condition under which CopyKv's copies give
+// the same cache in any order.
+bool KvCopiesDisjoint(const KvCopy* copies, int n);
+
 struct LayerBatch {
   int segment = 0;
   int k = 0;  // layer inside the segment
@@ -81,6 +86,8 @@ class ModelRunner {
   // block_size + offset): for tests that compare cache contents with the reference.
   virtual void ReadKv(int32_t slot, float* k, float* v) const = 0;
   // Copies K and V exactly (bit for bit), before any later call reads or writes the cache.
+  // The copies of one call may run in any order: no destination range overlaps another
+  // copy's source or destination (KvCopiesDisjoint).
   virtual void CopyKv(const KvCopy* copies, int n) = 0;
 };
 

@@ -22,11 +22,11 @@
 //     its threshold, flipped by rounding); at most kMaxLoopFlips (5%) of compared steps may
 //     end so, and at least kMinCompared (50%) of all generated steps must be compared, so
 //     the test cannot pass by comparing nothing.
-// Also: batch invariance for MoR and Relaxed (a request alone vs inside three mixed batches:
-// identical tokens and bitwise identical logits), prefix caching for MoR and Relaxed (a request
-// that starts from cached KV, shared full blocks and partial ones copied on the device, equals
-// the same request on an engine without the cache, bit for bit), every KV block back in the
-// pool at the end, and the clear error for a shape the kernels do not take.
+// Also: batch invariance for MoR, Relaxed and adaptive Ouro (a request alone vs inside three
+// mixed batches: identical tokens and bitwise identical logits), prefix caching for the same
+// three (a request that starts from cached KV, shared full blocks and partial ones copied on
+// the device, equals the same request on an engine without the cache, bit for bit), every KV
+// block back in the pool at the end, and the clear error for a shape the kernels do not take.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -64,6 +64,15 @@ TinyModelSpec RelaxedEveryProjection() {
   TinyModelSpec s = Spec("relaxed-lora");
   s.lora_rank = 13;
   s.lora_targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  return s;
+}
+
+// Ouro in adaptive mode (tests/engine_harness.cc's ouro-adaptive): decode tokens leave at the
+// exit gate after 1, 2 or 3 loops and copy their K/V entries into the later loops' slots.
+TinyModelSpec OuroAdaptive() {
+  TinyModelSpec s = Spec("ouro");
+  s.exit_threshold = 0.55f;
+  s.loop_mode = "adaptive";
   return s;
 }
 
@@ -120,8 +129,8 @@ INSTANTIATE_TEST_SUITE_P(Families, EngineGpuTest, ::testing::ValuesIn(GpuFamilie
                          testing::FamilyCaseName);
 
 // A request's tokens and logits are bit-identical alone and inside mixed-depth batches: MoR
-// (rows leave at different depths) and Relaxed (every loop's rows take their own LoRA
-// adapter in the same launches).
+// (rows leave at different depths), Relaxed (every loop's rows take their own LoRA adapter in
+// the same launches) and adaptive Ouro (exited rows' K/V copies ride the later loops).
 class EngineGpuInvarianceTest : public ::testing::TestWithParam<FamilyCase> {
  protected:
   void SetUp() override { MORSERVE_SKIP_WITHOUT_GPU(); }
@@ -159,8 +168,8 @@ TEST_P(EngineGpuInvarianceTest, AloneAndInMixedBatchesAreBitwiseEqual) {
 
 INSTANTIATE_TEST_SUITE_P(Families, EngineGpuInvarianceTest,
                          ::testing::Values(FamilyCase{"mor_ec", Spec("mor-ec")},
-                                           FamilyCase{"relaxed_lora_r13",
-                                                      RelaxedEveryProjection()}),
+                                           FamilyCase{"relaxed_lora_r13", RelaxedEveryProjection()},
+                                           FamilyCase{"ouro_adaptive", OuroAdaptive()}),
                          [](const auto& info) { return info.param.name; });
 
 class EngineGpuPrefixCacheTest : public ::testing::TestWithParam<FamilyCase> {
@@ -200,8 +209,8 @@ TEST_P(EngineGpuPrefixCacheTest, HitEqualsMissBitwise) {
 
 INSTANTIATE_TEST_SUITE_P(Families, EngineGpuPrefixCacheTest,
                          ::testing::Values(FamilyCase{"mor_ec", Spec("mor-ec")},
-                                           FamilyCase{"relaxed_lora_r13",
-                                                      RelaxedEveryProjection()}),
+                                           FamilyCase{"relaxed_lora_r13", RelaxedEveryProjection()},
+                                           FamilyCase{"ouro_adaptive", OuroAdaptive()}),
                          [](const auto& info) { return info.param.name; });
 
 TEST(EngineGpuErrorTest, UnsupportedHeadDimIsAClearError) {

@@ -8,10 +8,13 @@
 # shared-memory kernels) on subsets. Logs go to $OUT (or ./gpu-test-out): one combined log,
 # the gtest XML files in one archive, the benchmark JSON files, and the benchmark tables and
 # a summary printed last.
-#   usage: bash .gpu-bin/run_on_device.sh [BIN_DIR] [tests|engine|sanitize|lora|recurrent|ab|all]
+#   usage: bash .gpu-bin/run_on_device.sh [BIN_DIR] [tests|engine|sanitize|lora|recurrent|looped|ab|all]
 #   BIN_DIR defaults to the script's folder; "tests" runs the tests and the benchmarks,
 #   "engine" only engine_gpu_test and the engine benchmark, "sanitize" the compute-sanitizer
 #   runs, "lora" only per-loop LoRA (kernel test, Relaxed engine families, LoRA benchmark),
+#   "looped" the looped checkpoints (engine_gpu_test, memcheck on Ouro/Nanbeige, an
+#   Ouro-1.4B-shaped bench of adaptive vs full depth: see the part below),
+#   "ab-looped" an A/B of .gpu-bin/morserve-base against morserve on adaptive Ouro,
 #   "ab" an A/B engine bench of .gpu-bin/morserve-base (copied there by hand) against morserve,
 #   "all" (the default) everything; split them over two device calls when one
 #   10-minute call is too short. "recurrent" (issue 11, its own call: about 3-5 minutes) runs
@@ -78,6 +81,68 @@ if [ "$part" = ab ]; then
   summary+=("gtest lines: $(grep -c '^\[       OK \]' "$log") OK, $(grep -c '^\[  FAILED  \] .*(' "$log") failed")
   printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
   grep -h -E '^\[  FAILED  \]' "$log" | sort -u | head -20
+  exit 0
+fi
+if [ "$part" = ab-looped ]; then
+  # A/B of adaptive Ouro: $bin/morserve-base (carried by hand) and $bin/morserve on the
+  # Ouro-1.4B-shaped model of the looped part (full and adaptive), batch 32, both modes, base
+  # first then new, after kernel_kv_copy_test and engine_gpu_test's Ouro families; JSON per
+  # binary to $OUT/ab-looped-{base,new}.json.
+  run 60 kernel_kv_copy_test "$bin/kernel_kv_copy_test" --gtest_output="xml:$out/xml/kernel_kv_copy_test.xml"
+  run 90 "engine_gpu_test ouro" "$bin/engine_gpu_test" --gtest_filter='*ouro*' \
+    --gtest_output="xml:$out/xml/engine_gpu_test.xml"
+  models=/tmp/morserve-models
+  run 120 "mkmodel ouro-1.4b" "$bin/morserve" mkmodel --family ouro --hidden 2048 --layers 96 --recursions 4 \
+    --heads 16 --kv-heads 16 --intermediate 5632 --vocab 49152 --max-pos 4096 \
+    --exit-threshold "${OURO_Q:-0.7}" --router-bias "${OURO_B:-0.4}" --out $models/ouro-full
+  mkdir -p $models/ouro-adaptive && ln -f $models/ouro-full/* $models/ouro-adaptive/ &&
+    echo '{"mode": "adaptive"}' >$models/ouro-adaptive/looped.json
+  for which in base new; do
+    exe="$bin/morserve"; [ "$which" = base ] && exe="$bin/morserve-base"
+    run 120 "ouro bench $which batch 32" "$exe" bench --device cuda \
+      --models $models/ouro-full,$models/ouro-adaptive --prompt-len 16 --temperature 0.8 \
+      --kv-cache-mb 40960 --membw-mb 0 --modes depth,sequence --batches 32 \
+      --requests "${OURO_REQUESTS:-64}" --mean-tokens 64 --std-tokens 16 --warmup 4 \
+      --out "$out/ab-looped-$which.json"
+  done
+  (cd "$out" && tar czf gtest-xml.tar.gz xml && rm -rf xml)
+  sed -n '/^=== ouro bench/,/^===/p' "$log" | grep -v '^\[' | head -40
+  summary+=("gtest lines: $(grep -c '^\[       OK \]' "$log") OK, $(grep -c '^\[  FAILED  \] .*(' "$log") failed")
+  printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
+  grep -h -E '^\[  FAILED  \]' "$log" | sort -u | head -20
+  exit 0
+fi
+if [ "$part" = looped ]; then
+  # Looped checkpoints (issue 18): engine_gpu_test whole (every family, Nanbeige and Ouro
+  # full/adaptive among them, against the reference; invariance and prefix cache with
+  # adaptive Ouro), memcheck on the Ouro and Nanbeige families, then an Ouro-1.4B-shaped
+  # random bf16 model (hidden 2048, 24 sandwich layers x total_ut_steps 4, 16 heads of 128,
+  # MHA, intermediate 5632, vocab 49152) served in full and adaptive mode (the same files,
+  # hard-linked, plus looped.json), depth-wise and sequence-wise: batch 1 (4 requests, prompt
+  # 16) and batches 32 and 128 (OURO_REQUESTS, N(64, 16) tokens, temperature 0.8 as the CPU
+  # run of docs/bench/ouro-adaptive-2026-11-26). JSON to $OUT/ouro-b1.json, ouro-batch.json.
+  run 150 engine_gpu_test "$bin/engine_gpu_test" --gtest_output="xml:$out/xml/engine_gpu_test.xml"
+  san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  [ -x "$san" ] && run 120 "memcheck engine_gpu_test looped" "$san" --tool memcheck --error-exitcode 1 \
+    "$bin/engine_gpu_test" --gtest_filter='Families/EngineGpuTest.*/ouro_*:Families/EngineGpuTest.*/nanbeige'
+  models=/tmp/morserve-models
+  run 120 "mkmodel ouro-1.4b" "$bin/morserve" mkmodel --family ouro --hidden 2048 --layers 96 --recursions 4 \
+    --heads 16 --kv-heads 16 --intermediate 5632 --vocab 49152 --max-pos 4096 \
+    --exit-threshold "${OURO_Q:-0.7}" --router-bias "${OURO_B:-0.4}" --out $models/ouro-full
+  mkdir -p $models/ouro-adaptive && ln -f $models/ouro-full/* $models/ouro-adaptive/ &&
+    echo '{"mode": "adaptive"}' >$models/ouro-adaptive/looped.json
+  ouro=("$bin/morserve" bench --device cuda --models $models/ouro-full,$models/ouro-adaptive
+    --prompt-len 16 --temperature 0.8 --kv-cache-mb 40960 --membw-mb 0 --modes depth,sequence)
+  run 90 "ouro bench batch 1" "${ouro[@]}" --batches 1 --requests 4 --mean-tokens 64 --std-tokens 0 \
+    --warmup 1 --out "$out/ouro-b1.json"
+  run 240 "ouro bench batch 32,128" "${ouro[@]}" --batches 32,128 --requests "${OURO_REQUESTS:-128}" \
+    --mean-tokens 64 --std-tokens 16 --warmup 4 --out "$out/ouro-batch.json"
+  (cd "$out" && tar czf gtest-xml.tar.gz xml && rm -rf xml)
+  sed -n '/^=== ouro bench/,/^===/p' "$log" | grep -v '^===' | grep -v '^\[' | head -60
+  grep -E '^[a-z0-9_-]+ (depth|sequence): [0-9]+ of [0-9]+ steps compared' "$log" | head -60
+  summary+=("gtest lines: $(grep -c '^\[       OK \]' "$log") OK, $(grep -c '^\[  SKIPPED \] .*(' "$log") skipped, $(grep -c '^\[  FAILED  \] .*(' "$log") failed (sanitizer reruns counted again)")
+  printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
+  grep -h -E '^\[  FAILED  \]|ERROR SUMMARY: [1-9]' "$log" | sort -u | head -40
   exit 0
 fi
 if [ "$part" = lora ]; then
