@@ -125,6 +125,9 @@ void GenerationRun::OnMessage(int i, const v1::GenerateResponse& m) {
     if (req_.echo) s.result.text.append(m.prompt_text());
     s.result.text.append(m.text());
     if (req_.logprobs >= 0) s.result.tokens.MergeFrom(m.tokens());
+    if (req_.return_loops) {
+      for (const v1::Token& t : m.tokens()) s.result.token_loops.push_back(t.loops());
+    }
     s.result.prompt_tokens.MergeFrom(m.prompt_logprobs());
   } else {
     if (req_.endpoint == Endpoint::kChat && !s.role_sent) {
@@ -135,7 +138,7 @@ void GenerationRun::OnMessage(int i, const v1::GenerateResponse& m) {
     if (first && ((req_.echo && !m.prompt_text().empty()) || scored)) {
       chunks_.Prompt(i, m, &s.text_offset, &out_);
     }
-    if (!m.text().empty() || (req_.logprobs >= 0 && m.tokens_size() > 0)) {
+    if (!m.text().empty() || ((req_.logprobs >= 0 || req_.return_loops) && m.tokens_size() > 0)) {
       chunks_.Delta(i, m.text(), m, &s.text_offset, &out_);
     }
   }
@@ -147,6 +150,7 @@ void GenerationRun::OnMessage(int i, const v1::GenerateResponse& m) {
     usage_.cached += f.usage().cached_tokens();
   }
   usage_.completion += f.usage().completion_tokens();
+  usage_.recursion_loops += f.usage().recursion_loops();
   if (f.reason() == v1::FINISH_REASON_ERROR) {
     ApiError e{500, "internal_error", "generation failed: " + f.error(), "", "internal_error"};
     if (!req_.stream) {

@@ -395,12 +395,17 @@ std::optional<ApiError> GetCacheSalt(const json& body, v1::GenerateRequest* r) {
   return std::nullopt;
 }
 
-// Looped models (extra body fields, as vLLM takes its own): `mode` ("full" | "adaptive") and
-// `exit_threshold` (a number > 0), checked here as cache_salt is, so a bad value costs no
+// Looped models (extra body fields, as vLLM takes its own): `return_loops` (bool, the
+// gateway's: OpenAiRequest), `mode` ("full" | "adaptive") and `exit_threshold` (a number > 0),
+// checked here as cache_salt is, so a bad value costs no
 // backend call (the backend checks them again). Whether the model has an exit rule for
 // "adaptive" is the backend's check: its INVALID_ARGUMENT names `mode` and comes back as a
 // 400.
-std::optional<ApiError> GetLoopParams(const json& body, v1::GenerateRequest* r) {
+std::optional<ApiError> GetLoopParams(const json& body, OpenAiRequest* out,
+                                      v1::GenerateRequest* r) {
+  std::optional<bool> b;
+  if (auto e = GetBool(body, "return_loops", &b)) return e;
+  out->return_loops = b.value_or(false);
   if (const json* m = Field(body, "mode")) {
     if (!m->is_string() || (*m != "full" && *m != "adaptive")) {
       return InvalidRequest(
@@ -445,7 +450,7 @@ std::optional<ApiError> ParseOpenAiRequest(Endpoint endpoint, std::string_view t
   if (auto e = ParseSampling(*body, &base)) return e;
   if (auto e = ParseOutput(*body, out, &base)) return e;
   if (auto e = GetCacheSalt(*body, &base)) return e;
-  if (auto e = GetLoopParams(*body, &base)) return e;
+  if (auto e = GetLoopParams(*body, out, &base)) return e;
   std::vector<v1::GenerateRequest> prompts;
   if (endpoint == Endpoint::kChat) {
     if (auto e = ParseMessages(*body, prompts.emplace_back().mutable_chat())) return e;

@@ -1,6 +1,7 @@
 // Parsing and type-checking of OpenAI /v1/completions and /v1/chat/completions bodies (plus
 // vLLM's extra fields: min_tokens, allowed_token_ids, cache_salt, ...; OpenAI's logit_bias;
-// the looped-model fields mode and exit_threshold, passed to GenerateRequest's) into the gRPC
+// the looped-model fields mode and exit_threshold, passed to GenerateRequest's, and
+// return_loops, the gateway's own: each token's loop count in the response) into the gRPC
 // GenerateRequests the gateway sends: one per choice, choice index = prompt index * n +
 // sample index, seeds seed, seed+1, ... per prompt. Unknown fields are ignored as OpenAI
 // does; null counts as absent. Completions may ask for prompt logprobs (echo with logprobs,
@@ -39,6 +40,10 @@ struct OpenAiRequest {
   // Completions with echo and logprobs: the prompt tokens' entries lead the logprobs object
   // (the first with null logprob and top_logprobs, as OpenAI's legacy API and vLLM).
   bool echo_logprobs() const { return echo && logprobs >= 0; }
+  // Extra body field `return_loops` (a morserve extension, as vLLM's extras): each choice's
+  // `token_loops` (loops of the shared block behind each generated token, in order; per
+  // chunk when streaming) and usage's `recursion_loops` (over the prompt and output tokens).
+  bool return_loops = false;
 };
 
 constexpr int kMaxChoices = 128;

@@ -144,11 +144,23 @@ ojson StopReason(const v1::Finished& f) {
   return nullptr;
 }
 
-ojson UsageJson(const UsageTotals& u) {
-  return {{"prompt_tokens", u.prompt},
-          {"completion_tokens", u.completion},
-          {"total_tokens", u.prompt + u.completion},
-          {"prompt_tokens_details", {{"cached_tokens", u.cached}}}};
+ojson UsageJson(const OpenAiRequest& req, const UsageTotals& u) {
+  ojson usage = {{"prompt_tokens", u.prompt},
+                 {"completion_tokens", u.completion},
+                 {"total_tokens", u.prompt + u.completion},
+                 {"prompt_tokens_details", {{"cached_tokens", u.cached}}}};
+  if (req.return_loops) usage["recursion_loops"] = u.recursion_loops;
+  return usage;
+}
+
+// ,"token_loops":[...] of a stream message's tokens.
+void AppendTokenLoops(const v1::GenerateResponse& m, std::string* out) {
+  out->append(",\"token_loops\":[");
+  for (int i = 0; i < m.tokens_size(); ++i) {
+    if (i > 0) out->push_back(',');
+    absl::StrAppend(out, m.tokens(i).loops());
+  }
+  out->push_back(']');
 }
 
 std::string RandomHex() {
@@ -207,13 +219,14 @@ std::string RenderResponse(const OpenAiRequest& req, const ResponseHeader& h,
     choice["logprobs"] = Logprobs(req, c.prompt_tokens, c.tokens, &offset);
     choice["finish_reason"] = FinishReasonName(c.finished.reason());
     choice["stop_reason"] = StopReason(c.finished);
+    if (req.return_loops) choice["token_loops"] = c.token_loops;
     if (!chat && req.prompt_logprobs >= 0) {
       choice["prompt_logprobs"] = PromptLogprobsJson(c.prompt_tokens, req.prompt_logprobs);
     }
     list.push_back(std::move(choice));
   }
   out["choices"] = std::move(list);
-  out["usage"] = UsageJson(usage);
+  out["usage"] = UsageJson(req, usage);
   // Chat (vLLM): one list for the rendered prompt, at the top level, from the first choice.
   if (chat && req.prompt_logprobs >= 0 && !choices.empty()) {
     out["prompt_logprobs"] = PromptLogprobsJson(choices[0].prompt_tokens, req.prompt_logprobs);
@@ -284,6 +297,7 @@ void ChunkWriter::Delta(int index, std::string_view text, const v1::GenerateResp
   } else {
     out->append("null");
   }
+  if (req_.return_loops) AppendTokenLoops(m, out);
   out->append(",\"finish_reason\":null}]}\n\n");
 }
 
@@ -313,7 +327,7 @@ void ChunkWriter::Finish(int index, const v1::Finished& f, std::string* out) con
 
 void ChunkWriter::Usage(const UsageTotals& u, std::string* out) const {
   // The prefix ends inside "choices":[ : close it empty, then the usage.
-  absl::StrAppend(out, prefix_, "],\"usage\":", Dump(UsageJson(u)), "}\n\n");
+  absl::StrAppend(out, prefix_, "],\"usage\":", Dump(UsageJson(req_, u)), "}\n\n");
 }
 
 void ChunkWriter::Error(const ApiError& e, std::string* out) {

@@ -5,7 +5,8 @@
 // token_logprobs, top_logprobs, text_offset; with echo the prompt's entries first, the first
 // of them null) and chat's content list (token, logprob, bytes, top_logprobs), from each
 // Token's own text (the backend's token_text); vLLM's prompt_logprobs list (per choice on
-// completions, once at the top level of a chat completion).
+// completions, once at the top level of a chat completion). With return_loops, each choice's
+// (or chunk's) `token_loops` and usage's `recursion_loops` (docs/cli.md#looped-model-fields).
 //
 // The per-token streaming path writes JSON by hand into one reused string (a fixed prefix per
 // request plus the escaped delta) instead of building a JSON tree per chunk.
@@ -27,6 +28,7 @@ struct ChoiceResult {
   std::string text;
   google::protobuf::RepeatedPtrField<v1::Token> tokens;         // with logprobs only
   google::protobuf::RepeatedPtrField<v1::Token> prompt_tokens;  // with prompt logprobs
+  std::vector<int> token_loops;                                 // with return_loops
   v1::Finished finished;
 };
 
@@ -42,11 +44,13 @@ ResponseHeader NewResponseHeader(Endpoint endpoint, std::string model);
 const char* FinishReasonName(v1::FinishReason r);
 
 // {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details":
-// {"cached_tokens"}}: prompt and cached tokens once per prompt (its first choice's call).
+// {"cached_tokens"}}: prompt and cached tokens once per prompt (its first choice's call);
+// with return_loops also "recursion_loops", summed over every choice's call.
 struct UsageTotals {
   int64_t prompt = 0;
   int64_t completion = 0;
   int64_t cached = 0;  // prompt tokens whose KV the backend's prefix cache had
+  int64_t recursion_loops = 0;
 };
 
 std::string RenderResponse(const OpenAiRequest& req, const ResponseHeader& h,
@@ -61,7 +65,8 @@ class ChunkWriter {
 
   // chat: the first chunk of a choice, delta {"role": "assistant", "content": ""}.
   void Role(int index, std::string* out) const;
-  // Text (and the logprobs of `tokens` when requested); `text_offset` runs per choice.
+  // Text (and the logprobs of `tokens`, their loops, when requested); `text_offset` runs per
+  // choice.
   void Delta(int index, std::string_view text, const v1::GenerateResponse& m, int* text_offset,
              std::string* out) const;
   // completions: the first chunk of a choice with echo or prompt_logprobs: the prompt's text

@@ -5,15 +5,17 @@
 // plus a second pair on a vanilla model, all on 127.0.0.1 port 0.
 //
 // Wrong types and values are 400s naming the field; "adaptive" on a model without an exit
-// rule is the backend's INVALID_ARGUMENT, a 400 naming `mode`. The gateway's responses carry
-// no per-token loop counts (OpenAI's shapes have no place for them), so that exit_threshold
-// reaches the engine is shown through the backend: the same greedy request sent with
-// exit_threshold 1e-6 and 1.5 straight over gRPC gives 1 loop per token and 3 loops per
-// token, and the gateway's logprobs (and text) for each threshold equal that threshold's
-// gRPC ones, while the two thresholds' logprobs differ.
+// rule is the backend's INVALID_ARGUMENT, a 400 naming `mode`. That exit_threshold reaches the
+// engine is shown through the backend: the same greedy request sent with exit_threshold 1e-6
+// and 1.5 straight over gRPC gives 1 loop per token and 3 loops per token, and the gateway's
+// logprobs (and text) for each threshold equal that threshold's gRPC ones, while the two
+// thresholds' logprobs differ. `return_loops` puts each token's loops in the responses
+// (choices' `token_loops`, usage's `recursion_loops`), streamed and not, equal to the gRPC
+// stream's; without it neither field appears.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -110,7 +112,7 @@ class GatewayLoopParamsTest : public ServedSuite<GatewayLoopParamsTest, GatewayS
   static inline GatewayProcess* vanilla_gateway_ = nullptr;
 };
 
-TEST_F(GatewayLoopParamsTest, BadModeOrExitThresholdIsA400NamingTheField) {
+TEST_F(GatewayLoopParamsTest, BadLoopFieldIsA400NamingTheField) {
   const std::pair<const char*, json> kBad[] = {
       {"mode", 3},
       {"mode", "bogus"},
@@ -118,6 +120,8 @@ TEST_F(GatewayLoopParamsTest, BadModeOrExitThresholdIsA400NamingTheField) {
       {"exit_threshold", "x"},
       {"exit_threshold", -1},
       {"exit_threshold", 0},
+      {"return_loops", "yes"},
+      {"return_loops", 1},
   };
   for (const auto& [field, bad] : kBad) {
     SCOPED_TRACE(std::string(field) + " " + bad.dump());
@@ -214,6 +218,70 @@ TEST_F(GatewayLoopParamsTest, ExitThresholdReachesTheEngine) {
   // Otherwise the comparison above would not tell the thresholds apart.
   ASSERT_EQ(first_logprob.size(), 2u);
   EXPECT_GT(std::abs(first_logprob[0] - first_logprob[1]), 1e-4);
+}
+
+// The early-exit model at threshold 0.2 mixes 1, 2 and 3 loops per token: the gateway's
+// token_loops equal the gRPC stream's loops and its recursion_loops the gRPC usage's, on both
+// endpoints, whole and streamed (the chunks' lists concatenated), with n = 2 summing usage.
+TEST_F(GatewayLoopParamsTest, ReturnLoopsGivesEachTokensLoops) {
+  const StreamResult grpc = GenerateAll(stub_.get(), TokenRequest(kPrompt, kMaxTokens));
+  ASSERT_TRUE(grpc.status.ok()) << grpc.status.error_message();
+  ASSERT_TRUE(grpc.finished.has_value());
+  ASSERT_EQ(grpc.loops.size(), static_cast<size_t>(kMaxTokens));
+  std::set<int> depths(grpc.loops.begin(), grpc.loops.end());
+  EXPECT_GE(depths.size(), 2u) << "the model should exit at more than one depth";
+  const int64_t grpc_loops = grpc.finished->usage().recursion_loops();
+  const StreamResult grpc_chat = GenerateAll(stub_.get(), GrpcChat());
+  ASSERT_TRUE(grpc_chat.status.ok() && grpc_chat.finished.has_value());
+
+  for (const bool chat : {false, true}) {
+    SCOPED_TRACE(chat ? "chat" : "completions");
+    const std::string path = chat ? "/v1/chat/completions" : "/v1/completions";
+    const StreamResult& want = chat ? grpc_chat : grpc;
+    json body = chat ? ChatBody() : CompletionBody();
+    const HttpResult plain = served_->Post(path, body);
+    ASSERT_EQ(plain.status, 200) << plain.body;
+    EXPECT_FALSE(plain.Json()["choices"][0].contains("token_loops")) << plain.body;
+    EXPECT_FALSE(plain.Json()["usage"].contains("recursion_loops")) << plain.body;
+
+    body["return_loops"] = true;
+    const HttpResult whole = served_->Post(path, body);
+    ASSERT_EQ(whole.status, 200) << whole.body;
+    EXPECT_EQ(whole.Json()["choices"][0]["token_loops"].get<std::vector<int>>(), want.loops);
+    EXPECT_EQ(whole.Json()["usage"]["recursion_loops"].get<int64_t>(),
+              want.finished->usage().recursion_loops());
+
+    body["n"] = 2;  // greedy: both choices are the request above
+    const HttpResult two = served_->Post(path, body);
+    ASSERT_EQ(two.status, 200) << two.body;
+    for (const json& c : two.Json()["choices"]) {
+      EXPECT_EQ(c["token_loops"].get<std::vector<int>>(), want.loops) << two.body;
+    }
+    EXPECT_EQ(two.Json()["usage"]["recursion_loops"].get<int64_t>(),
+              2 * want.finished->usage().recursion_loops());
+
+    body["n"] = 1;
+    body["stream"] = true;
+    body["stream_options"] = {{"include_usage", true}};
+    const HttpResult streamed = served_->Post(path, body);
+    ASSERT_EQ(streamed.status, 200) << streamed.body;
+    std::vector<int> loops;
+    int64_t usage_loops = -1;
+    for (const std::string& data : SseData(streamed.body)) {
+      if (data == "[DONE]") continue;
+      const json chunk = json::parse(data);
+      if (chunk.contains("usage") && chunk["usage"].is_object()) {
+        usage_loops = chunk["usage"]["recursion_loops"].get<int64_t>();
+      }
+      for (const json& c : chunk["choices"]) {
+        if (!c.contains("token_loops")) continue;
+        for (const json& l : c["token_loops"]) loops.push_back(l.get<int>());
+      }
+    }
+    EXPECT_EQ(loops, want.loops) << streamed.body;
+    EXPECT_EQ(usage_loops, want.finished->usage().recursion_loops()) << streamed.body;
+  }
+  EXPECT_GT(grpc_loops, 0);
 }
 
 }  // namespace
