@@ -8,98 +8,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/model/config_json.h"
+#include "engine/model/huginn_config.h"
 #include "engine/model/layer_plan.h"
 
 namespace morserve {
 namespace {
 
 using nlohmann::json;
-
-// A JSON value quoted in an error message. Values may hold ill-formed UTF-8 when the object
-// did not come from JSON text (the MoR YAML import): replaced, never thrown.
-std::string Quote(const json& v) { return v.dump(-1, ' ', false, json::error_handler_t::replace); }
-
-absl::Status FieldError(const std::string& field, const std::string& problem) {
-  return absl::InvalidArgumentError(absl::StrCat(field, ": ", problem));
-}
-
-// Reads an integer field; `required` makes absence an error.
-absl::Status GetInt(const json& j, const std::string& prefix, const char* key, bool required,
-                    int* out) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) {
-    return required ? FieldError(prefix + key, "missing") : absl::OkStatus();
-  }
-  if (!it->is_number_integer()) return FieldError(prefix + key, "must be an integer");
-  const int64_t v = it->get<int64_t>();
-  if (v < 0 || v > (1 << 30)) return FieldError(prefix + key, absl::StrCat("out of range: ", v));
-  *out = static_cast<int>(v);
-  return absl::OkStatus();
-}
-
-absl::Status GetFloat(const json& j, const std::string& prefix, const char* key, float* out) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return absl::OkStatus();
-  if (!it->is_number()) return FieldError(prefix + key, "must be a number");
-  *out = it->get<float>();
-  if (std::isnan(*out)) return FieldError(prefix + key, "is NaN");
-  return absl::OkStatus();
-}
-
-absl::Status GetBool(const json& j, const std::string& prefix, const char* key, bool* out) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return absl::OkStatus();
-  if (!it->is_boolean()) return FieldError(prefix + key, "must be true or false");
-  *out = it->get<bool>();
-  return absl::OkStatus();
-}
-
-// Reads a string field that must be one of `names` (mapped to `values`).
-template <typename E>
-absl::Status GetEnum(const json& j, const std::string& prefix, const char* key,
-                     const std::vector<std::pair<const char*, E>>& options, E* out) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return absl::OkStatus();
-  std::vector<std::string> names;
-  for (const auto& [name, value] : options) {
-    names.push_back(name);
-    if (it->is_string() && it->get<std::string>() == name) {
-      *out = value;
-      return absl::OkStatus();
-    }
-  }
-  return FieldError(prefix + key, absl::StrCat("must be one of ", absl::StrJoin(names, ", "),
-                                               ", got ", Quote(*it)));
-}
-
-absl::Status CheckKnownKeys(const json& j, const std::string& prefix,
-                            const std::set<std::string>& known) {
-  if (!j.is_object()) return FieldError(prefix.substr(0, prefix.size() - 1), "must be an object");
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    if (!known.count(it.key())) {
-      return FieldError(prefix + it.key(),
-                        absl::StrCat("unknown key (known: ", absl::StrJoin(known, ", "), ")"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status GetTokenIds(const json& j, const char* key, std::vector<int>* out) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return absl::OkStatus();
-  if (it->is_number_integer()) {
-    out->push_back(it->get<int>());
-    return absl::OkStatus();
-  }
-  if (it->is_array()) {
-    for (const json& v : *it) {
-      if (!v.is_number_integer()) return FieldError(key, "must be an integer or a list of them");
-      out->push_back(v.get<int>());
-    }
-    return absl::OkStatus();
-  }
-  return FieldError(key, "must be an integer or a list of them");
-}
+using namespace config_json;  // NOLINT(google-build-using-namespace): this file's own helpers
 
 absl::Status ParseRouter(const json& j, Routing routing, int nr, RouterConfig* r) {
   const std::string p = "recursion.router.";
@@ -341,14 +258,6 @@ constexpr const char* kNanbeigeOffKeys[] = {"qk_layernorm",
                                             "enable_h_res_identity",
                                             "enable_depth_attention"};
 
-template <size_t N>
-bool OneOf(const std::string& v, const char* const (&list)[N]) {
-  for (const char* x : list) {
-    if (v == x) return true;
-  }
-  return false;
-}
-
 std::string ModelTypeOf(const json& c) {
   auto it = c.find("model_type");
   return it != c.end() && it->is_string() ? it->get<std::string>() : "llama";
@@ -357,9 +266,10 @@ std::string ModelTypeOf(const json& c) {
 absl::Status CheckTopLevelKeys(const json& c, const std::string& p) {
   if (auto it = c.find("model_type"); it != c.end() && !it->is_null()) {
     if (!it->is_string() || (*it != "llama" && *it != "nanbeige" && *it != "ouro")) {
-      return FieldError(
-          p + "model_type",
-          absl::StrCat(Quote(*it), " is not supported (supported: llama, nanbeige, ouro)"));
+      return FieldError(p + "model_type",
+                        absl::StrCat(Quote(*it),
+                                     " is not supported (supported: llama, nanbeige, ouro, "
+                                     "huginn_raven)"));
     }
   }
   const std::string type = ModelTypeOf(c);
@@ -401,14 +311,6 @@ absl::Status CheckTopLevelKeys(const json& c, const std::string& p) {
     return FieldError(p + "sliding_window", "not supported (full causal attention only)");
   }
   return absl::OkStatus();
-}
-
-bool Truthy(const json& v) {
-  if (v.is_null()) return false;
-  if (v.is_boolean()) return v.get<bool>();
-  if (v.is_number()) return v.get<double>() != 0.0;
-  if (v.is_string() || v.is_array() || v.is_object()) return !v.empty();
-  return true;
 }
 
 absl::Status CheckFullAttentionLayers(const json& c, const std::string& p, int num_layers) {
@@ -585,13 +487,23 @@ bool LoraConfig::Targets(const std::string& proj) const {
 absl::StatusOr<ModelConfig> ParseModelConfig(const json& config, const json* recursion_sidecar) {
   ModelConfig m;
   if (!config.is_object()) return absl::InvalidArgumentError("config.json: not a JSON object");
-  if (auto s = ParseBase(config, &m); !s.ok()) return s;
   const json* rec = nullptr;
   if (auto it = config.find("recursion"); it != config.end() && !it->is_null()) rec = &*it;
   if (rec != nullptr && recursion_sidecar != nullptr) {
     return FieldError("recursion", "given both in config.json and in recursion.json");
   }
   if (rec == nullptr) rec = recursion_sidecar;
+  if (ModelTypeOf(config) == "huginn_raven") {  // its own field names: not the Llama keys
+    if (rec != nullptr) {
+      return FieldError("recursion",
+                        "not allowed with model_type huginn_raven (its recurrences are "
+                        "config.json's mean_recurrence)");
+    }
+    if (auto s = ParseHuginnConfig(config, &m); !s.ok()) return s;
+    if (auto plan = BuildLayerPlan(m); !plan.ok()) return plan.status();
+    return m;
+  }
+  if (auto s = ParseBase(config, &m); !s.ok()) return s;
   if (ModelTypeOf(config) == "nanbeige") {
     if (rec != nullptr) {
       return FieldError(
@@ -617,10 +529,49 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const json& config, const json* rec
   return m;
 }
 
+namespace {
+
+// Huginn's own looped.json keys (docs/checkpoints.md#loopedjson): num_steps (the recurrences
+// of full mode and the most of adaptive; re-unrolls the plan), init_scale (s0's scale, 0:
+// zeros), exit_criterion (kl, the only one).
+absl::Status ApplyHuginnDefaults(const json& looped, ModelConfig* config) {
+  const std::string p = "looped.json: ";
+  RecursionConfig& r = config->recursion;
+  int steps = r.num_recursions;
+  if (auto s = GetInt(looped, p, "num_steps", false, &steps); !s.ok()) return s;
+  const int core = config->num_layers - r.middle_first - r.middle_last;
+  const int per_step = core / r.num_recursions;
+  if (steps < 1 || static_cast<int64_t>(steps) * per_step > (1 << 16)) {
+    return FieldError(p + "num_steps", absl::StrCat("must be in 1..", (1 << 16) / per_step));
+  }
+  config->num_layers = r.middle_first + per_step * steps + r.middle_last;
+  r.num_recursions = steps;
+  if (auto s = GetFloat(looped, p, "init_scale", &config->huginn.init_scale); !s.ok()) return s;
+  if (!(config->huginn.init_scale >= 0)) return FieldError(p + "init_scale", "must be >= 0");
+  if (auto it = looped.find("exit_criterion");
+      it != looped.end() && !it->is_null() && *it != "kl") {
+    return FieldError(p + "exit_criterion",
+                      absl::StrCat(Quote(*it), " is not supported (only \"kl\")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status ApplyLoopedDefaults(const json& looped, ModelConfig* config) {
   const std::string p = "looped.json: ";
-  if (auto s = CheckKnownKeys(looped, p, {"mode", "exit_threshold"}); !s.ok()) return s;
+  const bool huginn = config->huginn.enabled;
+  if (auto s = CheckKnownKeys(looped, p,
+                              huginn ? std::set<std::string>{"mode", "exit_threshold", "num_steps",
+                                                             "init_scale", "exit_criterion"}
+                                     : std::set<std::string>{"mode", "exit_threshold"});
+      !s.ok()) {
+    return s;
+  }
   RecursionConfig& r = config->recursion;
+  if (huginn) {
+    if (auto s = ApplyHuginnDefaults(looped, config); !s.ok()) return s;
+  }
   if (auto s = GetEnum<LoopMode>(looped, p, "mode",
                                  {{"full", LoopMode::kFull}, {"adaptive", LoopMode::kAdaptive}},
                                  &r.default_loop_mode);

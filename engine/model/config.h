@@ -23,8 +23,9 @@ enum class LayerKind { kStandard, kRecurrent };
 // How a looped checkpoint's own exit rule is used (docs/models.md#serving-looped-checkpoints):
 // full runs every loop for every token; adaptive lets generated tokens stop at the rule.
 enum class LoopMode { kFull, kAdaptive };
-// The exit rule a looped checkpoint ships with: none, or Ouro's learned exit gate.
-enum class LoopExitRule { kNone, kOuroGate };
+// The exit rule a looped checkpoint ships with: none, Ouro's learned exit gate, or Huginn's
+// KL between successive recurrences' output distributions.
+enum class LoopExitRule { kNone, kOuroGate, kHuginnKl };
 
 struct RouterConfig {
   RouterArch arch = RouterArch::kLinear;
@@ -69,6 +70,26 @@ struct RecursionConfig {
   LoopExitRule exit_rule = LoopExitRule::kNone;
   float loop_exit_threshold = 1.0f;
   LoopMode default_loop_mode = LoopMode::kFull;
+  // middle_cycle / middle_sequence: the unique layers before and after the looped ones (1 in
+  // the MoR papers; Huginn's prelude and coda: n_layers_in_prelude / n_layers_in_coda).
+  int middle_first = 1;
+  int middle_last = 1;
+};
+
+// Huginn-0125 (docs/models.md#huginn-0125), model_type huginn_raven: what its block and step
+// add to the Llama math. All off for every other model type.
+struct HuginnConfig {
+  bool enabled = false;
+  float embed_scale = 1.0f;  // e = wte[tok] * sqrt(H)
+  // SandwichBlock: x = N(x + proj(Attn(N(x, n1))), n2); x = N(x + mlp(N(x, n3)), n4).
+  bool residual_norm = false;
+  bool qk_bias = false;     // attn.qk_bias added to q and k before RoPE
+  bool rope_pairs = false;  // RoPE rotates dims (2i, 2i+1) instead of halves
+  // Each recurrence starts with s = adapter . concat(s, e) (state first), e the prelude's
+  // output, s0 = zeros (init_scale 0) or a seeded truncated normal; ln_f on the state before
+  // the coda and again before the head.
+  bool input_injection = false;
+  float init_scale = 0.0f;  // looped.json / request init_scale; 0: s0 = zeros
 };
 
 struct ModelConfig {
@@ -83,10 +104,11 @@ struct ModelConfig {
   float rms_norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
   bool tie_word_embeddings = false;
-  std::string model_type = "llama";  // llama | nanbeige | ouro
+  std::string model_type = "llama";  // llama | nanbeige | ouro | huginn_raven
   // Ouro's sandwich block: input_layernorm_2 on the attention output and
   // post_attention_layernorm_2 on the MLP output before each residual add.
   bool sandwich_norm = false;
+  HuginnConfig huginn;
   std::string torch_dtype = "bfloat16";
   std::vector<std::string> architectures;
   std::vector<int> bos_token_ids;

@@ -33,10 +33,12 @@ absl::StatusOr<LayerPlan> BuildLayerPlan(const ModelConfig& config) {
   plan.kv = r.kv;
   plan.sharing = r.sharing;
   const bool middle = r.sharing == Sharing::kMiddleCycle || r.sharing == Sharing::kMiddleSequence;
-  const int looped_layers = middle ? n - 2 : n;
-  if (middle && n < 3) {
+  const int first = middle ? r.middle_first : 0, last = middle ? r.middle_last : 0;
+  const int looped_layers = n - first - last;
+  if (middle && looped_layers < 1) {
     return PlanError("recursion.sharing",
-                     absl::StrCat(SharingName(r.sharing), " needs num_hidden_layers >= 3, got ", n));
+                     absl::StrCat(SharingName(r.sharing),
+                                  " needs num_hidden_layers >= ", first + last + 1, ", got ", n));
   }
   if (looped_layers % nr != 0) {
     return PlanError("recursion.num_recursions",
@@ -55,14 +57,14 @@ absl::StatusOr<LayerPlan> BuildLayerPlan(const ModelConfig& config) {
       for (int i = 0; i < k; ++i) AddSegment(&plan, 1, nr);
       break;
     case Sharing::kMiddleCycle:
-      AddSegment(&plan, 1, 1);
+      AddSegment(&plan, first, 1);
       AddSegment(&plan, k, nr);
-      AddSegment(&plan, 1, 1);
+      AddSegment(&plan, last, 1);
       break;
     case Sharing::kMiddleSequence:
-      AddSegment(&plan, 1, 1);
+      AddSegment(&plan, first, 1);
       for (int i = 0; i < k; ++i) AddSegment(&plan, 1, nr);
-      AddSegment(&plan, 1, 1);
+      AddSegment(&plan, last, 1);
       break;
   }
   int looped = 0;
@@ -106,8 +108,8 @@ std::string LayerPlan::Describe() const {
   for (size_t i = 0; i < segments.size(); ++i) {
     const Segment& s = segments[i];
     absl::StrAppend(&out, "  segment ", i, ": ", s.num_layers, " layer(s) x ", s.loops,
-                    s.looped() ? " loops" : " (unique)", ", layer slots ", s.first_layer_slot,
-                    "..", s.first_layer_slot + s.num_layers - 1, ", unrolled layers ",
+                    s.looped() ? " loops" : " (unique)", ", layer slots ", s.first_layer_slot, "..",
+                    s.first_layer_slot + s.num_layers - 1, ", unrolled layers ",
                     UnrolledLayer(static_cast<int>(i), 0, 0), "..",
                     UnrolledLayer(static_cast<int>(i), s.loops - 1, s.num_layers - 1), "\n");
   }

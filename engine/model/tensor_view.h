@@ -32,4 +32,10 @@ struct TensorView {
 
 std::string ShapeString(const std::vector<int64_t>& shape);  // "[2, 3]"
 
+// Rows [first, first + rows) of `v` read as a matrix of v.shape[0] rows (a view of the same
+// bytes: fused tensors such as Huginn's Wqkv split into q, k and v), shaped `shape` (its
+// element count is rows x the row length); named "<name>[<part>]".
+TensorView RowBlock(const TensorView& v, int64_t first, int64_t rows,
+                    const std::vector<int64_t>& shape, const std::string& part);
+
 }  // namespace morserve

@@ -23,12 +23,13 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/core/check.h"
 #include "engine/io/tensor_store.h"
 
 namespace morserve {
 namespace {
 
-enum class Layout { kUnrolled, kMorExpert, kMorToken };
+enum class Layout { kUnrolled, kMorExpert, kMorToken, kHuginn };
 
 constexpr const char* kProjModule[kNumProj] = {
     "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
@@ -42,6 +43,8 @@ const char* LayoutName(Layout l) {
       return "MoR expert-choice (model.layers.{r}.block.{k}.*)";
     case Layout::kMorToken:
       return "MoR token-choice (model.layers.{i}.block_list.{r}.{k}.*)";
+    case Layout::kHuginn:
+      return "Huginn (transformer.{prelude,core_block,coda}.{k}.*)";
   }
   return "?";
 }
@@ -61,8 +64,9 @@ Layout DetectLayout(const TensorStore& store) {
   return expert ? Layout::kMorExpert : Layout::kUnrolled;
 }
 
+// Stored RoPE tables: recomputed from the config, never read.
 bool IsIgnoredBuffer(const std::string& name) {
-  return absl::EndsWith(name, "rotary_emb.inv_freq");
+  return absl::EndsWith(name, "rotary_emb.inv_freq") || name == "freqs_cis";
 }
 
 // Shape of projection p in the Llama block: [out, in].
@@ -88,7 +92,10 @@ std::vector<int64_t> ProjShape(const ModelConfig& c, Proj p) {
 class Resolver {
  public:
   Resolver(const ModelConfig& config, const LayerPlan& plan, const TensorStore& store)
-      : config_(config), plan_(plan), store_(store), layout_(DetectLayout(store)) {
+      : config_(config),
+        plan_(plan),
+        store_(store),
+        layout_(config.huginn.enabled ? Layout::kHuginn : DetectLayout(store)) {
     int index = 0;
     for (const Segment& s : plan_.segments) {
       first_stored_layer_.push_back(index);
@@ -111,6 +118,8 @@ class Resolver {
                              std::optional<Proj> proj, LoopTensor* out, DedupReport* report);
   absl::Status ResolveRouters(RouterWeights* out);
   absl::Status ResolveExitGate(ModelWeights* w);
+  absl::Status ResolveHuginnGlobals(ModelWeights* w);
+  absl::Status ResolveHuginnLayer(int segment, int k, LayerWeights* out);
   absl::StatusOr<LoopRouter> ResolveRouter(const std::string& prefix, const std::string& linear,
                                            int outputs);
   absl::Status CheckLeftovers() const;
@@ -420,7 +429,98 @@ absl::Status Resolver::CheckLeftovers() const {
                    total > 8 ? ", ..." : ""));
 }
 
+// Huginn-0125 (docs/checkpoints.md#huginn-0125): transformer.wte (tied unless lm_head.weight
+// is stored), transformer.ln_f, transformer.adapter.
+absl::Status Resolver::ResolveHuginnGlobals(ModelWeights* w) {
+  const int64_t v = config_.vocab_size, h = config_.hidden_size;
+  auto embed = Take("transformer.wte.weight", {v, h});
+  if (!embed.ok()) return embed.status();
+  w->embed = *embed;
+  auto norm = Take("transformer.ln_f.weight", {h});
+  if (!norm.ok()) return norm.status();
+  w->final_norm = *norm;
+  auto adapter = Take("transformer.adapter.weight", {h, 2 * h});
+  if (!adapter.ok()) return adapter.status();
+  w->adapter = *adapter;
+  w->lm_head = w->embed;
+  w->lm_head_tied = true;
+  if (store_.Find("lm_head.weight") == nullptr) {
+    if (!config_.tie_word_embeddings) {
+      return absl::NotFoundError(absl::StrCat(
+          "missing tensor lm_head.weight: config.json sets tie_embeddings false (files: ", Files(),
+          ")"));
+    }
+    return absl::OkStatus();
+  }
+  auto head = Take("lm_head.weight", {v, h});
+  if (!head.ok()) return head.status();
+  if (config_.tie_word_embeddings && !head->SameContents(w->embed)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor lm_head.weight in ", head->file,
+                     " differs from transformer.wte.weight, but config.json sets tie_embeddings"));
+  }
+  if (!config_.tie_word_embeddings) {
+    w->lm_head = *head;
+    w->lm_head_tied = false;
+  }
+  return absl::OkStatus();
+}
+
+// One SandwichBlock: prelude.{k}, core_block.{k} (stored once, every recurrence runs it) or
+// coda.{k}. The fused Wqkv [3H, H] (rows q|k|v) and fc [2I, H] (rows gate|up) and the
+// qk_bias [2, 1, nh, hd] are split into views of their rows.
+absl::Status Resolver::ResolveHuginnLayer(int segment, int k, LayerWeights* out) {
+  static constexpr const char* kPart[] = {"prelude", "core_block", "coda"};  // the 3 segments
+  const std::string prefix = absl::StrCat("transformer.", kPart[segment], ".", k, ".");
+  const int64_t h = config_.hidden_size, i = config_.intermediate_size;
+  const int64_t nh = config_.num_heads, hd = config_.head_dim;
+  auto one = [](const TensorView& v) { return LoopTensor{{v}, {}}; };
+  LoopTensor* norms[] = {&out->input_norm, &out->attn_out_norm, &out->post_norm,
+                         &out->mlp_out_norm};
+  for (int n = 0; n < 4; ++n) {
+    auto t = Take(absl::StrCat(prefix, "norm_", n + 1, ".weight"), {h});
+    if (!t.ok()) return t.status();
+    *norms[n] = one(*t);
+  }
+  auto qkv = Take(prefix + "attn.Wqkv.weight", {3 * h, h});
+  if (!qkv.ok()) return qkv.status();
+  out->proj[static_cast<int>(Proj::kQ)] = one(RowBlock(*qkv, 0, h, {h, h}, "q"));
+  out->proj[static_cast<int>(Proj::kK)] = one(RowBlock(*qkv, h, h, {h, h}, "k"));
+  out->proj[static_cast<int>(Proj::kV)] = one(RowBlock(*qkv, 2 * h, h, {h, h}, "v"));
+  auto proj = Take(prefix + "attn.proj.weight", {h, h});
+  if (!proj.ok()) return proj.status();
+  out->proj[static_cast<int>(Proj::kO)] = one(*proj);
+  auto fc = Take(prefix + "mlp.fc.weight", {2 * i, h});
+  if (!fc.ok()) return fc.status();
+  out->proj[static_cast<int>(Proj::kGate)] = one(RowBlock(*fc, 0, i, {i, h}, "gate"));
+  out->proj[static_cast<int>(Proj::kUp)] = one(RowBlock(*fc, i, i, {i, h}, "up"));
+  auto down = Take(prefix + "mlp.proj.weight", {h, i});
+  if (!down.ok()) return down.status();
+  out->proj[static_cast<int>(Proj::kDown)] = one(*down);
+  if (config_.huginn.qk_bias) {
+    auto bias = Take(prefix + "attn.qk_bias", {2, 1, nh, hd});
+    if (!bias.ok()) return bias.status();
+    out->q_bias = one(RowBlock(*bias, 0, 1, {nh * hd}, "q"));
+    out->k_bias = one(RowBlock(*bias, 1, 1, {nh * hd}, "k"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Resolver::Run(ModelWeights* w) {
+  if (config_.huginn.enabled) {
+    MORSERVE_CHECK(plan_.segments.size() == 3, "Huginn's plan is prelude, core, coda");
+    if (auto s = ResolveHuginnGlobals(w); !s.ok()) return s;
+    w->layers.resize(plan_.num_layer_slots);
+    for (int s = 0; s < static_cast<int>(plan_.segments.size()); ++s) {
+      const Segment& seg = plan_.segments[s];
+      for (int k = 0; k < seg.num_layers; ++k) {
+        if (auto st = ResolveHuginnLayer(s, k, &w->layers[seg.first_layer_slot + k]); !st.ok()) {
+          return st;
+        }
+      }
+    }
+    return CheckLeftovers();
+  }
   if (auto s = CheckLayout(); !s.ok()) return s;
   if (auto s = ResolveGlobals(w); !s.ok()) return s;
   w->layers.resize(plan_.num_layer_slots);

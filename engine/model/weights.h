@@ -41,8 +41,13 @@ struct LayerWeights {
   LoopTensor post_norm;   // [H]
   // Sandwich blocks (config.sandwich_norm, Ouro): the norms on the attention output
   // (input_layernorm_2) and on the MLP output (post_attention_layernorm_2); empty otherwise.
-  LoopTensor attn_out_norm;   // [H]
-  LoopTensor mlp_out_norm;    // [H]
+  // Huginn's SandwichBlock (config.huginn.residual_norm) puts norm_2 / norm_4 here: applied
+  // to the residual sum instead (docs/models.md#huginn-0125).
+  LoopTensor attn_out_norm;  // [H]
+  LoopTensor mlp_out_norm;   // [H]
+  // Huginn's attn.qk_bias (config.huginn.qk_bias): added to q and k before RoPE.
+  LoopTensor q_bias;          // [q_dim]
+  LoopTensor k_bias;          // [kv_dim]
   LoopTensor proj[kNumProj];  // q [Hq, H], k/v [Hkv, H], o [H, Hq], gate/up [I, H], down [H, I]
   const LoopTensor& P(Proj p) const { return proj[static_cast<int>(p)]; }
 };
@@ -78,6 +83,9 @@ struct ModelWeights {
   // Ouro's exit gate (docs/models.md#ouro): lambda = sigmoid(w . h + b); empty otherwise.
   TensorView exit_gate_w;  // [1, H]
   TensorView exit_gate_b;  // [1]
+  // Huginn's input injection: s = adapter . concat(s, e) before each recurrence; empty
+  // otherwise.
+  TensorView adapter;  // [H, 2H]
   DedupReport dedup;
   std::shared_ptr<const TensorStore> store;  // keeps the bytes alive
 

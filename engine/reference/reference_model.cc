@@ -6,6 +6,8 @@
 #include <cassert>
 #include <cmath>
 
+#include "engine/core/check.h"
+
 namespace morserve {
 namespace {
 
@@ -69,6 +71,8 @@ void ApplyRope(Vec* x, int n_heads, int head_dim, int position, float theta) {
 ReferenceModel::ReferenceModel(std::shared_ptr<const ModelWeights> weights,
                                ReferenceOptions options)
     : weights_(std::move(weights)), options_(options), cfg_(weights_->config) {
+  MORSERVE_CHECK(!cfg_.huginn.enabled,
+                 "ReferenceModel: Huginn's math (docs/models.md#huginn-0125) is not implemented");
   Reset();
 }
 

@@ -51,6 +51,14 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Mod
     return absl::UnimplementedError(
         "recursion.early_exit.exit_kv: propagate is not served for layer_kind recurrent");
   }
+  if (weights->config.huginn.enabled) {
+    // The loader reads the released layout; the block and recurrence math is not in the
+    // runners yet. Refuse rather than run a Llama block over Huginn's weights.
+    return absl::UnimplementedError(
+        "model_type huginn_raven: the checkpoint loads (morserve inspect describes it), but the "
+        "engine does not run Huginn's sandwich block, input injection and coda yet "
+        "(docs/models.md#huginn-0125)");
+  }
   if (config.device == Device::kCuda && config.weights != CpuWeights::kAuto &&
       config.weights != CpuWeights::kBF16) {
     return absl::InvalidArgumentError(

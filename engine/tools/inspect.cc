@@ -43,8 +43,16 @@ json ConfigSummary(const ModelConfig& c) {
           {"model_type", c.model_type},
           {"norm_between_loops", c.recursion.norm_between_loops},
           {"sandwich_norm", c.sandwich_norm},
-          {"exit_rule",
-           c.recursion.exit_rule == LoopExitRule::kOuroGate ? json("ouro_gate") : json(nullptr)},
+          {"exit_rule", c.recursion.exit_rule == LoopExitRule::kOuroGate   ? json("ouro_gate")
+                        : c.recursion.exit_rule == LoopExitRule::kHuginnKl ? json("huginn_kl")
+                                                                           : json(nullptr)},
+          {"huginn", c.huginn.enabled ? json{{"embed_scale", c.huginn.embed_scale},
+                                             {"residual_norm", c.huginn.residual_norm},
+                                             {"qk_bias", c.huginn.qk_bias},
+                                             {"rope_pairs", c.huginn.rope_pairs},
+                                             {"input_injection", c.huginn.input_injection},
+                                             {"init_scale", c.huginn.init_scale}}
+                                      : json(nullptr)},
           {"loop_exit_threshold", c.recursion.loop_exit_threshold},
           {"default_loop_mode", LoopModeName(c.recursion.default_loop_mode)},
           {"recursion", c.recursion.present ? RecursionToJson(c.recursion) : json(nullptr)}};
@@ -103,7 +111,9 @@ json RouterSummary(const RouterWeights& r) {
 
 int64_t LayerParameters(const ModelConfig& c) {
   const int64_t h = c.hidden_size, q = c.q_dim(), kv = c.kv_dim(), i = c.intermediate_size;
-  return (c.sandwich_norm ? 4 : 2) * h + h * q + 2 * h * kv + q * h + 3 * h * i;
+  const bool four_norms = c.sandwich_norm || c.huginn.residual_norm;
+  return (four_norms ? 4 : 2) * h + h * q + 2 * h * kv + q * h + 3 * h * i +
+         (c.huginn.qk_bias ? q + kv : 0);
 }
 
 int64_t KvBytesPerTokenPerSlot(const ModelConfig& c) { return 2 * int64_t{c.kv_dim()} * 2; }
@@ -112,15 +122,18 @@ ParameterCounts CountParameters(const ModelWeights& w) {
   ParameterCounts n;
   if (w.store != nullptr) {
     for (const auto& [name, view] : w.store->tensors()) {
-      if (!absl::EndsWith(name, "rotary_emb.inv_freq")) n.checkpoint += Numel(view);
+      if (!absl::EndsWith(name, "rotary_emb.inv_freq") && name != "freqs_cis") {
+        n.checkpoint += Numel(view);
+      }
     }
   }
   const int64_t globals = Numel(w.embed) + Numel(w.final_norm) +
                           (w.lm_head_tied ? 0 : Numel(w.lm_head)) + Numel(w.exit_gate_w) +
-                          Numel(w.exit_gate_b);
+                          Numel(w.exit_gate_b) + Numel(w.adapter);
   n.stored = globals + RouterParameters(w.router);
   for (const LayerWeights& l : w.layers) {
-    for (const LoopTensor* t : {&l.input_norm, &l.post_norm, &l.attn_out_norm, &l.mlp_out_norm}) {
+    for (const LoopTensor* t :
+         {&l.input_norm, &l.post_norm, &l.attn_out_norm, &l.mlp_out_norm, &l.q_bias, &l.k_bias}) {
       n.stored += LoopTensorParameters(*t);
     }
     for (const LoopTensor& t : l.proj) n.stored += LoopTensorParameters(t);
@@ -160,6 +173,13 @@ std::string InspectText(const json& j) {
       c["norm_between_loops"].get<bool>() ? "; model.norm between loops" : "",
       c["sandwich_norm"].get<bool>() ? "; sandwich norms" : "", ")\n",
       j["plan"]["describe"].get<std::string>());
+  if (const json& hg = c["huginn"]; !hg.is_null()) {
+    absl::StrAppend(&out, "huginn: embedding x ", hg["embed_scale"].get<double>(),
+                    ", sandwich blocks (norm after each residual add)",
+                    hg["qk_bias"].get<bool>() ? ", qk_bias" : "",
+                    ", RoPE on pairs, adapter over concat(state, prelude output), init_scale ",
+                    hg["init_scale"].get<double>(), "; the engine does not run it yet\n");
+  }
   if (!c["exit_rule"].is_null()) {
     absl::StrAppend(&out, "exit rule: ", c["exit_rule"].get<std::string>(), ", threshold ",
                     c["loop_exit_threshold"].get<double>(), ", default mode ",

@@ -57,6 +57,9 @@ constexpr FamilyDefaults kFamilies[] = {
     // Ouro's layout (docs/checkpoints.md#ouro): model_type ouro with total_ut_steps, sandwich
     // norms, the exit gate; the stored stack only.
     {"ouro", "cycle", "none", "standard", 0, false},
+    // Huginn-0125's layout (docs/checkpoints.md#huginn-0125): model_type huginn_raven,
+    // transformer.{prelude,core_block,coda}.{k}.* SandwichBlocks, the adapter, ln_f.
+    {"huginn", "middle_cycle", "none", "standard", 0, false},
 };
 
 // A spec with the family's defaults filled in.
@@ -88,6 +91,30 @@ absl::StatusOr<Resolved> Resolve(const TinyModelSpec& spec) {
   if (s.activation.empty()) s.activation = r.routing == "token_choice" ? "softmax" : "sigmoid";
   if (s.alpha < 0) s.alpha = r.routing == "token_choice" ? 1.0f : 0.1f;
   r.recursions = r.sharing == "none" ? 1 : s.recursions;
+  if (s.family == "huginn") {
+    // Prelude P, core C x --recursions (mean_recurrence), coda D; --layers is the unrolled
+    // P + C x r + D (default C = 2). MHA with head_dim hidden / heads, as released.
+    if (s.prelude_layers < 1 || s.coda_layers < 1) {
+      return absl::InvalidArgumentError("mkmodel: --prelude and --coda must be >= 1");
+    }
+    if (r.sharing != "middle_cycle" || s.head_dim > 0 || s.lora_rank != 0 || s.untied_attention ||
+        s.layer_kind != "standard" || s.kv != "recursion_wise") {
+      return absl::InvalidArgumentError(
+          "mkmodel: huginn has its own plan: no --sharing, --head-dim, LoRA, --untied-attn, "
+          "--layer-kind or --kv shared");
+    }
+    s.kv_heads = s.heads;
+    const int ends = s.prelude_layers + s.coda_layers;
+    if (r.layers <= 0) r.layers = ends + 2 * r.recursions;
+    if (r.layers <= ends || (r.layers - ends) % r.recursions != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("mkmodel: huginn --layers must be --prelude + --coda + a multiple of "
+                       "--recursions, got ",
+                       r.layers));
+    }
+  } else if (s.prelude_layers != 2 || s.coda_layers != 2) {
+    return absl::InvalidArgumentError("mkmodel: --prelude and --coda are huginn options");
+  }
   if (r.layers <= 0) {
     const bool middle = r.sharing == "middle_cycle" || r.sharing == "middle_sequence";
     r.layers = r.sharing == "none" ? 4 : 2 * r.recursions + (middle ? 2 : 0);
@@ -177,8 +204,49 @@ const char* TorchDtype(DType t) {
   }
 }
 
+// Huginn-0125's config.json (raven_config_minimal): its own field names, the released
+// values of the fixed ones, and the training-only fields it carries.
+json HuginnConfigJson(const Resolved& r) {
+  const TinyModelSpec& s = r.spec;
+  const int core = (r.layers - s.prelude_layers - s.coda_layers) / r.recursions;
+  return {{"architectures", {"RavenForCausalLM"}},
+          {"model_type", "huginn_raven"},
+          {"n_embd", s.hidden},
+          {"num_attention_heads", s.heads},
+          {"num_key_value_heads", s.heads},
+          {"intermediate_size", s.intermediate},
+          {"vocab_size", s.vocab},
+          {"padded_vocab_size", s.vocab},
+          {"block_size", s.max_pos},
+          {"norm_eps", 1e-6},
+          {"rope_base", 50000},
+          {"qk_bias", true},
+          {"bias", false},
+          {"tie_embeddings", s.tie_embeddings},
+          {"n_layers_in_prelude", s.prelude_layers},
+          {"n_layers_in_recurrent_block", core},
+          {"n_layers_in_coda", s.coda_layers},
+          {"n_layers", s.prelude_layers + core + s.coda_layers},
+          {"mean_recurrence", r.recursions},
+          {"injection_type", "linear"},
+          {"state_init", "like-init"},
+          {"block_class_name", "SandwichBlock"},
+          {"mlp_class_name", "GatedMLP"},
+          {"nonlin_name", "SiLU"},
+          {"norm_class_name", "RMSNorm_llama"},
+          {"init_strategy", "takase"},
+          {"mean_backprop_depth", 8},
+          {"sampling_scheme", "poisson-lognormal-filling"},
+          {"torch_dtype", TorchDtype(s.dtype)},
+          {"bos_token_id", s.bos_token_id >= 0 ? json(s.bos_token_id) : json(nullptr)},
+          {"eos_token_id",
+           s.eos_token_ids.size() == 1 ? json(s.eos_token_ids[0]) : json(s.eos_token_ids)},
+          {"mkmodel", {{"family", s.family}, {"seed", s.seed}}}};
+}
+
 json ConfigJson(const Resolved& r) {
   const TinyModelSpec& s = r.spec;
+  if (s.family == "huginn") return HuginnConfigJson(r);
   json j = {
       {"architectures", {"LlamaForCausalLM"}},
       {"model_type", "llama"},
@@ -292,6 +360,8 @@ class TensorWriter {
   void AddTokenRouter(const std::string& layer);
   void AddUnrolled();
   void AddMor();
+  void AddHuginnBlock(const std::string& prefix, const std::string& role);
+  std::vector<OwnedTensor> BuildHuginn();
 
   const TinyModelSpec& s_;
   const ModelConfig& c_;
@@ -445,7 +515,60 @@ void TensorWriter::AddMor() {
   }
 }
 
+// One SandwichBlock of Huginn's layout (norm_1..norm_4, fused Wqkv and fc, qk_bias).
+void TensorWriter::AddHuginnBlock(const std::string& prefix, const std::string& role) {
+  const int64_t h = c_.hidden_size, inter = c_.intermediate_size;
+  for (int n = 1; n <= 4; ++n) {
+    Add(absl::StrCat(prefix, "norm_", n, ".weight"), {h},
+        Normal(s_.seed, absl::StrCat(role, "norm_", n), h, 0.1, 1.0));
+  }
+  const double in_std = 1.0 / std::sqrt(static_cast<double>(h));
+  Add(prefix + "attn.Wqkv.weight", {3 * h, h}, Normal(s_.seed, role + "Wqkv", 3 * h * h, in_std));
+  Add(prefix + "attn.qk_bias", {2, 1, c_.num_heads, c_.head_dim},
+      Normal(s_.seed, role + "qk_bias", 2 * h, 0.1));
+  Add(prefix + "attn.proj.weight", {h, h}, Normal(s_.seed, role + "proj", h * h, 0.5 * in_std));
+  Add(prefix + "mlp.fc.weight", {2 * inter, h},
+      Normal(s_.seed, role + "fc", 2 * inter * h, in_std));
+  Add(prefix + "mlp.proj.weight", {h, inter},
+      Normal(s_.seed, role + "mlp_proj", h * inter, 0.5 / std::sqrt(static_cast<double>(inter))));
+}
+
+// Huginn-0125's tensors: the wte (scaled by sqrt(H) when read, so its std is 1/sqrt(H)), the
+// blocks of prelude, core (stored once) and coda, the adapter, ln_f, the stored freqs_cis
+// buffer ([1, block_size, 1, hd/2, 2] cos/sin, which the loader ignores) and lm_head when
+// untied.
+std::vector<OwnedTensor> TensorWriter::BuildHuginn() {
+  const int64_t v = c_.vocab_size, h = c_.hidden_size, hd = c_.head_dim;
+  Add("transformer.wte.weight", {v, h},
+      Normal(s_.seed, "embed", v * h, 1.0 / std::sqrt(static_cast<double>(h))));
+  static constexpr const char* kPart[] = {"prelude", "core_block", "coda"};
+  for (int s = 0; s < 3; ++s) {
+    for (int k = 0; k < plan_.segments[s].num_layers; ++k) {
+      AddHuginnBlock(absl::StrCat("transformer.", kPart[s], ".", k, "."),
+                     absl::StrCat(kPart[s], k, "."));
+    }
+  }
+  Add("transformer.adapter.weight", {h, 2 * h},
+      Normal(s_.seed, "adapter", 2 * h * h, 1.0 / std::sqrt(static_cast<double>(2 * h))));
+  Add("transformer.ln_f.weight", {h}, Normal(s_.seed, "final_norm", h, 0.1, 1.0));
+  const int64_t positions = c_.max_position_embeddings;
+  std::vector<float> freqs(static_cast<size_t>(positions * hd));
+  for (int64_t p = 0; p < positions; ++p) {
+    for (int64_t i = 0; i < hd / 2; ++i) {
+      const double angle = static_cast<double>(p) * std::pow(c_.rope_theta, -2.0 * i / hd);
+      freqs[(p * hd / 2 + i) * 2] = static_cast<float>(std::cos(angle));
+      freqs[(p * hd / 2 + i) * 2 + 1] = static_cast<float>(std::sin(angle));
+    }
+  }
+  Add("freqs_cis", {1, positions, 1, hd / 2, 2}, freqs, DType::kF32);
+  if (!c_.tie_word_embeddings) {
+    Add("lm_head.weight", {v, h}, Normal(s_.seed, "lm_head", v * h, kEmbedStd));
+  }
+  return std::move(out_);
+}
+
 std::vector<OwnedTensor> TensorWriter::Build() {
+  if (c_.huginn.enabled) return BuildHuginn();
   const int64_t v = c_.vocab_size, h = c_.hidden_size;
   std::vector<float> embed = Normal(s_.seed, "embed", v * h, kEmbedStd);
   if (ConstantChannel()) {
@@ -632,7 +755,7 @@ const char* MkmodelUsage() {
   return "usage: morserve mkmodel --family F --out DIR [options]\n"
          "families: vanilla recursive-cycle recursive-sequence recursive-middle-cycle\n"
          "          recursive-middle-sequence recursive-untied-attn relaxed-lora mor-ec mor-tc\n"
-         "          early-exit recurrent nanbeige ouro\n"
+         "          early-exit recurrent nanbeige ouro huginn\n"
          "sizes:    --hidden 64 --layers N --heads 4 --kv-heads 2 --intermediate 128\n"
          "          --vocab 256 --recursions 3 --max-pos 512 --head-dim D (default hidden/heads)\n"
          "files:    --seed 1 --dtype bf16|f16|f32 --shards N --tie-embeddings\n"
@@ -651,6 +774,8 @@ const char* MkmodelUsage() {
          "ouro:     --recursions T is total_ut_steps, --layers T x the stored stack,\n"
          "          --exit-threshold Q (early_exit_threshold), --router-bias B (the exit\n"
          "          gate's bias: > 0 earlier exits, < 0 later)\n"
+         "huginn:   --recursions R is mean_recurrence, --prelude P --coda D (default 2),\n"
+         "          --layers P + C x R + D (default C 2); MHA, head_dim hidden/heads\n"
          "looped:   --loop-mode full|adaptive (writes looped.json: the requests' default)\n"
          "tokenizer: --tokenizer-dir DIR (copies DIR's tokenizer.json, tokenizer_config.json,\n"
          "          ...; vocab, bos and eos from it; overrides --vocab)\n";
@@ -697,6 +822,8 @@ absl::Status ApplyValueFlag(const std::string& flag, const std::string& v, TinyM
                                             {"--recursions", &s->recursions},
                                             {"--max-pos", &s->max_pos},
                                             {"--head-dim", &s->head_dim},
+                                            {"--prelude", &s->prelude_layers},
+                                            {"--coda", &s->coda_layers},
                                             {"--shards", &s->shards},
                                             {"--lora-rank", &s->lora_rank}};
   const std::map<std::string, float*> floats = {{"--router-bias", &s->router_bias},

@@ -24,6 +24,10 @@
 //                               sandwich layers (input_layernorm_2, post_attention_layernorm_2),
 //                               total_ut_steps = recursions, early_exit_threshold =
 //                               exit_threshold, model.early_exit_gate (bias = router_bias)
+//   huginn                      Huginn-0125's layout: model_type huginn_raven, prelude P /
+//                               core C x mean_recurrence (= recursions) / coda D
+//                               SandwichBlocks under transformer.*, fused Wqkv and fc,
+//                               qk_bias, the adapter, ln_f, a stored freqs_cis; MHA
 // Most knobs apply to every family (sharing, kv, LoRA rank, untied attention...); the
 // combination is validated by ParseModelConfig, so impossible ones are errors.
 //
@@ -99,6 +103,8 @@ struct TinyModelSpec {
   bool tie_embeddings = false;        // tie_word_embeddings, no lm_head.weight
   bool skip_loop_final_norm = false;  // nanbeige: no model.norm between loops
   int head_dim = 0;                   // > 0: config.json head_dim (q/o not square)
+  int prelude_layers = 2;             // huginn: n_layers_in_prelude
+  int coda_layers = 2;                // huginn: n_layers_in_coda
   std::string loop_mode;              // full | adaptive: written to looped.json; empty: none
 
   int bos_token_id = 1;                  // < 0: null in config.json

@@ -243,8 +243,8 @@ TEST(ConfigTest, RecursionJsonRoundTrip) {
 
 // A config.json key, model_type or architecture the loader does not understand is a load error
 // naming it (never a silent fallback to the Llama block: a Nanbeige directory, model_type
-// nanbeige with num_loops 2, used to load as a one-loop Llama and give wrong tokens; a
-// Huginn one must not load at all, and Ouro's keys load only with model_type ouro).
+// nanbeige with num_loops 2, used to load as a one-loop Llama and give wrong tokens; Huginn's
+// loader takes only Huginn's fields, and Ouro's keys load only with model_type ouro).
 TEST(ConfigStrictKeysTest, LoopedFamiliesAndUnknownFieldsAreRefusedByName) {
   struct Case {
     const char* key;
@@ -253,8 +253,10 @@ TEST(ConfigStrictKeysTest, LoopedFamiliesAndUnknownFieldsAreRefusedByName) {
   };
   const Case cases[] = {
       {"model_type", "qwen2",
-       "config.json: model_type: \"qwen2\" is not supported (supported: llama, nanbeige, ouro)"},
-      {"model_type", "huginn_raven", "config.json: model_type: \"huginn_raven\""},
+       "config.json: model_type: \"qwen2\" is not supported (supported: llama, nanbeige, ouro, "
+       "huginn_raven)"},
+      // Huginn's loader reads its own field names: a Llama-shaped one is not Huginn.
+      {"model_type", "huginn_raven", "not understood by the huginn_raven loader"},
       {"model_type", 3, "config.json: model_type: 3"},
       {"architectures",
        {"OuroForCausalLM"},
@@ -522,6 +524,184 @@ TEST(ConfigOuroTest, LoopedJsonSetsTheDefaultsAndRefusesWhatTheModelCannotDo) {
   EXPECT_TRUE(ApplyLoopedDefaults({{"mode", "full"}}, &n).ok());
   EXPECT_THAT(std::string(ApplyLoopedDefaults({{"exit_threshold", 0.5}}, &n).message()),
               HasSubstr("looped.json: exit_threshold: model_type nanbeige has no exit rule"));
+}
+
+// Huginn-0125's released config.json (raven_config_minimal), sizes scaled down.
+json HuginnConfigJson() {
+  return {{"architectures", {"RavenForCausalLM"}},
+          {"auto_map", {{"AutoConfig", "raven_config_minimal.RavenConfig"}}},
+          {"model_type", "huginn_raven"},
+          {"name", "nebel-raven-3.5b"},
+          {"n_embd", 96},
+          {"num_attention_heads", 4},
+          {"num_key_value_heads", 4},
+          {"intermediate_size", 160},
+          {"vocab_size", 512},
+          {"padded_vocab_size", 512},
+          {"padding_multiple", 4096},
+          {"block_size", 1024},
+          {"norm_eps", 1e-6},
+          {"qk_bias", true},
+          {"bias", false},
+          {"tie_embeddings", true},
+          {"n_layers_in_prelude", 2},
+          {"n_layers_in_recurrent_block", 4},
+          {"n_layers_in_coda", 2},
+          {"n_layers", 8},
+          {"mean_recurrence", 32},
+          {"mean_backprop_depth", 8},
+          {"effective_expected_depth", 132},
+          {"injection_type", "linear"},
+          {"state_init", "like-init"},
+          {"block_class_name", "SandwichBlock"},
+          {"mlp_class_name", "GatedMLP"},
+          {"nonlin_name", "SiLU"},
+          {"norm_class_name", "RMSNorm_llama"},
+          {"init_strategy", "takase"},
+          {"init_values", {{"std", 0.0087}, {"embed_scale", 72.66}}},
+          {"sampling_scheme", "poisson-lognormal-filling"},
+          {"architecture_class_name", "RecurrentGPT"},
+          {"hf_config", {{"org", "tomg-group-umd"}, {"name", "huginn-0125"}}},
+          {"torch_dtype", "bfloat16"},
+          {"transformers_version", "4.44.2"},
+          {"bos_token_id", 65504},
+          {"eos_token_id", {65505, 65508}}};
+}
+
+TEST(ConfigHuginnTest, PreludeCoreCodaWithTheReleasedMath) {
+  auto m = ParseModelConfig(HuginnConfigJson(), nullptr);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->model_type, "huginn_raven");
+  EXPECT_EQ(m->hidden_size, 96);
+  EXPECT_EQ(m->num_heads, 4);
+  EXPECT_EQ(m->num_kv_heads, 4);
+  EXPECT_EQ(m->head_dim, 24);
+  EXPECT_EQ(m->max_position_embeddings, 1024);
+  EXPECT_FLOAT_EQ(m->rms_norm_eps, 1e-6f);
+  EXPECT_FLOAT_EQ(m->rope_theta, 50000.0f);  // absent: the released code's default
+  EXPECT_TRUE(m->tie_word_embeddings);
+  EXPECT_EQ(m->eos_token_ids, (std::vector<int>{65505, 65508}));
+  EXPECT_EQ(m->num_layers, 2 + 4 * 32 + 2);
+  const morserve::HuginnConfig& h = m->huginn;
+  EXPECT_TRUE(h.enabled && h.residual_norm && h.qk_bias && h.rope_pairs && h.input_injection);
+  EXPECT_FLOAT_EQ(h.embed_scale, std::sqrt(96.0f));
+  EXPECT_EQ(h.init_scale, 0.0f);
+  EXPECT_FALSE(m->sandwich_norm);  // Ouro's (norm before the add) is another block
+  const RecursionConfig& r = m->recursion;
+  EXPECT_EQ(r.num_recursions, 32);
+  EXPECT_EQ(r.sharing, Sharing::kMiddleCycle);
+  EXPECT_EQ(r.exit_rule, LoopExitRule::kHuginnKl);
+  EXPECT_FLOAT_EQ(r.loop_exit_threshold, 1e-3f);
+  auto plan = BuildLayerPlan(*m);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->segments.size(), 3u);
+  EXPECT_EQ(plan->segments[0].num_layers, 2);
+  EXPECT_EQ(plan->segments[1].num_layers, 4);
+  EXPECT_EQ(plan->segments[1].loops, 32);
+  EXPECT_EQ(plan->segments[2].num_layers, 2);
+  EXPECT_EQ(plan->looped_segment, 1);
+  EXPECT_EQ(plan->num_layer_slots, 8);
+  EXPECT_EQ(plan->num_cache_slots, 2 + 4 * 32 + 2);  // one per (recurrence, core layer)
+  EXPECT_EQ(plan->CacheSlot(1, 31, 3), 2 + 31 * 4 + 3);
+  EXPECT_EQ(plan->CacheSlot(2, 0, 1), 2 + 128 + 1);
+
+  json aliases = HuginnConfigJson();  // HF's attribute names for the same fields
+  aliases.erase("n_embd");
+  aliases["hidden_size"] = 96;
+  aliases.erase("num_attention_heads");
+  aliases["n_heads"] = 4;
+  aliases["tie_word_embeddings"] = true;
+  auto a = ParseModelConfig(aliases, nullptr);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->hidden_size, 96);
+  EXPECT_EQ(a->num_heads, 4);
+}
+
+TEST(ConfigHuginnTest, WhatItDoesNotComputeIsRefusedByName) {
+  struct Case {
+    const char* key;
+    json value;
+    const char* want;
+  };
+  const Case cases[] = {
+      {"injection_type", "add", "config.json: injection_type: \"add\" is not supported"},
+      {"state_init", "zero", "config.json: state_init: \"zero\" is not supported"},
+      {"block_class_name", "TransformerPreNormBlock", "config.json: block_class_name:"},
+      {"mlp_class_name", "BaseMLP", "config.json: mlp_class_name:"},
+      {"nonlin_name", "GELU", "config.json: nonlin_name:"},
+      {"norm_class_name", "LayerNorm", "config.json: norm_class_name:"},
+      {"bias", true, "config.json: bias: true: not supported"},
+      {"qk_norm", true, "config.json: qk_norm: true: not supported"},
+      {"test_time_noise", 0.1, "config.json: test_time_noise: 0.1: not supported"},
+      {"num_key_value_heads", 2, "config.json: num_key_value_heads: must equal"},
+      {"head_dim", 32, "config.json: head_dim: must equal n_embd / num_attention_heads"},
+      {"padded_vocab_size", 1024, "config.json: padded_vocab_size: must equal vocab_size"},
+      {"n_layers", 9, "config.json: n_layers: must be n_layers_in_prelude"},
+      {"mean_recurrence", 0, "config.json: mean_recurrence: must be >= 1"},
+      {"mean_recurrence", 1 << 20, "config.json: mean_recurrence: 1048576 recurrences of 4"},
+      {"n_heads", 3, "config.json: n_heads: differs from num_attention_heads"},
+      {"tie_word_embeddings", false, "config.json: tie_word_embeddings: differs"},
+      {"architectures", {"LlamaForCausalLM"}, "config.json: architectures: \"LlamaForCausalLM\""},
+      {"rope_settings", {{"rope_base", 10000}}, "config.json: rope_settings: not understood"},
+      {"recursion",
+       {{"num_recursions", 2}, {"sharing", "cycle"}},
+       "recursion: not allowed with model_type huginn_raven"},
+  };
+  for (const Case& c : cases) {
+    json config = HuginnConfigJson();
+    config[c.key] = c.value;
+    const absl::Status s = ParseError(config);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.key;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.want)) << c.key;
+  }
+  json missing = HuginnConfigJson();
+  missing.erase("vocab_size");
+  EXPECT_THAT(std::string(ParseError(missing).message()),
+              HasSubstr("config.json: vocab_size: missing"));
+}
+
+// Huginn's own looped.json keys: num_steps re-unrolls the plan, init_scale, exit_criterion.
+TEST(ConfigHuginnTest, LoopedJsonSetsNumStepsInitScaleAndTheCriterion) {
+  auto base = ParseModelConfig(HuginnConfigJson(), nullptr);
+  ASSERT_TRUE(base.ok()) << base.status();
+  ModelConfig m = *base;
+  ASSERT_TRUE(ApplyLoopedDefaults({{"mode", "adaptive"},
+                                   {"num_steps", 8},
+                                   {"init_scale", 1.0},
+                                   {"exit_threshold", 5e-4},
+                                   {"exit_criterion", "kl"}},
+                                  &m)
+                  .ok());
+  EXPECT_EQ(m.recursion.num_recursions, 8);
+  EXPECT_EQ(m.num_layers, 2 + 4 * 8 + 2);
+  EXPECT_FLOAT_EQ(m.huginn.init_scale, 1.0f);
+  EXPECT_FLOAT_EQ(m.recursion.loop_exit_threshold, 5e-4f);
+  EXPECT_EQ(m.recursion.default_loop_mode, LoopMode::kAdaptive);
+  auto plan = BuildLayerPlan(m);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->segments[1].loops, 8);
+
+  struct Case {
+    json looped;
+    const char* want;
+  };
+  const Case cases[] = {
+      {{{"num_steps", 0}}, "looped.json: num_steps: must be in 1.."},
+      {{{"init_scale", -1}}, "looped.json: init_scale: must be >= 0"},
+      {{{"exit_criterion", "entropy-diff"}}, "looped.json: exit_criterion: \"entropy-diff\""},
+      {{{"lookup_strategy", "latest-m4"}}, "looped.json: lookup_strategy: unknown key"},
+  };
+  for (const Case& c : cases) {
+    ModelConfig copy = *base;
+    const absl::Status s = ApplyLoopedDefaults(c.looped, &copy);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.looped.dump();
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.want)) << c.looped.dump();
+  }
+  // Huginn's keys are not Ouro's.
+  auto ouro = ParseModelConfig(OuroConfig(), nullptr);
+  ASSERT_TRUE(ouro.ok());
+  EXPECT_THAT(std::string(ApplyLoopedDefaults({{"init_scale", 1}}, &*ouro).message()),
+              HasSubstr("looped.json: init_scale: unknown key"));
 }
 
 }  // namespace
