@@ -53,6 +53,20 @@ Vec MatVec(const Vec& w, const Vec& x, int out, int in) {
   return y;
 }
 
+void ApplyRopePairs(Vec* x, int n_heads, int head_dim, int position, float theta) {
+  for (int h = 0; h < n_heads; ++h) {
+    float* v = x->data() + static_cast<size_t>(h) * head_dim;
+    for (int i = 0; i < head_dim / 2; ++i) {
+      const double inv_freq = std::pow(static_cast<double>(theta), -2.0 * i / head_dim);
+      const double angle = position * inv_freq;
+      const double c = std::cos(angle), s = std::sin(angle);
+      const double a = v[2 * i], b = v[2 * i + 1];
+      v[2 * i] = static_cast<float>(a * c - b * s);
+      v[2 * i + 1] = static_cast<float>(b * c + a * s);
+    }
+  }
+}
+
 void ApplyRope(Vec* x, int n_heads, int head_dim, int position, float theta) {
   const int half = head_dim / 2;
   for (int h = 0; h < n_heads; ++h) {
@@ -71,8 +85,6 @@ void ApplyRope(Vec* x, int n_heads, int head_dim, int position, float theta) {
 ReferenceModel::ReferenceModel(std::shared_ptr<const ModelWeights> weights,
                                ReferenceOptions options)
     : weights_(std::move(weights)), options_(options), cfg_(weights_->config) {
-  MORSERVE_CHECK(!cfg_.huginn.enabled,
-                 "ReferenceModel: Huginn's math (docs/models.md#huginn-0125) is not implemented");
   Reset();
 }
 
@@ -129,7 +141,21 @@ void ReferenceModel::ProjectKv(int layer_slot, int loop, const Vec& a, Vec* k, V
   const int h = cfg_.hidden_size, kv = cfg_.kv_dim();
   *k = MatVec(self->Weight(layer_slot, loop, Proj::kK), a, kv, h);
   *v = MatVec(self->Weight(layer_slot, loop, Proj::kV), a, kv, h);
-  ApplyRope(k, cfg_.num_kv_heads, cfg_.head_dim, position_, cfg_.rope_theta);
+  const LayerWeights& lw = weights_->layers[layer_slot];
+  if (cfg_.huginn.qk_bias) *k = Add(*k, self->Norm(lw.k_bias, loop));  // before RoPE
+  (cfg_.huginn.rope_pairs ? ApplyRopePairs : ApplyRope)(k, cfg_.num_kv_heads, cfg_.head_dim,
+                                                        position_, cfg_.rope_theta);
+}
+
+// Appends an entry; Huginn's coda, run again on a later recurrence's state for the exit
+// check, rewrites the token's entry instead (the last write stays).
+void ReferenceModel::PushKv(int cache_slot, KvEntry entry) {
+  std::vector<KvEntry>& slot = slots_[cache_slot];
+  if (cfg_.huginn.enabled && !slot.empty() && slot.back().position == entry.position) {
+    slot.back() = std::move(entry);
+    return;
+  }
+  slot.push_back(std::move(entry));
 }
 
 // softmax(q k^T / sqrt(head_dim)) V over the slot's entries (all at positions <= ours, since
@@ -182,21 +208,25 @@ Vec ReferenceModel::Layer(int segment, int loop, int k, const Vec& x) {
 
   const Vec a = RmsNorm(x, Norm(lw.input_norm, loop), cfg_.rms_norm_eps);
   Vec q = MatVec(Weight(slot, loop, Proj::kQ), a, cfg_.q_dim(), h);
-  ApplyRope(&q, cfg_.num_heads, cfg_.head_dim, position_, cfg_.rope_theta);
+  if (cfg_.huginn.qk_bias) q = Add(q, Norm(lw.q_bias, loop));  // before RoPE
+  (cfg_.huginn.rope_pairs ? ApplyRopePairs : ApplyRope)(&q, cfg_.num_heads, cfg_.head_dim,
+                                                        position_, cfg_.rope_theta);
   KvEntry self{position_, {}, {}};
   ProjectKv(slot, loop, a, &self.k, &self.v);
   Vec attn;
   if (recurrent) {
     attn = Attend(q, cache, &self);  // persistent pairs j < t plus the temporary pair
   } else {
-    if (writes) slots_[cache].push_back(self);
+    if (writes) PushKv(cache, self);
     attn = Attend(q, cache, nullptr);
   }
-  // Sandwich blocks (Ouro) norm each sublayer's output before its residual add.
+  // Sandwich blocks (Ouro) norm each sublayer's output before its residual add; Huginn's
+  // norm the residual sum after it.
   Vec attn_out = MatVec(Weight(slot, loop, Proj::kO), attn, h, cfg_.q_dim());
   if (cfg_.sandwich_norm)
     attn_out = RmsNorm(attn_out, Norm(lw.attn_out_norm, loop), cfg_.rms_norm_eps);
-  const Vec y = Add(x, attn_out);
+  Vec y = Add(x, attn_out);
+  if (cfg_.huginn.residual_norm) y = RmsNorm(y, Norm(lw.attn_out_norm, loop), cfg_.rms_norm_eps);
   const Vec m = RmsNorm(y, Norm(lw.post_norm, loop), cfg_.rms_norm_eps);
   const int inter = cfg_.intermediate_size;
   const Vec gate = MatVec(Weight(slot, loop, Proj::kGate), m, inter, h);
@@ -207,6 +237,7 @@ Vec ReferenceModel::Layer(int segment, int loop, int k, const Vec& x) {
   if (cfg_.sandwich_norm)
     mlp_out = RmsNorm(mlp_out, Norm(lw.mlp_out_norm, loop), cfg_.rms_norm_eps);
   Vec out = Add(y, mlp_out);
+  if (cfg_.huginn.residual_norm) out = RmsNorm(out, Norm(lw.mlp_out_norm, loop), cfg_.rms_norm_eps);
   if (recurrent && writes) {  // the persistent pair comes from the layer's own output
     KvEntry persistent{position_, {}, {}};
     ProjectKv(slot, loop, RmsNorm(out, Norm(lw.input_norm, loop), cfg_.rms_norm_eps), &persistent.k,
@@ -329,10 +360,10 @@ Vec ReferenceModel::EarlyExit(int segment, Vec h, TokenTrace* trace) {
 
 // Copy on exit (docs/models.md#serving-looped-checkpoints): every later loop's slot of every
 // layer gets, at this position, the entry the token wrote at its exit loop.
-void ReferenceModel::CopyOnExit(int segment, int exit_loop) {
+void ReferenceModel::CopyOnExit(int segment, int exit_loop, int loops) {
   const LayerPlan& plan = weights_->plan;
   const Segment& seg = plan.segments[segment];
-  for (int later = exit_loop + 1; later < seg.loops; ++later) {
+  for (int later = exit_loop + 1; later < loops; ++later) {
     for (int k = 0; k < seg.num_layers; ++k) {
       const KvEntry src = slots_[plan.CacheSlot(segment, exit_loop, k)].back();
       assert(src.position == position_);
@@ -368,7 +399,7 @@ Vec ReferenceModel::OuroLoops(int segment, Vec h, TokenTrace* trace) {
       survive *= 1.0 - lambda;
       trace->exit_cumulative.push_back(cumulative);
       if (cumulative >= q) {
-        CopyOnExit(segment, t);
+        CopyOnExit(segment, t, loops);
         return h;
       }
     }
@@ -414,6 +445,7 @@ Vec ReferenceModel::Logits(const Vec& h) {
 
 StepOutput ReferenceModel::Step(int token, bool prompt) {
   prompt_token_ = prompt;
+  if (cfg_.huginn.enabled) return HuginnStep(token);
   const Vec& embed = F32(weights_->embed);
   const int hs = cfg_.hidden_size;
   Vec h(embed.begin() + static_cast<size_t>(token) * hs,

@@ -24,6 +24,7 @@ struct TokenTrace {
   std::vector<double> exit_confidence;  // early_exit: max prob after each loop it ran (< Nr)
   std::vector<double> exit_cumulative;  // Ouro adaptive: cumulative exit probability c after
                                         // each loop whose gate was read (< T)
+  std::vector<double> exit_kl;          // Huginn adaptive: KL_k after each recurrence k read
 };
 
 struct StepOutput {
@@ -36,6 +37,10 @@ struct ReferenceOptions {
   std::optional<float> exit_threshold;
   // Looped models with an exit rule: overrides the model's default mode (looped.json).
   std::optional<LoopMode> loop_mode;
+  // Huginn: the recurrences of full mode and the most of adaptive (<= the plan's loops;
+  // default: all of them), and the seed of the initial state (with init_scale > 0).
+  std::optional<int> num_steps;
+  uint64_t seed = 0;
 };
 
 class ReferenceModel {
@@ -81,7 +86,12 @@ class ReferenceModel {
   Vec TokenChoice(int segment, const Vec& x0, TokenTrace* trace);
   Vec EarlyExit(int segment, Vec h, TokenTrace* trace);
   Vec OuroLoops(int segment, Vec h, TokenTrace* trace);
-  void CopyOnExit(int segment, int exit_loop);
+  void CopyOnExit(int segment, int exit_loop, int loops);
+  // Huginn-0125 (engine/reference/huginn_reference.cc, docs/models.md#huginn-0125).
+  StepOutput HuginnStep(int token);
+  Vec HuginnRecurrences(int segment, const Vec& e, StepOutput* out);
+  Vec HuginnCodaLogits(const Vec& s);
+  void PushKv(int cache_slot, KvEntry entry);
   void WriteKvFromState(int segment, int loop, int k, const Vec& h);
   void ProjectKv(int layer_slot, int loop, const Vec& a, Vec* k, Vec* v) const;
   Vec Attend(const Vec& q, int cache_slot, const KvEntry* extra) const;
@@ -106,5 +116,10 @@ std::vector<float> MatVec(const std::vector<float>& w, const std::vector<float>&
                           int in);
 // Rotates each head of x (n_heads * head_dim) in place, rotate_half convention.
 void ApplyRope(std::vector<float>* x, int n_heads, int head_dim, int position, float theta);
+// The same rotation on pairs of dims (2i, 2i+1) (Huginn's RoPE-pair).
+void ApplyRopePairs(std::vector<float>* x, int n_heads, int head_dim, int position, float theta);
+// Huginn's exit statistic: KL(P_prev || P) = sum_i P_prev,i (log P_prev,i - log P_i) of two
+// logit rows (softmax in fp64); `prev` empty: P_prev uniform.
+double HuginnKl(const std::vector<float>& prev, const std::vector<float>& logits);
 
 }  // namespace morserve
