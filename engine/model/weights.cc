@@ -111,7 +111,9 @@ class Resolver {
 
  private:
   absl::Status CheckLayout() const;
-  absl::Status ResolveGlobals(ModelWeights* w);
+  absl::Status ResolveEmbeddingAndHead(const std::string& embed_name, const std::string& norm_name,
+                                       const char* tie_key, bool require_untied_head,
+                                       ModelWeights* w);
   absl::Status ResolveLayer(int segment, int k, LayerWeights* out, DedupReport* report);
   absl::Status ResolveTensor(int segment, int k, const std::string& module,
                              const std::vector<int64_t>& shape, bool copies_stored,
@@ -211,29 +213,36 @@ absl::Status Resolver::CheckLayout() const {
   return absl::OkStatus();
 }
 
-absl::Status Resolver::ResolveGlobals(ModelWeights* w) {
+// The embedding, the final norm and the head: lm_head.weight when stored (equal to the
+// embedding when config.json ties them, `tie_key` naming that field), else the embedding;
+// `require_untied_head`: a missing head with untied embeddings is an error (Huginn).
+absl::Status Resolver::ResolveEmbeddingAndHead(const std::string& embed_name,
+                                               const std::string& norm_name, const char* tie_key,
+                                               bool require_untied_head, ModelWeights* w) {
   const int64_t v = config_.vocab_size, h = config_.hidden_size;
-  auto embed = Take("model.embed_tokens.weight", {v, h});
+  auto embed = Take(embed_name, {v, h});
   if (!embed.ok()) return embed.status();
   w->embed = *embed;
-  auto norm = Take("model.norm.weight", {h});
+  auto norm = Take(norm_name, {h});
   if (!norm.ok()) return norm.status();
   w->final_norm = *norm;
+  w->lm_head = w->embed;
+  w->lm_head_tied = true;
   if (store_.Find("lm_head.weight") == nullptr) {
-    w->lm_head = w->embed;
-    w->lm_head_tied = true;
+    if (require_untied_head && !config_.tie_word_embeddings) {
+      return absl::NotFoundError(absl::StrCat("missing tensor lm_head.weight: config.json sets ",
+                                              tie_key, " false (files: ", Files(), ")"));
+    }
     return absl::OkStatus();
   }
   auto head = Take("lm_head.weight", {v, h});
   if (!head.ok()) return head.status();
   if (config_.tie_word_embeddings) {
     if (!head->SameContents(w->embed)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor lm_head.weight in ", head->file, " differs from model.embed_tokens.weight in ",
-          w->embed.file, ", but config.json sets tie_word_embeddings"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor lm_head.weight in ", head->file, " differs from ", embed_name,
+                       " in ", w->embed.file, ", but config.json sets ", tie_key));
     }
-    w->lm_head = w->embed;
-    w->lm_head_tied = true;
     return absl::OkStatus();
   }
   w->lm_head = *head;
@@ -432,37 +441,15 @@ absl::Status Resolver::CheckLeftovers() const {
 // Huginn-0125 (docs/checkpoints.md#huginn-0125): transformer.wte (tied unless lm_head.weight
 // is stored), transformer.ln_f, transformer.adapter.
 absl::Status Resolver::ResolveHuginnGlobals(ModelWeights* w) {
-  const int64_t v = config_.vocab_size, h = config_.hidden_size;
-  auto embed = Take("transformer.wte.weight", {v, h});
-  if (!embed.ok()) return embed.status();
-  w->embed = *embed;
-  auto norm = Take("transformer.ln_f.weight", {h});
-  if (!norm.ok()) return norm.status();
-  w->final_norm = *norm;
+  if (auto st = ResolveEmbeddingAndHead("transformer.wte.weight", "transformer.ln_f.weight",
+                                        "tie_embeddings", /*require_untied_head=*/true, w);
+      !st.ok()) {
+    return st;
+  }
+  const int64_t h = config_.hidden_size;
   auto adapter = Take("transformer.adapter.weight", {h, 2 * h});
   if (!adapter.ok()) return adapter.status();
   w->adapter = *adapter;
-  w->lm_head = w->embed;
-  w->lm_head_tied = true;
-  if (store_.Find("lm_head.weight") == nullptr) {
-    if (!config_.tie_word_embeddings) {
-      return absl::NotFoundError(absl::StrCat(
-          "missing tensor lm_head.weight: config.json sets tie_embeddings false (files: ", Files(),
-          ")"));
-    }
-    return absl::OkStatus();
-  }
-  auto head = Take("lm_head.weight", {v, h});
-  if (!head.ok()) return head.status();
-  if (config_.tie_word_embeddings && !head->SameContents(w->embed)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor lm_head.weight in ", head->file,
-                     " differs from transformer.wte.weight, but config.json sets tie_embeddings"));
-  }
-  if (!config_.tie_word_embeddings) {
-    w->lm_head = *head;
-    w->lm_head_tied = false;
-  }
   return absl::OkStatus();
 }
 
@@ -522,7 +509,11 @@ absl::Status Resolver::Run(ModelWeights* w) {
     return CheckLeftovers();
   }
   if (auto s = CheckLayout(); !s.ok()) return s;
-  if (auto s = ResolveGlobals(w); !s.ok()) return s;
+  if (auto s = ResolveEmbeddingAndHead("model.embed_tokens.weight", "model.norm.weight",
+                                       "tie_word_embeddings", /*require_untied_head=*/false, w);
+      !s.ok()) {
+    return s;
+  }
   w->layers.resize(plan_.num_layer_slots);
   for (int s = 0; s < static_cast<int>(plan_.segments.size()); ++s) {
     const Segment& seg = plan_.segments[s];

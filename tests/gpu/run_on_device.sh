@@ -57,6 +57,16 @@ run() {  # limit_s, name, command...   (rc 124: stopped at the limit; capped by 
   local rc=$?
   summary+=("$(printf '%-60s rc=%-3s %4ss' "$name" "$rc" $((SECONDS - start)))")
 }
+# The Ouro-1.4B-shaped random bf16 model of the looped and ab-looped parts in $models:
+# ouro-full, and ouro-adaptive (the same files hard-linked, plus looped.json).
+models=/tmp/morserve-models
+make_ouro_models() {
+  run 120 "mkmodel ouro-1.4b" "$bin/morserve" mkmodel --family ouro --hidden 2048 --layers 96 --recursions 4 \
+    --heads 16 --kv-heads 16 --intermediate 5632 --vocab 49152 --max-pos 4096 \
+    --exit-threshold "${OURO_Q:-0.7}" --router-bias "${OURO_B:-0.4}" --out $models/ouro-full
+  mkdir -p $models/ouro-adaptive && ln -f $models/ouro-full/* $models/ouro-adaptive/ &&
+    echo '{"mode": "adaptive"}' >$models/ouro-adaptive/looped.json
+}
 if [ "$part" = ab ]; then
   # A/B of the engine: $bin/morserve-base (carried by hand: the binary before a change) and
   # $bin/morserve on the same models in one call, base first then new, at batch 128 and 32
@@ -91,12 +101,7 @@ if [ "$part" = ab-looped ]; then
   run 60 kernel_kv_copy_test "$bin/kernel_kv_copy_test" --gtest_output="xml:$out/xml/kernel_kv_copy_test.xml"
   run 90 "engine_gpu_test ouro" "$bin/engine_gpu_test" --gtest_filter='*ouro*' \
     --gtest_output="xml:$out/xml/engine_gpu_test.xml"
-  models=/tmp/morserve-models
-  run 120 "mkmodel ouro-1.4b" "$bin/morserve" mkmodel --family ouro --hidden 2048 --layers 96 --recursions 4 \
-    --heads 16 --kv-heads 16 --intermediate 5632 --vocab 49152 --max-pos 4096 \
-    --exit-threshold "${OURO_Q:-0.7}" --router-bias "${OURO_B:-0.4}" --out $models/ouro-full
-  mkdir -p $models/ouro-adaptive && ln -f $models/ouro-full/* $models/ouro-adaptive/ &&
-    echo '{"mode": "adaptive"}' >$models/ouro-adaptive/looped.json
+  make_ouro_models
   for which in base new; do
     exe="$bin/morserve"; [ "$which" = base ] && exe="$bin/morserve-base"
     run 120 "ouro bench $which batch 32" "$exe" bench --device cuda \
@@ -125,12 +130,7 @@ if [ "$part" = looped ]; then
   san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   [ -x "$san" ] && run 120 "memcheck engine_gpu_test looped" "$san" --tool memcheck --error-exitcode 1 \
     "$bin/engine_gpu_test" --gtest_filter='Families/EngineGpuTest.*/ouro_*:Families/EngineGpuTest.*/nanbeige'
-  models=/tmp/morserve-models
-  run 120 "mkmodel ouro-1.4b" "$bin/morserve" mkmodel --family ouro --hidden 2048 --layers 96 --recursions 4 \
-    --heads 16 --kv-heads 16 --intermediate 5632 --vocab 49152 --max-pos 4096 \
-    --exit-threshold "${OURO_Q:-0.7}" --router-bias "${OURO_B:-0.4}" --out $models/ouro-full
-  mkdir -p $models/ouro-adaptive && ln -f $models/ouro-full/* $models/ouro-adaptive/ &&
-    echo '{"mode": "adaptive"}' >$models/ouro-adaptive/looped.json
+  make_ouro_models
   ouro=("$bin/morserve" bench --device cuda --models $models/ouro-full,$models/ouro-adaptive
     --prompt-len 16 --temperature 0.8 --kv-cache-mb 40960 --membw-mb 0 --modes depth,sequence)
   run 90 "ouro bench batch 1" "${ouro[@]}" --batches 1 --requests 4 --mean-tokens 64 --std-tokens 0 \
