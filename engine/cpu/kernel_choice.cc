@@ -12,8 +12,8 @@ std::string_view RequestedCpuKernels() {
   static const std::string want = [] {
     const char* env = std::getenv("MORSERVE_CPU_KERNELS");
     std::string v = env ? env : "";
-    const std::string bad = "MORSERVE_CPU_KERNELS: scalar or avx2, got '" + v + "'";
-    MORSERVE_CHECK(v.empty() || v == "scalar" || v == "avx2", bad.c_str());
+    const std::string bad = "MORSERVE_CPU_KERNELS: scalar, avx2 or avx512, got '" + v + "'";
+    MORSERVE_CHECK(v.empty() || v == "scalar" || v == "avx2" || v == "avx512", bad.c_str());
     return v;
   }();
   return want;

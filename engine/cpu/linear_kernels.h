@@ -37,7 +37,7 @@ struct LinearArgs {
 };
 
 struct LinearKernelSet {
-  std::string_view name;  // "scalar", "avx2"
+  std::string_view name;  // "scalar", "avx2", "avx512"
   // Computes columns [n0, n1) of every row.
   void (*run)(const LinearArgs& args, int n0, int n1) = nullptr;
   // Rows of W one range should hold for m rows: ranges are multiples of it (except the last).
@@ -47,8 +47,11 @@ struct LinearKernelSet {
 const LinearKernelSet& ScalarLinearKernels();
 // nullptr when the host lacks AVX2, FMA or F16C.
 const LinearKernelSet* Avx2LinearKernels();
-// The fastest set the host runs, unless $MORSERVE_CPU_KERNELS names one ("scalar", "avx2"):
-// a name the host cannot run is a fatal error that names it.
+// nullptr when the host lacks AVX-512 F/BW/DQ/VL or the AVX2 set's extensions.
+const LinearKernelSet* Avx512LinearKernels();
+// The fastest set the host runs (avx512, then avx2, then scalar), unless $MORSERVE_CPU_KERNELS
+// names one ("scalar", "avx2", "avx512"): a name the host cannot run is a fatal error that
+// names it.
 const LinearKernelSet& BestLinearKernels();
 
 }  // namespace morserve

@@ -55,7 +55,13 @@ const LinearKernelSet& BestLinearKernels() {
     const std::string_view want = RequestedCpuKernels();
     if (want == "scalar") return &ScalarLinearKernels();
     const LinearKernelSet* avx2 = Avx2LinearKernels();
-    MORSERVE_CHECK(want != "avx2" || avx2 != nullptr, "MORSERVE_CPU_KERNELS=avx2: this CPU lacks AVX2/FMA/F16C");
+    const LinearKernelSet* avx512 = Avx512LinearKernels();
+    MORSERVE_CHECK(want != "avx2" || avx2 != nullptr,
+                   "MORSERVE_CPU_KERNELS=avx2: this CPU lacks AVX2/FMA/F16C");
+    MORSERVE_CHECK(want != "avx512" || avx512 != nullptr,
+                   "MORSERVE_CPU_KERNELS=avx512: this CPU lacks AVX-512 F/BW/DQ/VL");
+    if (want == "avx2") return avx2;
+    if (avx512 != nullptr) return avx512;
     return avx2 != nullptr ? avx2 : &ScalarLinearKernels();
   }();
   return *best;

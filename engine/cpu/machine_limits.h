@@ -1,8 +1,9 @@
 // The physical limits a CPU kernel is judged against, measured on the spot with the engine's
 // thread pool: the read bandwidth of memory (mem_bandwidth.h: a streaming read of a buffer far
-// larger than the caches, best of several passes) and the fp32 FMA peak (independent 8-lane FMA
-// chains on every thread). Benchmarks report their kernels as fractions of these figures, measured in the same
-// run, because the machines they run on are shared and differ from session to session.
+// larger than the caches, best of several passes) and the fp32 FMA peak (independent FMA
+// chains on every thread, 16 lanes wide on AVX-512 hosts, 8 on AVX2). Benchmarks report their
+// kernels as fractions of these figures, measured in the same run, because the machines they run on
+// are shared and differ from session to session.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +19,8 @@ struct MachineLimits {
   int threads = 0;
 };
 
-// Best of `tries` timed runs of FMA chains on every thread (AVX2+FMA hosts; 0 otherwise).
+// Best of `tries` timed runs of FMA chains on every thread, at the widest width the host has
+// (AVX-512F: 16 lanes, AVX2+FMA: 8; 0 without FMA).
 double MeasureFmaPeak(ThreadPool* pool, int tries = 5);
 
 // buffer_mb: MiB of the read-bandwidth buffer (>= 1).

@@ -28,11 +28,13 @@ constexpr WeightFormat kFormats[] = {WeightFormat::kF32, WeightFormat::kBF16, We
 std::vector<const LinearKernelSet*> VectorSets() {
   std::vector<const LinearKernelSet*> sets;
   if (Avx2LinearKernels() != nullptr) sets.push_back(Avx2LinearKernels());
+  if (Avx512LinearKernels() != nullptr) sets.push_back(Avx512LinearKernels());
   return sets;
 }
 
-std::vector<float> RunSet(const LinearKernelSet& set, const LinearWeights& w, const std::vector<float>& x,
-                          int m, const std::vector<float>& y0, bool accumulate, int n0, int n1) {
+std::vector<float> RunSet(const LinearKernelSet& set, const LinearWeights& w,
+                          const std::vector<float>& x, int m, const std::vector<float>& y0,
+                          bool accumulate, int n0, int n1) {
   std::vector<float> y = y0;
   LinearArgs a;
   a.x = x.data();
@@ -52,6 +54,11 @@ TEST(LinearKernelsTest, HostHasAVectorSetOrSaysSo) {
   const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
   EXPECT_EQ(Avx2LinearKernels() != nullptr, avx2);
+  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
+                      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+                      __builtin_cpu_supports("avx512vl");
+  EXPECT_EQ(Avx512LinearKernels() != nullptr, avx512);
+  if (avx512) EXPECT_EQ(&BestLinearKernels(), Avx512LinearKernels());
   std::printf("best kernel set on this host: %s\n", std::string(BestLinearKernels().name).c_str());
   if (!avx2) GTEST_SKIP() << "host has no AVX2+FMA+F16C: only the scalar set runs here";
 }
@@ -144,7 +151,8 @@ TEST(LinearKernelsTest, Q8QuantizationErrorBound) {
     QuantizeRowQ8(w.data(), k, q, scales);
     for (int g = 0; g < 4; ++g) {
       float amax = 0;
-      for (int i = g * 32; i < std::min(k, g * 32 + 32); ++i) amax = std::max(amax, std::fabs(w[i]));
+      for (int i = g * 32; i < std::min(k, g * 32 + 32); ++i)
+        amax = std::max(amax, std::fabs(w[i]));
       const float d = F16ToF32(scales[g]);
       EXPECT_LE(std::fabs(d - amax / 127) / (amax / 127), 1.0f / 1024) << "fp16 scale rounding";
       for (int i = g * 32; i < g * 32 + 32; ++i) {
@@ -153,7 +161,8 @@ TEST(LinearKernelsTest, Q8QuantizationErrorBound) {
           continue;
         }
         const float err = std::fabs(w[i] - q[i] * d);
-        EXPECT_LE(err, d / 2 + 127 * std::fabs(d - amax / 127) + 1e-12f) << "seed " << seed << " i " << i;
+        EXPECT_LE(err, d / 2 + 127 * std::fabs(d - amax / 127) + 1e-12f)
+            << "seed " << seed << " i " << i;
         EXPECT_LE(std::abs(static_cast<int>(q[i])), 127);
       }
     }

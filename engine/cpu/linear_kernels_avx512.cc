@@ -1,0 +1,408 @@
+// The AVX-512 linear kernel set (linear_kernels.h): the L8 order of the AVX2 and scalar sets,
+// with two output columns per 16-lane register, so its bits equal theirs.
+//
+// A register holds the 8 lane accumulators of column j in lanes 0..7 and those of column j + 1
+// in lanes 8..15; x's block of 8 is broadcast to both halves, the weights of the two columns'
+// blocks are decoded side by side. Each lane still sums x[8b + l] * w[8b + l] over b in k order
+// with one fused multiply-add, and each half is reduced by the same fixed tree at the end: an
+// element's order is the L8 order whatever the tile. Twice the multiply-adds per instruction of
+// the AVX2 set and 32 registers: tiles of MB rows x NP column pairs (1 x 8, 2 x 8, 3 x 6, 4 x 6).
+// Needs AVX-512 F, BW, DQ and VL (every AVX-512 CPU since Skylake-SP). Compiled with
+// -ffp-contract=off (the FMAs are the written intrinsics).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "engine/cpu/linear_kernels.h"
+#include "engine/cpu/simd_target.h"
+
+namespace morserve {
+
+MORSERVE_BEGIN_TARGET("avx512f,avx512bw,avx512dq,avx512vl,fma,f16c")
+
+namespace {
+
+constexpr int kGroup = LinearWeights::kQ8Group;
+
+// Lanes 0..count-1 of each half.
+__mmask16 PairTailMask(int count) {
+  const unsigned half = (1u << count) - 1u;
+  return static_cast<__mmask16>(half | (half << 8));
+}
+
+__m512 Join(__m256 lo, __m256 hi) { return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1); }
+
+// Formats: Load(a, b, k0, scale) decodes w[k0 .. k0 + 8) of rows a and b to exact fp32 in the
+// low and high halves; LoadTail the last, partial block (count < 8 values, the rest zero).
+// Grouped formats get the pair's group scales from Scale(a, b, k0) at every group start.
+struct F32Format {
+  static constexpr bool kGrouped = false;
+  static constexpr int kBytes = 4;
+  static __m512 Load(const WeightRow& a, const WeightRow& b, int k0, __m512) {
+    return Join(_mm256_loadu_ps(static_cast<const float*>(a.data) + k0),
+                _mm256_loadu_ps(static_cast<const float*>(b.data) + k0));
+  }
+  static __m512 LoadTail(const WeightRow& a, const WeightRow& b, int k0, int count, __m512) {
+    const __mmask8 m = static_cast<__mmask8>((1u << count) - 1u);
+    return Join(_mm256_maskz_loadu_ps(m, static_cast<const float*>(a.data) + k0),
+                _mm256_maskz_loadu_ps(m, static_cast<const float*>(b.data) + k0));
+  }
+};
+
+// Decoded fp32 rows of a panel, interleaved by tile of 2 * NP columns: block b of the tile
+// stores each column's 8 values one after another, so a pair is one 64-byte load and a tile
+// reads one contiguous stream. Column 2p's WeightRow points at the pair's first block.
+template <int NP>
+struct PackedF32Format {
+  static constexpr bool kGrouped = false;
+  static constexpr int kBytes = 4;
+  static constexpr int kStride = NP * 16;  // floats per block of the tile
+  static __m512 Load(const WeightRow& a, const WeightRow&, int k0, __m512) {
+    return _mm512_loadu_ps(static_cast<const float*>(a.data) + (k0 / 8) * kStride);
+  }
+  static __m512 LoadTail(const WeightRow& a, const WeightRow&, int k0, int count, __m512) {
+    return _mm512_maskz_loadu_ps(PairTailMask(count),
+                                 static_cast<const float*>(a.data) + (k0 / 8) * kStride);
+  }
+};
+
+template <bool kBf16>
+struct Half16Format {
+  static constexpr bool kGrouped = false;
+  static constexpr int kBytes = 2;
+  static __m512 Decode(__m128i lo, __m128i hi) {
+    const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+    if constexpr (kBf16) {
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
+    } else {
+      return _mm512_cvtph_ps(v);
+    }
+  }
+  static const __m128i* At(const WeightRow& r, int k0) {
+    return reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(r.data) + k0);
+  }
+  static __m512 Load(const WeightRow& a, const WeightRow& b, int k0, __m512) {
+    return Decode(_mm_loadu_si128(At(a, k0)), _mm_loadu_si128(At(b, k0)));
+  }
+  static __m512 LoadTail(const WeightRow& a, const WeightRow& b, int k0, int count, __m512) {
+    const __mmask8 m = static_cast<__mmask8>((1u << count) - 1u);
+    return Decode(_mm_maskz_loadu_epi16(m, At(a, k0)), _mm_maskz_loadu_epi16(m, At(b, k0)));
+  }
+};
+
+struct Q8Format {
+  static constexpr bool kGrouped = true;
+  static constexpr int kBytes = 1;
+  static __m512 Scale(const WeightRow& a, const WeightRow& b, int k0) {
+    return Join(_mm256_set1_ps(_cvtsh_ss(a.scales[k0 / kGroup])),
+                _mm256_set1_ps(_cvtsh_ss(b.scales[k0 / kGroup])));
+  }
+  static __m512 Load(const WeightRow& a, const WeightRow& b, int k0, __m512 scale) {
+    const __m128i lo =
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(static_cast<const int8_t*>(a.data) + k0));
+    const __m128i hi =
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(static_cast<const int8_t*>(b.data) + k0));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_unpacklo_epi64(lo, hi))),
+                         scale);
+  }
+  // Rows are zero-padded to whole groups: the full block is there to read.
+  static __m512 LoadTail(const WeightRow& a, const WeightRow& b, int k0, int, __m512 scale) {
+    return Load(a, b, k0, scale);
+  }
+};
+
+// ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)) of 8 lanes.
+float HorizontalSum(__m256 acc) {
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
+
+// x's block of 8 at k0 in both halves (count < 8: the first count values, the rest zero).
+__m512 BroadcastX(const float* x, int k0, int count) {
+  const __m256 v = count == 8
+                       ? _mm256_loadu_ps(x + k0)
+                       : _mm256_maskz_loadu_ps(static_cast<__mmask8>((1u << count) - 1u), x + k0);
+  return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(v)));
+}
+
+// next: the first byte of the weights a later tile reads (rows stored one after another), or
+// nullptr; while a tile runs it prefetches that tile's bytes into L2 at the pace it consumes its
+// own (one sequential stream for the memory system, as in the AVX2 set).
+constexpr int kPrefetchTiles = 2;
+
+// MB rows of x times columns [0, ncols) of `rows` (ncols <= 2 * NP; a missing column of the last
+// pair repeats the one before it and is not written).
+template <class Format, int MB, int NP>
+void Tile(const float* x, int64_t ldx, const WeightRow* rows, int ncols, int k, float* y,
+          int64_t ldy, bool accumulate, const char* next = nullptr) {
+  constexpr int kStep = NP * 16 * Format::kBytes;  // weight bytes one block of 8 reads
+  const WeightRow* ra[NP];
+  const WeightRow* rb[NP];
+  __m512 acc[MB][NP];
+  __m512 scale[NP];
+  for (int p = 0; p < NP; ++p) {
+    ra[p] = &rows[std::min(2 * p, ncols - 1)];
+    rb[p] = &rows[std::min(2 * p + 1, ncols - 1)];
+    scale[p] = _mm512_setzero_ps();
+    for (int i = 0; i < MB; ++i) acc[i][p] = _mm512_setzero_ps();
+  }
+  const int kfull = k & ~7;
+  for (int k0 = 0; k0 < kfull; k0 += 8) {
+    if constexpr (Format::kGrouped) {
+      if (k0 % kGroup == 0) {
+        for (int p = 0; p < NP; ++p) scale[p] = Format::Scale(*ra[p], *rb[p], k0);
+      }
+    }
+    if (next != nullptr) {
+      for (int b = 0; b < kStep; b += 64) _mm_prefetch(next + (k0 / 8) * kStep + b, _MM_HINT_T1);
+    }
+    __m512 xv[MB];
+    for (int i = 0; i < MB; ++i) xv[i] = BroadcastX(x + i * ldx, k0, 8);
+    for (int p = 0; p < NP; ++p) {
+      const __m512 wv = Format::Load(*ra[p], *rb[p], k0, scale[p]);
+      for (int i = 0; i < MB; ++i) acc[i][p] = _mm512_fmadd_ps(xv[i], wv, acc[i][p]);
+    }
+  }
+  if (kfull < k) {
+    const int count = k - kfull;
+    if constexpr (Format::kGrouped) {
+      if (kfull % kGroup == 0) {
+        for (int p = 0; p < NP; ++p) scale[p] = Format::Scale(*ra[p], *rb[p], kfull);
+      }
+    }
+    __m512 xv[MB];
+    for (int i = 0; i < MB; ++i) xv[i] = BroadcastX(x + i * ldx, kfull, count);
+    for (int p = 0; p < NP; ++p) {
+      const __m512 wv = Format::LoadTail(*ra[p], *rb[p], kfull, count, scale[p]);
+      for (int i = 0; i < MB; ++i) acc[i][p] = _mm512_fmadd_ps(xv[i], wv, acc[i][p]);
+    }
+  }
+  for (int i = 0; i < MB; ++i) {
+    for (int p = 0; p < NP; ++p) {
+      const float s[2] = {HorizontalSum(_mm512_castps512_ps256(acc[i][p])),
+                          HorizontalSum(_mm512_extractf32x8_ps(acc[i][p], 1))};
+      for (int h = 0; h < 2 && 2 * p + h < ncols; ++h) {
+        float& out = y[i * ldy + 2 * p + h];
+        out = accumulate ? out + s[h] : s[h];
+      }
+    }
+  }
+}
+
+// Columns [n0, n1) of MB rows: tiles of 2 * NP columns, then pairs, then a single column.
+template <class Format, int MB, int NP>
+void Rows(const float* x, int64_t ldx, const WeightRow* rows, int k, float* y, int64_t ldy,
+          bool accumulate, int n0, int n1, int prefetch_end) {
+  constexpr int kCols = 2 * NP;
+  int j = n0;
+  for (; j + kCols <= n1; j += kCols) {
+    const char* next = j + kPrefetchTiles * kCols < prefetch_end
+                           ? static_cast<const char*>(rows[j + kPrefetchTiles * kCols].data)
+                           : nullptr;
+    Tile<Format, MB, NP>(x, ldx, rows + j, kCols, k, y + j, ldy, accumulate, next);
+  }
+  for (; j < n1; j += 2) {
+    Tile<Format, MB, 1>(x, ldx, rows + j, std::min(2, n1 - j), k, y + j, ldy, accumulate);
+  }
+}
+
+// 1..4 rows: the widest tile whose accumulators fit the 32 registers.
+template <class Format>
+void FewRows(const float* x, int64_t ldx, int m, const WeightRow* rows, int k, float* y,
+             int64_t ldy, bool accumulate, int n0, int n1, int prefetch_end) {
+  switch (m) {
+    case 1:
+      return Rows<Format, 1, 8>(x, ldx, rows, k, y, ldy, accumulate, n0, n1, prefetch_end);
+    case 2:
+      return Rows<Format, 2, 8>(x, ldx, rows, k, y, ldy, accumulate, n0, n1, prefetch_end);
+    case 3:
+      return Rows<Format, 3, 6>(x, ldx, rows, k, y, ldy, accumulate, n0, n1, prefetch_end);
+    default:
+      return Rows<Format, 4, 6>(x, ldx, rows, k, y, ldy, accumulate, n0, n1, prefetch_end);
+  }
+}
+
+// Columns of one tile when m > 4 (6 pairs), and the columns a range is cut into for the pool.
+constexpr int kWideCols = 12;
+constexpr int kDirectChunk = 48;
+
+// One 6-pair tile for mb = 1..4 rows (5..16 rows run it per block of 4).
+template <class Format>
+void Tile12(int mb, const float* x, int64_t ldx, const WeightRow* rows, int k, float* y,
+            int64_t ldy, bool accumulate, const char* next) {
+  switch (mb) {
+    case 1:
+      return Tile<Format, 1, 6>(x, ldx, rows, kWideCols, k, y, ldy, accumulate, next);
+    case 2:
+      return Tile<Format, 2, 6>(x, ldx, rows, kWideCols, k, y, ldy, accumulate, next);
+    case 3:
+      return Tile<Format, 3, 6>(x, ldx, rows, kWideCols, k, y, ldy, accumulate, next);
+    default:
+      return Tile<Format, 4, 6>(x, ldx, rows, kWideCols, k, y, ldy, accumulate, next);
+  }
+}
+
+// One decoded pair (PackedF32Format<1>) for mb = 1..4 rows: ncols 1 or 2.
+void TilePair(int mb, const float* x, int64_t ldx, const WeightRow* rows, int ncols, int k,
+              float* y, int64_t ldy, bool accumulate) {
+  switch (mb) {
+    case 1:
+      return Tile<PackedF32Format<1>, 1, 1>(x, ldx, rows, ncols, k, y, ldy, accumulate);
+    case 2:
+      return Tile<PackedF32Format<1>, 2, 1>(x, ldx, rows, ncols, k, y, ldy, accumulate);
+    case 3:
+      return Tile<PackedF32Format<1>, 3, 1>(x, ldx, rows, ncols, k, y, ldy, accumulate);
+    default:
+      return Tile<PackedF32Format<1>, 4, 1>(x, ldx, rows, ncols, k, y, ldy, accumulate);
+  }
+}
+
+// 1..4 rows: register-blocked tiles over the range. 5..16 rows: for every 12 columns, every
+// block of 4 rows in turn, so the columns' weights come from memory once (the first block, which
+// also prefetches two tiles ahead) and from L1 for the other blocks.
+template <class Format>
+void DirectAs(const LinearArgs& a, int n0, int n1) {
+  const WeightRow* rows = a.w->rows();
+  const int k = a.w->k();
+  if (a.m <= 4)
+    return FewRows<Format>(a.x, a.ldx, a.m, rows, k, a.y, a.ldy, a.accumulate, n0, n1, n1);
+  int j = n0;
+  for (; j + kWideCols <= n1; j += kWideCols) {
+    const char* next = j + kWideCols * kPrefetchTiles < n1
+                           ? static_cast<const char*>(rows[j + kWideCols * kPrefetchTiles].data)
+                           : nullptr;
+    for (int i = 0; i < a.m; i += 4) {
+      Tile12<Format>(std::min(4, a.m - i), a.x + i * a.ldx, a.ldx, rows + j, k, a.y + i * a.ldy + j,
+                     a.ldy, a.accumulate, i == 0 ? next : nullptr);
+    }
+  }
+  for (int i = 0; i < a.m && j < n1; i += 4) {
+    FewRows<Format>(a.x + i * a.ldx, a.ldx, std::min(4, a.m - i), rows, k, a.y + i * a.ldy, a.ldy,
+                    a.accumulate, j, n1, 0);
+  }
+}
+
+void Direct(const LinearArgs& a, int n0, int n1) {
+  switch (a.w->format()) {
+    case WeightFormat::kF32:
+      return DirectAs<F32Format>(a, n0, n1);
+    case WeightFormat::kBF16:
+      return DirectAs<Half16Format<true>>(a, n0, n1);
+    case WeightFormat::kF16:
+      return DirectAs<Half16Format<false>>(a, n0, n1);
+    case WeightFormat::kQ8:
+      return DirectAs<Q8Format>(a, n0, n1);
+  }
+}
+
+// From this many rows on, decoding a panel once beats decoding the weights in every tile.
+constexpr int kPanelMinRows = 17;
+
+// Panel rows for k: a panel of decoded fp32 rows stays within ~512 KiB (half of an AVX-512
+// server core's L2), in multiples of 12, at least 12.
+int PanelRows(int k) {
+  const int rows = (512 * 1024) / (4 * ((k + 7) & ~7)) / kWideCols * kWideCols;
+  return std::clamp(rows, kWideCols, 192);
+}
+
+// Columns [j0, j0 + ncols) of W as exact fp32, in pairs: block b of pair p (16 values) stored
+// at out + b * stride + p * 16. A missing second column of the last pair repeats the first.
+template <class Format>
+void DecodePairsAs(const LinearWeights& w, int j0, int ncols, float* out, int stride) {
+  const int k = w.k(), kfull = k & ~7;
+  for (int p = 0; 2 * p < ncols; ++p) {
+    const WeightRow& a = w.row(j0 + 2 * p);
+    const WeightRow& b = w.row(j0 + std::min(2 * p + 1, ncols - 1));
+    __m512 scale = _mm512_setzero_ps();
+    float* dst = out + p * 16;
+    for (int k0 = 0; k0 < kfull; k0 += 8) {
+      if constexpr (Format::kGrouped) {
+        if (k0 % kGroup == 0) scale = Format::Scale(a, b, k0);
+      }
+      _mm512_storeu_ps(dst + (k0 / 8) * stride, Format::Load(a, b, k0, scale));
+    }
+    if (kfull < k) {
+      if constexpr (Format::kGrouped) {
+        if (kfull % kGroup == 0) scale = Format::Scale(a, b, kfull);
+      }
+      _mm512_storeu_ps(dst + (kfull / 8) * stride, Format::LoadTail(a, b, kfull, k - kfull, scale));
+    }
+  }
+}
+
+void DecodePairs(const LinearWeights& w, int j0, int ncols, float* out, int stride) {
+  switch (w.format()) {
+    case WeightFormat::kF32:
+      return DecodePairsAs<F32Format>(w, j0, ncols, out, stride);
+    case WeightFormat::kBF16:
+      return DecodePairsAs<Half16Format<true>>(w, j0, ncols, out, stride);
+    case WeightFormat::kF16:
+      return DecodePairsAs<Half16Format<false>>(w, j0, ncols, out, stride);
+    case WeightFormat::kQ8:
+      return DecodePairsAs<Q8Format>(w, j0, ncols, out, stride);
+  }
+}
+
+// m >= kPanelMinRows: decode PanelRows(k) rows at a time to fp32, interleaved by 12-column tile
+// (PackedF32Format<6>), the last 1..11 columns as pairs of their own (PackedF32Format<1>), then
+// every block of 4 rows of x runs over the panel.
+void Panelled(const LinearArgs& a, int n0, int n1) {
+  const int k = a.w->k(), kp = (k + 7) & ~7, panel = PanelRows(k);
+  thread_local std::vector<float> decoded;
+  thread_local std::vector<WeightRow> panel_rows;
+  decoded.resize(static_cast<size_t>(panel + 1) * kp);  // + 1: the last odd column's twin
+  panel_rows.resize(panel + 1);
+  for (int p0 = n0; p0 < n1; p0 += panel) {
+    const int count = std::min(panel, n1 - p0), tiled = count / kWideCols * kWideCols;
+    for (int j = 0; j < tiled; j += kWideCols) {
+      float* base = &decoded[static_cast<size_t>(j) * kp];
+      DecodePairs(*a.w, p0 + j, kWideCols, base, kWideCols * 8);
+      for (int c = 0; c < kWideCols; c += 2) panel_rows[j + c].data = base + c * 8;
+    }
+    for (int j = tiled; j < count; j += 2) {
+      float* base = &decoded[static_cast<size_t>(j) * kp];
+      DecodePairs(*a.w, p0 + j, std::min(2, count - j), base, 16);
+      panel_rows[j].data = base;
+      panel_rows[j + 1].data = base;
+    }
+    for (int i = 0; i < a.m; i += 4) {
+      const int mb = std::min(4, a.m - i);
+      const float* xb = a.x + i * a.ldx;
+      float* yb = a.y + i * a.ldy + p0;
+      for (int j = 0; j < tiled; j += kWideCols) {
+        Tile12<PackedF32Format<6>>(mb, xb, a.ldx, panel_rows.data() + j, k, yb + j, a.ldy,
+                                   a.accumulate, nullptr);
+      }
+      for (int j = tiled; j < count; j += 2) {
+        TilePair(mb, xb, a.ldx, panel_rows.data() + j, std::min(2, count - j), k, yb + j, a.ldy,
+                 a.accumulate);
+      }
+    }
+  }
+}
+
+void RunAvx512(const LinearArgs& a, int n0, int n1) {
+  if (a.m < kPanelMinRows) {
+    Direct(a, n0, n1);
+  } else {
+    Panelled(a, n0, n1);
+  }
+}
+
+int Avx512ChunkRows(int m, int k) { return m < kPanelMinRows ? kDirectChunk : PanelRows(k); }
+
+}  // namespace
+
+MORSERVE_END_TARGET
+
+const LinearKernelSet* Avx512LinearKernels() {
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+                         Avx2LinearKernels() != nullptr;
+  static const LinearKernelSet set{"avx512", &RunAvx512, &Avx512ChunkRows};
+  return ok ? &set : nullptr;
+}
+
+}  // namespace morserve
