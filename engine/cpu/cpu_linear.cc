@@ -14,6 +14,13 @@ CpuLinear::CpuLinear(LinearWeights w, ThreadPool* pool, const LinearKernelSet* k
       kernels_(kernels ? kernels : &BestLinearKernels()),
       bytes_read_(bytes_read) {
   MORSERVE_CHECK(w_.n() > 0 && w_.k() > 0, "CpuLinear needs n > 0 and k > 0");
+  if (w_.format() == WeightFormat::kAmxBf16) {
+    MORSERVE_CHECK(AmxLinearKernels() != nullptr,
+                   "amx-bf16 weights: this CPU has no usable AMX-BF16");
+    kernels_ = AmxLinearKernels();
+  }
+  MORSERVE_CHECK((kernels_ == AmxLinearKernels()) == (w_.format() == WeightFormat::kAmxBf16),
+                 "the AMX kernel set runs amx-bf16 weights, and only it does");
 }
 
 CpuLinear::CpuLinear(const float* w, int n, int k, WeightFormat format, ThreadPool* pool,
@@ -43,7 +50,8 @@ void CpuLinear::Run(const float* x, int m, float* y, bool accumulate) const {
     return;
   }
   pool_->ParallelFor(chunks, [&](int64_t begin, int64_t end) {
-    kernels_->run(args, static_cast<int>(begin * chunk), static_cast<int>(std::min<int64_t>(n, end * chunk)));
+    kernels_->run(args, static_cast<int>(begin * chunk),
+                  static_cast<int>(std::min<int64_t>(n, end * chunk)));
   });
 }
 

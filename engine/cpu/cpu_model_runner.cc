@@ -305,6 +305,9 @@ WeightFormat CpuModelRunner::FormatFor(DType stored, bool quantizable) const {
     case CpuWeights::kInt8:
       if (quantizable) return WeightFormat::kQ8;
       break;
+    case CpuWeights::kAmxBf16:
+      if (quantizable) return WeightFormat::kAmxBf16;
+      break;
     case CpuWeights::kAuto:
       break;
   }

@@ -49,6 +49,12 @@ const LinearKernelSet& ScalarLinearKernels();
 const LinearKernelSet* Avx2LinearKernels();
 // nullptr when the host lacks AVX-512 F/BW/DQ/VL or the AVX2 set's extensions.
 const LinearKernelSet* Avx512LinearKernels();
+// The AMX set (linear_kernels_amx.cc) runs amx-bf16 weights only, in its own order: x rounded
+// to bf16, products summed by the tile unit (one order for every M, so batch invariance still
+// holds by construction; within a stated tolerance of the exact product, not the L8 bits).
+// CpuLinear picks it for amx-bf16 weights. nullptr when the host lacks AMX-TILE/AMX-BF16 or
+// Linux refuses the tile state.
+const LinearKernelSet* AmxLinearKernels();
 // The fastest set the host runs (avx512, then avx2, then scalar), unless $MORSERVE_CPU_KERNELS
 // names one ("scalar", "avx2", "avx512"): a name the host cannot run is a fatal error that
 // names it.

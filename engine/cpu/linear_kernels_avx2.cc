@@ -12,6 +12,7 @@
 #include <cstring>
 #include <vector>
 
+#include "engine/core/check.h"
 #include "engine/cpu/linear_kernels.h"
 #include "engine/cpu/simd_target.h"
 
@@ -53,7 +54,8 @@ struct PackedF32Format {
     return _mm256_loadu_ps(static_cast<const float*>(r.data) + (k0 / 8) * NB * 8);
   }
   static __m256 LoadTail(const WeightRow& r, int k0, int count, __m256) {
-    return _mm256_maskload_ps(static_cast<const float*>(r.data) + (k0 / 8) * NB * 8, TailMask(count));
+    return _mm256_maskload_ps(static_cast<const float*>(r.data) + (k0 / 8) * NB * 8,
+                              TailMask(count));
   }
 };
 
@@ -69,7 +71,8 @@ struct Half16Format {
     }
   }
   static __m256 Load(const WeightRow& r, int k0, __m256) {
-    return Decode(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(r.data) + k0)));
+    return Decode(_mm_loadu_si128(
+        reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(r.data) + k0)));
   }
   static __m256 LoadTail(const WeightRow& r, int k0, int count, __m256) {
     alignas(16) uint16_t tmp[8] = {};
@@ -81,13 +84,18 @@ struct Half16Format {
 struct Q8Format {
   static constexpr bool kGrouped = true;
   static constexpr int kBytes = 1;
-  static __m256 Scale(const WeightRow& r, int k0) { return _mm256_set1_ps(_cvtsh_ss(r.scales[k0 / kGroup])); }
+  static __m256 Scale(const WeightRow& r, int k0) {
+    return _mm256_set1_ps(_cvtsh_ss(r.scales[k0 / kGroup]));
+  }
   static __m256 Load(const WeightRow& r, int k0, __m256 scale) {
-    const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(static_cast<const int8_t*>(r.data) + k0));
+    const __m128i q =
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(static_cast<const int8_t*>(r.data) + k0));
     return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), scale);
   }
   // Rows are zero-padded to whole groups: the full block is there to read.
-  static __m256 LoadTail(const WeightRow& r, int k0, int, __m256 scale) { return Load(r, k0, scale); }
+  static __m256 LoadTail(const WeightRow& r, int k0, int, __m256 scale) {
+    return Load(r, k0, scale);
+  }
 };
 
 // ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)).
@@ -174,10 +182,14 @@ template <class Format>
 void FewRows(const float* x, int64_t ldx, int m, const WeightRow* rows, int k, float* y,
              int64_t ldy, bool accumulate, int n0, int n1, int prefetch_end) {
   switch (m) {
-    case 1: return Rows<Format, 1, 8>(x, ldx, rows, k, y, ldy, accumulate, n0, n1, prefetch_end);
-    case 2: return Rows<Format, 2, 6>(x, ldx, rows, k, y, ldy, accumulate, n0, n1, prefetch_end);
-    case 3: return Rows<Format, 3, 4>(x, ldx, rows, k, y, ldy, accumulate, n0, n1, prefetch_end);
-    default: return Rows<Format, 4, 3>(x, ldx, rows, k, y, ldy, accumulate, n0, n1, prefetch_end);
+    case 1:
+      return Rows<Format, 1, 8>(x, ldx, rows, k, y, ldy, accumulate, n0, n1, prefetch_end);
+    case 2:
+      return Rows<Format, 2, 6>(x, ldx, rows, k, y, ldy, accumulate, n0, n1, prefetch_end);
+    case 3:
+      return Rows<Format, 3, 4>(x, ldx, rows, k, y, ldy, accumulate, n0, n1, prefetch_end);
+    default:
+      return Rows<Format, 4, 3>(x, ldx, rows, k, y, ldy, accumulate, n0, n1, prefetch_end);
   }
 }
 
@@ -189,10 +201,14 @@ template <class Format>
 void Tile3(int mb, const float* x, int64_t ldx, const WeightRow* rows, int k, float* y, int64_t ldy,
            bool accumulate, const char* next) {
   switch (mb) {
-    case 1: return Tile<Format, 1, 3>(x, ldx, rows, k, y, ldy, accumulate, next);
-    case 2: return Tile<Format, 2, 3>(x, ldx, rows, k, y, ldy, accumulate, next);
-    case 3: return Tile<Format, 3, 3>(x, ldx, rows, k, y, ldy, accumulate, next);
-    default: return Tile<Format, 4, 3>(x, ldx, rows, k, y, ldy, accumulate, next);
+    case 1:
+      return Tile<Format, 1, 3>(x, ldx, rows, k, y, ldy, accumulate, next);
+    case 2:
+      return Tile<Format, 2, 3>(x, ldx, rows, k, y, ldy, accumulate, next);
+    case 3:
+      return Tile<Format, 3, 3>(x, ldx, rows, k, y, ldy, accumulate, next);
+    default:
+      return Tile<Format, 4, 3>(x, ldx, rows, k, y, ldy, accumulate, next);
   }
 }
 
@@ -204,14 +220,16 @@ template <class Format>
 void DirectAs(const LinearArgs& a, int n0, int n1) {
   const WeightRow* rows = a.w->rows();
   const int k = a.w->k();
-  if (a.m <= 4) return FewRows<Format>(a.x, a.ldx, a.m, rows, k, a.y, a.ldy, a.accumulate, n0, n1, n1);
+  if (a.m <= 4)
+    return FewRows<Format>(a.x, a.ldx, a.m, rows, k, a.y, a.ldy, a.accumulate, n0, n1, n1);
   int j = n0;
   for (; j + 3 <= n1; j += 3) {
-    const char* next = j + 3 * kPrefetchTiles < n1 ? static_cast<const char*>(rows[j + 3 * kPrefetchTiles].data)
-                                                   : nullptr;
+    const char* next = j + 3 * kPrefetchTiles < n1
+                           ? static_cast<const char*>(rows[j + 3 * kPrefetchTiles].data)
+                           : nullptr;
     for (int i = 0; i < a.m; i += 4) {
-      Tile3<Format>(std::min(4, a.m - i), a.x + i * a.ldx, a.ldx, rows + j, k, a.y + i * a.ldy + j, a.ldy,
-                    a.accumulate, i == 0 ? next : nullptr);
+      Tile3<Format>(std::min(4, a.m - i), a.x + i * a.ldx, a.ldx, rows + j, k, a.y + i * a.ldy + j,
+                    a.ldy, a.accumulate, i == 0 ? next : nullptr);
     }
   }
   for (int i = 0; i < a.m && j < n1; i += 4) {
@@ -222,10 +240,16 @@ void DirectAs(const LinearArgs& a, int n0, int n1) {
 
 void Direct(const LinearArgs& a, int n0, int n1) {
   switch (a.w->format()) {
-    case WeightFormat::kF32: return DirectAs<F32Format>(a, n0, n1);
-    case WeightFormat::kBF16: return DirectAs<Half16Format<true>>(a, n0, n1);
-    case WeightFormat::kF16: return DirectAs<Half16Format<false>>(a, n0, n1);
-    case WeightFormat::kQ8: return DirectAs<Q8Format>(a, n0, n1);
+    case WeightFormat::kF32:
+      return DirectAs<F32Format>(a, n0, n1);
+    case WeightFormat::kBF16:
+      return DirectAs<Half16Format<true>>(a, n0, n1);
+    case WeightFormat::kF16:
+      return DirectAs<Half16Format<false>>(a, n0, n1);
+    case WeightFormat::kQ8:
+      return DirectAs<Q8Format>(a, n0, n1);
+    case WeightFormat::kAmxBf16:
+      MORSERVE_CHECK(false, "amx-bf16 weights run on the AMX set only");
   }
 }
 
@@ -251,10 +275,16 @@ void DecodeRowAs(const WeightRow& r, int k, float* out, int stride) {
 
 void DecodeRow(const LinearWeights& w, int j, float* out, int stride) {
   switch (w.format()) {
-    case WeightFormat::kF32: return DecodeRowAs<F32Format>(w.row(j), w.k(), out, stride);
-    case WeightFormat::kBF16: return DecodeRowAs<Half16Format<true>>(w.row(j), w.k(), out, stride);
-    case WeightFormat::kF16: return DecodeRowAs<Half16Format<false>>(w.row(j), w.k(), out, stride);
-    case WeightFormat::kQ8: return DecodeRowAs<Q8Format>(w.row(j), w.k(), out, stride);
+    case WeightFormat::kF32:
+      return DecodeRowAs<F32Format>(w.row(j), w.k(), out, stride);
+    case WeightFormat::kBF16:
+      return DecodeRowAs<Half16Format<true>>(w.row(j), w.k(), out, stride);
+    case WeightFormat::kF16:
+      return DecodeRowAs<Half16Format<false>>(w.row(j), w.k(), out, stride);
+    case WeightFormat::kQ8:
+      return DecodeRowAs<Q8Format>(w.row(j), w.k(), out, stride);
+    case WeightFormat::kAmxBf16:
+      MORSERVE_CHECK(false, "amx-bf16 weights run on the AMX set only");
   }
 }
 
@@ -281,7 +311,8 @@ void Panelled(const LinearArgs& a, int n0, int n1) {
     const int count = std::min(panel, n1 - p0), tiled = count / 3 * 3;
     for (int j = 0; j < count; ++j) {
       const bool in_tile = j < tiled;
-      float* dst = &decoded[static_cast<size_t>(in_tile ? j / 3 * 3 : j) * kp] + (in_tile ? (j % 3) * 8 : 0);
+      float* dst =
+          &decoded[static_cast<size_t>(in_tile ? j / 3 * 3 : j) * kp] + (in_tile ? (j % 3) * 8 : 0);
       DecodeRow(*a.w, p0 + j, dst, in_tile ? 24 : 8);
       panel_rows[j].data = dst;
     }
@@ -290,9 +321,11 @@ void Panelled(const LinearArgs& a, int n0, int n1) {
       const float* xb = a.x + i * a.ldx;
       float* yb = a.y + i * a.ldy + p0;
       for (int j = 0; j < tiled; j += 3) {
-        Tile3<PackedF32Format<3>>(mb, xb, a.ldx, panel_rows.data() + j, k, yb + j, a.ldy, a.accumulate, nullptr);
+        Tile3<PackedF32Format<3>>(mb, xb, a.ldx, panel_rows.data() + j, k, yb + j, a.ldy,
+                                  a.accumulate, nullptr);
       }
-      FewRows<F32Format>(xb, a.ldx, mb, panel_rows.data(), k, yb, a.ldy, a.accumulate, tiled, count, 0);
+      FewRows<F32Format>(xb, a.ldx, mb, panel_rows.data(), k, yb, a.ldy, a.accumulate, tiled, count,
+                         0);
     }
   }
 }
@@ -322,7 +355,8 @@ bool HasF16c() {
 
 const LinearKernelSet* Avx2LinearKernels() {
   // f16c through cpuid leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does not know it.
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && HasF16c();
+  static const bool ok =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && HasF16c();
   static const LinearKernelSet set{"avx2", &RunAvx2, &Avx2ChunkRows};
   return ok ? &set : nullptr;
 }

@@ -9,11 +9,18 @@
 // the AVX2 set and 32 registers: tiles of MB rows x NP column pairs (1 x 8, 2 x 8, 3 x 6, 4 x 6).
 // Needs AVX-512 F, BW, DQ and VL (every AVX-512 CPU since Skylake-SP). Compiled with
 // -ffp-contract=off (the FMAs are the written intrinsics).
+#if defined(__GNUC__) && !defined(__clang__)
+// GCC 12's AVX-512 headers initialise _mm512_undefined_* from themselves (GCC bug 105593): its
+// -W(maybe-)uninitialized warnings on them are false.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 #include <immintrin.h>
 
 #include <algorithm>
 #include <vector>
 
+#include "engine/core/check.h"
 #include "engine/cpu/linear_kernels.h"
 #include "engine/cpu/simd_target.h"
 
@@ -294,6 +301,8 @@ void Direct(const LinearArgs& a, int n0, int n1) {
       return DirectAs<Half16Format<false>>(a, n0, n1);
     case WeightFormat::kQ8:
       return DirectAs<Q8Format>(a, n0, n1);
+    case WeightFormat::kAmxBf16:
+      MORSERVE_CHECK(false, "amx-bf16 weights run on the AMX set only");
   }
 }
 
@@ -342,6 +351,8 @@ void DecodePairs(const LinearWeights& w, int j0, int ncols, float* out, int stri
       return DecodePairsAs<Half16Format<false>>(w, j0, ncols, out, stride);
     case WeightFormat::kQ8:
       return DecodePairsAs<Q8Format>(w, j0, ncols, out, stride);
+    case WeightFormat::kAmxBf16:
+      MORSERVE_CHECK(false, "amx-bf16 weights run on the AMX set only");
   }
 }
 

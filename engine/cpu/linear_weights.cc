@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/check.h"
@@ -15,6 +16,7 @@ namespace {
 constexpr int kGroup = LinearWeights::kQ8Group;
 
 int RoundUpToGroup(int k) { return (k + kGroup - 1) / kGroup * kGroup; }
+int RoundUp(int v, int to) { return (v + to - 1) / to * to; }
 
 // The dtype a format reads in place, if any.
 bool ReadsInPlace(WeightFormat f, DType t) {
@@ -27,25 +29,44 @@ bool ReadsInPlace(WeightFormat f, DType t) {
 
 std::string_view WeightFormatName(WeightFormat f) {
   switch (f) {
-    case WeightFormat::kF32: return "f32";
-    case WeightFormat::kBF16: return "bf16";
-    case WeightFormat::kF16: return "f16";
-    case WeightFormat::kQ8: return "int8";
+    case WeightFormat::kF32:
+      return "f32";
+    case WeightFormat::kBF16:
+      return "bf16";
+    case WeightFormat::kF16:
+      return "f16";
+    case WeightFormat::kQ8:
+      return "int8";
+    case WeightFormat::kAmxBf16:
+      return "amx-bf16";
   }
   return "?";
 }
 
 int64_t WeightRowBytes(WeightFormat format, int k) {
   switch (format) {
-    case WeightFormat::kF32: return int64_t{4} * k;
+    case WeightFormat::kF32:
+      return int64_t{4} * k;
     case WeightFormat::kBF16:
-    case WeightFormat::kF16: return int64_t{2} * k;
+    case WeightFormat::kF16:
+      return int64_t{2} * k;
     case WeightFormat::kQ8: {
       const int kq = RoundUpToGroup(k);
       return kq + int64_t{2} * (kq / kGroup);
     }
+    case WeightFormat::kAmxBf16:
+      return int64_t{2} * RoundUp(k, LinearWeights::kAmxKBlock);
   }
   return 0;
+}
+
+int64_t AmxTileIndex(int k, int j, int p) {
+  const int64_t kblocks = RoundUp(k, LinearWeights::kAmxKBlock) / LinearWeights::kAmxKBlock;
+  const int64_t g = j / LinearWeights::kAmxGroupCols, t = (j % LinearWeights::kAmxGroupCols) / 16,
+                c = j % 16;
+  const int64_t kb = p / LinearWeights::kAmxKBlock, r = (p % LinearWeights::kAmxKBlock) / 2,
+                e = p % 2;
+  return (((g * kblocks + kb) * 4 + t) * 16 + r) * 32 + c * 2 + e;
 }
 
 void QuantizeRowQ8(const float* w, int k, int8_t* q, uint16_t* scales) {
@@ -79,15 +100,41 @@ void DecodeWeightRow(WeightFormat format, const WeightRow& row, int k, float* ou
       return;
     case WeightFormat::kQ8: {
       const auto* q = static_cast<const int8_t*>(row.data);
-      for (int i = 0; i < k; ++i) out[i] = static_cast<float>(q[i]) * F16ToF32(row.scales[i / kGroup]);
+      for (int i = 0; i < k; ++i)
+        out[i] = static_cast<float>(q[i]) * F16ToF32(row.scales[i / kGroup]);
       return;
     }
+    case WeightFormat::kAmxBf16:
+      MORSERVE_CHECK(
+          false, "DecodeWeightRow: amx-bf16 rows are not contiguous (LinearWeights::DecodeRow)");
   }
 }
 
 int64_t LinearWeights::bytes() const { return WeightRowBytes(format_, k_) * n_; }
 
-void LinearWeights::DecodeRow(int i, float* out) const { DecodeWeightRow(format_, rows_[i], k_, out); }
+void LinearWeights::DecodeRow(int i, float* out) const {
+  if (format_ != WeightFormat::kAmxBf16) return DecodeWeightRow(format_, rows_[i], k_, out);
+  const uint16_t* tiles = amx_tiles();
+  for (int p = 0; p < k_; ++p) out[p] = Bf16ToF32(tiles[AmxTileIndex(k_, i, p)]);
+}
+
+const uint16_t* LinearWeights::amx_tiles() const {
+  return format_ == WeightFormat::kAmxBf16 ? reinterpret_cast<const uint16_t*>(owned_.data())
+                                           : nullptr;
+}
+
+// owned_ holds round_up(n_, 64) x round_up(k_, 32) bf16 values, zero where W has none.
+void LinearWeights::PackAmx(const float* w) {
+  const int np = RoundUp(n_, kAmxGroupCols), kp = RoundUp(k_, kAmxKBlock);
+  owned_.assign(static_cast<size_t>(np) * kp * 2, 0);
+  auto* tiles = reinterpret_cast<uint16_t*>(owned_.data());
+  for (int j = 0; j < n_; ++j) {
+    for (int p = 0; p < k_; ++p)
+      tiles[AmxTileIndex(k_, j, p)] = F32ToBf16(w[static_cast<size_t>(j) * k_ + p]);
+  }
+  rows_.assign(n_, WeightRow{owned_.data(), nullptr});
+  fill_ = owned_.size();
+}
 
 // Writes n rows at the end of owned_'s filled part; owned_ is sized up front, so the pointers
 // of rows written earlier stay valid.
@@ -105,7 +152,8 @@ void LinearWeights::PackRows(const float* w, int n) {
       case WeightFormat::kBF16:
       case WeightFormat::kF16: {
         auto* d = reinterpret_cast<uint16_t*>(dst);
-        for (int i = 0; i < k_; ++i) d[i] = format_ == WeightFormat::kBF16 ? F32ToBf16(src[i]) : F32ToF16(src[i]);
+        for (int i = 0; i < k_; ++i)
+          d[i] = format_ == WeightFormat::kBF16 ? F32ToBf16(src[i]) : F32ToF16(src[i]);
         break;
       }
       case WeightFormat::kQ8: {
@@ -114,6 +162,8 @@ void LinearWeights::PackRows(const float* w, int n) {
         row.scales = scales;
         break;
       }
+      case WeightFormat::kAmxBf16:
+        MORSERVE_CHECK(false, "PackRows: amx-bf16 weights are packed whole (PackAmx)");
     }
     rows_.push_back(row);
     fill_ += static_cast<size_t>(row_bytes);
@@ -126,6 +176,10 @@ LinearWeights LinearWeights::FromF32(const float* w, int n, int k, WeightFormat 
   out.n_ = n;
   out.k_ = k;
   out.format_ = format;
+  if (format == WeightFormat::kAmxBf16) {
+    out.PackAmx(w);
+    return out;
+  }
   out.owned_.resize(static_cast<size_t>(WeightRowBytes(format, k)) * n);
   out.PackRows(w, n);
   return out;
@@ -144,12 +198,22 @@ absl::StatusOr<LinearWeights> LinearWeights::FromViews(std::span<const TensorVie
           absl::StrCat(t->name, ": a linear weight must be 2-D, got ", ShapeString(t->shape)));
     }
     if (out.k_ >= 0 && t->shape[1] != out.k_) {
-      return absl::InvalidArgumentError(absl::StrCat(t->name, ": ", t->shape[1],
-                                                     " input features, the fused weight has ", out.k_));
+      return absl::InvalidArgumentError(absl::StrCat(
+          t->name, ": ", t->shape[1], " input features, the fused weight has ", out.k_));
     }
     out.k_ = static_cast<int>(t->shape[1]);
     out.n_ += static_cast<int>(t->shape[0]);
     if (!ReadsInPlace(format, t->dtype)) owned_rows += t->shape[0];
+  }
+  if (format == WeightFormat::kAmxBf16) {
+    std::vector<float> all;
+    all.reserve(static_cast<size_t>(out.n_) * out.k_);
+    for (const TensorView* t : parts) {
+      const std::vector<float> f = t->ToF32Vector();
+      all.insert(all.end(), f.begin(), f.end());
+    }
+    out.PackAmx(all.data());
+    return out;
   }
   out.owned_.resize(static_cast<size_t>(WeightRowBytes(format, out.k_) * owned_rows));
   const size_t in_place_row = static_cast<size_t>(WeightRowBytes(format, out.k_));
@@ -157,7 +221,8 @@ absl::StatusOr<LinearWeights> LinearWeights::FromViews(std::span<const TensorVie
     const int rows = static_cast<int>(t->shape[0]);
     if (ReadsInPlace(format, t->dtype)) {
       const auto* base = static_cast<const uint8_t*>(t->data);
-      for (int r = 0; r < rows; ++r) out.rows_.push_back(WeightRow{base + r * in_place_row, nullptr});
+      for (int r = 0; r < rows; ++r)
+        out.rows_.push_back(WeightRow{base + r * in_place_row, nullptr});
     } else {
       out.PackRows(t->ToF32Vector().data(), rows);
     }

@@ -9,6 +9,11 @@
 // times an 11-bit significand is exact in fp32, so every format decodes to exact fp32 values
 // and the kernels compute the same fp32 products for every format.
 //
+// AmxBf16 is for the AMX kernel set (linear_kernels.h): bf16 values in AMX B-tile order, one
+// owned copy: columns in groups of kAmxGroupCols (n padded with zero columns), k in blocks of
+// kAmxKBlock (zero-padded); per group and k block, 4 tiles of 16 columns, each tile 16 rows of
+// k pairs x 16 columns x 2 values (1 KiB), so a group's weights are one contiguous stream.
+//
 // Several tensors can be stacked along n (the fused q|k|v and gate|up projections) without
 // copying: each output row keeps its own pointer.
 #pragma once
@@ -23,9 +28,9 @@
 
 namespace morserve {
 
-enum class WeightFormat { kF32, kBF16, kF16, kQ8 };
+enum class WeightFormat { kF32, kBF16, kF16, kQ8, kAmxBf16 };
 
-std::string_view WeightFormatName(WeightFormat f);  // "f32", "bf16", "f16", "int8"
+std::string_view WeightFormatName(WeightFormat f);  // "f32", "bf16", "f16", "int8", "amx-bf16"
 
 // One output row: its k values (format-specific bytes) and, for Q8, its group scales (f16).
 struct WeightRow {
@@ -36,6 +41,8 @@ struct WeightRow {
 class LinearWeights {
  public:
   static constexpr int kQ8Group = 32;
+  static constexpr int kAmxGroupCols = 64;
+  static constexpr int kAmxKBlock = 32;
 
   // The rows of `parts` stacked in order (every part [rows_i, k], the same k), in `format`:
   // read in place when a part's dtype is that format, converted (bf16 rounds to nearest even,
@@ -62,9 +69,12 @@ class LinearWeights {
   int64_t owned_bytes() const { return static_cast<int64_t>(owned_.size()); }
   // Row i as exact fp32 values, out[k].
   void DecodeRow(int i, float* out) const;
+  // kAmxBf16: the tiles (see above); nullptr for the other formats.
+  const uint16_t* amx_tiles() const;
 
  private:
   void PackRows(const float* w, int n);  // appends n rows given as fp32, converted to format_
+  void PackAmx(const float* w);          // all n_ rows given as fp32, rounded to bf16 tiles
 
   int n_ = 0;
   int k_ = 0;
@@ -74,10 +84,14 @@ class LinearWeights {
   size_t fill_ = 0;  // bytes of owned_ written so far
 };
 
-// Bytes of one row's values in `format` (Q8: k rounded up to groups, plus the f16 scales).
+// Bytes of one row's values in `format` (Q8: k rounded up to groups, plus the f16 scales;
+// AmxBf16: k rounded up to kAmxKBlock).
 int64_t WeightRowBytes(WeightFormat format, int k);
 
-// Decodes one row of `format` (k values) to exact fp32.
+// Index (uint16 units) of W[j, p] in the AmxBf16 tiles of a weight with k columns.
+int64_t AmxTileIndex(int k, int j, int p);
+
+// Decodes one row of `format` (k values, not kAmxBf16) to exact fp32.
 void DecodeWeightRow(WeightFormat format, const WeightRow& row, int k, float* out);
 
 // Quantizes one row to Q8: q[round_up(k, 32)] and scales[round_up(k, 32) / 32] (f16 bits).

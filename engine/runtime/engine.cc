@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/cpu/cpu_model_runner.h"
+#include "engine/cpu/linear_kernels.h"
 #include "engine/runtime/cuda_runner_registry.h"
 
 namespace morserve {
@@ -63,6 +64,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Mod
       config.weights != CpuWeights::kBF16) {
     return absl::InvalidArgumentError(
         "--weights: the CUDA backend keeps bf16 weights; auto or bf16 with --device cuda");
+  }
+  if (config.device == Device::kCpu && config.weights == CpuWeights::kAmxBf16 &&
+      AmxLinearKernels() == nullptr) {
+    return absl::FailedPreconditionError(
+        "--weights amx-bf16: this CPU has no usable AMX-BF16 (Sapphire Rapids or later, and a "
+        "Linux "
+        "that grants the tile state)");
   }
   auto runner = CreateRunner(weights, config, blocks);
   if (!runner.ok()) return runner.status();

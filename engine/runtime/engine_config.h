@@ -12,13 +12,15 @@ enum class BatchingMode {
 };
 
 // The format the CPU backend keeps projection and LM-head weights in (engine/cpu/
-// linear_weights.h); activations and accumulation are fp32 in every case.
+// linear_weights.h); activations and accumulation are fp32, except with kAmxBf16.
 enum class CpuWeights {
   kAuto,  // the checkpoint's dtype (bf16 and f16 read in place), fp32 otherwise
   kF32,
   kBF16,  // fp32 checkpoints are rounded to bf16 once at load
   kF16,
   kInt8,  // Q8 groups of 32 with an f16 scale, quantized at load; routers and LoRA stay as stored
+  kAmxBf16,  // bf16 in AMX tile order; each projection's input rounded to bf16, fp32 sums on the
+             // AMX tile unit (Sapphire Rapids and later); routers and LoRA stay as stored
 };
 
 // How a recurrent layer (docs/models.md#recurrent-transformer-layers) runs a prefill chunk of

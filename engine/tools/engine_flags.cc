@@ -24,8 +24,9 @@ absl::StatusOr<CpuWeights> ParseCpuWeights(const std::string& s) {
   if (s == "bf16") return CpuWeights::kBF16;
   if (s == "f16") return CpuWeights::kF16;
   if (s == "int8") return CpuWeights::kInt8;
+  if (s == "amx-bf16") return CpuWeights::kAmxBf16;
   return absl::InvalidArgumentError(
-      absl::StrCat("--weights: auto, f32, bf16, f16 or int8, got '", s, "'"));
+      absl::StrCat("--weights: auto, f32, bf16, f16, int8 or amx-bf16, got '", s, "'"));
 }
 
 const char* CpuWeightsName(CpuWeights w) {
@@ -40,6 +41,8 @@ const char* CpuWeightsName(CpuWeights w) {
       return "f16";
     case CpuWeights::kInt8:
       return "int8";
+    case CpuWeights::kAmxBf16:
+      return "amx-bf16";
   }
   return "?";
 }

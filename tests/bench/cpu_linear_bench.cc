@@ -5,7 +5,8 @@
 // bandwidth of a buffer far larger than the caches (engine/cpu/machine_limits.h) and the fp32
 // FMA peak of the thread pool. Each shape cycles through copies of its weight that together
 // exceed 256 MiB, so every call reads W from memory as a real model's step does (the whole
-// 360M model is far larger than the caches). Prints one JSON object.
+// 360M model is far larger than the caches). amx-bf16 runs too where the host has AMX.
+// Prints one JSON object.
 // Usage: cpu_linear_bench [--quick]
 #include <algorithm>
 #include <chrono>
@@ -26,8 +27,11 @@ struct Shape {
   const char* name;
   int n, k;
 };
-constexpr Shape kShapes[] = {{"qkv", 1600, 960}, {"o", 960, 960}, {"gate_up", 5120, 960},
-                             {"down", 960, 2560}, {"lm_head", 32000, 960}};
+constexpr Shape kShapes[] = {{"qkv", 1600, 960},
+                             {"o", 960, 960},
+                             {"gate_up", 5120, 960},
+                             {"down", 960, 2560},
+                             {"lm_head", 32000, 960}};
 
 template <typename Fn>
 double SecondsPerCall(double budget_s, Fn&& fn) {
@@ -47,11 +51,17 @@ int Main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   ThreadPool* pool = DefaultThreadPool();
   const MachineLimits limits = MeasureMachineLimits(pool, quick ? 256 : 1024);
-  std::printf("{\"kernels\": \"%s\", \"threads\": %d, \"read_gbs\": %.2f, \"fma_gflops\": %.1f,\n \"runs\": [\n",
-              std::string(BestLinearKernels().name).c_str(), pool->num_threads(), limits.read_gbs,
-              limits.fma_gflops);
+  std::printf(
+      "{\"kernels\": \"%s\", \"threads\": %d, \"read_gbs\": %.2f, \"fma_gflops\": %.1f,\n "
+      "\"runs\": [\n",
+      std::string(BestLinearKernels().name).c_str(), pool->num_threads(), limits.read_gbs,
+      limits.fma_gflops);
   bool first = true;
-  for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kQ8}) {
+  std::vector<WeightFormat> formats = {WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kQ8};
+  // amx-bf16 (bf16 inputs on the AMX tile unit) where the host has it; its fma_fraction is still
+  // against the fp32 FMA peak.
+  if (AmxLinearKernels() != nullptr) formats.push_back(WeightFormat::kAmxBf16);
+  for (WeightFormat f : formats) {
     for (const Shape& s : kShapes) {
       const auto w = testing::UniformRandom(static_cast<size_t>(s.n) * s.k, 1);
       std::vector<std::unique_ptr<CpuLinear>> copies;
@@ -72,11 +82,12 @@ int Main(int argc, char** argv) {
         });
         const double gbs = lin.weights().bytes() / sec / 1e9;
         const double gflops = 2.0 * m * s.n * s.k / sec / 1e9;
-        std::printf("%s  {\"format\": \"%s\", \"shape\": \"%s\", \"n\": %d, \"k\": %d, \"m\": %d, "
-                    "\"us\": %.1f, \"weight_gbs\": %.2f, \"bw_fraction\": %.3f, \"gflops\": %.1f, "
-                    "\"fma_fraction\": %.3f}",
-                    first ? "" : ",\n", std::string(WeightFormatName(f)).c_str(), s.name, s.n, s.k, m,
-                    sec * 1e6, gbs, gbs / limits.read_gbs, gflops, gflops / limits.fma_gflops);
+        std::printf(
+            "%s  {\"format\": \"%s\", \"shape\": \"%s\", \"n\": %d, \"k\": %d, \"m\": %d, "
+            "\"us\": %.1f, \"weight_gbs\": %.2f, \"bw_fraction\": %.3f, \"gflops\": %.1f, "
+            "\"fma_fraction\": %.3f}",
+            first ? "" : ",\n", std::string(WeightFormatName(f)).c_str(), s.name, s.n, s.k, m,
+            sec * 1e6, gbs, gbs / limits.read_gbs, gflops, gflops / limits.fma_gflops);
         first = false;
         std::fflush(stdout);
       }

@@ -5,10 +5,13 @@
 //   stated distance of the reference: logits within kInt8Tolerance / kHalfTolerance
 //   (MaxScaledDiff) while tokens and loop counts agree, and at least kMinAgreement of the
 //   generated tokens before a first flip;
+// - amx-bf16 (bf16 weights and bf16-rounded projection inputs on the AMX tile unit, where the
+//   host has AMX) stays within kHalfTolerance likewise; elsewhere the engine refuses it by name;
 // - every format is batch invariant: a request alone equals the same request inside mixed
 //   batches with staggered arrivals, bit for bit.
 #include <gtest/gtest.h>
 
+#include "engine/cpu/linear_kernels.h"
 #include "engine/reference/reference_model.h"
 #include "tests/engine_harness.h"
 
@@ -52,8 +55,9 @@ std::vector<FamilyCase> Families(DType dtype) {
 // Tokens, loops and logits against the reference up to each request's first token or loop
 // flip (the logits of a step whose loop count differs are not compared: another depth);
 // returns the fraction of generated tokens that agree before the flip.
-double CompareUntilFlip(const ModelWeights& weights, const Workload& w, const std::vector<RunResult>& got,
-                        double tolerance, const std::string& label) {
+double CompareUntilFlip(const ModelWeights& weights, const Workload& w,
+                        const std::vector<RunResult>& got, double tolerance,
+                        const std::string& label) {
   auto shared = std::shared_ptr<const ModelWeights>(&weights, [](const ModelWeights*) {});
   ReferenceModel ref(shared);
   int generated = 0, agreed = 0;
@@ -88,7 +92,8 @@ TEST_P(WeightFormatsTest, Bf16CheckpointInPlaceMatchesReference) {
   auto engine = Engine::Create(weights, Config(CpuWeights::kAuto));
   ASSERT_TRUE(engine.ok()) << engine.status();
   auto got = testing::RunStaggered(engine->get(), w.requests, w.arrivals);
-  EXPECT_EQ(CompareUntilFlip(*weights, w, got, kSameValuesTolerance, GetParam().name + " bf16"), 1.0)
+  EXPECT_EQ(CompareUntilFlip(*weights, w, got, kSameValuesTolerance, GetParam().name + " bf16"),
+            1.0)
       << "a token or loop count differs from the reference";
 }
 
@@ -98,9 +103,13 @@ TEST_P(WeightFormatsTest, ConvertedFormatsStayCloseAndBatchInvariant) {
   auto weights = testing::MakeModel(GetParam().spec, &dir);
   ASSERT_NE(weights, nullptr);
   const Workload w = testing::MakeWorkload(weights->config.vocab_size);
-  for (auto [format, tolerance, name] : {std::tuple{CpuWeights::kInt8, kInt8Tolerance, "int8"},
-                                         std::tuple{CpuWeights::kBF16, kHalfTolerance, "bf16"},
-                                         std::tuple{CpuWeights::kF16, kHalfTolerance, "f16"}}) {
+  std::vector<std::tuple<CpuWeights, double, const char*>> formats = {
+      {CpuWeights::kInt8, kInt8Tolerance, "int8"},
+      {CpuWeights::kBF16, kHalfTolerance, "bf16"},
+      {CpuWeights::kF16, kHalfTolerance, "f16"}};
+  if (AmxLinearKernels() != nullptr)
+    formats.emplace_back(CpuWeights::kAmxBf16, kHalfTolerance, "amx-bf16");
+  for (auto [format, tolerance, name] : formats) {
     const std::string label = GetParam().name + " " + name;
     auto engine = Engine::Create(weights, Config(format));
     ASSERT_TRUE(engine.ok()) << engine.status();
@@ -115,13 +124,23 @@ TEST_P(WeightFormatsTest, ConvertedFormatsStayCloseAndBatchInvariant) {
       ASSERT_TRUE(alone_engine.ok());
       const RunResult alone = testing::RunStaggered(alone_engine->get(), {w.requests[i]}, {0})[0];
       EXPECT_EQ(alone.tokens, got[i].tokens) << label << " request " << i;
-      EXPECT_EQ(alone.logits, got[i].logits) << label << " request " << i << ": bits differ in a batch";
+      EXPECT_EQ(alone.logits, got[i].logits)
+          << label << " request " << i << ": bits differ in a batch";
     }
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, WeightFormatsTest, ::testing::ValuesIn(Families(DType::kF32)),
                          testing::FamilyCaseName);
+
+TEST(WeightFormatsTest, AmxBf16NeedsAmx) {
+  if (AmxLinearKernels() != nullptr) GTEST_SKIP() << "this host has AMX: the format runs above";
+  testing::TempDir dir;
+  auto weights = testing::MakeModel(testing::F32Spec("vanilla"), &dir);
+  auto engine = Engine::Create(weights, Config(CpuWeights::kAmxBf16));
+  ASSERT_FALSE(engine.ok());
+  EXPECT_NE(std::string(engine.status().message()).find("--weights amx-bf16"), std::string::npos);
+}
 
 TEST(WeightFormatsTest, CudaRefusesCpuOnlyFormats) {
   testing::TempDir dir;
