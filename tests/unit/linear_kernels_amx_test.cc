@@ -24,6 +24,13 @@ using testing::UniformRandom;
 
 float RoundBf16(float v) { return Bf16ToF32(F32ToBf16(v)); }
 
+// The bit patterns of n floats (bitwise comparisons that gtest prints).
+std::vector<uint32_t> Bits(const float* p, size_t n) {
+  std::vector<uint32_t> out(n);
+  std::memcpy(out.data(), p, n * sizeof(float));
+  return out;
+}
+
 std::vector<float> RunAmx(const LinearWeights& w, const std::vector<float>& x, int m,
                           bool accumulate, const std::vector<float>& y0, int n0, int n1) {
   std::vector<float> y = y0;
@@ -109,7 +116,7 @@ TEST(AmxLinearKernelsTest, BatchInvariantBitwise) {
         std::copy(probe.begin(), probe.end(), x.begin() + static_cast<size_t>(at) * k);
         std::vector<float> y(static_cast<size_t>(m) * n);
         lin.Forward(x.data(), m, y.data());
-        ASSERT_EQ(0, std::memcmp(alone.data(), &y[static_cast<size_t>(at) * n], n * sizeof(float)))
+        ASSERT_EQ(Bits(alone.data(), n), Bits(&y[static_cast<size_t>(at) * n], n))
             << "m=" << m << " at " << at << " threads " << pool->num_threads();
       }
     }
@@ -117,7 +124,7 @@ TEST(AmxLinearKernelsTest, BatchInvariantBitwise) {
     const LinearWeights w = LinearWeights::FromF32(wf.data(), n, k, WeightFormat::kAmxBf16);
     const auto whole = RunAmx(w, probe, 1, false, std::vector<float>(n), 0, n);
     const auto part = RunAmx(w, probe, 1, false, std::vector<float>(n), 64, n);
-    EXPECT_EQ(0, std::memcmp(&whole[64], &part[64], (n - 64) * sizeof(float)));
+    EXPECT_EQ(Bits(&whole[64], n - 64), Bits(&part[64], n - 64));
   }
 }
 
