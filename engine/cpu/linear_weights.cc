@@ -128,9 +128,20 @@ void LinearWeights::PackAmx(const float* w) {
   const int np = RoundUp(n_, kAmxGroupCols), kp = RoundUp(k_, kAmxKBlock);
   owned_.assign(static_cast<size_t>(np) * kp * 2, 0);
   auto* tiles = reinterpret_cast<uint16_t*>(owned_.data());
-  for (int j = 0; j < n_; ++j) {
-    for (int p = 0; p < k_; ++p)
-      tiles[AmxTileIndex(k_, j, p)] = F32ToBf16(w[static_cast<size_t>(j) * k_ + p]);
+  // Tile by tile in storage order (AmxTileIndex's layout): each reads 16 rows of W, 32 values
+  // each, and writes 1 KiB in sequence.
+  uint16_t* dst = tiles;
+  for (int g = 0; g < np; g += kAmxGroupCols) {
+    for (int kb = 0; kb < kp; kb += kAmxKBlock) {
+      for (int j0 = g; j0 < g + kAmxGroupCols; j0 += 16, dst += 16 * kAmxKBlock) {
+        for (int c = 0; c < 16 && j0 + c < n_; ++c) {
+          const float* src = w + static_cast<size_t>(j0 + c) * k_;
+          for (int p = kb; p < std::min(k_, kb + kAmxKBlock); ++p) {
+            dst[((p - kb) / 2) * 32 + c * 2 + (p - kb) % 2] = F32ToBf16(src[p]);
+          }
+        }
+      }
+    }
   }
   rows_.assign(n_, WeightRow{owned_.data(), nullptr});
   fill_ = owned_.size();

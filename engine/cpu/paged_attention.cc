@@ -5,9 +5,13 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string_view>
+#include <vector>
 
 #include "engine/core/check.h"
+#include "engine/cpu/kernel_choice.h"
 #include "engine/cpu/online_softmax.h"
+#include "engine/cpu/simd_target.h"
 
 namespace morserve {
 namespace {
@@ -20,7 +24,12 @@ struct UnitScratch {
   std::vector<const float*> values;  // [block_size]
 };
 
-void AttendUnit(const PagedAttentionParams& p, int row, int kv_head, UnitScratch& s) {
+// The unit's body, compiled once per instruction set below: the compiler vectorises the 8
+// partial sums of AttentionDot and the value accumulation across head_dim lanes, which changes
+// no rounding (no reassociation, no contraction: this file is built with -ffp-contract=off),
+// so every build gives the baseline's bits (cpu_attention_test compares them).
+[[gnu::always_inline]] inline void AttendUnitBody(const PagedAttentionParams& p, int row,
+                                                  int kv_head, UnitScratch& s) {
   const PagedKvPool& kv = *p.pool;
   const int group = p.n_heads / p.n_kv_heads;
   const int hd = p.head_dim;
@@ -37,7 +46,7 @@ void AttendUnit(const PagedAttentionParams& p, int row, int kv_head, UnitScratch
   const int len = p.kv_len[row];
   const int32_t* blocks = p.table_blocks + p.table_indptr[row];
   MORSERVE_CHECK(len <= (p.table_indptr[row + 1] - p.table_indptr[row]) * bs,
-                     "kv_len exceeds the row's block table");
+                 "kv_len exceeds the row's block table");
   for (int start = 0; start < len; start += bs) {
     const int count = std::min(bs, len - start);
     const int64_t base = static_cast<int64_t>(blocks[start / bs]) * bs;
@@ -68,7 +77,76 @@ void AttendUnit(const PagedAttentionParams& p, int row, int kv_head, UnitScratch
   }
 }
 
+void AttendUnitBaseline(const PagedAttentionParams& p, int row, int kv_head, UnitScratch& s) {
+  AttendUnitBody(p, row, kv_head, s);
+}
+
+MORSERVE_BEGIN_TARGET("avx2")
+void AttendUnitAvx2(const PagedAttentionParams& p, int row, int kv_head, UnitScratch& s) {
+  AttendUnitBody(p, row, kv_head, s);
+}
+MORSERVE_END_TARGET
+
+MORSERVE_BEGIN_TARGET("avx512f")
+void AttendUnitAvx512(const PagedAttentionParams& p, int row, int kv_head, UnitScratch& s) {
+  AttendUnitBody(p, row, kv_head, s);
+}
+MORSERVE_END_TARGET
+
+using AttendUnitFn = void (*)(const PagedAttentionParams&, int, int, UnitScratch&);
+
+AttendUnitFn UnitFor(std::string_view isa) {
+  if (isa == "avx512") return &AttendUnitAvx512;
+  if (isa == "avx2") return &AttendUnitAvx2;
+  MORSERVE_CHECK(isa == "baseline", "paged attention: unknown instruction set");
+  return &AttendUnitBaseline;
+}
+
+// The widest build the host runs; "scalar" in $MORSERVE_CPU_KERNELS pins the baseline, "avx2"
+// the AVX2 build.
+std::string_view BestIsa() {
+  const std::vector<std::string_view> isas = PagedAttentionIsas();
+  const std::string_view want = RequestedCpuKernels();
+  if (want == "scalar") return "baseline";
+  if (want == "avx2" && __builtin_cpu_supports("avx2")) return "avx2";
+  return isas.back();
+}
+
+void Run(const PagedAttentionParams& p, ThreadPool* threads, AttendUnitFn unit) {
+  if (p.num_rows <= 0) return;
+  MORSERVE_CHECK(p.n_kv_heads > 0 && p.n_heads % p.n_kv_heads == 0,
+                 "n_kv_heads must divide n_heads");
+  MORSERVE_CHECK(p.pool->kv_heads == p.n_kv_heads && p.pool->head_dim == p.head_dim,
+                 "attention params do not match the KV pool shape");
+  MORSERVE_CHECK((p.extra_k == nullptr) == (p.extra_v == nullptr),
+                 "extra_k and extra_v go together");
+  const int64_t units = static_cast<int64_t>(p.num_rows) * p.n_kv_heads;
+  auto body = [&](int64_t begin, int64_t end) {
+    thread_local UnitScratch scratch;
+    for (int64_t u = begin; u < end; ++u) {
+      unit(p, static_cast<int>(u / p.n_kv_heads), static_cast<int>(u % p.n_kv_heads), scratch);
+    }
+  };
+  if (threads == nullptr) {
+    body(0, units);
+  } else {
+    threads->ParallelFor(units, body);
+  }
+}
+
 }  // namespace
+
+std::vector<std::string_view> PagedAttentionIsas() {
+  std::vector<std::string_view> isas = {"baseline"};
+  if (__builtin_cpu_supports("avx2")) isas.push_back("avx2");
+  if (__builtin_cpu_supports("avx512f")) isas.push_back("avx512");
+  return isas;
+}
+
+void PagedAttentionWithIsa(const PagedAttentionParams& p, ThreadPool* threads,
+                           std::string_view isa) {
+  Run(p, threads, UnitFor(isa));
+}
 
 PagedKvPool MakePagedKvPool(int num_blocks, int block_size, int kv_heads, int head_dim) {
   PagedKvPool pool;
@@ -95,26 +173,8 @@ void KvWrite(PagedKvPool& pool, const float* k_rows, const float* v_rows,
 }
 
 void PagedAttention(const PagedAttentionParams& p, ThreadPool* threads) {
-  if (p.num_rows <= 0) return;
-  MORSERVE_CHECK(p.n_kv_heads > 0 && p.n_heads % p.n_kv_heads == 0,
-                     "n_kv_heads must divide n_heads");
-  MORSERVE_CHECK(p.pool->kv_heads == p.n_kv_heads && p.pool->head_dim == p.head_dim,
-                     "attention params do not match the KV pool shape");
-  MORSERVE_CHECK((p.extra_k == nullptr) == (p.extra_v == nullptr),
-                     "extra_k and extra_v go together");
-  const int64_t units = static_cast<int64_t>(p.num_rows) * p.n_kv_heads;
-  auto body = [&](int64_t begin, int64_t end) {
-    thread_local UnitScratch scratch;
-    for (int64_t u = begin; u < end; ++u) {
-      AttendUnit(p, static_cast<int>(u / p.n_kv_heads), static_cast<int>(u % p.n_kv_heads),
-                 scratch);
-    }
-  };
-  if (threads == nullptr) {
-    body(0, units);
-  } else {
-    threads->ParallelFor(units, body);
-  }
+  static const AttendUnitFn unit = UnitFor(BestIsa());
+  Run(p, threads, unit);
 }
 
 }  // namespace morserve

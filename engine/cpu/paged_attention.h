@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "engine/cpu/thread_pool.h"
@@ -68,5 +69,13 @@ struct PagedAttentionParams {
 // h / (n_heads / n_kv_heads). A row that sees no entry gets zeros. threads == nullptr runs
 // serially on the caller.
 void PagedAttention(const PagedAttentionParams& p, ThreadPool* threads);
+
+// The instruction sets the attention unit is built for that the host runs ("baseline", then
+// "avx2", "avx512"): each gives the same bits. PagedAttention uses the widest, or the baseline
+// / AVX2 build when $MORSERVE_CPU_KERNELS is "scalar" / "avx2" (kernel_choice.h).
+std::vector<std::string_view> PagedAttentionIsas();
+// PagedAttention on one named build (for the tests that compare them).
+void PagedAttentionWithIsa(const PagedAttentionParams& p, ThreadPool* threads,
+                           std::string_view isa);
 
 }  // namespace morserve

@@ -174,6 +174,26 @@ TEST_P(PagedAttentionTest, RowAloneEqualsRowInBatchAndThreadsEqualSerial) {
   }
 }
 
+// Every instruction set the unit is built for and the host runs gives the baseline's bits.
+TEST_P(PagedAttentionTest, EveryBuildGivesTheBaselinesBits) {
+  const Case c = GetParam();
+  for (bool extra : {false, true}) {
+    Batch b = MakeBatch(c.group, c.head_dim, c.block_size, extra, 13);
+    PagedAttentionWithIsa(b.Params(), nullptr, "baseline");
+    const std::vector<float> want = b.out;
+    for (std::string_view isa : PagedAttentionIsas()) {
+      std::fill(b.out.begin(), b.out.end(), NAN);
+      PagedAttentionWithIsa(b.Params(), nullptr, isa);
+      std::vector<uint32_t> got_bits(want.size()), want_bits(want.size());
+      std::memcpy(got_bits.data(), b.out.data(), want.size() * sizeof(float));
+      std::memcpy(want_bits.data(), want.data(), want.size() * sizeof(float));
+      EXPECT_EQ(got_bits, want_bits) << isa << " extra=" << extra;
+    }
+    if (PagedAttentionIsas().size() == 1)
+      GTEST_SKIP() << "only the baseline build runs on this host";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, PagedAttentionTest,
                          ::testing::Values(Case{1, 16, 16}, Case{2, 64, 16}, Case{4, 128, 16},
                                            Case{1, 64, 5}, Case{2, 128, 32}, Case{4, 16, 7}),
