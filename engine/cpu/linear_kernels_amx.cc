@@ -10,8 +10,7 @@
 //
 // Tiles: C 0..3 (mb rows x 16 fp32 columns each: a group of 64 output columns), A 4 (mb rows x 32
 // bf16 values of k), B 5..7 in turn (16 k pairs x 16 columns x 2). Rows of x run in blocks of up
-// to 16 inside each group of 64 columns; a block sums over every k block, then stores. From 32
-// rows on, pairs of blocks run 2 x 2 (C 0..3 two blocks x two column tiles, A 4-5, B 6-7).
+// to 16 inside each group of 64 columns; a block sums over every k block, then stores.
 #if defined(__GNUC__) && !defined(__clang__)
 // GCC 12's AVX-512 headers initialise _mm512_undefined_* from themselves (GCC bug 105593): its
 // -W(maybe-)uninitialized warnings on them are false.
@@ -115,43 +114,6 @@ void GroupBlock(const uint16_t* a, int kp, const uint8_t* b, float* out) {
   _tile_stored(3, out + 48, kGroupCols * 4);
 }
 
-// Two blocks of 16 rows (a, a + 16 rows) times two column tiles of a group (b: the group's
-// tiles, t0 and t0 + 1): out[32][64] gets columns t0 * 16 .. t0 * 16 + 31. Each A and B tile
-// serves two products (4 loads per 4 products instead of 5), and every element sums the same
-// k blocks with the same instruction as GroupBlock, so the bits are GroupBlock's.
-void PairBlock(const uint16_t* a, int kp, const uint8_t* b, int t0, float* out) {
-  const int kblocks = kp / kKBlock;
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
-  for (int kb = 0; kb < kblocks; ++kb) {
-    const uint8_t* bt = b + (static_cast<int64_t>(kb) * 4 + t0) * kTileBytes;
-    _tile_loadd(4, a + kb * kKBlock, kp * 2);
-    _tile_loadd(5, a + 16 * kp + kb * kKBlock, kp * 2);
-    _tile_loadd(6, bt, 64);
-    _tile_loadd(7, bt + kTileBytes, 64);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_dpbf16ps(3, 5, 7);
-  }
-  float* o = out + t0 * 16;
-  _tile_stored(0, o, kGroupCols * 4);
-  _tile_stored(1, o + 16, kGroupCols * 4);
-  _tile_stored(2, o + 16 * kGroupCols, kGroupCols * 4);
-  _tile_stored(3, o + 16 * kGroupCols + 16, kGroupCols * 4);
-}
-
-// y rows [i0, i0 + rows) of columns [j0, j0 + cols) from out[rows][64].
-void WriteRows(const LinearArgs& a, const float* out, int i0, int rows, int j0, int cols) {
-  for (int i = 0; i < rows; ++i) {
-    float* y = a.y + (i0 + i) * a.ldy + j0;
-    const float* s = out + i * kGroupCols;
-    for (int j = 0; j < cols; ++j) y[j] = a.accumulate ? y[j] + s[j] : s[j];
-  }
-}
-
 void RunAmx(const LinearArgs& a, int n0, int n1) {
   const LinearWeights& w = *a.w;
   MORSERVE_CHECK(w.format() == WeightFormat::kAmxBf16,
@@ -159,30 +121,26 @@ void RunAmx(const LinearArgs& a, int n0, int n1) {
   MORSERVE_CHECK(n0 % kGroupCols == 0, "AMX column ranges start on a group of 64");
   const int k = w.k(), kp = (k + kKBlock - 1) / kKBlock * kKBlock;
   const int64_t group_bytes = static_cast<int64_t>(kp / kKBlock) * 4 * kTileBytes;
-  // m <= 16: one block of m rows. More: x zero-padded to whole blocks of 16, and inside each
-  // group of columns pairs of blocks by PairBlock (then a last single block by GroupBlock), so
-  // the group's tiles come from memory once and from L2 for later blocks. Every tile is then
-  // 16 rows x 64 bytes, one configuration for both.
+  // m <= 16: one block of m rows. More: blocks of 16 (x zero-padded to whole blocks) inside each
+  // group of columns, so the group's tiles come from memory once and from L2 for later blocks.
   const int mb = std::min(16, a.m), mrows = a.m <= 16 ? a.m : (a.m + 15) / 16 * 16;
   thread_local std::vector<uint16_t> xa;
   thread_local std::vector<float> out;
   xa.assign(static_cast<size_t>(mrows) * kp, 0);
-  out.resize(32 * kGroupCols);
+  out.resize(16 * kGroupCols);
   RoundRowsToBf16(a.x, a.ldx, a.m, k, kp, xa.data());
   const auto* tiles = reinterpret_cast<const uint8_t*>(w.amx_tiles());
   Configure(mb);
   for (int j0 = n0; j0 < n1; j0 += kGroupCols) {
     const int cols = std::min(kGroupCols, n1 - j0);
-    const uint8_t* group = tiles + (j0 / kGroupCols) * group_bytes;
-    int i0 = 0;
-    for (; mrows > 16 && i0 + 32 <= mrows; i0 += 32) {
-      PairBlock(xa.data() + static_cast<int64_t>(i0) * kp, kp, group, 0, out.data());
-      PairBlock(xa.data() + static_cast<int64_t>(i0) * kp, kp, group, 2, out.data());
-      WriteRows(a, out.data(), i0, std::min(32, a.m - i0), j0, cols);
-    }
-    for (; i0 < mrows; i0 += mb) {
-      GroupBlock(xa.data() + static_cast<int64_t>(i0) * kp, kp, group, out.data());
-      WriteRows(a, out.data(), i0, std::min(mb, a.m - i0), j0, cols);
+    for (int i0 = 0; i0 < mrows; i0 += mb) {
+      GroupBlock(xa.data() + static_cast<int64_t>(i0) * kp, kp,
+                 tiles + (j0 / kGroupCols) * group_bytes, out.data());
+      for (int i = 0; i < std::min(mb, a.m - i0); ++i) {
+        float* y = a.y + (i0 + i) * a.ldy + j0;
+        const float* s = out.data() + i * kGroupCols;
+        for (int j = 0; j < cols; ++j) y[j] = a.accumulate ? y[j] + s[j] : s[j];
+      }
     }
   }
   _tile_release();

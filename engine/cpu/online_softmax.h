@@ -55,38 +55,18 @@ struct SoftmaxState {
 };
 
 // Folds one chunk of entries (scores already scaled) into the state: one rescale per chunk.
-// Per element of acc: acc * correction, then + w_j * v_j in entry order (the weights w_j are
-// computed first, and the values are added 16 dimensions at a time with the partial sums kept
-// in registers: the same operations in the same order as one entry at a time).
-inline void FoldChunk(SoftmaxState& st, const float* scores, const float* const* values, int count,
-                      int head_dim) {
+inline void FoldChunk(SoftmaxState& st, const float* scores, const float* const* values,
+                      int count, int head_dim) {
   float chunk_max = st.max;
   for (int j = 0; j < count; ++j) chunk_max = std::max(chunk_max, scores[j]);
   const float correction = ExpF(st.max - chunk_max);  // exp(-inf) = 0 on the first chunk
   st.sum *= correction;
   for (int d = 0; d < head_dim; ++d) st.acc[d] *= correction;
-  constexpr int kPiece = 64;  // entries whose weights are computed at once
-  constexpr int kLanes = 16;  // dimensions added at once
-  float w[kPiece];
-  for (int j0 = 0; j0 < count; j0 += kPiece) {
-    const int n = std::min(kPiece, count - j0);
-    for (int j = 0; j < n; ++j) w[j] = ExpF(scores[j0 + j] - chunk_max);
-    for (int j = 0; j < n; ++j) st.sum += w[j];
-    int d = 0;
-    for (; d + kLanes <= head_dim; d += kLanes) {
-      float a[kLanes];
-      for (int l = 0; l < kLanes; ++l) a[l] = st.acc[d + l];
-      for (int j = 0; j < n; ++j) {
-        const float* v = values[j0 + j] + d;
-        for (int l = 0; l < kLanes; ++l) a[l] += w[j] * v[l];
-      }
-      for (int l = 0; l < kLanes; ++l) st.acc[d + l] = a[l];
-    }
-    for (; d < head_dim; ++d) {
-      float a = st.acc[d];
-      for (int j = 0; j < n; ++j) a += w[j] * values[j0 + j][d];
-      st.acc[d] = a;
-    }
+  for (int j = 0; j < count; ++j) {
+    const float w = ExpF(scores[j] - chunk_max);
+    st.sum += w;
+    const float* v = values[j];
+    for (int d = 0; d < head_dim; ++d) st.acc[d] += w * v[d];
   }
   st.max = chunk_max;
 }
