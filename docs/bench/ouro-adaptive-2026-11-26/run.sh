@@ -7,7 +7,7 @@
 # the figures sit side by side. The gate's bias and threshold set the exit mix (see
 # exits_per_loop in the JSON); sampled tokens (temperature 0.8) give every request its own.
 #
-#   docs/bench/ouro-adaptive-2026-11-26/run.sh MORSERVE [OUT_DIR] [MODEL_DIR]
+#   [WEIGHTS=auto|amx-bf16|...] docs/bench/ouro-adaptive-2026-11-26/run.sh MORSERVE [OUT_DIR] [MODEL_DIR]
 set -euo pipefail
 M=$1
 OUT=${2:-$(dirname "$0")}
@@ -15,6 +15,7 @@ D=${3:-/tmp/ouro-bench}
 Q=${Q:-0.7}
 B=${B:-0.4}
 REQUESTS=${REQUESTS:-48}
+WEIGHTS=${WEIGHTS:-auto}
 mkdir -p "$D" "$OUT"
 shape=(--family ouro --hidden 1024 --layers 24 --recursions 4 --heads 16 --kv-heads 16
        --intermediate 2816 --vocab 32000 --dtype bf16 --max-pos 1024 --exit-threshold "$Q" --router-bias "$B")
@@ -23,4 +24,4 @@ shape=(--family ouro --hidden 1024 --layers 24 --recursions 4 --heads 16 --kv-he
 lscpu | grep -E "Model name|^Flags" >"$OUT/cpu.txt"
 "$M" bench --models "$D/ouro-full,$D/ouro-adaptive" --requests "$REQUESTS" --mean-tokens 48 --std-tokens 12 \
   --prompt-len 16 --batches 1,8,32 --modes depth,sequence --warmup 4 --temperature 0.8 \
-  --membw-mb 512 --out "$OUT/bench.json"
+  --membw-mb 512 --weights "$WEIGHTS" --out "$OUT/bench.json"
