@@ -2,7 +2,7 @@
 // fp32 summation bound of the exact product of the bf16-rounded inputs, a row's bits the same
 // alone and at every place of batches of 1..40 rows and for any column split, the layout's
 // decode and the format's routing in CpuLinear. Skipped where the host has no usable AMX. (The
-// tile unit's order inside an instruction is not documented; on a Sapphire Rapids it matched
+// tile unit's order inside an instruction is not documented; on a Xeon with AMX it matched
 // neither a sequential fp32 sum of the products nor pair-first nor a single rounding per pair
 // for every element, so the test holds it to the bound, not to an emulation.)
 #include <gtest/gtest.h>
