@@ -11,15 +11,8 @@
 // Tiles: C 0..3 (mb rows x 16 fp32 columns each: a group of 64 output columns), A 4 (mb rows x 32
 // bf16 values of k), B 5..7 in turn (16 k pairs x 16 columns x 2). Rows of x run in blocks of up
 // to 16 inside each group of 64 columns; a block sums over every k block, then stores.
-#if defined(__GNUC__) && !defined(__clang__)
-// GCC 12's AVX-512 headers initialise _mm512_undefined_* from themselves (GCC bug 105593): its
-// -W(maybe-)uninitialized warnings on them are false.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 #include <asm/prctl.h>
 #include <cpuid.h>
-#include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -29,6 +22,7 @@
 
 #include "engine/core/check.h"
 #include "engine/cpu/linear_kernels.h"
+#include "engine/cpu/simd_intrinsics.h"
 #include "engine/cpu/simd_target.h"
 
 namespace morserve {

@@ -12,9 +12,9 @@
 #include <cstring>
 #include <vector>
 
-#include "engine/core/check.h"
 #include "engine/cpu/linear_kernels.h"
 #include "engine/cpu/simd_target.h"
+#include "engine/cpu/weight_format_dispatch.h"
 
 namespace morserve {
 
@@ -239,18 +239,8 @@ void DirectAs(const LinearArgs& a, int n0, int n1) {
 }
 
 void Direct(const LinearArgs& a, int n0, int n1) {
-  switch (a.w->format()) {
-    case WeightFormat::kF32:
-      return DirectAs<F32Format>(a, n0, n1);
-    case WeightFormat::kBF16:
-      return DirectAs<Half16Format<true>>(a, n0, n1);
-    case WeightFormat::kF16:
-      return DirectAs<Half16Format<false>>(a, n0, n1);
-    case WeightFormat::kQ8:
-      return DirectAs<Q8Format>(a, n0, n1);
-    case WeightFormat::kAmxBf16:
-      MORSERVE_CHECK(false, "amx-bf16 weights run on the AMX set only");
-  }
+  VisitWeightFormat<F32Format, Half16Format<true>, Half16Format<false>, Q8Format>(
+      a.w->format(), [&](auto tag) { DirectAs<typename decltype(tag)::type>(a, n0, n1); });
 }
 
 // Row j of W as exact fp32, block b of 8 values stored at out + b * stride.
@@ -274,18 +264,9 @@ void DecodeRowAs(const WeightRow& r, int k, float* out, int stride) {
 }
 
 void DecodeRow(const LinearWeights& w, int j, float* out, int stride) {
-  switch (w.format()) {
-    case WeightFormat::kF32:
-      return DecodeRowAs<F32Format>(w.row(j), w.k(), out, stride);
-    case WeightFormat::kBF16:
-      return DecodeRowAs<Half16Format<true>>(w.row(j), w.k(), out, stride);
-    case WeightFormat::kF16:
-      return DecodeRowAs<Half16Format<false>>(w.row(j), w.k(), out, stride);
-    case WeightFormat::kQ8:
-      return DecodeRowAs<Q8Format>(w.row(j), w.k(), out, stride);
-    case WeightFormat::kAmxBf16:
-      MORSERVE_CHECK(false, "amx-bf16 weights run on the AMX set only");
-  }
+  VisitWeightFormat<F32Format, Half16Format<true>, Half16Format<false>, Q8Format>(
+      w.format(),
+      [&](auto tag) { DecodeRowAs<typename decltype(tag)::type>(w.row(j), w.k(), out, stride); });
 }
 
 // From this many rows on, decoding a panel once beats decoding the weights in every tile.

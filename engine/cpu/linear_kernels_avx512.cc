@@ -9,20 +9,13 @@
 // the AVX2 set and 32 registers: tiles of MB rows x NP column pairs (1 x 8, 2 x 8, 3 x 6, 4 x 6).
 // Needs AVX-512 F, BW, DQ and VL (every AVX-512 CPU since Skylake-SP). Compiled with
 // -ffp-contract=off (the FMAs are the written intrinsics).
-#if defined(__GNUC__) && !defined(__clang__)
-// GCC 12's AVX-512 headers initialise _mm512_undefined_* from themselves (GCC bug 105593): its
-// -W(maybe-)uninitialized warnings on them are false.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <immintrin.h>
-
 #include <algorithm>
 #include <vector>
 
-#include "engine/core/check.h"
 #include "engine/cpu/linear_kernels.h"
+#include "engine/cpu/simd_intrinsics.h"
 #include "engine/cpu/simd_target.h"
+#include "engine/cpu/weight_format_dispatch.h"
 
 namespace morserve {
 
@@ -292,18 +285,8 @@ void DirectAs(const LinearArgs& a, int n0, int n1) {
 }
 
 void Direct(const LinearArgs& a, int n0, int n1) {
-  switch (a.w->format()) {
-    case WeightFormat::kF32:
-      return DirectAs<F32Format>(a, n0, n1);
-    case WeightFormat::kBF16:
-      return DirectAs<Half16Format<true>>(a, n0, n1);
-    case WeightFormat::kF16:
-      return DirectAs<Half16Format<false>>(a, n0, n1);
-    case WeightFormat::kQ8:
-      return DirectAs<Q8Format>(a, n0, n1);
-    case WeightFormat::kAmxBf16:
-      MORSERVE_CHECK(false, "amx-bf16 weights run on the AMX set only");
-  }
+  VisitWeightFormat<F32Format, Half16Format<true>, Half16Format<false>, Q8Format>(
+      a.w->format(), [&](auto tag) { DirectAs<typename decltype(tag)::type>(a, n0, n1); });
 }
 
 // From this many rows on, decoding a panel once beats decoding the weights in every tile.
@@ -342,18 +325,9 @@ void DecodePairsAs(const LinearWeights& w, int j0, int ncols, float* out, int st
 }
 
 void DecodePairs(const LinearWeights& w, int j0, int ncols, float* out, int stride) {
-  switch (w.format()) {
-    case WeightFormat::kF32:
-      return DecodePairsAs<F32Format>(w, j0, ncols, out, stride);
-    case WeightFormat::kBF16:
-      return DecodePairsAs<Half16Format<true>>(w, j0, ncols, out, stride);
-    case WeightFormat::kF16:
-      return DecodePairsAs<Half16Format<false>>(w, j0, ncols, out, stride);
-    case WeightFormat::kQ8:
-      return DecodePairsAs<Q8Format>(w, j0, ncols, out, stride);
-    case WeightFormat::kAmxBf16:
-      MORSERVE_CHECK(false, "amx-bf16 weights run on the AMX set only");
-  }
+  VisitWeightFormat<F32Format, Half16Format<true>, Half16Format<false>, Q8Format>(
+      w.format(),
+      [&](auto tag) { DecodePairsAs<typename decltype(tag)::type>(w, j0, ncols, out, stride); });
 }
 
 // m >= kPanelMinRows: decode PanelRows(k) rows at a time to fp32, interleaved by 12-column tile

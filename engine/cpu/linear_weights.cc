@@ -60,13 +60,19 @@ int64_t WeightRowBytes(WeightFormat format, int k) {
   return 0;
 }
 
+namespace {
+
+// Index (uint16 units) of column c (0..15) and k offset q (0..31) inside one 1 KiB tile:
+// row q / 2 of k pairs, the column's pair at c * 2, the value q % 2 within it.
+int AmxInTile(int c, int q) { return (q / 2) * 32 + c * 2 + q % 2; }
+
+}  // namespace
+
 int64_t AmxTileIndex(int k, int j, int p) {
   const int64_t kblocks = RoundUp(k, LinearWeights::kAmxKBlock) / LinearWeights::kAmxKBlock;
-  const int64_t g = j / LinearWeights::kAmxGroupCols, t = (j % LinearWeights::kAmxGroupCols) / 16,
-                c = j % 16;
-  const int64_t kb = p / LinearWeights::kAmxKBlock, r = (p % LinearWeights::kAmxKBlock) / 2,
-                e = p % 2;
-  return (((g * kblocks + kb) * 4 + t) * 16 + r) * 32 + c * 2 + e;
+  const int64_t g = j / LinearWeights::kAmxGroupCols, t = (j % LinearWeights::kAmxGroupCols) / 16;
+  const int64_t kb = p / LinearWeights::kAmxKBlock;
+  return ((g * kblocks + kb) * 4 + t) * 16 * 32 + AmxInTile(j % 16, p % LinearWeights::kAmxKBlock);
 }
 
 void QuantizeRowQ8(const float* w, int k, int8_t* q, uint16_t* scales) {
@@ -128,17 +134,15 @@ void LinearWeights::PackAmx(const float* w) {
   const int np = RoundUp(n_, kAmxGroupCols), kp = RoundUp(k_, kAmxKBlock);
   owned_.assign(static_cast<size_t>(np) * kp * 2, 0);
   auto* tiles = reinterpret_cast<uint16_t*>(owned_.data());
-  // Tile by tile in storage order (AmxTileIndex's layout): each reads 16 rows of W, 32 values
-  // each, and writes 1 KiB in sequence.
-  uint16_t* dst = tiles;
+  // Tile by tile in storage order: each reads 16 rows of W, 32 values each.
   for (int g = 0; g < np; g += kAmxGroupCols) {
     for (int kb = 0; kb < kp; kb += kAmxKBlock) {
-      for (int j0 = g; j0 < g + kAmxGroupCols; j0 += 16, dst += 16 * kAmxKBlock) {
+      for (int j0 = g; j0 < std::min(n_, g + kAmxGroupCols); j0 += 16) {
+        uint16_t* tile = tiles + AmxTileIndex(k_, j0, kb);
         for (int c = 0; c < 16 && j0 + c < n_; ++c) {
           const float* src = w + static_cast<size_t>(j0 + c) * k_;
-          for (int p = kb; p < std::min(k_, kb + kAmxKBlock); ++p) {
-            dst[((p - kb) / 2) * 32 + c * 2 + (p - kb) % 2] = F32ToBf16(src[p]);
-          }
+          for (int p = kb; p < std::min(k_, kb + kAmxKBlock); ++p)
+            tile[AmxInTile(c, p - kb)] = F32ToBf16(src[p]);
         }
       }
     }

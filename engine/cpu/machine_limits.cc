@@ -1,13 +1,5 @@
 // Read bandwidth and FMA peak of this machine (see machine_limits.h).
-#if defined(__GNUC__) && !defined(__clang__)
-// GCC 12's AVX-512 headers initialise _mm512_undefined_* from themselves (GCC bug 105593): its
-// -W(maybe-)uninitialized warnings on them are false.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
 #include "engine/cpu/machine_limits.h"
-
-#include <immintrin.h>
 
 #include <algorithm>
 #include <atomic>
@@ -18,6 +10,7 @@
 
 #include "engine/core/check.h"
 #include "engine/cpu/mem_bandwidth.h"
+#include "engine/cpu/simd_intrinsics.h"
 #include "engine/cpu/simd_target.h"
 
 namespace morserve {

@@ -15,6 +15,7 @@
 #include "engine/cpu/linear_kernels.h"
 #include "engine/cpu/linear_weights.h"
 #include "engine/model/dtype.h"
+#include "tests/linear_kernel_run.h"
 #include "tests/random_values.h"
 
 namespace morserve {
@@ -33,17 +34,7 @@ std::vector<uint32_t> Bits(const float* p, size_t n) {
 
 std::vector<float> RunAmx(const LinearWeights& w, const std::vector<float>& x, int m,
                           bool accumulate, const std::vector<float>& y0, int n0, int n1) {
-  std::vector<float> y = y0;
-  LinearArgs a;
-  a.x = x.data();
-  a.ldx = w.k();
-  a.m = m;
-  a.w = &w;
-  a.y = y.data();
-  a.ldy = w.n();
-  a.accumulate = accumulate;
-  AmxLinearKernels()->run(a, n0, n1);
-  return y;
+  return testing::RunLinearKernelSet(*AmxLinearKernels(), w, x, m, y0, accumulate, n0, n1);
 }
 
 #define SKIP_WITHOUT_AMX() \

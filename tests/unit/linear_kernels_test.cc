@@ -15,6 +15,7 @@
 
 #include "engine/cpu/linear_weights.h"
 #include "engine/model/dtype.h"
+#include "tests/linear_kernel_run.h"
 #include "tests/random_values.h"
 
 namespace morserve {
@@ -35,17 +36,7 @@ std::vector<const LinearKernelSet*> VectorSets() {
 std::vector<float> RunSet(const LinearKernelSet& set, const LinearWeights& w,
                           const std::vector<float>& x, int m, const std::vector<float>& y0,
                           bool accumulate, int n0, int n1) {
-  std::vector<float> y = y0;
-  LinearArgs a;
-  a.x = x.data();
-  a.ldx = w.k();
-  a.m = m;
-  a.w = &w;
-  a.y = y.data();
-  a.ldy = w.n();
-  a.accumulate = accumulate;
-  set.run(a, n0, n1);
-  return y;
+  return testing::RunLinearKernelSet(set, w, x, m, y0, accumulate, n0, n1);
 }
 
 TEST(LinearKernelsTest, HostHasAVectorSetOrSaysSo) {
