@@ -308,6 +308,9 @@ WeightFormat CpuModelRunner::FormatFor(DType stored, bool quantizable) const {
     case CpuWeights::kAmxBf16:
       if (quantizable) return WeightFormat::kAmxBf16;
       break;
+    case CpuWeights::kW8A8:
+      if (quantizable) return WeightFormat::kW8A8;
+      break;
     case CpuWeights::kAuto:
       break;
   }

@@ -55,6 +55,13 @@ const LinearKernelSet* Avx512LinearKernels();
 // CpuLinear picks it for amx-bf16 weights. nullptr when the host lacks AMX-TILE/AMX-BF16 or
 // Linux refuses the tile state.
 const LinearKernelSet* AmxLinearKernels();
+// The w8a8 sets (linear_kernels_w8a8.cc) run w8a8 weights only: each row of x quantized to int8
+// in groups of 32 and integer dot products per group, scaled in one fixed fp32 order (batch
+// invariant by construction; the VNNI set gives the scalar set's bits). CpuLinear picks the VNNI
+// set for w8a8 weights; the scalar set is its reference in the tests. The VNNI set is nullptr
+// when the host lacks AVX-512 F/BW/VNNI.
+const LinearKernelSet& W8A8ScalarLinearKernels();
+const LinearKernelSet* W8A8VnniLinearKernels();
 // The fastest set the host runs (avx512, then avx2, then scalar), unless $MORSERVE_CPU_KERNELS
 // names one ("scalar", "avx2", "avx512"): a name the host cannot run is a fatal error that
 // names it.

@@ -39,6 +39,8 @@ std::string_view WeightFormatName(WeightFormat f) {
       return "int8";
     case WeightFormat::kAmxBf16:
       return "amx-bf16";
+    case WeightFormat::kW8A8:
+      return "w8a8";
   }
   return "?";
 }
@@ -50,7 +52,8 @@ int64_t WeightRowBytes(WeightFormat format, int k) {
     case WeightFormat::kBF16:
     case WeightFormat::kF16:
       return int64_t{2} * k;
-    case WeightFormat::kQ8: {
+    case WeightFormat::kQ8:
+    case WeightFormat::kW8A8: {
       const int kq = RoundUpToGroup(k);
       return kq + int64_t{2} * (kq / kGroup);
     }
@@ -73,6 +76,19 @@ int64_t AmxTileIndex(int k, int j, int p) {
   const int64_t g = j / LinearWeights::kAmxGroupCols, t = (j % LinearWeights::kAmxGroupCols) / 16;
   const int64_t kb = p / LinearWeights::kAmxKBlock;
   return ((g * kblocks + kb) * 4 + t) * 16 * 32 + AmxInTile(j % 16, p % LinearWeights::kAmxKBlock);
+}
+
+int64_t W8A8ValueIndex(int k, int j, int p) {
+  const int64_t kgroups = RoundUpToGroup(k) / kGroup;
+  const int64_t cg = j / LinearWeights::kW8A8GroupCols, c = j % LinearWeights::kW8A8GroupCols;
+  const int64_t g = p / kGroup, q = (p % kGroup) / 4;
+  return ((cg * kgroups + g) * 8 + q) * 64 + c * 4 + p % 4;
+}
+
+int64_t W8A8ScaleIndex(int k, int j, int p) {
+  const int64_t kgroups = RoundUpToGroup(k) / kGroup;
+  const int64_t cg = j / LinearWeights::kW8A8GroupCols, c = j % LinearWeights::kW8A8GroupCols;
+  return (cg * kgroups + p / kGroup) * LinearWeights::kW8A8GroupCols + c;
 }
 
 void QuantizeRowQ8(const float* w, int k, int8_t* q, uint16_t* scales) {
@@ -111,17 +127,57 @@ void DecodeWeightRow(WeightFormat format, const WeightRow& row, int k, float* ou
       return;
     }
     case WeightFormat::kAmxBf16:
-      MORSERVE_CHECK(
-          false, "DecodeWeightRow: amx-bf16 rows are not contiguous (LinearWeights::DecodeRow)");
+    case WeightFormat::kW8A8:
+      MORSERVE_CHECK(false, "DecodeWeightRow: amx-bf16 and w8a8 rows are not contiguous "
+                            "(LinearWeights::DecodeRow)");
   }
 }
 
 int64_t LinearWeights::bytes() const { return WeightRowBytes(format_, k_) * n_; }
 
 void LinearWeights::DecodeRow(int i, float* out) const {
+  if (format_ == WeightFormat::kW8A8) {
+    const uint8_t* values = w8a8_values();
+    const uint16_t* scales = w8a8_scales();
+    for (int p = 0; p < k_; ++p) {
+      const int q = static_cast<int>(values[W8A8ValueIndex(k_, i, p)]) - 128;
+      out[p] = static_cast<float>(q) * F16ToF32(scales[W8A8ScaleIndex(k_, i, p)]);
+    }
+    return;
+  }
   if (format_ != WeightFormat::kAmxBf16) return DecodeWeightRow(format_, rows_[i], k_, out);
   const uint16_t* tiles = amx_tiles();
   for (int p = 0; p < k_; ++p) out[p] = Bf16ToF32(tiles[AmxTileIndex(k_, i, p)]);
+}
+
+const uint8_t* LinearWeights::w8a8_values() const {
+  return format_ == WeightFormat::kW8A8 ? owned_.data() : nullptr;
+}
+
+const uint16_t* LinearWeights::w8a8_scales() const {
+  if (format_ != WeightFormat::kW8A8) return nullptr;
+  const int64_t np = RoundUp(n_, kW8A8GroupCols);
+  return reinterpret_cast<const uint16_t*>(owned_.data() + np * RoundUpToGroup(k_));
+}
+
+// owned_ holds the values of round_up(n_, 16) columns x round_up(k_, 32), then their scales;
+// padding columns and padding k are q = 0 (byte 128) with scale 0.
+void LinearWeights::PackW8A8(const float* w) {
+  const int np = RoundUp(n_, kW8A8GroupCols), kq = RoundUpToGroup(k_);
+  const size_t value_bytes = static_cast<size_t>(np) * kq;
+  owned_.assign(value_bytes + static_cast<size_t>(np) * (kq / kGroup) * 2, 0);
+  std::fill(owned_.begin(), owned_.begin() + static_cast<std::ptrdiff_t>(value_bytes), 128);
+  auto* scales = reinterpret_cast<uint16_t*>(owned_.data() + value_bytes);
+  std::vector<int8_t> q(kq);
+  std::vector<uint16_t> d(kq / kGroup);
+  for (int j = 0; j < n_; ++j) {
+    QuantizeRowQ8(w + static_cast<size_t>(j) * k_, k_, q.data(), d.data());
+    for (int p = 0; p < kq; ++p)
+      owned_[W8A8ValueIndex(k_, j, p)] = static_cast<uint8_t>(q[p] + 128);
+    for (int g = 0; g < kq / kGroup; ++g) scales[W8A8ScaleIndex(k_, j, g * kGroup)] = d[g];
+  }
+  rows_.assign(n_, WeightRow{owned_.data(), scales});
+  fill_ = owned_.size();
 }
 
 const uint16_t* LinearWeights::amx_tiles() const {
@@ -178,7 +234,8 @@ void LinearWeights::PackRows(const float* w, int n) {
         break;
       }
       case WeightFormat::kAmxBf16:
-        MORSERVE_CHECK(false, "PackRows: amx-bf16 weights are packed whole (PackAmx)");
+      case WeightFormat::kW8A8:
+        MORSERVE_CHECK(false, "PackRows: amx-bf16 and w8a8 weights are packed whole");
     }
     rows_.push_back(row);
     fill_ += static_cast<size_t>(row_bytes);
@@ -193,6 +250,10 @@ LinearWeights LinearWeights::FromF32(const float* w, int n, int k, WeightFormat 
   out.format_ = format;
   if (format == WeightFormat::kAmxBf16) {
     out.PackAmx(w);
+    return out;
+  }
+  if (format == WeightFormat::kW8A8) {
+    out.PackW8A8(w);
     return out;
   }
   out.owned_.resize(static_cast<size_t>(WeightRowBytes(format, k)) * n);
@@ -220,14 +281,18 @@ absl::StatusOr<LinearWeights> LinearWeights::FromViews(std::span<const TensorVie
     out.n_ += static_cast<int>(t->shape[0]);
     if (!ReadsInPlace(format, t->dtype)) owned_rows += t->shape[0];
   }
-  if (format == WeightFormat::kAmxBf16) {
+  if (format == WeightFormat::kAmxBf16 || format == WeightFormat::kW8A8) {
     std::vector<float> all;
     all.reserve(static_cast<size_t>(out.n_) * out.k_);
     for (const TensorView* t : parts) {
       const std::vector<float> f = t->ToF32Vector();
       all.insert(all.end(), f.begin(), f.end());
     }
-    out.PackAmx(all.data());
+    if (format == WeightFormat::kAmxBf16) {
+      out.PackAmx(all.data());
+    } else {
+      out.PackW8A8(all.data());
+    }
     return out;
   }
   out.owned_.resize(static_cast<size_t>(WeightRowBytes(format, out.k_) * owned_rows));

@@ -14,6 +14,12 @@
 // kAmxKBlock (zero-padded); per group and k block, 4 tiles of 16 columns, each tile 16 rows of
 // k pairs x 16 columns x 2 values (1 KiB), so a group's weights are one contiguous stream.
 //
+// W8A8 is for the w8a8 kernel sets (linear_kernels_w8a8.cc): the Q8 values and scales of every
+// row (the same numbers as int8), one owned copy in VNNI order: columns in groups of
+// kW8A8GroupCols (n padded with zero columns), k in Q8 groups of 32 (zero-padded); per column
+// group and k group, 8 quads of k x 16 columns x 4 bytes (512 bytes, each byte q + 128 as an
+// unsigned value), then, in a second array, the 16 columns' f16 scales of each k group.
+//
 // Several tensors can be stacked along n (the fused q|k|v and gate|up projections) without
 // copying: each output row keeps its own pointer.
 #pragma once
@@ -24,13 +30,14 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/core/aligned_allocator.h"
 #include "engine/model/tensor_view.h"
 
 namespace morserve {
 
-enum class WeightFormat { kF32, kBF16, kF16, kQ8, kAmxBf16 };
+enum class WeightFormat { kF32, kBF16, kF16, kQ8, kAmxBf16, kW8A8 };
 
-std::string_view WeightFormatName(WeightFormat f);  // "f32", "bf16", "f16", "int8", "amx-bf16"
+std::string_view WeightFormatName(WeightFormat f);  // "f32", ..., "amx-bf16", "w8a8"
 
 // One output row: its k values (format-specific bytes) and, for Q8, its group scales (f16).
 struct WeightRow {
@@ -43,6 +50,7 @@ class LinearWeights {
   static constexpr int kQ8Group = 32;
   static constexpr int kAmxGroupCols = 64;
   static constexpr int kAmxKBlock = 32;
+  static constexpr int kW8A8GroupCols = 16;
 
   // The rows of `parts` stacked in order (every part [rows_i, k], the same k), in `format`:
   // read in place when a part's dtype is that format, converted (bf16 rounds to nearest even,
@@ -71,27 +79,36 @@ class LinearWeights {
   void DecodeRow(int i, float* out) const;
   // kAmxBf16: the tiles (see above); nullptr for the other formats.
   const uint16_t* amx_tiles() const;
+  // kW8A8: the values (q + 128) and the scales (see above); nullptr for the other formats.
+  const uint8_t* w8a8_values() const;
+  const uint16_t* w8a8_scales() const;
 
  private:
   void PackRows(const float* w, int n);  // appends n rows given as fp32, converted to format_
   void PackAmx(const float* w);          // all n_ rows given as fp32, rounded to bf16 tiles
+  void PackW8A8(const float* w);         // all n_ rows given as fp32, quantized to VNNI order
 
   int n_ = 0;
   int k_ = 0;
   WeightFormat format_ = WeightFormat::kF32;
   std::vector<WeightRow> rows_;
-  std::vector<uint8_t> owned_;
+  std::vector<uint8_t, AlignedAllocator<uint8_t>> owned_;  // 64-byte aligned: SIMD loads
   size_t fill_ = 0;  // bytes of owned_ written so far
 };
 
-// Bytes of one row's values in `format` (Q8: k rounded up to groups, plus the f16 scales;
-// AmxBf16: k rounded up to kAmxKBlock).
+// Bytes of one row's values in `format` (Q8 and W8A8: k rounded up to groups, plus the f16
+// scales; AmxBf16: k rounded up to kAmxKBlock).
 int64_t WeightRowBytes(WeightFormat format, int k);
 
 // Index (uint16 units) of W[j, p] in the AmxBf16 tiles of a weight with k columns.
 int64_t AmxTileIndex(int k, int j, int p);
 
-// Decodes one row of `format` (k values, not kAmxBf16) to exact fp32.
+// Index (bytes) of W[j, p] in the W8A8 values of a weight with k columns; its scale is at
+// W8A8ScaleIndex(k, j, p) in the scales.
+int64_t W8A8ValueIndex(int k, int j, int p);
+int64_t W8A8ScaleIndex(int k, int j, int p);
+
+// Decodes one row of `format` (k values, not kAmxBf16 or kW8A8) to exact fp32.
 void DecodeWeightRow(WeightFormat format, const WeightRow& row, int k, float* out);
 
 // Quantizes one row to Q8: q[round_up(k, 32)] and scales[round_up(k, 32) / 32] (f16 bits).

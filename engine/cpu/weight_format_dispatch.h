@@ -1,7 +1,7 @@
 // VisitWeightFormat: the one switch from a LinearWeights format to a vector kernel file's
 // decoder type. Each kernel set (linear_kernels_avx2.cc, linear_kernels_avx512.cc) has its own
 // decoder structs per format; this calls fn(FormatTag<Decoder>{}) with the one for `format`,
-// and refuses amx-bf16, which only the AMX set reads (CpuLinear routes it there).
+// and refuses amx-bf16 and w8a8, which only their own sets read (CpuLinear routes them there).
 #pragma once
 
 #include "engine/core/check.h"
@@ -26,9 +26,12 @@ void VisitWeightFormat(WeightFormat format, Fn&& fn) {
     case WeightFormat::kQ8:
       return fn(FormatTag<Q8>{});
     case WeightFormat::kAmxBf16:
+      MORSERVE_CHECK(false, "amx-bf16 weights run on the AMX kernel set only");
+      return;
+    case WeightFormat::kW8A8:
       break;
   }
-  MORSERVE_CHECK(false, "amx-bf16 weights run on the AMX kernel set only");
+  MORSERVE_CHECK(false, "w8a8 weights run on the w8a8 kernel sets only");
 }
 
 }  // namespace morserve

@@ -12,7 +12,7 @@ enum class BatchingMode {
 };
 
 // The format the CPU backend keeps projection and LM-head weights in (engine/cpu/
-// linear_weights.h); activations and accumulation are fp32, except with kAmxBf16.
+// linear_weights.h); activations and accumulation are fp32, except with kAmxBf16 and kW8A8.
 enum class CpuWeights {
   kAuto,  // the checkpoint's dtype (bf16 and f16 read in place), fp32 otherwise
   kF32,
@@ -21,6 +21,8 @@ enum class CpuWeights {
   kInt8,  // Q8 groups of 32 with an f16 scale, quantized at load; routers and LoRA stay as stored
   kAmxBf16,  // bf16 in AMX tile order; each projection's input rounded to bf16, fp32 sums on the
              // AMX tile unit (Sapphire Rapids and later); routers and LoRA stay as stored
+  kW8A8,  // int8 as kInt8, in VNNI order; each projection's input quantized to int8 per group
+          // of 32, integer dot products (AVX-512 VNNI); routers and LoRA stay as stored
 };
 
 // How a recurrent layer (docs/models.md#recurrent-transformer-layers) runs a prefill chunk of

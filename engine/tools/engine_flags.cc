@@ -25,8 +25,9 @@ absl::StatusOr<CpuWeights> ParseCpuWeights(const std::string& s) {
   if (s == "f16") return CpuWeights::kF16;
   if (s == "int8") return CpuWeights::kInt8;
   if (s == "amx-bf16") return CpuWeights::kAmxBf16;
+  if (s == "w8a8") return CpuWeights::kW8A8;
   return absl::InvalidArgumentError(
-      absl::StrCat("--weights: auto, f32, bf16, f16, int8 or amx-bf16, got '", s, "'"));
+      absl::StrCat("--weights: auto, f32, bf16, f16, int8, amx-bf16 or w8a8, got '", s, "'"));
 }
 
 const char* CpuWeightsName(CpuWeights w) {
@@ -43,6 +44,8 @@ const char* CpuWeightsName(CpuWeights w) {
       return "int8";
     case CpuWeights::kAmxBf16:
       return "amx-bf16";
+    case CpuWeights::kW8A8:
+      return "w8a8";
   }
   return "?";
 }
