@@ -22,12 +22,12 @@ CpuLinear::CpuLinear(LinearWeights w, ThreadPool* pool, const LinearKernelSet* k
   MORSERVE_CHECK((kernels_ == AmxLinearKernels()) == (w_.format() == WeightFormat::kAmxBf16),
                  "the AMX kernel set runs amx-bf16 weights, and only it does");
   if (w_.format() == WeightFormat::kW8A8 && kernels == nullptr) {
-    MORSERVE_CHECK(W8A8VnniLinearKernels() != nullptr,
-                   "w8a8 weights: this CPU has no AVX-512 VNNI");
-    kernels_ = W8A8VnniLinearKernels();
+    MORSERVE_CHECK(W8A8BestLinearKernels() != nullptr, "w8a8 weights: this CPU has no AVX2");
+    kernels_ = W8A8BestLinearKernels();
   }
-  const bool w8a8_set =
-      kernels_ == W8A8VnniLinearKernels() || kernels_ == &W8A8ScalarLinearKernels();
+  const bool w8a8_set = kernels_ == W8A8VnniLinearKernels() ||
+                        kernels_ == W8A8Avx2LinearKernels() ||
+                        kernels_ == &W8A8ScalarLinearKernels();
   MORSERVE_CHECK(w8a8_set == (w_.format() == WeightFormat::kW8A8),
                  "the w8a8 kernel sets run w8a8 weights, and only they do");
 }

@@ -57,11 +57,14 @@ const LinearKernelSet* Avx512LinearKernels();
 const LinearKernelSet* AmxLinearKernels();
 // The w8a8 sets (linear_kernels_w8a8.cc) run w8a8 weights only: each row of x quantized to int8
 // in groups of 32 and integer dot products per group, scaled in one fixed fp32 order (batch
-// invariant by construction; the VNNI set gives the scalar set's bits). CpuLinear picks the VNNI
-// set for w8a8 weights; the scalar set is its reference in the tests. The VNNI set is nullptr
-// when the host lacks AVX-512 F/BW/VNNI.
+// invariant by construction; every set gives the scalar set's bits). CpuLinear picks the best
+// one the host has for w8a8 weights; the scalar set is their reference in the tests. The VNNI
+// set is nullptr without AVX-512 F/BW/VNNI, the AVX2 set without AVX2/FMA/F16C.
 const LinearKernelSet& W8A8ScalarLinearKernels();
 const LinearKernelSet* W8A8VnniLinearKernels();
+const LinearKernelSet* W8A8Avx2LinearKernels();
+// The VNNI set, else the AVX2 set, else nullptr (the engine refuses w8a8 then).
+const LinearKernelSet* W8A8BestLinearKernels();
 // The fastest set the host runs (avx512, then avx2, then scalar), unless $MORSERVE_CPU_KERNELS
 // names one ("scalar", "avx2", "avx512"): a name the host cannot run is a fatal error that
 // names it.

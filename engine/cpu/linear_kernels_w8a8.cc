@@ -106,6 +106,35 @@ void RunW8A8Scalar(const LinearArgs& a, int n0, int n1) {
   }
 }
 
+// One vector path: its quantization of x and its tiles of 1..tile_rows rows x one column group.
+using QuantizeFn = void (*)(const LinearArgs&, QuantizedRows*);
+using TileFn = void (*)(const QuantizedRows&, int, const uint8_t*, const uint16_t*, float*);
+struct VectorPath {
+  QuantizeFn quantize;
+  const TileFn* tiles;  // tiles[r] for r rows
+  int tile_rows;
+};
+
+void RunVectorPath(const VectorPath& path, const LinearArgs& a, int n0, int n1) {
+  const LinearWeights& w = *a.w;
+  MORSERVE_CHECK(w.format() == WeightFormat::kW8A8, "the w8a8 kernel sets read w8a8 weights only");
+  MORSERVE_CHECK(n0 % kCols == 0, "w8a8 column ranges start on a group of 16");
+  thread_local QuantizedRows xq;
+  path.quantize(a, &xq);
+  const int64_t group_values = static_cast<int64_t>(xq.kg) * kQuads * 64;
+  alignas(64) float out[kTileRows * kCols];
+  for (int j0 = n0; j0 < n1; j0 += kCols) {
+    const int cols = std::min(kCols, n1 - j0);
+    const uint8_t* values = w.w8a8_values() + (j0 / kCols) * group_values;
+    const uint16_t* scales = w.w8a8_scales() + static_cast<int64_t>(j0 / kCols) * xq.kg * kCols;
+    for (int i0 = 0; i0 < a.m; i0 += path.tile_rows) {
+      const int rows = std::min(path.tile_rows, a.m - i0);
+      path.tiles[rows](xq, i0, values, scales, out);
+      for (int r = 0; r < rows; ++r) Store(a, i0 + r, j0, cols, out + r * kCols);
+    }
+  }
+}
+
 }  // namespace
 
 MORSERVE_BEGIN_TARGET("avx512f,avx512bw,avx512vnni")
@@ -127,8 +156,7 @@ void QuantizeRowsVnni(const LinearArgs& a, QuantizedRows* out) {
       const auto m1 = static_cast<__mmask16>((1u << std::clamp(n - 16, 0, 16)) - 1u);
       const __m512 v0 = _mm512_maskz_loadu_ps(m0, x + begin);
       const __m512 v1 = _mm512_maskz_loadu_ps(m1, x + begin + 16);
-      const float amax = _mm512_reduce_max_ps(
-          _mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
       const float d = amax / 127.0f;
       __m512i q0 = _mm512_setzero_si512(), q1 = _mm512_setzero_si512();
       if (d > 0.0f) {
@@ -166,37 +194,75 @@ void Tile(const QuantizedRows& xq, int i0, const uint8_t* values, const uint16_t
         dot[r] = _mm512_dpbusd_epi32(dot[r], wv, _mm512_set1_epi32(quad));
       }
     }
-    const __m512 dw = _mm512_cvtph_ps(
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + static_cast<size_t>(g) * kCols)));
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(
+        reinterpret_cast<const __m256i*>(scales + static_cast<size_t>(g) * kCols)));
     for (int r = 0; r < R; ++r) {
-      const __m512 t = _mm512_mul_ps(dw, _mm512_set1_ps(xq.d[static_cast<size_t>(i0 + r) * xq.kg + g]));
+      const __m512 t =
+          _mm512_mul_ps(dw, _mm512_set1_ps(xq.d[static_cast<size_t>(i0 + r) * xq.kg + g]));
       acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r]), t, acc[r]);
     }
   }
   for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + r * kCols, acc[r]);
 }
 
-using TileFn = void (*)(const QuantizedRows&, int, const uint8_t*, const uint16_t*, float*);
-constexpr TileFn kTiles[kTileRows + 1] = {nullptr,  &Tile<1>, &Tile<2>, &Tile<3>, &Tile<4>,
-                                          &Tile<5>, &Tile<6>, &Tile<7>, &Tile<8>};
+constexpr TileFn kVnniTiles[kTileRows + 1] = {nullptr,  &Tile<1>, &Tile<2>, &Tile<3>, &Tile<4>,
+                                              &Tile<5>, &Tile<6>, &Tile<7>, &Tile<8>};
 
-void RunW8A8Vnni(const LinearArgs& a, int n0, int n1) {
-  const LinearWeights& w = *a.w;
-  MORSERVE_CHECK(w.format() == WeightFormat::kW8A8, "the w8a8 kernel sets read w8a8 weights only");
-  MORSERVE_CHECK(n0 % kCols == 0, "w8a8 column ranges start on a group of 16");
-  thread_local QuantizedRows xq;
-  QuantizeRowsVnni(a, &xq);
-  const int64_t group_values = static_cast<int64_t>(xq.kg) * kQuads * 64;
-  alignas(64) float out[kTileRows * kCols];
-  for (int j0 = n0; j0 < n1; j0 += kCols) {
-    const int cols = std::min(kCols, n1 - j0);
-    const uint8_t* values = w.w8a8_values() + (j0 / kCols) * group_values;
-    const uint16_t* scales = w.w8a8_scales() + static_cast<int64_t>(j0 / kCols) * xq.kg * kCols;
-    for (int i0 = 0; i0 < a.m; i0 += kTileRows) {
-      const int rows = std::min(kTileRows, a.m - i0);
-      kTiles[rows](xq, i0, values, scales, out);
-      for (int r = 0; r < rows; ++r) Store(a, i0 + r, j0, cols, out + r * kCols);
+}  // namespace
+
+MORSERVE_END_TARGET
+
+MORSERVE_BEGIN_TARGET("avx2,fma,f16c")
+
+namespace {
+
+// Rows i0..i0+R-1 of x times one column group on AVX2, which has no VNNI: the weights back to
+// signed (q = byte ^ 0x80), x's sign moved onto them (VPSIGNB), |x| times the signed weights in
+// pairs (VPMADDUBSW: |pair| <= 2 * 127 * 127, no saturation), pairs summed to int32 (VPMADDWD).
+// That is the exact sum of q * xq, so the bias term is not added; the fp32 steps are the VNNI
+// set's, so the bits are the scalar set's.
+template <int R>
+void TileAvx2(const QuantizedRows& xq, int i0, const uint8_t* values, const uint16_t* scales,
+              float* out) {
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[R][2];
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  const int8_t* xrow = xq.q.data() + static_cast<size_t>(i0) * xq.kp;
+  for (int g = 0; g < xq.kg; ++g) {
+    __m256i dot[R][2];
+    for (int r = 0; r < R; ++r) dot[r][0] = dot[r][1] = _mm256_setzero_si256();
+    const uint8_t* wg = values + static_cast<size_t>(g) * kQuads * 64;
+    for (int q = 0; q < kQuads; ++q) {
+      __m256i wv[2];
+      for (int h = 0; h < 2; ++h) {
+        wv[h] = _mm256_xor_si256(
+            flip, _mm256_load_si256(reinterpret_cast<const __m256i*>(wg + q * 64 + h * 32)));
+      }
+      for (int r = 0; r < R; ++r) {
+        int32_t quad;
+        std::memcpy(&quad, xrow + static_cast<size_t>(r) * xq.kp + g * kGroup + q * 4, 4);
+        const __m256i xb = _mm256_set1_epi32(quad);
+        const __m256i xa = _mm256_abs_epi8(xb);
+        for (int h = 0; h < 2; ++h) {
+          const __m256i pairs = _mm256_maddubs_epi16(xa, _mm256_sign_epi8(wv[h], xb));
+          dot[r][h] = _mm256_add_epi32(dot[r][h], _mm256_madd_epi16(pairs, ones));
+        }
+      }
     }
+    for (int h = 0; h < 2; ++h) {
+      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(
+          reinterpret_cast<const __m128i*>(scales + static_cast<size_t>(g) * kCols + h * 8)));
+      for (int r = 0; r < R; ++r) {
+        const __m256 t =
+            _mm256_mul_ps(dw, _mm256_set1_ps(xq.d[static_cast<size_t>(i0 + r) * xq.kg + g]));
+        acc[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[r][h]), t, acc[r][h]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    _mm256_storeu_ps(out + r * kCols, acc[r][0]);
+    _mm256_storeu_ps(out + r * kCols + 8, acc[r][1]);
   }
 }
 
@@ -205,6 +271,17 @@ void RunW8A8Vnni(const LinearArgs& a, int n0, int n1) {
 MORSERVE_END_TARGET
 
 namespace {
+
+constexpr int kAvx2TileRows = 2;
+constexpr TileFn kAvx2Tiles[kAvx2TileRows + 1] = {nullptr, &TileAvx2<1>, &TileAvx2<2>};
+
+void RunW8A8Vnni(const LinearArgs& a, int n0, int n1) {
+  RunVectorPath(VectorPath{&QuantizeRowsVnni, kVnniTiles, kTileRows}, a, n0, n1);
+}
+
+void RunW8A8Avx2(const LinearArgs& a, int n0, int n1) {
+  RunVectorPath(VectorPath{&QuantizeRowsScalar, kAvx2Tiles, kAvx2TileRows}, a, n0, n1);
+}
 
 // Ranges of 64 columns (4 groups): enough pieces for the pool at the model's widths.
 int W8A8ChunkRows(int, int) { return 4 * kCols; }
@@ -217,11 +294,21 @@ const LinearKernelSet& W8A8ScalarLinearKernels() {
 }
 
 const LinearKernelSet* W8A8VnniLinearKernels() {
-  static const bool ok = __builtin_cpu_supports("avx512f") &&
-                         __builtin_cpu_supports("avx512bw") &&
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                          __builtin_cpu_supports("avx512vnni");
   static const LinearKernelSet set{"avx512-vnni", &RunW8A8Vnni, &W8A8ChunkRows};
   return ok ? &set : nullptr;
+}
+
+const LinearKernelSet* W8A8Avx2LinearKernels() {
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                         __builtin_cpu_supports("f16c");
+  static const LinearKernelSet set{"w8a8-avx2", &RunW8A8Avx2, &W8A8ChunkRows};
+  return ok ? &set : nullptr;
+}
+
+const LinearKernelSet* W8A8BestLinearKernels() {
+  return W8A8VnniLinearKernels() != nullptr ? W8A8VnniLinearKernels() : W8A8Avx2LinearKernels();
 }
 
 }  // namespace morserve

@@ -128,8 +128,9 @@ void DecodeWeightRow(WeightFormat format, const WeightRow& row, int k, float* ou
     }
     case WeightFormat::kAmxBf16:
     case WeightFormat::kW8A8:
-      MORSERVE_CHECK(false, "DecodeWeightRow: amx-bf16 and w8a8 rows are not contiguous "
-                            "(LinearWeights::DecodeRow)");
+      MORSERVE_CHECK(false,
+                     "DecodeWeightRow: amx-bf16 and w8a8 rows are not contiguous "
+                     "(LinearWeights::DecodeRow)");
   }
 }
 

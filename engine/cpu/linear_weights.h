@@ -93,7 +93,7 @@ class LinearWeights {
   WeightFormat format_ = WeightFormat::kF32;
   std::vector<WeightRow> rows_;
   std::vector<uint8_t, AlignedAllocator<uint8_t>> owned_;  // 64-byte aligned: SIMD loads
-  size_t fill_ = 0;  // bytes of owned_ written so far
+  size_t fill_ = 0;                                        // bytes of owned_ written so far
 };
 
 // Bytes of one row's values in `format` (Q8 and W8A8: k rounded up to groups, plus the f16

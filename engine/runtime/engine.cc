@@ -73,10 +73,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Mod
         "that grants the tile state)");
   }
   if (config.device == Device::kCpu && config.weights == CpuWeights::kW8A8 &&
-      W8A8VnniLinearKernels() == nullptr) {
+      W8A8BestLinearKernels() == nullptr) {
     return absl::FailedPreconditionError(
-        "--weights w8a8: this CPU has no AVX-512 VNNI (Ice Lake, Zen 4 or later); int8 reads the "
-        "same weights with fp32 activations on any CPU");
+        "--weights w8a8: this CPU has neither AVX-512 VNNI nor AVX2; int8 reads the same weights "
+        "with fp32 activations on any CPU");
   }
   auto runner = CreateRunner(weights, config, blocks);
   if (!runner.ok()) return runner.status();

@@ -5,9 +5,9 @@
 // bandwidth of a buffer far larger than the caches (engine/cpu/machine_limits.h) and the fp32
 // FMA peak of the thread pool. Each shape cycles through copies of its weight that together
 // exceed 256 MiB and twice the L3, so every call reads W from memory as a real model's step does
-// (the whole 360M model is far larger than the caches). amx-bf16 runs too where the host has AMX.
-// Prints one JSON object.
-// Usage: cpu_linear_bench [--quick]
+// (the whole 360M model is far larger than the caches). amx-bf16 runs too where the host has AMX,
+// w8a8 where it has AVX-512 VNNI. Prints one JSON object.
+// Usage: cpu_linear_bench [--quick] [--formats f32,bf16,int8,amx-bf16,w8a8]
 #include <unistd.h>
 
 #include <algorithm>
@@ -57,7 +57,18 @@ double SecondsPerCall(double budget_s, Fn&& fn) {
 }
 
 int Main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  bool quick = false;
+  std::string only;  // --formats: a comma-separated list of format names; empty for all
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) {
+      quick = true;
+    } else if (std::strcmp(argv[i], "--formats") == 0 && i + 1 < argc) {
+      only = std::string(",") + argv[++i] + ",";
+    } else {
+      std::fprintf(stderr, "usage: cpu_linear_bench [--quick] [--formats f32,bf16,...]\n");
+      return 2;
+    }
+  }
   ThreadPool* pool = DefaultThreadPool();
   const MachineLimits limits = MeasureMachineLimits(pool, quick ? 256 : 1024);
   std::printf(
@@ -70,7 +81,11 @@ int Main(int argc, char** argv) {
   // amx-bf16 (bf16 inputs on the AMX tile unit) where the host has it; its fma_fraction is still
   // against the fp32 FMA peak.
   if (AmxLinearKernels() != nullptr) formats.push_back(WeightFormat::kAmxBf16);
+  if (W8A8VnniLinearKernels() != nullptr) formats.push_back(WeightFormat::kW8A8);
   for (WeightFormat f : formats) {
+    if (!only.empty() &&
+        only.find("," + std::string(WeightFormatName(f)) + ",") == std::string::npos)
+      continue;
     for (const Shape& s : kShapes) {
       const auto w = testing::UniformRandom(static_cast<size_t>(s.n) * s.k, 1);
       std::vector<std::unique_ptr<CpuLinear>> copies;

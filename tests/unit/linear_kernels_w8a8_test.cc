@@ -1,9 +1,10 @@
 // The w8a8 linear kernel sets (engine/cpu/linear_kernels_w8a8.cc): the layout holds int8's
 // values, the scalar set computes the arithmetic linear_kernels_w8a8.cc states (written out again
 // here from the definition, bit for bit), the error against the exact product of the int8
-// weights stays inside the activation quantization's bound, the VNNI set gives the scalar set's
-// bits for odd shapes and m 1..64, a row's bits do not change with its batch or the thread count,
-// and CpuLinear routes the format. The VNNI cases skip where the host lacks AVX-512 VNNI.
+// weights stays inside the activation quantization's bound, the VNNI and AVX2 sets give the
+// scalar set's bits for odd shapes and m 1..64, a row's bits do not change with its batch or the
+// thread count on either, and CpuLinear routes the format. Each vector set's cases run where the
+// host has its instructions.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -61,13 +62,21 @@ float Expected(const float* x, const std::vector<float>& wf, int j, int k, float
 }
 
 std::vector<float> RunSet(const LinearKernelSet& set, const LinearWeights& w,
-                       const std::vector<float>& x, int m, bool accumulate,
-                       const std::vector<float>& y0, int n0, int n1) {
+                          const std::vector<float>& x, int m, bool accumulate,
+                          const std::vector<float>& y0, int n0, int n1) {
   return testing::RunLinearKernelSet(set, w, x, m, y0, accumulate, n0, n1);
 }
 
-#define SKIP_WITHOUT_VNNI() \
-  if (W8A8VnniLinearKernels() == nullptr) GTEST_SKIP() << "no AVX-512 VNNI on this host"
+// The vector sets this host runs.
+std::vector<const LinearKernelSet*> VectorSets() {
+  std::vector<const LinearKernelSet*> out;
+  for (const LinearKernelSet* s : {W8A8VnniLinearKernels(), W8A8Avx2LinearKernels()})
+    if (s != nullptr) out.push_back(s);
+  return out;
+}
+
+#define SKIP_WITHOUT_VECTOR_SETS() \
+  if (VectorSets().empty()) GTEST_SKIP() << "neither AVX-512 VNNI nor AVX2 on this host"
 
 TEST(W8A8LinearKernelsTest, LayoutHoldsTheInt8Values) {
   for (const Shape s : kShapes) {
@@ -144,20 +153,22 @@ TEST(W8A8LinearKernelsTest, WithinTheActivationQuantizationBound) {
   std::printf("worst error / bound: %.3f\n", worst);
 }
 
-TEST(W8A8LinearKernelsTest, VnniSetEqualsScalarBitwise) {
-  SKIP_WITHOUT_VNNI();
-  for (const Shape s : kShapes) {
-    const auto wf = UniformRandom(static_cast<size_t>(s.n) * s.k, 17 + s.k);
-    const LinearWeights w = LinearWeights::FromF32(wf.data(), s.n, s.k, WeightFormat::kW8A8);
-    for (int m = 1; m <= 64; m += (m < 10 ? 1 : 9)) {
-      auto x = UniformRandom(static_cast<size_t>(m) * s.k, 70 + m, 3.0f);
-      std::fill_n(x.begin(), std::min(s.k, kGroup), 0.0f);
-      const auto y0 = UniformRandom(static_cast<size_t>(m) * s.n, 80 + m, 2.0f);
-      for (bool acc : {false, true}) {
-        const auto want = RunSet(W8A8ScalarLinearKernels(), w, x, m, acc, y0, 0, s.n);
-        const auto got = RunSet(*W8A8VnniLinearKernels(), w, x, m, acc, y0, 0, s.n);
-        ASSERT_EQ(Bits(got.data(), got.size()), Bits(want.data(), want.size()))
-            << "n=" << s.n << " k=" << s.k << " m=" << m << " accumulate " << acc;
+TEST(W8A8LinearKernelsTest, VectorSetsEqualScalarBitwise) {
+  SKIP_WITHOUT_VECTOR_SETS();
+  for (const LinearKernelSet* set : VectorSets()) {
+    for (const Shape s : kShapes) {
+      const auto wf = UniformRandom(static_cast<size_t>(s.n) * s.k, 17 + s.k);
+      const LinearWeights w = LinearWeights::FromF32(wf.data(), s.n, s.k, WeightFormat::kW8A8);
+      for (int m = 1; m <= 64; m += (m < 10 ? 1 : 9)) {
+        auto x = UniformRandom(static_cast<size_t>(m) * s.k, 70 + m, 3.0f);
+        std::fill_n(x.begin(), std::min(s.k, kGroup), 0.0f);
+        const auto y0 = UniformRandom(static_cast<size_t>(m) * s.n, 80 + m, 2.0f);
+        for (bool acc : {false, true}) {
+          const auto want = RunSet(W8A8ScalarLinearKernels(), w, x, m, acc, y0, 0, s.n);
+          const auto got = RunSet(*set, w, x, m, acc, y0, 0, s.n);
+          ASSERT_EQ(Bits(got.data(), got.size()), Bits(want.data(), want.size()))
+              << set->name << " n=" << s.n << " k=" << s.k << " m=" << m << " accumulate " << acc;
+        }
       }
     }
   }
@@ -166,51 +177,52 @@ TEST(W8A8LinearKernelsTest, VnniSetEqualsScalarBitwise) {
 // Row r of x gives the same bits alone, at every place of batches of 1..64 rows and for column
 // ranges split at any group of 16, through CpuLinear on 1 and 2 threads.
 TEST(W8A8LinearKernelsTest, BatchInvariantBitwise) {
-  SKIP_WITHOUT_VNNI();
+  SKIP_WITHOUT_VECTOR_SETS();
   const int n = 200, k = 131;
   const auto wf = UniformRandom(n * k, 11);
   const auto probe = UniformRandom(k, 12);
   ThreadPool one(1), two(2);
-  for (ThreadPool* pool : {&one, &two}) {
-    const CpuLinear lin(LinearWeights::FromF32(wf.data(), n, k, WeightFormat::kW8A8), pool);
-    EXPECT_EQ(lin.kernel_name(), "avx512-vnni");
-    std::vector<float> alone(n);
-    lin.Forward(probe.data(), 1, alone.data());
-    for (int m : {1, 2, 7, 8, 9, 17, 33, 64}) {
-      auto x = UniformRandom(static_cast<size_t>(m) * k, 13 + m);
-      for (int at : {0, m / 2, m - 1}) {
-        std::copy(probe.begin(), probe.end(), x.begin() + static_cast<size_t>(at) * k);
-        std::vector<float> y(static_cast<size_t>(m) * n);
-        lin.Forward(x.data(), m, y.data());
-        ASSERT_EQ(Bits(alone.data(), n), Bits(&y[static_cast<size_t>(at) * n], n))
-            << "m=" << m << " at " << at << " threads " << pool->num_threads();
+  for (const LinearKernelSet* set : VectorSets()) {
+    for (ThreadPool* pool : {&one, &two}) {
+      const CpuLinear lin(LinearWeights::FromF32(wf.data(), n, k, WeightFormat::kW8A8), pool, set);
+      EXPECT_EQ(lin.kernel_name(), set->name);
+      std::vector<float> alone(n);
+      lin.Forward(probe.data(), 1, alone.data());
+      for (int m : {1, 2, 7, 8, 9, 17, 33, 64}) {
+        auto x = UniformRandom(static_cast<size_t>(m) * k, 13 + m);
+        for (int at : {0, m / 2, m - 1}) {
+          std::copy(probe.begin(), probe.end(), x.begin() + static_cast<size_t>(at) * k);
+          std::vector<float> y(static_cast<size_t>(m) * n);
+          lin.Forward(x.data(), m, y.data());
+          ASSERT_EQ(Bits(alone.data(), n), Bits(&y[static_cast<size_t>(at) * n], n))
+              << set->name << " m=" << m << " at " << at << " threads " << pool->num_threads();
+        }
       }
+      const LinearWeights w = LinearWeights::FromF32(wf.data(), n, k, WeightFormat::kW8A8);
+      const auto whole = RunSet(*set, w, probe, 1, false, std::vector<float>(n), 0, n);
+      const auto part = RunSet(*set, w, probe, 1, false, std::vector<float>(n), 48, n);
+      EXPECT_EQ(Bits(&whole[48], n - 48), Bits(&part[48], n - 48));
     }
-    const LinearWeights w = LinearWeights::FromF32(wf.data(), n, k, WeightFormat::kW8A8);
-    const auto whole = RunSet(*W8A8VnniLinearKernels(), w, probe, 1, false, std::vector<float>(n),
-                           0, n);
-    const auto part = RunSet(*W8A8VnniLinearKernels(), w, probe, 1, false, std::vector<float>(n),
-                          48, n);
-    EXPECT_EQ(Bits(&whole[48], n - 48), Bits(&part[48], n - 48));
   }
 }
 
-// The format picks the VNNI set; the other sets refuse it, the w8a8 sets refuse other formats.
+// The format picks the best w8a8 set (VNNI, then AVX2); the other sets refuse it, the w8a8 sets
+// refuse other formats.
 TEST(W8A8LinearKernelsTest, CpuLinearRoutesTheFormat) {
   const auto wf = UniformRandom(16 * 8, 14);
-  if (W8A8VnniLinearKernels() == nullptr) {
-    EXPECT_DEATH(CpuLinear(wf.data(), 16, 8, WeightFormat::kW8A8), "no AVX-512 VNNI");
+  if (W8A8BestLinearKernels() == nullptr) {
+    EXPECT_DEATH(CpuLinear(wf.data(), 16, 8, WeightFormat::kW8A8), "no AVX2");
   } else {
-    EXPECT_EQ(CpuLinear(wf.data(), 16, 8, WeightFormat::kW8A8).kernel_name(), "avx512-vnni");
+    EXPECT_EQ(CpuLinear(wf.data(), 16, 8, WeightFormat::kW8A8).kernel_name(),
+              W8A8VnniLinearKernels() != nullptr ? "avx512-vnni" : "w8a8-avx2");
   }
   EXPECT_EQ(CpuLinear(wf.data(), 16, 8, WeightFormat::kW8A8, nullptr, &W8A8ScalarLinearKernels())
                 .kernel_name(),
             "w8a8-scalar");
   EXPECT_DEATH(CpuLinear(wf.data(), 16, 8, WeightFormat::kW8A8, nullptr, &ScalarLinearKernels()),
                "the w8a8 kernel sets run w8a8 weights");
-  EXPECT_DEATH(
-      CpuLinear(wf.data(), 16, 8, WeightFormat::kQ8, nullptr, &W8A8ScalarLinearKernels()),
-      "the w8a8 kernel sets run w8a8 weights");
+  EXPECT_DEATH(CpuLinear(wf.data(), 16, 8, WeightFormat::kQ8, nullptr, &W8A8ScalarLinearKernels()),
+               "the w8a8 kernel sets run w8a8 weights");
 }
 
 }  // namespace

@@ -7,7 +7,8 @@
 //   generated tokens before a first flip;
 // - amx-bf16 (bf16 weights and bf16-rounded projection inputs on the AMX tile unit, where the
 //   host has AMX) stays within kHalfTolerance likewise; elsewhere the engine refuses it by name;
-// - w8a8 (int8 weights and int8 projection inputs, where the host has AVX-512 VNNI) stays within
+// - w8a8 (int8 weights and int8 projection inputs, where the host has AVX-512 VNNI or AVX2) stays
+// within
 //   kInt8Tolerance likewise; elsewhere the engine refuses it by name;
 // - every format is batch invariant: a request alone equals the same request inside mixed
 //   batches with staggered arrivals, bit for bit.
@@ -111,7 +112,7 @@ TEST_P(WeightFormatsTest, ConvertedFormatsStayCloseAndBatchInvariant) {
       {CpuWeights::kF16, kHalfTolerance, "f16"}};
   if (AmxLinearKernels() != nullptr)
     formats.emplace_back(CpuWeights::kAmxBf16, kHalfTolerance, "amx-bf16");
-  if (W8A8VnniLinearKernels() != nullptr)
+  if (W8A8BestLinearKernels() != nullptr)
     formats.emplace_back(CpuWeights::kW8A8, kInt8Tolerance, "w8a8");
   for (auto [format, tolerance, name] : formats) {
     const std::string label = GetParam().name + " " + name;
@@ -147,7 +148,7 @@ TEST(WeightFormatsTest, AmxBf16NeedsAmx) {
 }
 
 TEST(WeightFormatsTest, W8A8NeedsVnni) {
-  if (W8A8VnniLinearKernels() != nullptr) GTEST_SKIP() << "this host has VNNI: the format runs above";
+  if (W8A8BestLinearKernels() != nullptr) GTEST_SKIP() << "the format runs above on this host";
   testing::TempDir dir;
   auto weights = testing::MakeModel(testing::F32Spec("vanilla"), &dir);
   auto engine = Engine::Create(weights, Config(CpuWeights::kW8A8));
