@@ -140,6 +140,8 @@ absl::StatusOr<ParsedGenerate> ParseGenerateRequest(const v1::GenerateRequest& i
   if (in.token_text() && text.tokenizer == nullptr) return NoTokenizer("token_text");
   out.token_text = in.token_text();
   if (in.has_exit_threshold()) r.exit_threshold = in.exit_threshold();
+  if (in.has_num_steps()) r.num_steps = in.num_steps();
+  if (in.has_init_scale()) r.init_scale = in.init_scale();
   if (in.has_mode()) {
     absl::StatusOr<LoopMode> mode = ParseLoopMode(in.mode());
     if (!mode.ok()) return mode.status();

@@ -109,6 +109,19 @@ std::vector<FamilyCase> EngineFamilies(
   v.push_back({"ouro-full", ouro});
   ouro.loop_mode = "adaptive";
   v.push_back({"ouro-adaptive", ouro});
+  // Huginn-0125's layout: prelude, 4 recurrences of a 2-layer core with input injection, coda;
+  // full mode, then adaptive, where decode tokens exit by the KL rule (3.7 nats gives exits
+  // after 1, 2 and 3 recurrences on these random weights) and copy their entries on exit.
+  TinyModelSpec huginn = spec("huginn");
+  huginn.prelude_layers = 1;
+  huginn.coda_layers = 1;
+  huginn.recursions = 4;
+  huginn.layers = 1 + 2 * 4 + 1;
+  huginn.exit_threshold = 3.7f;
+  huginn.loop_mode = "full";
+  v.push_back({"huginn-full", huginn});
+  huginn.loop_mode = "adaptive";
+  v.push_back({"huginn-adaptive", huginn});
   return v;
 }
 

@@ -95,8 +95,11 @@ struct LoopNorm {
 struct CpuLayer {
   LoopLinear qkv, o, gate_up, down;  // q|k|v and gate|up fused along the output dimension
   LoopNorm in_norm, post_norm;
-  // Sandwich blocks (Ouro): norms of the attention and MLP outputs; empty otherwise.
+  // Sandwich blocks (Ouro): norms of the attention and MLP outputs; Huginn: norm_2 and norm_4,
+  // on the residual sums (docs/models.md#huginn-0125); empty otherwise.
   LoopNorm attn_out_norm, mlp_out_norm;
+  // Huginn's attn.qk_bias, added to q and k before RoPE; empty otherwise.
+  LoopNorm q_bias, k_bias;
   // k|v alone (the K and V rows of qkv, with their per-loop copies and LoRA): the K/V-only
   // projection. Built for the looped layers of early-exit models with exit_kv propagate.
   LoopLinear kv;
@@ -170,9 +173,14 @@ class CpuModelRunner : public ModelRunner {
     }
   }
 
+  // Huginn scales the embedding by sqrt(H) (in fp64, rounded once, as the reference does).
   void Embed(const int* tokens, int n, float* h) override {
     std::vector<int32_t> ids(tokens, tokens + n);
     EmbeddingGather(w_->embed, ids.data(), n, h);
+    const double scale = cfg_.huginn.embed_scale;
+    if (scale == 1.0) return;
+    for (size_t i = 0; i < static_cast<size_t>(n) * cfg_.hidden_size; ++i)
+      h[i] = static_cast<float>(h[i] * scale);
   }
 
   void RunLayer(const LayerBatch& b) override;
@@ -182,6 +190,16 @@ class CpuModelRunner : public ModelRunner {
     Act x(static_cast<size_t>(n) * cfg_.hidden_size);
     RmsNormRows(h, final_norm_.data(), n, cfg_.hidden_size, cfg_.rms_norm_eps, x.data());
     lm_head_->Forward(x.data(), n, logits);
+  }
+  void InjectInput(const float* s, const float* e, int n, float* out) override {
+    MORSERVE_CHECK(adapter_ != nullptr, "InjectInput: the model has no Huginn adapter");
+    const size_t hs = static_cast<size_t>(cfg_.hidden_size);
+    Act joined(static_cast<size_t>(n) * 2 * hs);
+    for (int i = 0; i < n; ++i) {
+      std::copy_n(s + i * hs, hs, &joined[i * 2 * hs]);
+      std::copy_n(e + i * hs, hs, &joined[i * 2 * hs + hs]);
+    }
+    adapter_->Forward(joined.data(), n, out);
   }
 
  private:
@@ -212,6 +230,8 @@ class CpuModelRunner : public ModelRunner {
   void RunMixedLayer(const LayerBatch& b);
   void ProjectKv(const CpuLayer& L, const int* loops, const int* positions, const float* h, int n,
                  float* k, float* v);
+  void PositionQk(const CpuLayer& L, const int* loops, const int* positions, int n, float* q,
+                  float* k) const;
 
   std::shared_ptr<const ModelWeights> w_;
   const ModelConfig& cfg_;
@@ -222,6 +242,7 @@ class CpuModelRunner : public ModelRunner {
   std::vector<CpuLayer> layers_;  // by layer slot
   Vec final_norm_;
   std::unique_ptr<CpuLinear> lm_head_;
+  std::unique_ptr<CpuLinear> adapter_;  // Huginn's input injection [H, 2H]; null otherwise
   // Expert-choice routers per loop (w1, and w2 for mlp), aux routers, token-choice router.
   std::vector<std::unique_ptr<CpuLinear>> ec_w1_, ec_w2_, aux_w1_, aux_w2_;
   std::unique_ptr<CpuLinear> tc_w1_, tc_w2_;
@@ -285,8 +306,9 @@ void CpuModelRunner::LoadLayers() {
       for (auto [norm, t] :
            {std::pair{&L.in_norm, &lw.input_norm}, std::pair{&L.post_norm, &lw.post_norm},
             std::pair{&L.attn_out_norm, &lw.attn_out_norm},
-            std::pair{&L.mlp_out_norm, &lw.mlp_out_norm}}) {
-        if (t->per_loop.empty()) continue;  // sandwich norms of other models
+            std::pair{&L.mlp_out_norm, &lw.mlp_out_norm}, std::pair{&L.q_bias, &lw.q_bias},
+            std::pair{&L.k_bias, &lw.k_bias}}) {
+        if (t->per_loop.empty()) continue;  // sandwich norms and qk biases of other models
         for (int r = 0; r < (t->untied() ? seg.loops : 1); ++r)
           norm->variants.push_back(t->At(r).ToF32Vector());
       }
@@ -322,6 +344,7 @@ WeightFormat CpuModelRunner::FormatFor(DType stored, bool quantizable) const {
 void CpuModelRunner::LoadHeadAndRouters() {
   final_norm_ = w_->final_norm.ToF32Vector();
   lm_head_ = Linear(w_->lm_head, /*quantizable=*/true);
+  if (!w_->adapter.empty()) adapter_ = Linear(w_->adapter, /*quantizable=*/true);
   auto load = [&](const TensorView& t) -> std::unique_ptr<CpuLinear> {
     if (t.empty()) return nullptr;
     return Linear(t, /*quantizable=*/false);
@@ -357,9 +380,7 @@ void CpuModelRunner::RunLayer(const LayerBatch& b) {
   Act q(static_cast<size_t>(n) * qd), k(static_cast<size_t>(n) * kvd),
       v(static_cast<size_t>(n) * kvd);
   SplitQkv(qkv, n, &q, &k, &v);
-  std::vector<int32_t> positions(b.positions, b.positions + n);
-  RopeRows(q.data(), positions.data(), n, cfg_.num_heads, cfg_.head_dim, cfg_.rope_theta);
-  RopeRows(k.data(), positions.data(), n, cfg_.num_kv_heads, cfg_.head_dim, cfg_.rope_theta);
+  PositionQk(L, b.loops, b.positions, n, q.data(), k.data());
   if (kv.recurrent) {  // the pair just computed is temporary; the persistent one comes later
     RunRecurrent(b, L, q, k, v);
     return;
@@ -393,12 +414,14 @@ void CpuModelRunner::NormRows(const LoopNorm& w, const int* loops, int n, const 
   });
 }
 
-// h += out (n rows of the residual stream), or h += RMSNorm(out, norm) in a sandwich block.
+// h += out (n rows of the residual stream), h += RMSNorm(out, norm) in a sandwich block (Ouro),
+// or h = RMSNorm(h + out, norm) in Huginn's.
 void CpuModelRunner::AddSublayerOutput(const LoopNorm& norm, const int* loops, int n, float* out,
                                        float* h) const {
   const size_t count = static_cast<size_t>(n) * cfg_.hidden_size;
   if (cfg_.sandwich_norm) NormRows(norm, loops, n, out, out);
   for (size_t i = 0; i < count; ++i) h[i] += out[i];
+  if (cfg_.huginn.residual_norm) NormRows(norm, loops, n, h, h);
 }
 
 // h += attn Wo^T, then h += MLP(RMSNorm_post(h)); a sandwich block (Ouro) norms each of the
@@ -406,7 +429,8 @@ void CpuModelRunner::AddSublayerOutput(const LoopNorm& norm, const int* loops, i
 void CpuModelRunner::AddAttentionAndMlp(const CpuLayer& L, const int* loops, int n,
                                         const float* attn, float* h) {
   const int hs = cfg_.hidden_size, qd = cfg_.q_dim(), inter = cfg_.intermediate_size;
-  if (cfg_.sandwich_norm) {
+  const bool normed_sums = cfg_.sandwich_norm || cfg_.huginn.residual_norm;
+  if (normed_sums) {
     Act o(static_cast<size_t>(n) * hs);
     L.o.Run(loops, n, attn, qd, o.data(), /*accumulate=*/false);
     AddSublayerOutput(L.attn_out_norm, loops, n, o.data(), h);
@@ -421,7 +445,7 @@ void CpuModelRunner::AddAttentionAndMlp(const CpuLayer& L, const int* loops, int
     const float* g = &gu[static_cast<size_t>(i) * 2 * inter];
     SiluMulRows(g, g + inter, 1, inter, &act[static_cast<size_t>(i) * inter]);
   }
-  if (cfg_.sandwich_norm) {
+  if (normed_sums) {
     Act d(static_cast<size_t>(n) * hs);
     L.down.Run(loops, n, act.data(), inter, d.data(), /*accumulate=*/false);
     AddSublayerOutput(L.mlp_out_norm, loops, n, d.data(), h);
@@ -465,8 +489,7 @@ void CpuModelRunner::FinishRecurrentRows(const CpuLayer& L, const int* loops, co
   Act q(static_cast<size_t>(n) * qd), k(static_cast<size_t>(n) * kvd),
       v(static_cast<size_t>(n) * kvd);
   SplitQkv(qkv, n, &q, &k, &v);
-  std::vector<int32_t> pos(positions, positions + n);
-  RopeRows(k.data(), pos.data(), n, cfg_.num_kv_heads, cfg_.head_dim, cfg_.rope_theta);
+  PositionQk(L, loops, positions, n, nullptr, k.data());
   KvWrite(kv_, k.data(), v.data(), write_slot, n);
 }
 
@@ -521,8 +544,29 @@ void CpuModelRunner::ProjectKv(const CpuLayer& L, const int* loops, const int* p
     std::copy_n(row, kvd, k + static_cast<size_t>(i) * kvd);
     std::copy_n(row + kvd, kvd, v + static_cast<size_t>(i) * kvd);
   }
+  PositionQk(L, loops, positions, n, nullptr, k);
+}
+
+// q (when not null) and k of n rows grouped by loop: Huginn's qk_bias added, then RoPE at each
+// row's position, on halves or (Huginn) adjacent pairs.
+void CpuModelRunner::PositionQk(const CpuLayer& L, const int* loops, const int* positions, int n,
+                                float* q, float* k) const {
+  const int qd = cfg_.q_dim(), kvd = cfg_.kv_dim();
+  if (!L.k_bias.variants.empty()) {
+    ForEachLoopGroup(loops, n, [&](int loop, int begin, int count) {
+      for (int i = begin; i < begin + count; ++i) {
+        if (q != nullptr)
+          AddRows(q + static_cast<size_t>(i) * qd, L.q_bias.At(loop).data(), 1, qd,
+                  q + static_cast<size_t>(i) * qd);
+        AddRows(k + static_cast<size_t>(i) * kvd, L.k_bias.At(loop).data(), 1, kvd,
+                k + static_cast<size_t>(i) * kvd);
+      }
+    });
+  }
   std::vector<int32_t> pos(positions, positions + n);
-  RopeRows(k, pos.data(), n, cfg_.num_kv_heads, cfg_.head_dim, cfg_.rope_theta);
+  auto rope = cfg_.huginn.rope_pairs ? &RopePairsRows : &RopeRows;
+  if (q != nullptr) rope(q, pos.data(), n, cfg_.num_heads, cfg_.head_dim, cfg_.rope_theta);
+  rope(k, pos.data(), n, cfg_.num_kv_heads, cfg_.head_dim, cfg_.rope_theta);
 }
 
 void CpuModelRunner::SplitQkv(const Act& qkv, int n, Act* q, Act* k, Act* v) const {

@@ -55,8 +55,12 @@ void GeluErf(float* x, int64_t n) {
   }
 }
 
-void RopeRows(float* x, const int32_t* positions, int rows, int n_heads, int head_dim,
-              float theta) {
+namespace {
+
+// Rotates dims (a(i), b(i)) of every head by positions[r] * theta^(-2i/head_dim): halves
+// (i, i + half) or adjacent pairs (2i, 2i + 1).
+void RotatePairs(float* x, const int32_t* positions, int rows, int n_heads, int head_dim,
+                 float theta, bool adjacent) {
   MORSERVE_CHECK(head_dim % 2 == 0, "RoPE needs an even head_dim");
   const int half = head_dim / 2;
   std::vector<double> inv_freq(half), cos_v(half), sin_v(half);
@@ -73,12 +77,25 @@ void RopeRows(float* x, const int32_t* positions, int rows, int n_heads, int hea
     for (int h = 0; h < n_heads; ++h) {
       float* v = row + static_cast<size_t>(h) * head_dim;
       for (int i = 0; i < half; ++i) {
-        const double a = v[i], b = v[i + half];
-        v[i] = static_cast<float>(a * cos_v[i] - b * sin_v[i]);
-        v[i + half] = static_cast<float>(b * cos_v[i] + a * sin_v[i]);
+        const int ia = adjacent ? 2 * i : i, ib = adjacent ? 2 * i + 1 : i + half;
+        const double a = v[ia], b = v[ib];
+        v[ia] = static_cast<float>(a * cos_v[i] - b * sin_v[i]);
+        v[ib] = static_cast<float>(b * cos_v[i] + a * sin_v[i]);
       }
     }
   }
+}
+
+}  // namespace
+
+void RopeRows(float* x, const int32_t* positions, int rows, int n_heads, int head_dim,
+              float theta) {
+  RotatePairs(x, positions, rows, n_heads, head_dim, theta, /*adjacent=*/false);
+}
+
+void RopePairsRows(float* x, const int32_t* positions, int rows, int n_heads, int head_dim,
+                   float theta) {
+  RotatePairs(x, positions, rows, n_heads, head_dim, theta, /*adjacent=*/true);
 }
 
 void EmbeddingGather(const float* table, int64_t vocab, const int32_t* ids, int rows, int dim,

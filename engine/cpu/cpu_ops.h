@@ -5,7 +5,8 @@
 // Precision conventions (chosen to match engine/reference within fp32 rounding):
 // - RmsNormRows: sum of squares accumulated in double in index order; out = float(w * (x * inv))
 //   with inv = 1 / sqrt(ss / dim + eps) in double.
-// - RopeRows: rotate_half (pairs i and i + head_dim/2); inv_freq = theta^(-2i/head_dim),
+// - RopeRows: rotate_half (pairs i and i + head_dim/2; RopePairsRows: 2i and 2i + 1); inv_freq =
+// theta^(-2i/head_dim),
 //   angle = pos * inv_freq, cos and sin all in double; the rotation is done in double and
 //   rounded to fp32 once.
 // - SiluMulRows / GeluErf: evaluated in double, rounded once.
@@ -35,6 +36,9 @@ void GeluErf(float* x, int64_t n);
 
 // In place RoPE on x [rows, n_heads * head_dim] at positions[r] (absolute, 0-based).
 void RopeRows(float* x, const int32_t* positions, int rows, int n_heads, int head_dim, float theta);
+// The same rotation on adjacent pairs (2i, 2i + 1) instead of halves (Huginn-0125's RoPE).
+void RopePairsRows(float* x, const int32_t* positions, int rows, int n_heads, int head_dim,
+                   float theta);
 
 // out[r, :] = table[ids[r], :] for a row-major fp32 table [vocab, dim]. Aborts on an id
 // outside [0, vocab).

@@ -1,8 +1,10 @@
-// HuginnInitialState (see huginn_state.h).
+// HuginnInitialState and HuginnKl (see huginn_state.h).
 #include "engine/model/huginn_state.h"
 
+#include <algorithm>
 #include <cmath>
 
+#include "engine/core/check.h"
 #include "engine/core/mix64.h"
 
 namespace morserve {
@@ -26,6 +28,34 @@ std::vector<float> HuginnInitialState(int hidden, float init_scale, uint64_t see
     }
   }
   return s;
+}
+
+namespace {
+
+std::vector<double> LogSoftmax(const std::vector<float>& logits) {
+  const double m = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (float x : logits) sum += std::exp(static_cast<double>(x) - m);
+  const double log_z = m + std::log(sum);
+  std::vector<double> out(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) out[i] = static_cast<double>(logits[i]) - log_z;
+  return out;
+}
+
+}  // namespace
+
+double HuginnKl(const std::vector<float>& prev, const std::vector<float>& logits) {
+  const std::vector<double> lp = LogSoftmax(logits);
+  const double n = static_cast<double>(lp.size());
+  double kl = 0;
+  if (prev.empty()) {  // uniform: sum_i (1/n) (-log n - lp_i)
+    for (double x : lp) kl += (-std::log(n) - x) / n;
+    return kl;
+  }
+  MORSERVE_CHECK(prev.size() == logits.size(), "HuginnKl: rows of different sizes");
+  const std::vector<double> lq = LogSoftmax(prev);
+  for (size_t i = 0; i < lp.size(); ++i) kl += std::exp(lq[i]) * (lq[i] - lp[i]);
+  return kl;
 }
 
 }  // namespace morserve

@@ -1,7 +1,9 @@
-// Huginn-0125's initial recurrent state s0 (docs/models.md#huginn-0125), the same function
-// for the reference and the engine: zeros when init_scale is 0, else a normal N(0, sigma^2)
-// truncated at +-3 sigma (rejection), sigma = sqrt(2 / (5 H)) * init_scale, times sqrt(H).
-// Draws come from a counter-based stream of Mix64 over (seed, position, counter) through
+// Huginn-0125's step functions that the reference and the engine share
+// (docs/models.md#huginn-0125).
+//
+// HuginnInitialState: the initial recurrent state s0, zeros when init_scale is 0, else a normal
+// N(0, sigma^2) truncated at +-3 sigma (rejection), sigma = sqrt(2 / (5 H)) * init_scale, times
+// sqrt(H). Draws come from a counter-based stream of Mix64 over (seed, position, counter) through
 // Box-Muller, so a token's state depends on nothing but its request seed and position (not on
 // batch neighbours, chunking or platform).
 #pragma once
@@ -13,5 +15,10 @@ namespace morserve {
 
 std::vector<float> HuginnInitialState(int hidden, float init_scale, uint64_t seed,
                                       int64_t position);
+
+// The adaptive exit statistic after a recurrence: KL(P_prev || P) of the softmaxes of two rows
+// of logits, in fp64; an empty `prev` stands for the uniform distribution (before the first
+// recurrence). The token exits iff it is below the threshold.
+double HuginnKl(const std::vector<float>& prev, const std::vector<float>& logits);
 
 }  // namespace morserve

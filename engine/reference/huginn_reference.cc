@@ -18,31 +18,7 @@ namespace {
 
 using Vec = std::vector<float>;
 
-std::vector<double> LogSoftmax(const Vec& logits) {
-  const double m = *std::max_element(logits.begin(), logits.end());
-  double sum = 0;
-  for (float x : logits) sum += std::exp(static_cast<double>(x) - m);
-  const double log_z = m + std::log(sum);
-  std::vector<double> out(logits.size());
-  for (size_t i = 0; i < logits.size(); ++i) out[i] = static_cast<double>(logits[i]) - log_z;
-  return out;
-}
-
 }  // namespace
-
-double HuginnKl(const Vec& prev, const Vec& logits) {
-  const std::vector<double> lp = LogSoftmax(logits);
-  const double n = static_cast<double>(lp.size());
-  double kl = 0;
-  if (prev.empty()) {  // uniform: sum_i (1/n) (-log n - lp_i)
-    for (double x : lp) kl += (-std::log(n) - x) / n;
-    return kl;
-  }
-  MORSERVE_CHECK(prev.size() == logits.size(), "HuginnKl: rows of different sizes");
-  const std::vector<double> lq = LogSoftmax(prev);
-  for (size_t i = 0; i < lp.size(); ++i) kl += std::exp(lq[i]) * (lq[i] - lp[i]);
-  return kl;
-}
 
 // ln_f, the coda on the state, the head (ln_f again): loop k's logits.
 Vec ReferenceModel::HuginnCodaLogits(const Vec& s) {
@@ -63,7 +39,8 @@ Vec ReferenceModel::HuginnRecurrences(int segment, const Vec& e, StepOutput* out
   const double threshold = options_.exit_threshold.value_or(rc.loop_exit_threshold);
   const Vec& adapter = F32(weights_->adapter);
   const int hs = cfg_.hidden_size;
-  Vec s = HuginnInitialState(hs, cfg_.huginn.init_scale, options_.seed, position_);
+  Vec s = HuginnInitialState(hs, options_.init_scale.value_or(cfg_.huginn.init_scale),
+                             options_.seed, position_);
   Vec prev_logits;  // empty: P_{-1} uniform
   Vec joined(2 * static_cast<size_t>(hs));
   for (int k = 0; k < steps; ++k) {

@@ -38,8 +38,10 @@ struct ReferenceOptions {
   // Looped models with an exit rule: overrides the model's default mode (looped.json).
   std::optional<LoopMode> loop_mode;
   // Huginn: the recurrences of full mode and the most of adaptive (<= the plan's loops;
-  // default: all of them), and the seed of the initial state (with init_scale > 0).
+  // default: all of them), the initial state's scale (default: the config's, from looped.json)
+  // and the seed it is drawn from (with init_scale > 0).
   std::optional<int> num_steps;
+  std::optional<float> init_scale;
   uint64_t seed = 0;
 };
 
@@ -118,8 +120,6 @@ std::vector<float> MatVec(const std::vector<float>& w, const std::vector<float>&
 void ApplyRope(std::vector<float>* x, int n_heads, int head_dim, int position, float theta);
 // The same rotation on pairs of dims (2i, 2i+1) (Huginn's RoPE-pair).
 void ApplyRopePairs(std::vector<float>* x, int n_heads, int head_dim, int position, float theta);
-// Huginn's exit statistic: KL(P_prev || P) = sum_i P_prev,i (log P_prev,i - log P_i) of two
-// logit rows (softmax in fp64); `prev` empty: P_prev uniform.
-double HuginnKl(const std::vector<float>& prev, const std::vector<float>& logits);
+// Huginn's exit statistic HuginnKl: engine/model/huginn_state.h (the engine computes it too).
 
 }  // namespace morserve

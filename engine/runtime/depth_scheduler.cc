@@ -50,20 +50,30 @@ std::vector<int> DepthScheduler::LoopSlots(int loop) const {
 }
 
 // The prefix cache namespace: what besides the tokens decides the KV a prefix leaves.
-std::string CacheKey(const GenerateRequest& r) {
+// What a request's prompt KV depends on besides its tokens: the salt, the exit threshold, and
+// Huginn's num_steps and initial state (its scale and, when not zeros, the seed it is drawn
+// from; Engine::Submit resolves a looped.json init_scale into the request).
+std::string CacheKey(const Sequence& seq) {
+  const GenerateRequest& r = seq.request;
   std::string key = r.cache_salt;
   key.push_back('\0');
-  if (r.exit_threshold) {
+  auto add_float = [&](const char* tag, float v) {
     uint32_t bits = 0;
-    std::memcpy(&bits, &*r.exit_threshold, sizeof(bits));
-    key += std::to_string(bits);
+    std::memcpy(&bits, &v, sizeof(bits));
+    key += tag + std::to_string(bits);
+  };
+  if (r.exit_threshold) add_float("", *r.exit_threshold);
+  if (r.num_steps) key += "/steps" + std::to_string(*r.num_steps);
+  if (r.init_scale && *r.init_scale != 0.0f) {
+    add_float("/init", *r.init_scale);
+    key += "/seed" + std::to_string(seq.seed);
   }
   return key;
 }
 
 void DepthScheduler::Add(std::unique_ptr<Sequence> seq) {
   seq->kv = std::make_unique<RequestKv>(plan_.num_cache_slots, pool_->block_size());
-  seq->cache_key = CacheKey(seq->request);
+  seq->cache_key = CacheKey(*seq);
   InsertById(&waiting_, std::move(seq));
 }
 
@@ -83,7 +93,10 @@ bool DepthScheduler::Cancel(const std::string& request_id, FinishReason reason) 
 }
 
 int DepthScheduler::Ready(const Sequence& s) const {
-  return static_cast<int>(s.tokens.size()) - s.num_entered;
+  const int unentered = static_cast<int>(s.tokens.size()) - s.num_entered;
+  if (!s.serial_generated || s.num_entered < s.num_prompt)
+    return s.serial_generated ? std::min(unentered, s.num_prompt - s.num_entered) : unentered;
+  return s.num_done == s.num_entered ? std::min(unentered, 1) : 0;
 }
 
 bool DepthScheduler::ReserveRows(Sequence* seq, const std::vector<int>& per_slot) {
@@ -433,9 +446,12 @@ std::vector<Row> DepthScheduler::TakeTailRows() {
   for (auto& s : running_) {
     auto& pending = s->pending_tail;
     while (!pending.empty() && pending.begin()->first == s->num_done) {
-      // The entries the layers after the loop write: recorded before they run.
+      // The entries the layers after the loop write: recorded before they run (unless a
+      // Huginn exit check of this token wrote and recorded them already).
       for (int slot : tail_slots_) {
-        MORSERVE_CHECK(s->kv->slot(slot).Append(*pool_, {s->num_done}) >= 0,
+        KvBlockTable& table = s->kv->slot(slot);
+        if (table.IndexOf(s->num_done) >= 0) continue;
+        MORSERVE_CHECK(table.Append(*pool_, {s->num_done}) >= 0,
                        "a KV entry of the layers after the loop was not reserved");
       }
       s->token_loops.resize(s->num_done + 1);

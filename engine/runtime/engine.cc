@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "engine/cpu/cpu_model_runner.h"
@@ -52,13 +53,12 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Mod
     return absl::UnimplementedError(
         "recursion.early_exit.exit_kv: propagate is not served for layer_kind recurrent");
   }
-  if (weights->config.huginn.enabled) {
-    // The loader reads the released layout; the block and recurrence math is not in the
-    // runners yet. Refuse rather than run a Llama block over Huginn's weights.
+  if (weights->config.huginn.enabled && config.device == Device::kCuda) {
+    // The CUDA runner has no sandwich-after-add block, qk bias, pair RoPE or input injection
+    // yet. Refuse rather than run a Llama block over Huginn's weights.
     return absl::UnimplementedError(
-        "model_type huginn_raven: the checkpoint loads (morserve inspect describes it), but the "
-        "engine does not run Huginn's sandwich block, input injection and coda yet "
-        "(docs/models.md#huginn-0125)");
+        "model_type huginn_raven: the CUDA backend does not run Huginn-0125 yet; serve it with "
+        "--device cpu (docs/models.md#huginn-0125)");
   }
   if (config.device == Device::kCuda && config.weights != CpuWeights::kAuto &&
       config.weights != CpuWeights::kBF16) {
@@ -129,9 +129,23 @@ absl::Status Engine::Validate(const GenerateRequest& r) const {
   }
   const RecursionConfig& rc = c.recursion;
   if (r.loop_mode == LoopMode::kAdaptive && rc.exit_rule == LoopExitRule::kNone) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("mode: adaptive needs a looped model with an exit rule (ouro); model_type ",
-                     c.model_type, " runs full depth only"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mode: adaptive needs a looped model with an exit rule (ouro, huginn_raven); model_type ",
+        c.model_type, " runs full depth only"));
+  }
+  if ((r.num_steps || r.init_scale) && !c.huginn.enabled) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        r.num_steps ? "num_steps" : "init_scale",
+        ": only Huginn-0125 (model_type huginn_raven) takes it; model_type ", c.model_type));
+  }
+  if (r.num_steps && (*r.num_steps < 1 || *r.num_steps > rc.num_recursions)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "num_steps: ", *r.num_steps, " outside 1..", rc.num_recursions,
+        " (the model's recurrences, looped.json's num_steps else mean_recurrence: the KV cache "
+        "holds that many)"));
+  }
+  if (r.init_scale && !(*r.init_scale >= 0.0f && std::isfinite(*r.init_scale))) {
+    return absl::InvalidArgumentError("init_scale: must be a finite number >= 0");
   }
   return absl::OkStatus();
 }
@@ -141,11 +155,16 @@ absl::StatusOr<std::shared_ptr<EventChannel>> Engine::Submit(GenerateRequest req
   auto seq = std::make_unique<Sequence>();
   seq->channel = std::make_shared<EventChannel>();
   seq->seed = ResolveSeed(request.params);
+  const ModelConfig& c = weights_->config;
+  if (c.huginn.enabled && !request.init_scale && c.huginn.init_scale != 0.0f) {
+    request.init_scale = c.huginn.init_scale;  // looped.json's: part of the prefix cache key
+  }
   seq->tokens = request.prompt;
   seq->num_prompt = static_cast<int>(request.prompt.size());
   const RecursionConfig& rc = weights_->config.recursion;
   seq->adaptive_loops = rc.exit_rule != LoopExitRule::kNone &&
                         request.loop_mode.value_or(rc.default_loop_mode) == LoopMode::kAdaptive;
+  seq->serial_generated = c.huginn.enabled && seq->adaptive_loops;
   seq->arrival_time = NowSeconds();
   seq->request = std::move(request);
   std::shared_ptr<EventChannel> channel = seq->channel;

@@ -9,6 +9,7 @@
 
 #include "engine/core/check.h"
 #include "engine/cpu/cpu_ops.h"
+#include "engine/model/huginn_state.h"
 #include "engine/runtime/prompt_logprobs.h"
 
 namespace morserve {
@@ -42,6 +43,7 @@ ModelExecutor::ModelExecutor(std::shared_ptr<const ModelWeights> weights, ModelR
     exit_gate_w_ = weights_->exit_gate_w.ToF32Vector();
     exit_gate_b_ = weights_->exit_gate_b.ToF32Vector()[0];
   }
+  if (cfg_.huginn.input_injection) ln_f_ = weights_->final_norm.ToF32Vector();
 }
 
 std::vector<float> ModelExecutor::Gather(const std::vector<Row*>& rows) const {
@@ -80,9 +82,13 @@ LayerKvPlan ModelExecutor::PlanLayer(int segment, int k, const std::vector<Row*>
     tables[i] = &table;
     if (!plan_.WritesKv(segment, r.loop)) continue;
     int index = -1;
+    const bool after_loop = plan_.looped_segment >= 0 && segment > plan_.looped_segment;
     if (writes == nullptr) {
       index = table.IndexOf(r.position);
       MORSERVE_CHECK(index >= 0, "a KV entry of the layers after the loop was not recorded");
+    } else if (after_loop && (index = table.IndexOf(r.position)) >= 0) {
+      // Huginn's exit check runs the coda again on a later recurrence's state: it rewrites the
+      // token's recorded entry (the last write stays).
     } else {
       std::vector<int>& mine = fresh[&table];
       const int last = !mine.empty()            ? mine.back()
@@ -225,15 +231,21 @@ void ModelExecutor::RunRunnerLayer(int segment, int k, std::vector<Row*>& rows,
 // looped segment); rows' `loop` is borrowed as the segment's loop counter.
 void ModelExecutor::RunSegment(int segment, std::vector<Row*>& rows, std::vector<KvWrite>* writes) {
   std::vector<float> h = Gather(rows);
+  RunSegmentOn(segment, rows, &h, writes);
+  Scatter(h, rows);
+}
+
+// The same on hidden states h [rows, H] given apart from the rows' own.
+void ModelExecutor::RunSegmentOn(int segment, std::vector<Row*>& rows, std::vector<float>* h,
+                                 std::vector<KvWrite>* writes) {
   std::vector<int> saved(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) saved[i] = rows[i]->loop;
   const Segment& seg = plan_.segments[segment];
   for (int r = 0; r < seg.loops; ++r) {
     for (Row* row : rows) row->loop = r;
-    for (int k = 0; k < seg.num_layers; ++k) RunLayer(segment, k, rows, &h, writes);
+    for (int k = 0; k < seg.num_layers; ++k) RunLayer(segment, k, rows, h, writes);
   }
   for (size_t i = 0; i < rows.size(); ++i) rows[i]->loop = saved[i];
-  Scatter(h, rows);
 }
 
 RunOutput ModelExecutor::Run(StepPlan&& plan) {
@@ -276,6 +288,7 @@ std::vector<Row> ModelExecutor::Enter(const std::vector<EnteringToken>& tokens,
   const int looped = plan_.looped_segment;
   const int pre_end = looped < 0 ? static_cast<int>(plan_.segments.size()) : looped;
   for (int s = 0; s < pre_end; ++s) RunSegment(s, ptrs, writes);
+  if (cfg_.huginn.input_injection) StartHuginnState(&rows);
   if (looped < 0) {  // no routed loop: the whole plan ran; report the loops it has
     bool any_loop = false;
     for (const Segment& seg : plan_.segments) any_loop |= seg.looped();
@@ -374,6 +387,76 @@ bool ModelExecutor::OuroGateExits(Row* row, const float* normed) const {
   return row->exit_cumulative >= threshold;
 }
 
+// The loops row `row` runs: the plan's, or a Huginn request's num_steps.
+int ModelExecutor::LoopsOf(const Row& row) const {
+  const int nr = cfg_.recursion.num_recursions;
+  return cfg_.huginn.enabled ? row.seq->request.num_steps.value_or(nr) : nr;
+}
+
+// Huginn (docs/models.md#huginn-0125): the prelude's output e is kept for the injections, and
+// the recurrent state starts at s0 (zeros, or drawn from the request's seed and the position).
+void ModelExecutor::StartHuginnState(std::vector<Row>* rows) const {
+  for (Row& r : *rows) {
+    const Sequence& s = *r.seq;
+    r.inject = std::move(r.h);
+    r.h =
+        HuginnInitialState(cfg_.hidden_size, s.request.init_scale.value_or(cfg_.huginn.init_scale),
+                           s.seed, r.position);
+  }
+}
+
+// s = adapter . concat(s, e) on the full rows of a pass, before its first layer.
+void ModelExecutor::InjectInput(std::vector<Row*>& rows) {
+  std::vector<Row*> full;
+  for (Row* r : rows)
+    if (!r->kv_only) full.push_back(r);
+  if (full.empty()) return;
+  const int n = static_cast<int>(full.size()), hs = cfg_.hidden_size;
+  const std::vector<float> s = Gather(full);
+  std::vector<float> e(s.size()), out(s.size());
+  for (int i = 0; i < n; ++i)
+    std::copy_n(full[i]->inject.data(), hs, &e[static_cast<size_t>(i) * hs]);
+  runner_->InjectInput(s.data(), e.data(), n, out.data());
+  Scatter(out, full);
+}
+
+// ln_f on states entering the coda (Huginn), in place.
+void ModelExecutor::CodaInput(std::vector<float>* h, int n) const {
+  RmsNormRows(h->data(), ln_f_.data(), n, cfg_.hidden_size, cfg_.rms_norm_eps, h->data());
+}
+
+// Huginn's exit rule after a recurrence that is not the token's last: ln_f, the coda (writing
+// the token's coda entries, rewritten by later checks), the head; the token exits iff KL of the
+// previous check's distribution (uniform at first) to this one is below its threshold. An
+// exiting row keeps its coda entries and, if it is sampled next, these logits (tail_done), and
+// goes to `exited` to copy its entries into the later recurrences' slots.
+void ModelExecutor::HuginnKlExits(std::vector<Row*>& rows, std::vector<Row*>* exited,
+                                  std::vector<KvWrite>* writes) {
+  const int n = static_cast<int>(rows.size()), vocab = cfg_.vocab_size;
+  std::vector<float> y = Gather(rows), logits(static_cast<size_t>(n) * vocab);
+  CodaInput(&y, n);
+  for (int s = plan_.looped_segment + 1; s < static_cast<int>(plan_.segments.size()); ++s)
+    RunSegmentOn(s, rows, &y, writes);
+  runner_->Logits(y.data(), n, logits.data());
+  for (int i = 0; i < n; ++i) {
+    Row& r = *rows[i];
+    std::vector<float> row(&logits[static_cast<size_t>(i) * vocab],
+                           &logits[static_cast<size_t>(i + 1) * vocab]);
+    const double threshold =
+        r.seq->request.exit_threshold.value_or(cfg_.recursion.loop_exit_threshold);
+    if (HuginnKl(r.prev_logits, row) < threshold) {
+      r.exited = true;
+      r.tail_done = true;
+      // Sampled only if it is the last known token (a recomputed one's next token is known).
+      if (r.position == static_cast<int>(r.seq->tokens.size()) - 1) r.logits = std::move(row);
+      r.prev_logits.clear();
+      exited->push_back(&r);
+    } else {
+      r.prev_logits = std::move(row);
+    }
+  }
+}
+
 void ModelExecutor::BlockPass(std::vector<Row>* rows, std::vector<Row>* kv_only,
                               std::vector<KvWrite>* writes) {
   const int looped = plan_.looped_segment;
@@ -386,6 +469,7 @@ void ModelExecutor::BlockPass(std::vector<Row>* rows, std::vector<Row>* kv_only,
   });
   std::vector<Row*> ptrs;
   for (Row& r : *rows) ptrs.push_back(&r);
+  if (cfg_.huginn.input_injection) InjectInput(ptrs);
   const std::vector<float> h_in = Gather(ptrs);
   std::vector<float> h = h_in;
   const Segment& seg = plan_.segments[looped];
@@ -395,14 +479,13 @@ void ModelExecutor::BlockPass(std::vector<Row>* rows, std::vector<Row>* kv_only,
   for (int k = 0; k < seg.num_layers; ++k) RunLayer(looped, k, ptrs, &h, writes);
 
   const RecursionConfig& rc = cfg_.recursion;
-  const int nr = rc.num_recursions;
-  std::vector<Row*> undecided, copy_on_exit;
+  std::vector<Row*> undecided, copy_on_exit, kl_check;
   std::vector<float> normed(hs);
   for (size_t i = 0; i < ptrs.size(); ++i) {
     Row& r = *ptrs[i];
     float* out = &h[i * hs];
     if (r.kv_only) {
-      r.exited = ++r.loop == nr;
+      r.exited = ++r.loop == LoopsOf(r);
       continue;
     }
     if (rc.routing == Routing::kExpertChoice) {  // h = h + g * Block(h)
@@ -416,10 +499,13 @@ void ModelExecutor::BlockPass(std::vector<Row>* rows, std::vector<Row>* kv_only,
           out[d] = static_cast<float>(r.x0[d] + static_cast<double>(r.tc_gate) * out[d]);
         r.exited = true;
       }
-    } else if (r.loop == nr) {
+    } else if (r.loop == LoopsOf(r)) {
       r.exited = true;
     } else if (rc.routing == Routing::kExpertChoice || rc.routing == Routing::kEarlyExit) {
       undecided.push_back(&r);
+    } else if (rc.exit_rule == LoopExitRule::kHuginnKl && r.seq->adaptive_loops &&
+               r.position >= r.seq->num_prompt) {
+      kl_check.push_back(&r);  // generated tokens of adaptive requests only
     }
     // docs/models.md#nanbeige42 and #ouro: the final norm between loops, on the host state
     // every backend hands back (the runners need no op for it). Ouro's gate reads the normed
@@ -435,6 +521,7 @@ void ModelExecutor::BlockPass(std::vector<Row>* rows, std::vector<Row>* kv_only,
     }
   }
   Scatter(h, ptrs);
+  if (!kl_check.empty()) HuginnKlExits(kl_check, &copy_on_exit, writes);
   for (Row* r : copy_on_exit) {  // rides the later loops, copying its exit loop's entries
     Row ghost;
     ghost.seq = r->seq;
@@ -465,19 +552,25 @@ void ModelExecutor::BlockPass(std::vector<Row>* rows, std::vector<Row>* kv_only,
 
 void ModelExecutor::Tail(std::vector<Row>* rows) {
   if (rows->empty()) return;
-  std::vector<Row*> ptrs;
-  for (Row& r : *rows) ptrs.push_back(&r);
+  std::vector<Row*> ptrs, run;  // run: all but Huginn rows whose exit check did the tail
+  for (Row& r : *rows) {
+    ptrs.push_back(&r);
+    if (!r.tail_done) run.push_back(&r);
+  }
   const int looped = plan_.looped_segment;
-  if (looped >= 0) {
+  if (looped >= 0 && !run.empty()) {
+    std::vector<float> h = Gather(run);
+    if (cfg_.huginn.input_injection) CodaInput(&h, static_cast<int>(run.size()));
     for (int s = looped + 1; s < static_cast<int>(plan_.segments.size()); ++s) {
-      RunSegment(s, ptrs, /*writes=*/nullptr);
+      RunSegmentOn(s, run, &h, /*writes=*/nullptr);
     }
+    Scatter(h, run);
   }
   std::vector<Row*> sampled, scored;
   for (Row* r : ptrs) {
     const Sequence& s = *r->seq;
     const bool last = r->position == static_cast<int>(s.tokens.size()) - 1;
-    if (last && s.request.params.max_tokens > 0) sampled.push_back(r);
+    if (last && s.request.params.max_tokens > 0 && !r->tail_done) sampled.push_back(r);
     if (s.request.params.prompt_logprobs && !s.prompt_logprobs_sent &&
         r->position + 1 < s.num_prompt) {
       scored.push_back(r);

@@ -40,6 +40,8 @@ class ModelExecutor {
   std::vector<Row> Enter(const std::vector<EnteringToken>& tokens, std::vector<KvWrite>* writes);
   void BlockPass(std::vector<Row>* rows, std::vector<Row>* kv_only, std::vector<KvWrite>* writes);
   void RunSegment(int segment, std::vector<Row*>& rows, std::vector<KvWrite>* writes);
+  void RunSegmentOn(int segment, std::vector<Row*>& rows, std::vector<float>* h,
+                    std::vector<KvWrite>* writes);
   void RunLayer(int segment, int k, std::vector<Row*>& rows, std::vector<float>* h,
                 std::vector<KvWrite>* writes);
   void RunRunnerLayer(int segment, int k, std::vector<Row*>& rows, std::vector<float>* h,
@@ -52,6 +54,12 @@ class ModelExecutor {
   void DecideExpert(std::vector<Row*>& rows);
   void ExitByConfidence(std::vector<Row*>& rows);
   bool OuroGateExits(Row* row, const float* normed) const;
+  int LoopsOf(const Row& row) const;
+  void StartHuginnState(std::vector<Row>* rows) const;
+  void InjectInput(std::vector<Row*>& rows);
+  void HuginnKlExits(std::vector<Row*>& rows, std::vector<Row*>* exited,
+                     std::vector<KvWrite>* writes);
+  void CodaInput(std::vector<float>* h, int n) const;
   std::vector<int> CopyOnExitEntries(int segment, int k, const std::vector<Row*>& rows,
                                      const LayerKvPlan& kv);
   void ScorePrompt(const std::vector<Row*>& rows);
@@ -66,6 +74,7 @@ class ModelExecutor {
   std::vector<float> loop_norm_;    // model.norm as fp32 when the model norms between loops
   std::vector<float> exit_gate_w_;  // Ouro's exit gate [H] as fp32 (docs/models.md#ouro)
   double exit_gate_b_ = 0;
+  std::vector<float> ln_f_;  // Huginn's ln_f as fp32: on the state before the coda
 };
 
 }  // namespace morserve

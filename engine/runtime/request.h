@@ -31,6 +31,12 @@ struct GenerateRequest {
   // Looped checkpoints with an exit rule (Ouro): full or adaptive depth; absent: the model's
   // default (looped.json, else full). Adaptive on a model without an exit rule is an error.
   std::optional<LoopMode> loop_mode;
+  // Huginn-0125 (docs/models.md#huginn-0125): recurrences per token (1 .. the model's, which
+  // the cache holds: looped.json's num_steps, else mean_recurrence; absent: all of them) and
+  // the initial state's scale (absent: looped.json's, else 0, zeros; otherwise drawn from the
+  // request's seed and the token's position).
+  std::optional<int> num_steps;
+  std::optional<float> init_scale;
   bool return_logits = false;  // tests and debugging: each TokenEvent carries the raw logits
   // Prefix caching (docs/design.md#prefix-cache): requests share cached KV only when their
   // salts are equal (empty: the default namespace), so tenants cannot probe each other.

@@ -46,6 +46,13 @@ struct Row {
   int kv_copy_loop = -1;
   double exit_cumulative = 0, exit_survive = 1;
   std::vector<float> logits;  // [vocab] when the row is the last known token (sampled next)
+  // Huginn (docs/models.md#huginn-0125): the prelude's output e, injected before every
+  // recurrence. Adaptive mode: the last recurrence's exit-check logits (empty: none yet, P
+  // uniform); once the KL rule lets the token leave, `logits` are its exit logits, its coda
+  // entries are written, and the tail only samples it (tail_done).
+  std::vector<float> inject;
+  std::vector<float> prev_logits;
+  bool tail_done = false;
   // With prompt logprobs, on rows of prompt positions p < num_prompt - 1: the score of
   // prompt token p + 1 from this row's final hidden state (set by the tail).
   std::optional<PromptTokenLogprob> prompt_logprob;
@@ -66,6 +73,11 @@ struct Sequence {
   // Adaptive depth (a model with an exit rule, mode adaptive): generated tokens may exit at
   // the rule; prompt tokens run full depth (docs/models.md#serving-looped-checkpoints).
   bool adaptive_loops = false;
+  // Huginn adaptive: a generated token's exit check runs the coda, which attends to the coda
+  // entries of every earlier position, written when those leave the loop. So generated tokens
+  // enter one at a time, each after every earlier position is done, also when a preempted
+  // request recomputes them (DepthScheduler::Ready): the decode order the reference computes.
+  bool serial_generated = false;
   std::string cache_key;      // prefix cache namespace: cache_salt and the exit threshold
   PrefixCursor cache_cursor;  // how far this request's blocks are cached
   bool cancelled = false;

@@ -725,10 +725,10 @@ absl::Status WriteTinyModel(const TinyModelSpec& spec, const std::string& dir) {
   if (auto s = WriteText(dir + "/config.json", ConfigJson(*r).dump(2) + "\n"); !s.ok()) return s;
   std::filesystem::remove(dir + "/looped.json", ec);  // a stale one would change the defaults
   if (!spec.loop_mode.empty()) {
-    if (auto s = WriteText(dir + "/looped.json", json{{"mode", spec.loop_mode}}.dump(2) + "\n");
-        !s.ok()) {
-      return s;
-    }
+    json looped{{"mode", spec.loop_mode}};
+    // Huginn's KL threshold has no config.json field: the requests' default lives here.
+    if (spec.family == "huginn") looped["exit_threshold"] = spec.exit_threshold;
+    if (auto s = WriteText(dir + "/looped.json", looped.dump(2) + "\n"); !s.ok()) return s;
   }
   if (!spec.tokenizer_dir.empty()) {
     if (auto s = CopyTokenizerFiles(spec.tokenizer_dir, dir); !s.ok()) return s;
@@ -775,7 +775,8 @@ const char* MkmodelUsage() {
          "          --exit-threshold Q (early_exit_threshold), --router-bias B (the exit\n"
          "          gate's bias: > 0 earlier exits, < 0 later)\n"
          "huginn:   --recursions R is mean_recurrence, --prelude P --coda D (default 2),\n"
-         "          --layers P + C x R + D (default C 2); MHA, head_dim hidden/heads\n"
+         "          --layers P + C x R + D (default C 2); MHA, head_dim hidden/heads;\n"
+         "          with --loop-mode, --exit-threshold Q is looped.json's KL threshold\n"
          "looped:   --loop-mode full|adaptive (writes looped.json: the requests' default)\n"
          "tokenizer: --tokenizer-dir DIR (copies DIR's tokenizer.json, tokenizer_config.json,\n"
          "          ...; vocab, bos and eos from it; overrides --vocab)\n";

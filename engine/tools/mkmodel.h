@@ -105,7 +105,7 @@ struct TinyModelSpec {
   int head_dim = 0;                   // > 0: config.json head_dim (q/o not square)
   int prelude_layers = 2;             // huginn: n_layers_in_prelude
   int coda_layers = 2;                // huginn: n_layers_in_coda
-  std::string loop_mode;              // full | adaptive: written to looped.json; empty: none
+  std::string loop_mode;  // full | adaptive: written to looped.json (huginn: with exit_threshold)
 
   int bos_token_id = 1;                  // < 0: null in config.json
   std::vector<int> eos_token_ids = {2};  // one: a number in config.json; several: a list

@@ -396,7 +396,8 @@ std::optional<ApiError> GetCacheSalt(const json& body, v1::GenerateRequest* r) {
 }
 
 // Looped models (extra body fields, as vLLM takes its own): `return_loops` (bool, the
-// gateway's: OpenAiRequest), `mode` ("full" | "adaptive") and `exit_threshold` (a number > 0),
+// gateway's: OpenAiRequest), `mode` ("full" | "adaptive"), `exit_threshold` (a number > 0) and
+// Huginn's `num_steps` (an integer >= 1) and `init_scale` (a number >= 0),
 // checked here as cache_salt is, so a bad value costs no
 // backend call (the backend checks them again). Whether the model has an exit rule for
 // "adaptive" is the backend's check: its INVALID_ARGUMENT names `mode` and comes back as a
@@ -425,6 +426,20 @@ std::optional<ApiError> GetLoopParams(const json& body, OpenAiRequest* out,
                             "exit_threshold");
     }
     r->set_exit_threshold(f);
+  }
+  std::optional<int64_t> steps;
+  if (auto e = GetInt(body, "num_steps", 1, std::numeric_limits<int32_t>::max(), &steps)) return e;
+  if (steps) r->set_num_steps(static_cast<int32_t>(*steps));
+  d.reset();
+  if (auto e = GetNumber(body, "init_scale", &d)) return e;
+  if (d) {
+    const auto f = static_cast<float>(*d);
+    if (!(f >= 0.0f) || !std::isfinite(f)) {
+      return InvalidRequest(absl::StrCat("init_scale: must be a finite number >= 0, got ",
+                                         Field(body, "init_scale")->dump()),
+                            "init_scale");
+    }
+    r->set_init_scale(f);
   }
   return std::nullopt;
 }

@@ -79,7 +79,12 @@ TinyModelSpec OuroAdaptive() {
 // The families of engine_test.cc (tests/engine_harness.cc) at the GPU shape, plus the
 // rank-13 every-projection Relaxed model (the batched LoRA kernels' odd ranks).
 std::vector<FamilyCase> GpuFamilies() {
-  std::vector<FamilyCase> v = testing::EngineFamilies(Spec);
+  std::vector<FamilyCase> v;
+  for (FamilyCase& c : testing::EngineFamilies(Spec)) {
+    // The CUDA runner does not compute Huginn-0125 yet; Engine::Create refuses it by name
+    // (huginn_engine_test checks the refusal).
+    if (c.spec.family != "huginn") v.push_back(std::move(c));
+  }
   v.push_back({"relaxed-lora-r13-every-projection", RelaxedEveryProjection()});
   return v;
 }

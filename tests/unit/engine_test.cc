@@ -112,7 +112,7 @@ EngineConfig SmallConfig() {
 
 // A request's tokens and logits are bit-identical alone and inside mixed-depth batches (MoR
 // exits; early exits whose K/V-only rows share the passes with full rows; Ouro's gate exits
-// whose copy-on-exit rows do).
+// whose copy-on-exit rows do; Huginn's KL exits, whose checks run the coda in the pass).
 class BatchInvarianceTest : public ::testing::TestWithParam<FamilyCase> {};
 
 std::vector<FamilyCase> BatchInvarianceFamilies() {
@@ -128,10 +128,19 @@ std::vector<FamilyCase> BatchInvarianceFamilies() {
   TinyModelSpec ouro = Spec("ouro");
   ouro.exit_threshold = 0.55f;
   ouro.loop_mode = "adaptive";
+  // Huginn adaptive: exits by the KL rule, the exit check's coda runs inside the pass.
+  TinyModelSpec huginn = Spec("huginn");
+  huginn.prelude_layers = 1;
+  huginn.coda_layers = 1;
+  huginn.recursions = 4;
+  huginn.layers = 1 + 2 * 4 + 1;
+  huginn.exit_threshold = 3.7f;
+  huginn.loop_mode = "adaptive";
   return {{"mor-ec", Spec("mor-ec")},
           {"early-exit-propagate", early},
           {"early-exit-propagate-untied-lora", untied_lora},
-          {"ouro-adaptive", ouro}};
+          {"ouro-adaptive", ouro},
+          {"huginn-adaptive", huginn}};
 }
 
 TEST_P(BatchInvarianceTest, AloneEqualsMixed) {
