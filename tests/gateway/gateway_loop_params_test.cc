@@ -11,7 +11,9 @@
 // logprobs (and text) for each threshold equal that threshold's gRPC ones, while the two
 // thresholds' logprobs differ. `return_loops` puts each token's loops in the responses
 // (choices' `token_loops`, usage's `recursion_loops`), streamed and not, equal to the gRPC
-// stream's; without it neither field appears.
+// stream's; without it neither field appears. Huginn's `num_steps` (an integer >= 1) and
+// `init_scale` (>= 0) are checked likewise and forwarded: a model that is not Huginn refuses
+// them by name.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -122,6 +124,11 @@ TEST_F(GatewayLoopParamsTest, BadLoopFieldIsA400NamingTheField) {
       {"exit_threshold", 0},
       {"return_loops", "yes"},
       {"return_loops", 1},
+      {"num_steps", "x"},
+      {"num_steps", 0},
+      {"num_steps", 2.5},
+      {"init_scale", "x"},
+      {"init_scale", -1},
   };
   for (const auto& [field, bad] : kBad) {
     SCOPED_TRACE(std::string(field) + " " + bad.dump());
@@ -146,6 +153,26 @@ TEST_F(GatewayLoopParamsTest, AdaptiveOnAModelWithoutAnExitRuleIsA400NamingMode)
     chat["mode"] = "adaptive";
     chat["stream"] = true;  // refused before the stream starts: a plain 400 as well
     ExpectFieldError(PostTo(*gateway, "/v1/chat/completions", chat), "mode");
+  }
+}
+
+// Huginn's fields reach the backend: on models that are not Huginn-0125 its INVALID_ARGUMENT
+// comes back as a 400 naming the field (huginn_engine_test and server_loop_params_test show
+// what they do on a Huginn model).
+TEST_F(GatewayLoopParamsTest, HuginnFieldsReachTheBackend) {
+  for (const GatewayProcess* gateway : {vanilla_gateway_, &served_->gateway()}) {
+    for (const auto& [field, value] : {std::pair<const char*, json>{"num_steps", 2},
+                                       std::pair<const char*, json>{"init_scale", 0.5}}) {
+      SCOPED_TRACE(field);
+      json completion = CompletionBody();
+      completion[field] = value;
+      const HttpResult c = PostTo(*gateway, "/v1/completions", completion);
+      ExpectFieldError(c, field);
+      EXPECT_NE(c.body.find("only Huginn-0125"), std::string::npos) << c.body;
+      json chat = ChatBody();
+      chat[field] = value;
+      ExpectFieldError(PostTo(*gateway, "/v1/chat/completions", chat), field);
+    }
   }
 }
 

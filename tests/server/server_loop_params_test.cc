@@ -8,10 +8,15 @@
 // keeps every token for all 3 loops, per token (Token.loops) and in usage.recursion_loops.
 // And an Ouro one (mkmodel --family ouro, no looped.json: full by default): "adaptive" makes
 // generated tokens exit at the gate, with the reference's tokens and loop counts, the first
-// token at full depth, and the exits in a real metrics scrape.
+// token at full depth, and the exits in a real metrics scrape. And a Huginn-0125 one (mkmodel
+// --family huginn, looped.json adaptive with a KL threshold): the reference's tokens and loop
+// counts for the model's defaults and for a request's num_steps, init_scale (with its seed) and
+// exit_threshold; num_steps outside 1..the model's recurrences, a negative init_scale, and either
+// field on a model that is not Huginn are INVALID_ARGUMENT naming the field.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -55,6 +60,24 @@ TinyModelSpec OuroSpec() {
   return s;
 }
 
+constexpr int kHuginnSteps = 4;
+
+// Huginn's layout, fp32: prelude 1, core 2 x 4 recurrences, coda 1; looped.json adaptive with
+// a KL threshold its random weights cross after 1, 2 or 3 recurrences.
+TinyModelSpec HuginnSpec() {
+  TinyModelSpec s;
+  s.family = "huginn";
+  s.dtype = DType::kF32;
+  s.prelude_layers = 1;
+  s.coda_layers = 1;
+  s.recursions = kHuginnSteps;
+  s.layers = 1 + 2 * kHuginnSteps + 1;
+  s.exit_threshold = 3.7f;
+  s.loop_mode = "adaptive";
+  s.max_pos = 128;
+  return s;
+}
+
 class ServerLoopParamsTest : public ServedSuite<ServerLoopParamsTest, ServedTextModel> {
  protected:
   static void SetUpTestSuite() {
@@ -69,6 +92,10 @@ class ServerLoopParamsTest : public ServedSuite<ServerLoopParamsTest, ServedText
     ASSERT_TRUE(WriteTinyModel(OuroSpec(), *ouro_dir_).ok());
     ouro_ = new ServerProcess();
     ASSERT_NO_FATAL_FAILURE(StartOrDie(ouro_, *ouro_dir_));
+    huginn_dir_ = new std::string(served_->dir().File("huginn"));
+    ASSERT_TRUE(WriteTinyModel(HuginnSpec(), *huginn_dir_).ok());
+    huginn_ = new ServerProcess();
+    ASSERT_NO_FATAL_FAILURE(StartOrDie(huginn_, *huginn_dir_));
   }
   static void TearDownTestSuite() {
     if (early_ != nullptr && early_->pid() > 0)
@@ -80,6 +107,12 @@ class ServerLoopParamsTest : public ServedSuite<ServerLoopParamsTest, ServedText
     ouro_ = nullptr;
     delete ouro_dir_;
     ouro_dir_ = nullptr;
+    if (huginn_ != nullptr && huginn_->pid() > 0)
+      EXPECT_EQ(huginn_->Terminate(), 0) << huginn_->output();
+    delete huginn_;
+    huginn_ = nullptr;
+    delete huginn_dir_;
+    huginn_dir_ = nullptr;
     ServedSuite::TearDownTestSuite();
   }
   void SetUp() override {
@@ -109,6 +142,8 @@ class ServerLoopParamsTest : public ServedSuite<ServerLoopParamsTest, ServedText
   static inline ServerProcess* early_ = nullptr;
   static inline ServerProcess* ouro_ = nullptr;
   static inline std::string* ouro_dir_ = nullptr;
+  static inline ServerProcess* huginn_ = nullptr;
+  static inline std::string* huginn_dir_ = nullptr;
   std::unique_ptr<v1::Morserve::Stub> early_stub_;
 };
 
@@ -229,6 +264,79 @@ TEST_F(ServerLoopParamsTest, OuroAdaptiveExitsAtTheGateAsTheReferenceDoes) {
             .value_or(0);
   }
   EXPECT_GT(early_exits, 0) << *text;
+}
+
+TEST_F(ServerLoopParamsTest, HuginnRequestFieldsReachTheEngine) {
+  ASSERT_NE(huginn_, nullptr);
+  auto stub = huginn_->Stub();
+  auto weights = LoadModel(*huginn_dir_);
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  constexpr int kTokens = 12;
+  struct Case {
+    const char* name;
+    std::optional<int> num_steps;
+    std::optional<float> init_scale;
+    std::optional<float> exit_threshold;
+    const char* mode;
+  };
+  for (const Case& c :
+       {Case{"defaults", {}, {}, {}, ""}, Case{"num_steps 2", 2, {}, {}, ""},
+        Case{"full, 3 steps", 3, {}, {}, "full"}, Case{"init_scale 1", {}, 1.0f, {}, ""},
+        Case{"never exits", {}, {}, 1e-30f, ""}}) {
+    SCOPED_TRACE(c.name);
+    v1::GenerateRequest r = TokenRequest(kPrompt, kTokens);
+    ReferenceOptions o;
+    if (*c.mode != '\0') {
+      r.set_mode(c.mode);
+      o.loop_mode = LoopMode::kFull;
+    }
+    if (c.num_steps) r.set_num_steps(*c.num_steps);
+    if (c.init_scale) {
+      r.set_init_scale(*c.init_scale);
+      r.mutable_sampling()->set_seed(11);
+      o.seed = 11;
+    }
+    if (c.exit_threshold) r.set_exit_threshold(*c.exit_threshold);
+    o.num_steps = c.num_steps;
+    o.init_scale = c.init_scale;
+    o.exit_threshold = c.exit_threshold;
+    const StreamResult got = GenerateAll(stub.get(), r);
+    ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+    ReferenceModel ref(*weights, o);
+    std::vector<StepOutput> outs;
+    EXPECT_EQ(got.tokens, ref.GenerateGreedy(kPrompt, kTokens, &outs));
+    ASSERT_EQ(got.loops.size(), static_cast<size_t>(kTokens));
+    const int steps = c.num_steps.value_or(kHuginnSteps);
+    for (int t = 0; t < kTokens; ++t) {
+      EXPECT_EQ(got.loops[t], outs[kPrompt.size() - 1 + t].trace.loops) << "token " << t;
+      EXPECT_LE(got.loops[t], steps) << "token " << t;
+    }
+    EXPECT_EQ(got.loops[0], steps) << "the first token comes from the prompt's full depth";
+  }
+}
+
+TEST_F(ServerLoopParamsTest, HuginnFieldsAreCheckedAndNamed) {
+  ASSERT_NE(huginn_, nullptr);
+  auto stub = huginn_->Stub();
+  for (int bad : {0, -1, kHuginnSteps + 1}) {
+    SCOPED_TRACE(bad);
+    v1::GenerateRequest r = TokenRequest(kPrompt, 4);
+    r.set_num_steps(bad);
+    ExpectInvalid(GenerateAll(stub.get(), r), "num_steps");
+  }
+  v1::GenerateRequest r = TokenRequest(kPrompt, 4);
+  r.set_init_scale(-0.5f);
+  ExpectInvalid(GenerateAll(stub.get(), r), "init_scale");
+  // Not Huginn: both fields are refused by name, with the model's type.
+  v1::GenerateRequest steps = TokenRequest(kPrompt, 4);
+  steps.set_num_steps(2);
+  const StreamResult got = GenerateAll(early_stub_.get(), steps);
+  ExpectInvalid(got, "num_steps");
+  EXPECT_NE(got.status.error_message().find("huginn_raven"), std::string::npos)
+      << got.status.error_message();
+  v1::GenerateRequest scale = TokenRequest(kPrompt, 4);
+  scale.set_init_scale(1.0f);
+  ExpectInvalid(GenerateAll(stub_.get(), scale), "init_scale");
 }
 
 }  // namespace
