@@ -301,8 +301,7 @@ const LinearKernelSet* W8A8VnniLinearKernels() {
 }
 
 const LinearKernelSet* W8A8Avx2LinearKernels() {
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                         __builtin_cpu_supports("f16c");
+  static const bool ok = Avx2LinearKernels() != nullptr;  // AVX2, FMA and F16C
   static const LinearKernelSet set{"w8a8-avx2", &RunW8A8Avx2, &W8A8ChunkRows};
   return ok ? &set : nullptr;
 }
