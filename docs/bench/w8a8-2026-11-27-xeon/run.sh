@@ -6,17 +6,20 @@
 # measurement runs once per format in turn, so each format's figures sit beside the others'.
 #
 #   docs/bench/w8a8-2026-11-27-xeon/run.sh BUILD_DIR [OUT_DIR] [MODELS_DIR]
-#   (MODELS_DIR holds vanilla/ and mor3/ as bench_cpu_360m.sh writes them; FORMATS overrides
-#   the list, default "auto int8 w8a8" plus amx-bf16 where the host has AMX)
+#   (MODELS_DIR holds vanilla/ and mor3/, the models of scripts/bench_cpu_360m.sh, written here
+#   when missing; FORMATS overrides the list, default "auto int8 w8a8" plus amx-bf16 where the
+#   host has AMX)
 set -euo pipefail
 BUILD=$1
 OUT=${2:-$(dirname "$0")}
 D=${3:-/tmp/morserve-bench-360m}
 M="$BUILD/server/morserve"
 mkdir -p "$OUT"
-if [ ! -d "$D/vanilla" ] || [ ! -d "$D/mor3" ]; then
-  "$(dirname "$0")/../../../scripts/bench_cpu_360m.sh" "$BUILD" "$D" >/dev/null
-fi
+shape=(--hidden 960 --heads 15 --kv-heads 5 --intermediate 2560 --vocab 32000 --dtype bf16
+       --tie-embeddings --max-pos 2048 --layers 32)
+[ -d "$D/vanilla" ] || "$M" mkmodel --family vanilla "${shape[@]}" --out "$D/vanilla" >/dev/null
+[ -d "$D/mor3" ] || "$M" mkmodel --family mor-ec "${shape[@]}" --recursions 3 --sharing middle_cycle \
+  --depth-mix 0.3333333,0.3333333,0.3333334 --out "$D/mor3" >/dev/null
 FORMATS=${FORMATS:-"auto int8 w8a8$(grep -qw amx_bf16 /proc/cpuinfo && echo ' amx-bf16')"}
 lscpu | grep -E "Model name|^Flags" >"$OUT/cpu.txt"
 for w in $FORMATS; do
