@@ -316,4 +316,63 @@ void CompareWithReference(const std::vector<RefRun>& refs,
   }
 }
 
+int ExpectLoopSlotsMatchReference(const Engine& engine, const Sequence& seq, ReferenceModel& ref,
+                                  const std::string& label) {
+  const ModelWeights& w = engine.weights();
+  const LayerPlan& plan = w.plan;
+  std::vector<int> loops;
+  for (int t = 0; t < seq.num_done; ++t)
+    loops.push_back(ref.Step(seq.tokens[t], t < seq.num_prompt).trace.loops);
+  const int kvd = w.config.kv_dim();
+  auto read = [&](int slot, int position, std::vector<float>* k, std::vector<float>* v) {
+    const KvBlockTable& table = seq.kv->slot(slot);
+    const int index = table.IndexOf(position);
+    if (index < 0) return false;
+    k->resize(kvd);
+    v->resize(kvd);
+    engine.runner().ReadKv(table.PhysicalSlot(index), k->data(), v->data());
+    return true;
+  };
+  const int looped = plan.looped_segment;
+  int copies = 0;
+  for (int loop = 0; loop < plan.segments[looped].loops; ++loop) {
+    for (int k = 0; k < plan.segments[looped].num_layers; ++k) {
+      const int slot = plan.CacheSlot(looped, loop, k);
+      const auto& want = ref.SlotContents(slot);
+      if (static_cast<int>(want.size()) != seq.num_done) {
+        ADD_FAILURE() << label << ": the reference slot holds " << want.size() << " entries";
+        return copies;
+      }
+      for (int p = 0; p < seq.num_done; ++p) {
+        const std::string where = label + " loop " + std::to_string(loop) + " layer " +
+                                  std::to_string(k) + " position " + std::to_string(p);
+        std::vector<float> key, value;
+        if (!read(slot, p, &key, &value)) {
+          // Copies still to come ride the loop as K/V-only rows.
+          bool owed = false;
+          for (const Row& row : engine.scheduler().loop_rows()) {
+            owed =
+                owed || (row.seq == &seq && row.position == p && row.kv_only && row.loop <= loop);
+          }
+          EXPECT_TRUE(owed) << where << ": no entry and none owed";
+          continue;
+        }
+        EXPECT_LE(MaxRelDiff(key, want[p].k), 1e-4) << where << " K";
+        EXPECT_LE(MaxRelDiff(value, want[p].v), 1e-4) << where << " V";
+        const int exit_loop = loops[p] - 1;
+        if (loop <= exit_loop) continue;
+        std::vector<float> src_k, src_v;
+        if (!read(plan.CacheSlot(looped, exit_loop, k), p, &src_k, &src_v)) {
+          ADD_FAILURE() << where << ": no exit-loop entry";
+          continue;
+        }
+        EXPECT_EQ(key, src_k) << where << ": a copy on exit must equal the exit loop's entry";
+        EXPECT_EQ(value, src_v) << where;
+        ++copies;
+      }
+    }
+  }
+  return copies;
+}
+
 }  // namespace morserve::testing

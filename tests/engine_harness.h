@@ -138,4 +138,13 @@ void CompareWithReference(const std::vector<RefRun>& refs,
                           const std::vector<RunResult>& got, const std::string& label,
                           Tally* tally);
 
+// Adaptive looped models with copy on exit (Ouro, Huginn), mid-run: steps `ref` (fresh, on
+// the engine's model with the model's defaults) through seq's done positions, then checks
+// every entry of the looped segment's slots at those positions against the reference's (to
+// 1e-4: fp32 compute), and each copy on exit against the engine's own exit-loop entry, bit for
+// bit. An entry not written yet must be owed by a K/V-only row still riding the loop. Returns
+// the number of copies checked.
+int ExpectLoopSlotsMatchReference(const Engine& engine, const Sequence& seq, ReferenceModel& ref,
+                                  const std::string& label);
+
 }  // namespace morserve::testing

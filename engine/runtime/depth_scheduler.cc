@@ -94,8 +94,8 @@ bool DepthScheduler::Cancel(const std::string& request_id, FinishReason reason) 
 
 int DepthScheduler::Ready(const Sequence& s) const {
   const int unentered = static_cast<int>(s.tokens.size()) - s.num_entered;
-  if (!s.serial_generated || s.num_entered < s.num_prompt)
-    return s.serial_generated ? std::min(unentered, s.num_prompt - s.num_entered) : unentered;
+  if (!s.serial_generated) return unentered;
+  if (s.num_entered < s.num_prompt) return s.num_prompt - s.num_entered;  // prompt chunks
   return s.num_done == s.num_entered ? std::min(unentered, 1) : 0;
 }
 

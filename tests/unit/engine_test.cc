@@ -128,14 +128,11 @@ std::vector<FamilyCase> BatchInvarianceFamilies() {
   TinyModelSpec ouro = Spec("ouro");
   ouro.exit_threshold = 0.55f;
   ouro.loop_mode = "adaptive";
-  // Huginn adaptive: exits by the KL rule, the exit check's coda runs inside the pass.
-  TinyModelSpec huginn = Spec("huginn");
-  huginn.prelude_layers = 1;
-  huginn.coda_layers = 1;
-  huginn.recursions = 4;
-  huginn.layers = 1 + 2 * 4 + 1;
-  huginn.exit_threshold = 3.7f;
-  huginn.loop_mode = "adaptive";
+  // Huginn adaptive (the family suite's): exits by the KL rule, the exit check's coda runs
+  // inside the pass.
+  TinyModelSpec huginn;
+  for (const FamilyCase& c : testing::EngineFamilies(Spec))
+    if (c.name == "huginn-adaptive") huginn = c.spec;
   return {{"mor-ec", Spec("mor-ec")},
           {"early-exit-propagate", early},
           {"early-exit-propagate-untied-lora", untied_lora},

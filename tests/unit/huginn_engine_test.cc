@@ -79,69 +79,27 @@ void ExpectMatchesReference(const std::shared_ptr<const ModelWeights>& w,
   }
 }
 
-// Mid-run, every core and coda entry of a running request against the reference's (to 1e-4:
-// fp32 compute), and each copy on exit against the engine's own exit-recurrence entry, bit for
-// bit. Returns the number of copies checked.
+// Mid-run, every core entry of a running request against the reference's, copies on exit
+// bitwise (testing::ExpectLoopSlotsMatchReference), and the coda entry of every done position
+// against the reference's (its last exit check's or tail's write; 1e-4). Returns the number of
+// copies checked.
 int ExpectSlotsMatchReference(const Engine& engine, const Sequence& seq, const std::string& label) {
   const ModelWeights& w = engine.weights();
-  const LayerPlan& plan = w.plan;
   ReferenceModel ref(std::shared_ptr<const ModelWeights>(&w, [](const ModelWeights*) {}));
-  std::vector<int> loops;
-  for (int t = 0; t < seq.num_done; ++t)
-    loops.push_back(ref.Step(seq.tokens[t], t < seq.num_prompt).trace.loops);
-  const int kvd = w.config.kv_dim();
-  auto read = [&](int slot, int position, std::vector<float>* k, std::vector<float>* v) {
-    const KvBlockTable& table = seq.kv->slot(slot);
-    const int index = table.IndexOf(position);
-    if (index < 0) return false;
-    k->resize(kvd);
-    v->resize(kvd);
-    engine.runner().ReadKv(table.PhysicalSlot(index), k->data(), v->data());
-    return true;
-  };
-  auto compare = [&](int slot, int p, const std::string& where) {
-    const auto& want = ref.SlotContents(slot);
-    std::vector<float> key, value;
-    if (p >= static_cast<int>(want.size()) || !read(slot, p, &key, &value)) return false;
-    EXPECT_LE(testing::MaxRelDiff(key, want[p].k), 1e-4) << where << " K";
-    EXPECT_LE(testing::MaxRelDiff(value, want[p].v), 1e-4) << where << " V";
-    return true;
-  };
-  const int core = plan.looped_segment, coda = core + 1;
+  const int copies = testing::ExpectLoopSlotsMatchReference(engine, seq, ref, label);
+  const int coda = w.plan.CacheSlot(w.plan.looped_segment + 1, 0, 0);
+  const auto& want = ref.SlotContents(coda);
+  const KvBlockTable& table = seq.kv->slot(coda);
+  std::vector<float> key(w.config.kv_dim()), value(w.config.kv_dim());
   for (int p = 0; p < seq.num_done; ++p) {
-    EXPECT_TRUE(
-        compare(plan.CacheSlot(coda, 0, 0), p, label + " coda position " + std::to_string(p)))
-        << label << ": no coda entry at " << p;
-  }
-  int copies = 0;
-  for (int loop = 0; loop < kSteps; ++loop) {
-    for (int k = 0; k < plan.segments[core].num_layers; ++k) {
-      const int slot = plan.CacheSlot(core, loop, k);
-      for (int p = 0; p < seq.num_done; ++p) {
-        const std::string where = label + " recurrence " + std::to_string(loop) + " layer " +
-                                  std::to_string(k) + " position " + std::to_string(p);
-        if (!compare(slot, p, where)) {
-          bool owed = false;  // copies still to come ride the loop as K/V-only rows
-          for (const Row& row : engine.scheduler().loop_rows()) {
-            owed =
-                owed || (row.seq == &seq && row.position == p && row.kv_only && row.loop <= loop);
-          }
-          EXPECT_TRUE(owed) << where << ": no entry and none owed";
-          continue;
-        }
-        const int exit_loop = loops[p] - 1;
-        if (loop <= exit_loop) continue;
-        std::vector<float> key, value, src_k, src_v;
-        if (!read(slot, p, &key, &value) ||
-            !read(plan.CacheSlot(core, exit_loop, k), p, &src_k, &src_v)) {
-          ADD_FAILURE() << where << ": no exit-loop entry";
-          continue;
-        }
-        EXPECT_EQ(key, src_k) << where << ": a copy on exit must equal the exit loop's entry";
-        EXPECT_EQ(value, src_v) << where;
-        ++copies;
-      }
+    const int index = table.IndexOf(p);
+    if (index < 0 || p >= static_cast<int>(want.size())) {
+      ADD_FAILURE() << label << ": no coda entry at " << p;
+      continue;
     }
+    engine.runner().ReadKv(table.PhysicalSlot(index), key.data(), value.data());
+    EXPECT_LE(testing::MaxRelDiff(key, want[p].k), 1e-4) << label << " coda position " << p;
+    EXPECT_LE(testing::MaxRelDiff(value, want[p].v), 1e-4) << label << " coda position " << p;
   }
   return copies;
 }

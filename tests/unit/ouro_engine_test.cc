@@ -68,65 +68,12 @@ void ExpectMatchesReference(const std::shared_ptr<const ModelWeights>& w,
   }
 }
 
-// Mid-run, every KV entry of a running request equals the reference's entry of the same slot
-// and position (to 1e-4: fp32 compute), and each copy on exit equals the engine's own
-// exit-loop entry bit for bit. Returns the number of copies checked.
+// Mid-run, every KV entry of a running request against the reference's, copies on exit
+// bitwise (testing::ExpectLoopSlotsMatchReference). Returns the number of copies checked.
 int ExpectSlotsMatchReference(const Engine& engine, const Sequence& seq, const std::string& label) {
-  const ModelWeights& w = engine.weights();
-  const LayerPlan& plan = w.plan;
-  ReferenceModel ref(std::shared_ptr<const ModelWeights>(&w, [](const ModelWeights*) {}));
-  std::vector<int> loops;
-  for (int t = 0; t < seq.num_done; ++t)
-    loops.push_back(ref.Step(seq.tokens[t], t < seq.num_prompt).trace.loops);
-  const int kvd = w.config.kv_dim();
-  auto read = [&](int slot, int position, std::vector<float>* k, std::vector<float>* v) {
-    const KvBlockTable& table = seq.kv->slot(slot);
-    const int index = table.IndexOf(position);
-    if (index < 0) return false;
-    k->resize(kvd);
-    v->resize(kvd);
-    engine.runner().ReadKv(table.PhysicalSlot(index), k->data(), v->data());
-    return true;
-  };
-  int copies = 0;
-  for (int loop = 0; loop < kLoops; ++loop) {
-    for (int k = 0; k < plan.segments[0].num_layers; ++k) {
-      const int slot = plan.CacheSlot(0, loop, k);
-      const auto& want = ref.SlotContents(slot);
-      if (static_cast<int>(want.size()) != seq.num_done) {
-        ADD_FAILURE() << label << ": the reference slot holds " << want.size() << " entries";
-        return copies;
-      }
-      for (int p = 0; p < seq.num_done; ++p) {
-        const std::string where = label + " loop " + std::to_string(loop) + " layer " +
-                                  std::to_string(k) + " position " + std::to_string(p);
-        std::vector<float> key, value;
-        if (!read(slot, p, &key, &value)) {
-          // Copies still to come ride the loop as K/V-only rows.
-          bool owed = false;
-          for (const Row& row : engine.scheduler().loop_rows()) {
-            owed =
-                owed || (row.seq == &seq && row.position == p && row.kv_only && row.loop <= loop);
-          }
-          EXPECT_TRUE(owed) << where << ": no entry and none owed";
-          continue;
-        }
-        EXPECT_LE(testing::MaxRelDiff(key, want[p].k), 1e-4) << where << " K";
-        EXPECT_LE(testing::MaxRelDiff(value, want[p].v), 1e-4) << where << " V";
-        const int exit_loop = loops[p] - 1;
-        if (loop <= exit_loop) continue;
-        std::vector<float> src_k, src_v;
-        if (!read(plan.CacheSlot(0, exit_loop, k), p, &src_k, &src_v)) {
-          ADD_FAILURE() << where << ": no exit-loop entry";
-          continue;
-        }
-        EXPECT_EQ(key, src_k) << where << ": a copy on exit must equal the exit loop's entry";
-        EXPECT_EQ(value, src_v) << where;
-        ++copies;
-      }
-    }
-  }
-  return copies;
+  ReferenceModel ref(
+      std::shared_ptr<const ModelWeights>(&engine.weights(), [](const ModelWeights*) {}));
+  return testing::ExpectLoopSlotsMatchReference(engine, seq, ref, label);
 }
 
 TEST(OuroEngineTest, AdaptiveExitsAtSeveralDepthsAndCopiesEntriesOnExit) {
