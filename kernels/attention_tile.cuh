@@ -28,14 +28,28 @@ constexpr int kMaxGroup = kAttentionMaxGroup;
 constexpr float kLog2e = 1.4426950408889634f;
 static_assert(kTile == 32, "the softmax step maps one key of a tile to one lane");
 
-// How a CTA of kThreads threads splits a tile for head_dim HD.
+// The smallest power of two >= n (n >= 1).
+constexpr int PowerOfTwoAtLeast(int n) { return n <= 1 ? 1 : 2 * PowerOfTwoAtLeast((n + 1) / 2); }
+
+// How a CTA of kThreads threads splits a tile for head_dim HD (64, 96 or 128). A key's row is
+// kParts 16-byte parts of 8 elements; kLanes lanes (the power of two >= kParts, so the lane
+// butterfly stays inside a warp) share one key, and lane i < kParts holds part i. For HD 64
+// and 128 every lane holds a part (kLanes == kParts); for HD 96 (12 parts on 16 lanes) lanes
+// 12..15 of a key hold no part: their q and k slices are zeros, so they add +0 to the dot.
 template <int HD>
 struct TileShape {
-  static constexpr int kLanes = HD / 8;                   // lanes sharing one key (8 elements)
-  static constexpr int kKeysPerPass = kThreads / kLanes;  // keys scored at once by the CTA
+  static constexpr int kParts = HD / 8;                     // 16-byte parts of a key row
+  static constexpr int kLanes = PowerOfTwoAtLeast(kParts);  // lanes sharing one key
+  static constexpr int kKeysPerPass = kThreads / kLanes;    // keys scored at once by the CTA
   static constexpr int kPasses = kTile / kKeysPerPass;
   static constexpr int kOutPerThread = kMaxGroup * HD / kThreads;
-  static_assert(kTile % kKeysPerPass == 0 && (kMaxGroup * HD) % kThreads == 0, "shape");
+  static_assert(HD % 8 == 0 && kLanes <= 32 && kTile % kKeysPerPass == 0 &&
+                    (kMaxGroup * HD) % kThreads == 0,
+                "shape");
+  // Whether lane_in_key holds a part (a constant true when kLanes == kParts).
+  static __device__ __forceinline__ bool HoldsPart(int lane_in_key) {
+    return kLanes == kParts || lane_in_key < kParts;
+  }
 };
 
 // The CTA's shared memory for the fold (a kernel declares one as __shared__, with an int
@@ -102,16 +116,22 @@ __device__ __forceinline__ T* GroupRow(T* base, int row, int n_heads, int kvh, i
 }
 
 // This thread's slice of the group's query vectors: key lane `tid % kLanes` covers elements
-// [8 * lane, 8 * lane + 8) of every head.
+// [8 * lane, 8 * lane + 8) of every head (zeros on a lane that holds no part).
 template <int HD>
 __device__ __forceinline__ void LoadGroupQuery(const uint16_t* q_row, int group, int tid,
                                                GroupQuery& qreg) {
-  const int lane_in_key = tid % TileShape<HD>::kLanes;
+  using S = TileShape<HD>;
+  const int lane_in_key = tid % S::kLanes;
 #pragma unroll
   for (int g = 0; g < kMaxGroup; ++g) {
     if (g < group) {
-      const uint4 v = reinterpret_cast<const uint4*>(q_row + g * HD)[lane_in_key];
-      Widen8(v, qreg[g]);
+      if (S::HoldsPart(lane_in_key)) {
+        const uint4 v = reinterpret_cast<const uint4*>(q_row + g * HD)[lane_in_key];
+        Widen8(v, qreg[g]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) qreg[g][e] = 0.0f;
+      }
     }
   }
 }
@@ -151,17 +171,18 @@ __device__ __forceinline__ void LocateTile(const TileArgs& a, const int32_t* blo
 // 2a. The tile's values to shared memory, 16 bytes per load.
 template <int HD>
 __device__ __forceinline__ void LoadTileValues(int valid, TileShared<HD>& sh, int tid) {
-  constexpr int kLanes = TileShape<HD>::kLanes;
-  for (int c = tid; c < kTile * kLanes; c += kThreads) {
-    const int j = c / kLanes;
-    const int part = c % kLanes;
+  constexpr int kParts = TileShape<HD>::kParts;
+  for (int c = tid; c < kTile * kParts; c += kThreads) {
+    const int j = c / kParts;
+    const int part = c % kParts;
     if (j < valid) {
       reinterpret_cast<uint4*>(&sh.v[j][0])[part] = reinterpret_cast<const uint4*>(sh.vp[j])[part];
     }
   }
 }
 
-// 2b. Scores: kLanes lanes per key, each an 8-element dot, then a lane butterfly.
+// 2b. Scores: kLanes lanes per key, each an 8-element dot (0 on a lane without a part), then
+// a lane butterfly.
 template <int HD>
 __device__ __forceinline__ void ScoreTile(const GroupQuery& qreg, int group, int valid,
                                           float score_scale, TileShared<HD>& sh, int tid) {
@@ -172,7 +193,7 @@ __device__ __forceinline__ void ScoreTile(const GroupQuery& qreg, int group, int
   for (int pass = 0; pass < S::kPasses; ++pass) {
     const int j = pass * S::kKeysPerPass + key_slot;
     float kf[8];
-    if (j < valid) {
+    if (j < valid && S::HoldsPart(lane_in_key)) {
       Widen8(reinterpret_cast<const uint4*>(sh.kp[j])[lane_in_key], kf);
     } else {
 #pragma unroll

@@ -39,11 +39,10 @@ size_t PagedAttentionWorkspaceFloats(int rows, int n_heads, int head_dim, int ma
 }
 
 cudaError_t paged_attention_forward(const PagedAttentionParams& p, cudaStream_t stream) {
-  if (p.rows < 0 || (p.head_dim != 64 && p.head_dim != 128) || p.n_heads <= 0 ||
-      p.n_kv_heads <= 0 || p.n_heads % p.n_kv_heads != 0 || p.n_heads / p.n_kv_heads > kMaxGroup ||
-      p.block_size <= 0 || p.num_blocks <= 0 || p.max_kv_len < 0 || p.chunk_len <= 0 ||
-      p.chunk_len % kTile != 0 || !std::isfinite(p.scale) ||
-      (p.out_dtype != DType::kF32 && p.out_dtype != DType::kBF16) ||
+  if (p.rows < 0 || !AttentionHeadDimSupported(p.head_dim) || p.n_heads <= 0 || p.n_kv_heads <= 0 ||
+      p.n_heads % p.n_kv_heads != 0 || p.n_heads / p.n_kv_heads > kMaxGroup || p.block_size <= 0 ||
+      p.num_blocks <= 0 || p.max_kv_len < 0 || p.chunk_len <= 0 || p.chunk_len % kTile != 0 ||
+      !std::isfinite(p.scale) || (p.out_dtype != DType::kF32 && p.out_dtype != DType::kBF16) ||
       (p.extra_k == nullptr) != (p.extra_v == nullptr)) {
     return cudaErrorInvalidValue;
   }
@@ -66,12 +65,17 @@ cudaError_t paged_attention_forward(const PagedAttentionParams& p, cudaStream_t 
 
   const Args a = MakeArgs(p, max_chunks);
   const bool bf16 = p.out_dtype == DType::kBF16;
-  if (p.head_dim == 64) {
-    return bf16 ? Launch<64, uint16_t>(a, p.rows, max_chunks, stream)
-                : Launch<64, float>(a, p.rows, max_chunks, stream);
+  switch (p.head_dim) {
+    case 64:
+      return bf16 ? Launch<64, uint16_t>(a, p.rows, max_chunks, stream)
+                  : Launch<64, float>(a, p.rows, max_chunks, stream);
+    case 96:
+      return bf16 ? Launch<96, uint16_t>(a, p.rows, max_chunks, stream)
+                  : Launch<96, float>(a, p.rows, max_chunks, stream);
+    default:  // 128
+      return bf16 ? Launch<128, uint16_t>(a, p.rows, max_chunks, stream)
+                  : Launch<128, float>(a, p.rows, max_chunks, stream);
   }
-  return bf16 ? Launch<128, uint16_t>(a, p.rows, max_chunks, stream)
-              : Launch<128, float>(a, p.rows, max_chunks, stream);
 }
 
 }  // namespace morserve::kernels

@@ -13,7 +13,9 @@
 //   head, chunk) holds all query heads of the GQA group, so K/V of a kv head is read once
 //   per row. A chunk is `chunk_len` consecutive entries of the row (a FIXED number of
 //   tokens, never a fixed number of splits), walked in tiles of kAttentionTile keys with an
-//   fp32 online softmax (base 2, scale * log2(e) folded into the scores).
+//   fp32 online softmax (base 2, scale * log2(e) folded into the scores). head_dim 64, 96 or
+//   128: a key is scored by 8, 16 or 16 lanes of 8 elements each (for 96, 12 lanes hold the
+//   row and 4 add zeros), the same CTA and tile for all three (kernels/attention_tile.cuh).
 // - Combine kernel, grid (rows, n_heads): merges a row's chunk partials in chunk order.
 //   A row with a single chunk is written directly by the split kernel and skipped here.
 //
@@ -53,6 +55,11 @@ inline constexpr int kAttentionTile = 32;
 // Largest GQA group (query heads per kv head) the kernel holds in one CTA.
 inline constexpr int kAttentionMaxGroup = 8;
 
+// The head_dims the attention kernels (this one and recurrent_attention) are built for.
+inline constexpr bool AttentionHeadDimSupported(int head_dim) {
+  return head_dim == 64 || head_dim == 96 || head_dim == 128;
+}
+
 struct PagedAttentionParams {
   const uint16_t* q = nullptr;            // [rows, n_heads * head_dim] bf16
   const uint16_t* k_cache = nullptr;      // [num_blocks, block_size, n_kv_heads, head_dim] bf16
@@ -71,7 +78,7 @@ struct PagedAttentionParams {
   int rows = 0;  // 0 is allowed (nothing is launched)
   int n_heads = 0;
   int n_kv_heads = 0;
-  int head_dim = 0;  // 64 or 128
+  int head_dim = 0;  // 64, 96 or 128 (AttentionHeadDimSupported)
   int block_size = 0;
   int num_blocks = 0;
   int max_kv_len = 0;  // >= every kv_len[r] of the launch; sizes the grid

@@ -12,7 +12,7 @@ namespace {
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 cudaError_t Validate(const RecurrentAttentionParams& p, bool finish) {
-  if (p.num_items < 0 || p.rows < 0 || (p.head_dim != 64 && p.head_dim != 128) || p.n_heads <= 0 ||
+  if (p.num_items < 0 || p.rows < 0 || !AttentionHeadDimSupported(p.head_dim) || p.n_heads <= 0 ||
       p.n_kv_heads <= 0 || p.n_heads % p.n_kv_heads != 0 || p.n_heads / p.n_kv_heads > kMaxGroup ||
       p.block_size <= 0 || p.num_blocks <= 0 || !std::isfinite(p.scale) ||
       (p.out_dtype != DType::kF32 && p.out_dtype != DType::kBF16) || p.n_kv_heads > 65535) {
@@ -43,18 +43,26 @@ cudaError_t Launch(const RecurrentAttentionParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+template <int HD, bool kFinish>
+cudaError_t LaunchHeadDim(const RecurrentAttentionParams& p, cudaStream_t stream) {
+  if constexpr (!kFinish) {  // a merge writes no output: one instantiation per head_dim
+    return Launch<HD, false, float>(p, stream);
+  } else {
+    return p.out_dtype == DType::kBF16 ? Launch<HD, true, uint16_t>(p, stream)
+                                       : Launch<HD, true, float>(p, stream);
+  }
+}
+
 template <bool kFinish>
 cudaError_t Dispatch(const RecurrentAttentionParams& p, cudaStream_t stream) {
   if (cudaError_t e = Validate(p, kFinish); e != cudaSuccess || p.num_items == 0) return e;
-  if constexpr (!kFinish) {  // a merge writes no output: one instantiation per head_dim
-    return p.head_dim == 64 ? Launch<64, false, float>(p, stream)
-                            : Launch<128, false, float>(p, stream);
-  } else {
-    const bool bf16 = p.out_dtype == DType::kBF16;
-    if (p.head_dim == 64) {
-      return bf16 ? Launch<64, true, uint16_t>(p, stream) : Launch<64, true, float>(p, stream);
-    }
-    return bf16 ? Launch<128, true, uint16_t>(p, stream) : Launch<128, true, float>(p, stream);
+  switch (p.head_dim) {
+    case 64:
+      return LaunchHeadDim<64, kFinish>(p, stream);
+    case 96:
+      return LaunchHeadDim<96, kFinish>(p, stream);
+    default:  // 128
+      return LaunchHeadDim<128, kFinish>(p, stream);
   }
 }
 

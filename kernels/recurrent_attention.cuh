@@ -72,15 +72,16 @@ struct RecurrentAttentionParams {
   int rows = 0;
   int n_heads = 0;
   int n_kv_heads = 0;
-  int head_dim = 0;  // 64 or 128
+  int head_dim = 0;  // 64, 96 or 128
   int block_size = 0;
   int num_blocks = 0;
   float scale = 0.0f;  // usually 1 / sqrt(head_dim)
 };
 
-// Both return cudaErrorInvalidValue for a null pointer the launch needs, head_dim not 64/128,
-// a GQA group over kAttentionMaxGroup or not dividing, a bad dtype, a non-finite scale, a
-// pointer that is not 16-byte aligned, or more items than a grid holds; else the launch's error.
+// Both return cudaErrorInvalidValue for a null pointer the launch needs, head_dim not 64, 96 or
+// 128 (AttentionHeadDimSupported, paged_attention.cuh), a GQA group over kAttentionMaxGroup or
+// not dividing, a bad dtype, a non-finite scale, a pointer that is not 16-byte aligned, or more
+// items than a grid holds; else the launch's error.
 cudaError_t recurrent_attention_merge(const RecurrentAttentionParams& p, cudaStream_t stream);
 cudaError_t recurrent_attention_finish(const RecurrentAttentionParams& p, cudaStream_t stream);
 

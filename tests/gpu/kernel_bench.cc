@@ -1,6 +1,7 @@
 // Kernel micro-benchmark for a GPU session (not a test: speed is never asserted). Measures
 // the device-to-device copy bandwidth (bytes read + written), then paged attention (decode
-// at several batch sizes and contexts, and a prefill chunk), the cuBLASLt GEMMs of a
+// at several batch sizes and contexts, and a prefill chunk; SmolLM-360M heads, plus a decode
+// and a prefill at Huginn-0125's 55 heads of 96), the cuBLASLt GEMMs of a
 // SmolLM-360M-shaped layer, and per-loop LoRA on its linears (the segmented shrink/expand
 // kernels against the per-loop-group cuBLASLt loop they replaced), each as the median over
 // repeats of event-timed runs that rotate over 8 input sets so the L2 cache does not serve
@@ -9,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <numeric>
@@ -104,10 +106,19 @@ double CopyBandwidth() {
   return 2.0 * bytes / (ms * 1e-3);
 }
 
+// Attention head shapes: SmolLM-360M's (the default) and Huginn-0125's.
+struct AttentionHeads {
+  int n_heads, n_kv, hd;
+  const char* label;  // appended to the result's name ("" for the default)
+};
+constexpr AttentionHeads kSmolHeads = {15, 5, 64, ""};
+constexpr AttentionHeads kHuginnHeads = {55, 55, 96, " heads=55/55x96"};
+
 // Paged attention over `rows` rows: decode (one row per request, context `ctx`) or a prefill
 // chunk (`rows` rows of one request ending at context ctx).
-Result Attention(int rows, int ctx, bool prefill, std::mt19937_64& rng) {
-  const int n_heads = 15, n_kv = 5, hd = 64, bs = 16, chunk = 256;
+Result Attention(int rows, int ctx, bool prefill, std::mt19937_64& rng,
+                 const AttentionHeads& heads = kSmolHeads) {
+  const int n_heads = heads.n_heads, n_kv = heads.n_kv, hd = heads.hd, bs = 16, chunk = 256;
   const int requests = prefill ? 1 : rows;
   const int blocks_per_req = (ctx + bs - 1) / bs;
   const int num_blocks = requests * blocks_per_req * kRotate;
@@ -163,7 +174,7 @@ Result Attention(int rows, int ctx, bool prefill, std::mt19937_64& rng) {
   p.num_blocks = num_blocks;
   p.max_kv_len = ctx;
   p.chunk_len = chunk;
-  p.scale = 0.125f;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const double ms = TimeMs([&](int i) {
     PagedAttentionParams a = p;
     a.table_indptr = d_indptr[i % kRotate];
@@ -182,7 +193,7 @@ Result Attention(int rows, int ctx, bool prefill, std::mt19937_64& rng) {
   cudaFree(d_len);
   const std::string name =
       std::string(prefill ? "attention prefill rows=" : "attention decode rows=") +
-      std::to_string(rows) + " ctx=" + std::to_string(ctx);
+      std::to_string(rows) + " ctx=" + std::to_string(ctx) + heads.label;
   const double flops = 4.0 * (kv_bytes / (2.0 * n_kv * hd * 2)) * n_heads * hd;
   return {name, ms, kv_bytes, flops};
 }
@@ -357,7 +368,11 @@ int Main(int argc, char** argv) {
     if (lora_only) break;
     for (int ctx : {1024, 4096}) results.push_back(Attention(rows, ctx, false, rng));
   }
-  if (!lora_only) results.push_back(Attention(512, 2048, true, rng));
+  if (!lora_only) {
+    results.push_back(Attention(512, 2048, true, rng));
+    results.push_back(Attention(8, 4096, false, rng, kHuginnHeads));  // head_dim 96
+    results.push_back(Attention(512, 2048, true, rng, kHuginnHeads));
+  }
   LtGemm gemm;
   if (gemm.Init() != CUBLAS_STATUS_SUCCESS) {
     std::fprintf(stderr, "cuBLASLt init failed\n");

@@ -50,12 +50,20 @@ void Emulate(const PagedAttentionParams& p, std::vector<uint8_t>* raw) {
   }
 }
 
+template <int HD>
+void EmulateHeadDim(const PagedAttentionParams& p, std::vector<uint8_t>* raw) {
+  p.out_dtype == DType::kBF16 ? Emulate<HD, uint16_t>(p, raw) : Emulate<HD, float>(p, raw);
+}
+
 void EmulateAny(const PagedAttentionParams& p, std::vector<uint8_t>* raw) {
-  const bool bf16 = p.out_dtype == DType::kBF16;
-  if (p.head_dim == 64) {
-    bf16 ? Emulate<64, uint16_t>(p, raw) : Emulate<64, float>(p, raw);
-  } else {
-    bf16 ? Emulate<128, uint16_t>(p, raw) : Emulate<128, float>(p, raw);
+  ASSERT_TRUE(AttentionHeadDimSupported(p.head_dim)) << p.head_dim;
+  switch (p.head_dim) {
+    case 64:
+      return EmulateHeadDim<64>(p, raw);
+    case 96:
+      return EmulateHeadDim<96>(p, raw);
+    default:
+      return EmulateHeadDim<128>(p, raw);
   }
 }
 
@@ -111,9 +119,20 @@ TEST(PagedAttentionEmuTest, ExtraPair) {
   ASSERT_NO_FATAL_FAILURE(Check({3, 3, 128, 5, 32, true, 2.0f}, reqs));
 }
 
-TEST(PagedAttentionEmuTest, FaultyRowsBecomeNan) {
+// head_dim 96 (Huginn-0125): 12 of a key's 16 lanes hold its row. GQA groups 3, 1 and 8,
+// several split-KV chunks and the combine kernel, block sizes that do and do not divide the
+// tile, the extra pair.
+TEST(PagedAttentionEmuTest, HeadDim96) {
+  const std::vector<RequestSpec> reqs = {{1, 1}, {33, 1}, {70, 5}, {0, 1}, {100, 1}, {9, 9}};
+  ASSERT_NO_FATAL_FAILURE(Check({6, 2, 96, 5, 32, false, 1.0f}, reqs));    // group 3, 4 chunks
+  ASSERT_NO_FATAL_FAILURE(Check({3, 3, 96, 16, 256, false, 3.0f}, reqs));  // group 1, one chunk
+  ASSERT_NO_FATAL_FAILURE(Check({8, 1, 96, 16, 32, true, 1.0f}, {{40, 2}, {64, 1}, {5, 1}}));
+}
+
+// A kv_len beyond the table and a block id outside the pool fill only their row with NaN.
+void CheckFaultyRowsBecomeNan(int hd) {
   std::mt19937_64 rng(Seed());
-  Problem pr = Build({6, 2, 64, 16, 32, false, 1.0f}, {{40, 1}, {50, 1}, {90, 1}, {20, 1}}, rng);
+  Problem pr = Build({6, 2, hd, 16, 32, false, 1.0f}, {{40, 1}, {50, 1}, {90, 1}, {20, 1}}, rng);
   const std::vector<double> ref = Reference(pr);
   pr.kv_len[1] = (pr.indptr[2] - pr.indptr[1]) * 16 + 1;  // beyond the row's table
   pr.max_kv_len = std::max(pr.max_kv_len, pr.kv_len[1]);
@@ -129,6 +148,13 @@ TEST(PagedAttentionEmuTest, FaultyRowsBecomeNan) {
       }
     }
     ASSERT_NO_FATAL_FAILURE(ExpectMatches(pr, got, ref, t, {1, 2}));
+  }
+}
+
+TEST(PagedAttentionEmuTest, FaultyRowsBecomeNan) {
+  for (int hd : {64, 96}) {
+    SCOPED_TRACE("head_dim=" + std::to_string(hd));
+    ASSERT_NO_FATAL_FAILURE(CheckFaultyRowsBecomeNan(hd));
   }
 }
 

@@ -1,7 +1,7 @@
 // paged_attention_forward against a CPU reference in double, on fresh random inputs (the seed
 // is in every failure message): random block tables over a shuffled pool, prefill chunks
 // (many rows of one request, kv_len growing by one per row) mixed with decode rows, GQA
-// groups 1, 3 and 4, head_dim 64 and 128, block sizes that do and do not divide the tile,
+// groups 1, 3, 4, 5 and 8, head_dim 64, 96 and 128, block sizes that do and do not divide the tile,
 // contexts up to several thousand tokens (several split-KV chunks), kv_len 0, the optional
 // extra pair, bf16 and fp32 output. Every cache slot no row may read holds NaN, and outputs
 // and the workspace are poisoned, so a stray read or a missed write fails.
@@ -130,6 +130,10 @@ class PagedAttentionTest : public ::testing::Test {
       }
     }
   }
+
+  // Faulty metadata (a kv_len beyond the row's table, a block id outside the pool) fills only
+  // the faulty row with NaN; the others stay correct.
+  void CheckFaultyRowsBecomeNan(int hd);
 };
 
 // Decode rows, a long-ish decode, a prefill chunk in the middle of a prompt, a prompt's first
@@ -156,10 +160,21 @@ TEST_F(PagedAttentionTest, MixedPrefillAndDecodeHeadDim128) {
   }
 }
 
+TEST_F(PagedAttentionTest, MixedPrefillAndDecodeHeadDim96) {
+  // Huginn-0125 (55 heads of 96, no GQA), group 5, group 8 (the largest); block sizes 16 and 7;
+  // chunk 96 (three tiles) and 32 split the longer rows into many chunks.
+  for (int block : {16, 7}) {
+    ASSERT_NO_FATAL_FAILURE(Run({55, 55, 96, block, 256, false, 1.0f}, kMixed));
+    ASSERT_NO_FATAL_FAILURE(Run({10, 2, 96, block, 96, false, 3.0f}, kMixed));
+    ASSERT_NO_FATAL_FAILURE(Run({16, 2, 96, block, 32, false, 1.0f}, kMixed));
+  }
+}
+
 TEST_F(PagedAttentionTest, KvLenZeroRowsGetZeros) {
   // {0, 1}: a row with kv_len 0 and an empty table (first, middle and last row).
   ASSERT_NO_FATAL_FAILURE(Run({15, 5, 64, 16, 256, false, 1.0f}, {{0, 1}, {1, 1}, {0, 1}}));
   ASSERT_NO_FATAL_FAILURE(Run({8, 2, 128, 16, 64, false, 1.0f}, {{0, 1}, {5, 2}, {0, 1}}));
+  ASSERT_NO_FATAL_FAILURE(Run({6, 3, 96, 16, 64, false, 1.0f}, {{0, 1}, {5, 2}, {0, 1}}));
 }
 
 TEST_F(PagedAttentionTest, ExtraPairOfRecurrentLayers) {
@@ -169,6 +184,8 @@ TEST_F(PagedAttentionTest, ExtraPairOfRecurrentLayers) {
   ASSERT_NO_FATAL_FAILURE(Run({15, 5, 64, 16, 256, true, 1.0f}, reqs));
   ASSERT_NO_FATAL_FAILURE(Run({12, 4, 128, 7, 32, true, 2.0f}, reqs));
   ASSERT_NO_FATAL_FAILURE(Run({3, 3, 64, 16, 32, true, 1.0f}, {{32, 1}, {64, 2}}));  // chunk edges
+  ASSERT_NO_FATAL_FAILURE(Run({55, 55, 96, 16, 256, true, 1.0f}, reqs));             // Huginn-0125
+  ASSERT_NO_FATAL_FAILURE(Run({8, 2, 96, 5, 32, true, 2.0f}, reqs));
 }
 
 TEST_F(PagedAttentionTest, LongContexts) {
@@ -177,6 +194,8 @@ TEST_F(PagedAttentionTest, LongContexts) {
   ASSERT_NO_FATAL_FAILURE(Run({15, 5, 64, 16, 256, false, 1.0f}, reqs));
   ASSERT_NO_FATAL_FAILURE(Run({32, 8, 128, 32, 512, false, 4.0f}, reqs));
   ASSERT_NO_FATAL_FAILURE(Run({9, 3, 64, 13, 256, true, 1.0f}, {{4500, 2}, {10, 1}}));
+  ASSERT_NO_FATAL_FAILURE(Run({12, 3, 96, 16, 256, false, 2.0f}, reqs));
+  ASSERT_NO_FATAL_FAILURE(Run({55, 55, 96, 16, 512, true, 1.0f}, {{4500, 2}, {10, 1}}));
 }
 
 // The launch captured in a CUDA graph (fixed buffers, metadata in device memory) equals a
@@ -229,12 +248,18 @@ TEST_F(PagedAttentionTest, CapturedInGraphMatchesDirectLaunch) {
   cudaStreamDestroy(stream);
 }
 
-// Faulty metadata fills only the faulty row with NaN; the others stay correct.
 TEST_F(PagedAttentionTest, FaultyRowsBecomeNan) {
+  for (int hd : {64, 96}) {
+    SCOPED_TRACE("head_dim=" + std::to_string(hd));
+    ASSERT_NO_FATAL_FAILURE(CheckFaultyRowsBecomeNan(hd));
+  }
+}
+
+void PagedAttentionTest::CheckFaultyRowsBecomeNan(int hd) {
   const uint64_t seed = FreshSeed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  Problem p = Build({15, 5, 64, 16, 64, false, 1.0f}, {{100, 1}, {50, 1}, {300, 1}, {20, 1}}, rng);
+  Problem p = Build({15, 5, hd, 16, 64, false, 1.0f}, {{100, 1}, {50, 1}, {300, 1}, {20, 1}}, rng);
   const std::vector<double> ref = Reference(p);
   p.kv_len[1] = (p.indptr[2] - p.indptr[1]) * 16 + 1;  // beyond the row's table
   p.max_kv_len = std::max(p.max_kv_len, p.kv_len[1]);
@@ -267,8 +292,14 @@ TEST(PagedAttentionParamsTest, RejectsBadParams) {
   p.scale = 0.125f;
   EXPECT_EQ(paged_attention_forward(p, nullptr), cudaSuccess);  // rows 0: nothing to do
   PagedAttentionParams bad = p;
-  bad.head_dim = 96;
-  EXPECT_EQ(paged_attention_forward(bad, nullptr), cudaErrorInvalidValue);
+  for (int hd : {0, 32, 80, 100, 256}) {  // not 64, 96 or 128
+    bad.head_dim = hd;
+    EXPECT_EQ(paged_attention_forward(bad, nullptr), cudaErrorInvalidValue) << hd;
+  }
+  for (int hd : {64, 96, 128}) {
+    bad.head_dim = hd;
+    EXPECT_EQ(paged_attention_forward(bad, nullptr), cudaSuccess) << hd;  // rows 0
+  }
   bad = p;
   bad.n_kv_heads = 4;  // does not divide 15
   EXPECT_EQ(paged_attention_forward(bad, nullptr), cudaErrorInvalidValue);
@@ -294,6 +325,7 @@ TEST(PagedAttentionParamsTest, RejectsBadParams) {
   EXPECT_EQ(PagedAttentionMaxChunks(5000, false, 256), 20);
   EXPECT_EQ(PagedAttentionWorkspaceFloats(3, 15, 64, 200, false, 256), 0u);
   EXPECT_EQ(PagedAttentionWorkspaceFloats(3, 15, 64, 600, false, 256), 3u * 15 * 3 * 66);
+  EXPECT_EQ(PagedAttentionWorkspaceFloats(2, 55, 96, 600, false, 256), 2u * 55 * 3 * 98);
 }
 
 }  // namespace

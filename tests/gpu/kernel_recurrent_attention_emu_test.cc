@@ -2,7 +2,7 @@
 // source) on the CPU emulator, driven by the GPU schedule (engine/cuda/recurrent_schedule.h)
 // wave by wave with each chunk's own entries hidden (NaN) until their position finishes.
 // Checked for prefill chunks of several lengths (powers of two and not, cached prefixes on and
-// off tile boundaries, decode rows), GQA groups 1/3/4/8, head_dim 64/128, block sizes 5/16:
+// off tile boundaries, decode rows), GQA groups 1/3/4/8, head_dim 64/96/128, block sizes 5/16:
 //   - bit for bit against the paged-attention split kernel with one chunk (the naive GPU
 //     path's kernel) on the complete cache, per row: so the result does not depend on the
 //     schedule, the batch or the chunking;
@@ -20,6 +20,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "engine/cpu/chunk_attention.h"
@@ -37,6 +38,20 @@ using namespace ::morserve::kernels::recurrent_test;  // NOLINT
 uint64_t Seed() {
   std::random_device rd;
   return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
+
+// Calls f(std::integral_constant<int, HD>) for head_dim HD (64, 96 or 128).
+template <typename F>
+void ForHeadDim(int head_dim, F&& f) {
+  ASSERT_TRUE(AttentionHeadDimSupported(head_dim)) << head_dim;
+  switch (head_dim) {
+    case 64:
+      return f(std::integral_constant<int, 64>{});
+    case 96:
+      return f(std::integral_constant<int, 96>{});
+    default:
+      return f(std::integral_constant<int, 128>{});
+  }
 }
 
 template <typename T>
@@ -65,16 +80,17 @@ std::vector<uint8_t> EmulateTiled(const Problem& p, const Items& it, DType t) {
     const RecurrentArgs a = MakeRecurrentArgs(q);
     const EmuDim3 grid{static_cast<unsigned>(count), static_cast<unsigned>(p.shape.n_kv_heads), 1};
     const bool bf16 = t == DType::kBF16;
-    const bool hd64 = p.shape.head_dim == 64;
-    cuda_emu::Run(grid, kThreads, [&] {
-      if (!finish) {
-        hd64 ? RecurrentFoldKernel<64, false, float>(a) : RecurrentFoldKernel<128, false, float>(a);
-      } else if (bf16) {
-        hd64 ? RecurrentFoldKernel<64, true, uint16_t>(a)
-             : RecurrentFoldKernel<128, true, uint16_t>(a);
-      } else {
-        hd64 ? RecurrentFoldKernel<64, true, float>(a) : RecurrentFoldKernel<128, true, float>(a);
-      }
+    ForHeadDim(p.shape.head_dim, [&](auto hd) {
+      constexpr int HD = decltype(hd)::value;
+      cuda_emu::Run(grid, kThreads, [&] {
+        if (!finish) {
+          RecurrentFoldKernel<HD, false, float>(a);
+        } else if (bf16) {
+          RecurrentFoldKernel<HD, true, uint16_t>(a);
+        } else {
+          RecurrentFoldKernel<HD, true, float>(a);
+        }
+      });
     });
   };
   b.write = [&](size_t slot, const uint16_t* kk, const uint16_t* vv) {
@@ -99,12 +115,10 @@ std::vector<uint8_t> EmulatePagedOneChunk(const Problem& p, DType t) {
   const Args a = MakeArgs(pp, 1);
   const EmuDim3 grid{static_cast<unsigned>(p.rows), static_cast<unsigned>(p.shape.n_kv_heads), 1};
   const bool bf16 = t == DType::kBF16;
-  cuda_emu::Run(grid, kThreads, [&] {
-    if (p.shape.head_dim == 64) {
-      bf16 ? AttnChunkKernel<64, uint16_t>(a) : AttnChunkKernel<64, float>(a);
-    } else {
-      bf16 ? AttnChunkKernel<128, uint16_t>(a) : AttnChunkKernel<128, float>(a);
-    }
+  ForHeadDim(p.shape.head_dim, [&](auto hd) {
+    constexpr int HD = decltype(hd)::value;
+    cuda_emu::Run(grid, kThreads,
+                  [&] { bf16 ? AttnChunkKernel<HD, uint16_t>(a) : AttnChunkKernel<HD, float>(a); });
   });
   return out;
 }
@@ -221,6 +235,14 @@ TEST(RecurrentAttentionEmuTest, OffTileCachedPrefixGroup1) {
 
 TEST(RecurrentAttentionEmuTest, LargestGroup) {
   ASSERT_NO_FATAL_FAILURE(Check({8, 1, 128, 16, 32, true, 1.0f}, {{40, 12}, {32, 1}}));
+}
+
+// head_dim 96 (Huginn-0125): 12 of a key's 16 lanes hold its row. GQA groups 3 and 1 with
+// block sizes 16 and 5 (off-tile cached prefixes), and the largest group.
+TEST(RecurrentAttentionEmuTest, HeadDim96) {
+  ASSERT_NO_FATAL_FAILURE(Check({6, 2, 96, 16, 32, true, 1.0f}, {{80, 80}, {70, 21}, {41, 1}}));
+  ASSERT_NO_FATAL_FAILURE(Check({2, 2, 96, 5, 32, true, 2.0f}, {{99, 70}, {33, 33}, {7, 3}}));
+  ASSERT_NO_FATAL_FAILURE(Check({8, 1, 96, 16, 32, true, 1.0f}, {{40, 12}, {32, 1}}));
 }
 
 // Rows [begin, end) of p as a problem of their own (same cache and pool).

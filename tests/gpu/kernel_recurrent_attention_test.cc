@@ -7,7 +7,7 @@
 //     path) on the complete cache: the tiled result is independent of schedule, batch and
 //     chunking exactly when this holds;
 //   - prompt-sized chunks (up to 1100 positions, not powers of two and powers of two) and
-//     decode rows, GQA 1/3/4, head_dim 64/128.
+//     decode rows, GQA 1/3/4/5/8, head_dim 64/96/128.
 // Skips with "no CUDA device: kernel test skipped" where no sm_90 device is present.
 #include <gtest/gtest.h>
 
@@ -172,19 +172,35 @@ TEST_F(RecurrentAttentionTest, LargestGroup) {
   ASSERT_NO_FATAL_FAILURE(Check({8, 1, 128, 16, 32, true, 1.0f}, {{200, 150}, {32, 1}}));
 }
 
+TEST_F(RecurrentAttentionTest, HeadDim96) {  // Huginn-0125: 55 heads of 96, no GQA
+  ASSERT_NO_FATAL_FAILURE(
+      Check({55, 55, 96, 16, 32, true, 1.0f}, {{700, 700}, {300, 129}, {513, 1}, {77, 13}}));
+  ASSERT_NO_FATAL_FAILURE(Check({10, 2, 96, 5, 32, true, 2.0f}, {{1024, 1024}, {41, 41}, {5, 2}}));
+  ASSERT_NO_FATAL_FAILURE(Check({16, 2, 96, 16, 32, true, 1.0f}, {{200, 150}, {32, 1}}));
+}
+
 TEST_F(RecurrentAttentionTest, BadParamsAreInvalidValue) {
   RecurrentAttentionParams p;
   p.num_items = 1;
   p.rows = 1;
   p.n_heads = 4;
   p.n_kv_heads = 4;
-  p.head_dim = 96;  // unsupported
   p.block_size = 16;
   p.num_blocks = 1;
   p.scale = 1.0f;
-  EXPECT_EQ(recurrent_attention_merge(p, nullptr), cudaErrorInvalidValue);
+  for (int hd : {0, 32, 80, 100, 256}) {  // unsupported: not 64, 96 or 128
+    p.head_dim = hd;
+    EXPECT_EQ(recurrent_attention_merge(p, nullptr), cudaErrorInvalidValue) << hd;
+    EXPECT_EQ(recurrent_attention_finish(p, nullptr), cudaErrorInvalidValue) << hd;
+  }
+  for (int hd : {64, 96, 128}) {
+    p.head_dim = hd;
+    EXPECT_EQ(recurrent_attention_merge(p, nullptr), cudaErrorInvalidValue) << hd;  // null ptrs
+    p.num_items = 0;
+    EXPECT_EQ(recurrent_attention_merge(p, nullptr), cudaSuccess) << hd;  // nothing to launch
+    p.num_items = 1;
+  }
   p.head_dim = 64;
-  EXPECT_EQ(recurrent_attention_merge(p, nullptr), cudaErrorInvalidValue);  // null pointers
   p.num_items = 0;
   EXPECT_EQ(recurrent_attention_finish(p, nullptr), cudaSuccess);  // nothing to launch
   p.n_heads = 18;
