@@ -8,16 +8,18 @@
 //                          recurrent layers' temporary pair, attended but not cached)
 //
 // RoPE is the CPU backend's RopeRows convention (engine/cpu/cpu_ops.h): rotate_half, pairs
-// (i, i + head_dim/2), inv_freq_i = theta^(-2i/head_dim), angle = position * inv_freq_i, with
-// inv_freq, cos, sin and the rotation in double, rounded to fp32 once (as the CPU does) and
-// then to bf16 (round to nearest even). The cache layout is the attention kernel's:
-// [num_slots][n_kv_heads][head_dim] with slot = block * block_size + offset.
+// (i, i + head_dim/2), or with rope_pairs RopePairsRows' adjacent pairs (2i, 2i + 1) (Huginn);
+// inv_freq_i = theta^(-2i/head_dim), angle = position * inv_freq_i, with inv_freq, cos, sin
+// and the rotation in double, rounded to fp32 once (as the CPU does) and then to bf16 (round
+// to nearest even). With qk_bias (Huginn's attn.qk_bias), q and k get the row's bias variant
+// added in fp32 before RoPE, as the CPU's PositionQk does. The cache layout is the attention
+// kernel's: [num_slots][n_kv_heads][head_dim] with slot = block * block_size + offset.
 //
 // Batch invariance: one CTA per row, every element computed from that row alone.
 //
-// Faults a device cannot report per row: a negative position, or a write slot outside
-// [-1, num_slots), turn the row's q_out (and k_out/v_out) into NaN and write nothing to
-// the cache.
+// Faults a device cannot report per row: a negative position, a write slot outside
+// [-1, num_slots), or a bias index outside [0, bias_variants), turn the row's q_out (and
+// k_out/v_out) into NaN and write nothing to the cache.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -44,11 +46,18 @@ struct QkvRopeParams {
   int n_kv_heads = 0;
   int head_dim = 0;  // even, <= 512
   float theta = 10000.0f;
+  bool rope_pairs = false;  // rotate adjacent pairs (2i, 2i + 1) instead of halves
+  // Optional [bias_variants, q_dim + kv_dim] fp32: q's bias then k's, added before RoPE;
+  // bias_index [rows] picks each row's variant (null: variant 0).
+  const float* qk_bias = nullptr;
+  const int32_t* bias_index = nullptr;
+  int bias_variants = 0;
 };
 
 // Launches on `stream`. Returns cudaErrorInvalidValue for a bad size or dtype, an odd
-// head_dim, a null required pointer (caches are required when write_slot is set), or a
-// non-positive theta; otherwise the launch's error.
+// head_dim, a null required pointer (caches are required when write_slot is set), a
+// non-positive theta, or qk_bias without variants (bias_index without qk_bias); otherwise the
+// launch's error.
 cudaError_t qkv_rope_forward(const QkvRopeParams& p, cudaStream_t stream);
 
 }  // namespace morserve::kernels

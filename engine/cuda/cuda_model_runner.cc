@@ -7,6 +7,10 @@
 // Relaxed models' per-loop LoRA deltas are added into a linear's fp32 output by two launches
 // over all of the batch's loops (segmented shrink into fp32 t, expand-and-add), whatever the
 // number of loops in the batch.
+// Huginn-0125 (docs/models.md#huginn-0125): the QKV epilogue adds the qk bias and rotates
+// adjacent pairs; each residual sum is normed in place (fp32); the embedding's sqrt(H) scale
+// is applied on the host in fp64 as the CPU does; the input injection is one bf16 GEMM over
+// concat(s, e), rounded to bf16 on the host.
 #include "engine/cuda/cuda_model_runner.h"
 
 #include <cuda_runtime.h>
@@ -74,7 +78,10 @@ struct DeviceNorm {
 struct DeviceLayer {
   DeviceLinear qkv, o, gate_up, down;
   DeviceNorm in_norm, post_norm;
-  DeviceNorm attn_out_norm, mlp_out_norm;  // sandwich blocks (Ouro) only
+  DeviceNorm attn_out_norm, mlp_out_norm;  // sandwich blocks (Ouro), Huginn's sum norms
+  // Huginn's qk bias: fp32 [variants, q_dim + kv_dim] (q's then k's); empty otherwise.
+  DeviceBuffer qk_bias;
+  int qk_bias_variants = 0;
 };
 
 DeviceLinear Upload(const PackedLinear& p) {
@@ -149,6 +156,7 @@ class CudaModelRunner : public ModelRunner {
   void ExpertRouter(const int* loops, const float* h, int n, float* score, float* decide) override;
   void TokenChoiceRouter(const float* h, int n, float* scores) override;
   void Logits(const float* h, int n, float* logits) override;
+  void InjectInput(const float* s, const float* e, int n, float* out) override;
   // One cache entry read back as fp32 (tests).
   void ReadKv(int32_t slot, float* k, float* v) const override;
   void CopyKv(const KvCopy* copies, int n) override;
@@ -199,7 +207,9 @@ class CudaModelRunner : public ModelRunner {
   // Rows [begin, begin + n) of s: q -> scratch q (bf16, RoPE'd) at row begin; k, v -> the
   // cache at write_slot when write_cache; k, v -> k_tmp / v_tmp when emit_kv (the recurrent
   // layers' temporary pair). scratch qkv holds the n rows from its start.
-  void QkvEpilogue(const StagedRows& s, int n, bool write_cache, bool emit_kv, int begin = 0);
+  // L gives the qk bias (Huginn); the rows' loops pick its variant.
+  void QkvEpilogue(const DeviceLayer& L, const StagedRows& s, int n, bool write_cache, bool emit_kv,
+                   int begin = 0);
   // h[m, hidden] += down(SwiGLU(gate_up(RMSNorm_post(h)))), rows grouped by ws's loops.
   void Mlp(const DeviceLayer& L, const StagedRows& ws, float* h, int m);
   // K/V entries computed from h, written to the cache at write_slot (rows [begin, begin + m)
@@ -243,6 +253,7 @@ class CudaModelRunner : public ModelRunner {
   DeviceBuffer k_cache_, v_cache_;   // bf16 [num_blocks, block_size, kv_heads, head_dim]
   std::vector<DeviceLayer> layers_;  // by layer slot
   DeviceBuffer embed_, lm_head_, final_norm_;
+  DeviceBuffer adapter_;  // Huginn's input injection, bf16 [H, 2H]; empty otherwise
   const uint16_t* lm_head_ptr_ = nullptr;  // lm_head_, or embed_ when tied
   // Linear routers, stacked per loop (fp32), or mlp routers on the host.
   DeviceBuffer ec_w_, aux_w_, tc_w_, capacity_zero_;
@@ -341,12 +352,25 @@ void CudaModelRunner::LoadLayers() {
         for (int r = 0; r < (t->untied() ? seg.loops : 1); ++r)
           norm->variants.push_back(UploadVector(t->At(r).ToF32Vector()));
       }
+      if (!lw.q_bias.per_loop.empty()) {
+        const bool untied = lw.q_bias.untied() || lw.k_bias.untied();
+        std::vector<float> stacked;
+        for (int r = 0; r < (untied ? seg.loops : 1); ++r) {
+          for (const LoopTensor* t : {&lw.q_bias, &lw.k_bias}) {
+            const std::vector<float> v = t->At(r).ToF32Vector();
+            stacked.insert(stacked.end(), v.begin(), v.end());
+          }
+        }
+        L.qk_bias = UploadVector(stacked);
+        L.qk_bias_variants = untied ? seg.loops : 1;
+      }
     }
   }
 }
 
 void CudaModelRunner::LoadHeadAndRouters() {
   embed_ = UploadVector(ToBf16Bits(w_->embed));
+  if (w_->adapter.data != nullptr) adapter_ = UploadVector(ToBf16Bits(w_->adapter));
   final_norm_ = UploadVector(w_->final_norm.ToF32Vector());
   if (w_->lm_head.data == w_->embed.data && w_->lm_head.dtype == w_->embed.dtype) {
     lm_head_ptr_ = embed_.as<uint16_t>();  // tied: one table serves both
@@ -512,11 +536,13 @@ void CudaModelRunner::Norm(const DeviceNorm& w, const StagedRows& s, const float
   NormTo(w, s, h, out, DType::kBF16);
 }
 
-// h += out, or h += RMSNorm(out, norm) in a sandwich block (docs/models.md#ouro).
+// h += out, h += RMSNorm(out, norm) in a sandwich block (docs/models.md#ouro), or
+// h = RMSNorm(h + out, norm) in Huginn's (docs/models.md#huginn-0125).
 void CudaModelRunner::AddSublayer(const DeviceNorm& norm, const StagedRows& s, float* h, float* out,
                                   int n) {
   if (cfg_.sandwich_norm) NormTo(norm, s, out, out, DType::kF32);
   AddResidual(h, out, n, cfg_.hidden_size);
+  if (cfg_.huginn.residual_norm) NormTo(norm, s, h, h, DType::kF32);
 }
 
 void CudaModelRunner::AddResidual(float* h, const float* b, int n, int dim) {
@@ -529,8 +555,8 @@ void CudaModelRunner::AddResidual(float* h, const float* b, int n, int dim) {
   CudaCheck(k::scale_add_forward(p, stream_), "scale_add");
 }
 
-void CudaModelRunner::QkvEpilogue(const StagedRows& s, int n, bool write_cache, bool emit_kv,
-                                  int begin) {
+void CudaModelRunner::QkvEpilogue(const DeviceLayer& L, const StagedRows& s, int n,
+                                  bool write_cache, bool emit_kv, int begin) {
   k::QkvRopeParams p;
   p.qkv = scratch_.qkv.as<void>();
   p.qkv_dtype = DType::kF32;
@@ -547,6 +573,12 @@ void CudaModelRunner::QkvEpilogue(const StagedRows& s, int n, bool write_cache, 
   p.n_kv_heads = cfg_.num_kv_heads;
   p.head_dim = cfg_.head_dim;
   p.theta = cfg_.rope_theta;
+  p.rope_pairs = cfg_.huginn.rope_pairs;
+  if (L.qk_bias_variants > 0) {
+    p.qk_bias = L.qk_bias.as<float>();
+    p.bias_variants = L.qk_bias_variants;
+    p.bias_index = L.qk_bias_variants > 1 ? Meta(s.loops) + begin : nullptr;
+  }
   CudaCheck(k::qkv_rope_forward(p, stream_), "qkv_rope");
 }
 
@@ -571,7 +603,7 @@ void CudaModelRunner::KvFromHidden(const DeviceLayer& L, const StagedRows& s, co
                                    float* h, int begin, int m) {
   Norm(L.in_norm, ws, h, scratch_.a.as<uint16_t>());
   Linear(L.qkv, ws, scratch_.a.as<uint16_t>(), scratch_.qkv.as<float>());
-  QkvEpilogue(s, m, /*write_cache=*/true, /*emit_kv=*/false, begin);
+  QkvEpilogue(L, s, m, /*write_cache=*/true, /*emit_kv=*/false, begin);
 }
 
 void CudaModelRunner::Embed(const int* tokens, int n, float* h) {
@@ -590,6 +622,34 @@ void CudaModelRunner::Embed(const int* tokens, int n, float* h) {
   p.out_dtype = DType::kF32;
   CudaCheck(k::embedding_forward(p, stream_), "embedding");
   Download(scratch_.h.as<void>(), h_bytes, h);
+  const double scale = cfg_.huginn.embed_scale;  // Huginn: sqrt(H), in fp64 as the CPU
+  if (scale == 1.0) return;
+  for (size_t i = 0; i < static_cast<size_t>(n) * cfg_.hidden_size; ++i)
+    h[i] = static_cast<float>(h[i] * scale);
+}
+
+// out = adapter . concat(s, e): the rows joined and rounded to bf16 here (the GEMM's input
+// dtype, as RMSNorm's output is for the other linears), one upload, one GEMM, one download.
+void CudaModelRunner::InjectInput(const float* s, const float* e, int n, float* out) {
+  MORSERVE_CHECK(adapter_.bytes() > 0, "InjectInput: the model has no Huginn adapter");
+  if (n == 0) return;
+  const size_t hs = static_cast<size_t>(cfg_.hidden_size);
+  const size_t in_bytes = static_cast<size_t>(n) * 2 * hs * sizeof(uint16_t);
+  auto* joined = static_cast<uint16_t*>(pinned_in_.Reserve(in_bytes));
+  for (size_t i = 0; i < static_cast<size_t>(n); ++i) {
+    for (size_t c = 0; c < hs; ++c) {
+      joined[i * 2 * hs + c] = F32ToBf16(s[i * hs + c]);
+      joined[i * 2 * hs + hs + c] = F32ToBf16(e[i * hs + c]);
+    }
+  }
+  Ensure(scratch_.a, in_bytes);
+  Ensure(scratch_.proj, static_cast<size_t>(n) * hs * sizeof(float));
+  CudaCheck(
+      cudaMemcpyAsync(scratch_.a.as<void>(), joined, in_bytes, cudaMemcpyHostToDevice, stream_),
+      "adapter input upload");
+  Gemm(scratch_.a.as<uint16_t>(), adapter_.as<uint16_t>(), scratch_.proj.as<void>(), DType::kF32, n,
+       static_cast<int>(hs), static_cast<int>(2 * hs));
+  Download(scratch_.proj.as<void>(), static_cast<size_t>(n) * hs * sizeof(float), out);
 }
 
 // Recurrent layers run by the tiled schedule (RunRecurrentTiled), or with
@@ -635,7 +695,7 @@ void CudaModelRunner::RunRecurrentTiled(const LayerBatch& b) {
   // q and the temporary pairs of every row come from the layer input: one batch.
   Norm(L.in_norm, s, scratch_.h.as<float>(), scratch_.a.as<uint16_t>());
   Linear(L.qkv, s, scratch_.a.as<uint16_t>(), scratch_.qkv.as<float>());
-  QkvEpilogue(s, n, /*write_cache=*/false, /*emit_kv=*/true);
+  QkvEpilogue(L, s, n, /*write_cache=*/false, /*emit_kv=*/true);
   for (int w = 0; w < sched.waves(); ++w) {
     const int mb = sched.merge_begin[w], wb = sched.wave_begin[w];
     const int m = sched.wave_begin[w + 1] - wb;
@@ -779,7 +839,7 @@ void CudaModelRunner::RunFullRows(const LayerBatch& b) {
   // Attention: h += o(Attn(RoPE(qkv(RMSNorm_in(h))))).
   Norm(L.in_norm, s, h, a);
   Linear(L.qkv, s, a, scratch_.qkv.as<float>());
-  QkvEpilogue(s, n, /*write_cache=*/!kv.recurrent, /*emit_kv=*/kv.recurrent);
+  QkvEpilogue(L, s, n, /*write_cache=*/!kv.recurrent, /*emit_kv=*/kv.recurrent);
   k::PagedAttentionParams p;
   FillAttention(s, n, &p);
   p.extra_k = kv.recurrent ? scratch_.k_tmp.as<uint16_t>() : nullptr;

@@ -53,13 +53,6 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Mod
     return absl::UnimplementedError(
         "recursion.early_exit.exit_kv: propagate is not served for layer_kind recurrent");
   }
-  if (weights->config.huginn.enabled && config.device == Device::kCuda) {
-    // The CUDA runner has no sandwich-after-add block, qk bias, pair RoPE or input injection
-    // yet. Refuse rather than run a Llama block over Huginn's weights.
-    return absl::UnimplementedError(
-        "model_type huginn_raven: the CUDA backend does not run Huginn-0125 yet; serve it with "
-        "--device cpu (docs/models.md#huginn-0125)");
-  }
   if (config.device == Device::kCuda && config.weights != CpuWeights::kAuto &&
       config.weights != CpuWeights::kBF16) {
     return absl::InvalidArgumentError(

@@ -22,16 +22,17 @@
 //     its threshold, flipped by rounding); at most kMaxLoopFlips (5%) of compared steps may
 //     end so, and at least kMinCompared (50%) of all generated steps must be compared, so
 //     the test cannot pass by comparing nothing.
-// Also: batch invariance for MoR, Relaxed and adaptive Ouro (a request alone vs inside three
-// mixed batches: identical tokens and bitwise identical logits), prefix caching for the same
-// three (a request that starts from cached KV, shared full blocks and partial ones copied on
-// the device, equals the same request on an engine without the cache, bit for bit), every KV
+// Also: batch invariance for MoR, Relaxed, adaptive Ouro and adaptive Huginn (a request alone vs
+// inside three mixed batches: identical tokens and bitwise identical logits), prefix caching for
+// the same three (a request that starts from cached KV, shared full blocks and partial ones copied
+// on the device, equals the same request on an engine without the cache, bit for bit), every KV
 // block back in the pool at the end, and the clear error for a shape the kernels do not take.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "engine/reference/reference_model.h"
 #include "tests/engine_harness.h"
@@ -79,14 +80,18 @@ TinyModelSpec OuroAdaptive() {
 // The families of engine_test.cc (tests/engine_harness.cc) at the GPU shape, plus the
 // rank-13 every-projection Relaxed model (the batched LoRA kernels' odd ranks).
 std::vector<FamilyCase> GpuFamilies() {
-  std::vector<FamilyCase> v;
-  for (FamilyCase& c : testing::EngineFamilies(Spec)) {
-    // The CUDA runner does not compute Huginn-0125 yet; Engine::Create refuses it by name
-    // (huginn_engine_test checks the refusal).
-    if (c.spec.family != "huginn") v.push_back(std::move(c));
-  }
+  std::vector<FamilyCase> v = testing::EngineFamilies(Spec);
   v.push_back({"relaxed-lora-r13-every-projection", RelaxedEveryProjection()});
   return v;
+}
+
+// One family of the engine test table at the GPU shape, by name.
+FamilyCase GpuFamily(const std::string& name, const std::string& label) {
+  for (FamilyCase& c : testing::EngineFamilies(Spec)) {
+    if (c.name == name) return {label, c.spec};
+  }
+  ADD_FAILURE() << "no engine family " << name;
+  return {label, Spec("vanilla")};
 }
 
 EngineConfig GpuConfig(BatchingMode mode) {
@@ -127,6 +132,14 @@ TEST_P(EngineGpuTest, DepthAndSequenceWiseMatchReference) {
     EXPECT_LE(tally.loop_flips, kMaxLoopFlips * std::max(tally.compared, 1))
         << label << ": router decisions differ";
     EXPECT_EQ((*engine)->kv_pool().num_free(), cfg.num_kv_blocks) << label << ": blocks leaked";
+    // Adaptive looped models: generated tokens leave at several loop counts (else the exit
+    // path would go untested).
+    std::map<int, int> exits;
+    for (const RunResult& r : got)
+      for (int l : r.loops) ++exits[l];
+    if (GetParam().spec.loop_mode == "adaptive") {
+      EXPECT_GE(exits.size(), 2u) << label << ": every token ran the same number of loops";
+    }
   }
 }
 
@@ -135,7 +148,8 @@ INSTANTIATE_TEST_SUITE_P(Families, EngineGpuTest, ::testing::ValuesIn(GpuFamilie
 
 // A request's tokens and logits are bit-identical alone and inside mixed-depth batches: MoR
 // (rows leave at different depths), Relaxed (every loop's rows take their own LoRA adapter in
-// the same launches) and adaptive Ouro (exited rows' K/V copies ride the later loops).
+// the same launches), adaptive Ouro (exited rows' K/V copies ride the later loops) and
+// adaptive Huginn (exit checks run coda and head inside the pass).
 class EngineGpuInvarianceTest : public ::testing::TestWithParam<FamilyCase> {
  protected:
   void SetUp() override { MORSERVE_SKIP_WITHOUT_GPU(); }
@@ -174,7 +188,8 @@ TEST_P(EngineGpuInvarianceTest, AloneAndInMixedBatchesAreBitwiseEqual) {
 INSTANTIATE_TEST_SUITE_P(Families, EngineGpuInvarianceTest,
                          ::testing::Values(FamilyCase{"mor_ec", Spec("mor-ec")},
                                            FamilyCase{"relaxed_lora_r13", RelaxedEveryProjection()},
-                                           FamilyCase{"ouro_adaptive", OuroAdaptive()}),
+                                           FamilyCase{"ouro_adaptive", OuroAdaptive()},
+                                           GpuFamily("huginn-adaptive", "huginn_adaptive")),
                          [](const auto& info) { return info.param.name; });
 
 class EngineGpuPrefixCacheTest : public ::testing::TestWithParam<FamilyCase> {
@@ -215,7 +230,8 @@ TEST_P(EngineGpuPrefixCacheTest, HitEqualsMissBitwise) {
 INSTANTIATE_TEST_SUITE_P(Families, EngineGpuPrefixCacheTest,
                          ::testing::Values(FamilyCase{"mor_ec", Spec("mor-ec")},
                                            FamilyCase{"relaxed_lora_r13", RelaxedEveryProjection()},
-                                           FamilyCase{"ouro_adaptive", OuroAdaptive()}),
+                                           FamilyCase{"ouro_adaptive", OuroAdaptive()},
+                                           GpuFamily("huginn-adaptive", "huginn_adaptive")),
                          [](const auto& info) { return info.param.name; });
 
 TEST(EngineGpuErrorTest, UnsupportedHeadDimIsAClearError) {

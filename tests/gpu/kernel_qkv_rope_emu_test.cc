@@ -7,6 +7,7 @@
 // cuda_emu.h first: it defines the CUDA keywords the kernel header uses.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <vector>
 
 #include "kernels/qkv_rope_kernels.cuh"
@@ -40,6 +41,8 @@ QkvRopeOutputs RunEmulated(const QkvRopeProblem& pr) {
   p.v_cache = o.v_cache.data();
   p.k_out = pr.s.side_outputs ? o.k_out.data() : nullptr;
   p.v_out = pr.s.side_outputs ? o.v_out.data() : nullptr;
+  p.qk_bias = pr.s.bias ? pr.bias.data() : nullptr;
+  p.bias_index = pr.s.bias ? pr.bias_index.data() : nullptr;
   cuda_emu::Run({static_cast<unsigned>(pr.rows), 1, 1}, kThreads, [&] {
     if (pr.s.in == DType::kBF16) {
       QkvRopeKernel<uint16_t>(p);
@@ -62,6 +65,36 @@ TEST(QkvRopeEmuTest, MatchesReference) {
       }
     }
   }
+}
+
+// Huginn's options: adjacent-pair RoPE, and q/k biases in three variants picked per row.
+TEST(QkvRopeEmuTest, PairsAndBiasMatchReference) {
+  for (int hd : {64, 96, 10}) {
+    for (bool pairs : {true, false}) {
+      for (bool bias : {true, false}) {
+        if (!pairs && !bias) continue;
+        const uint64_t seed = FreshSeed();
+        const QkvRopeProblem pr = QkvRopeProblem::Make(
+            seed, {4, 2, hd, 10000.0f, DType::kF32, /*side=*/true, pairs, bias}, 7,
+            /*faulty=*/true);
+        SCOPED_TRACE(pr.Describe(seed));
+        ASSERT_NO_FATAL_FAILURE(pr.Check(RunEmulated(pr)));
+      }
+    }
+  }
+}
+
+// A row whose bias index is outside [0, bias_variants) comes out NaN and writes nothing.
+TEST(QkvRopeEmuTest, BadBiasIndexBecomesNan) {
+  const uint64_t seed = FreshSeed();
+  QkvRopeProblem pr = QkvRopeProblem::Make(
+      seed, {2, 1, 64, 10000.0f, DType::kF32, /*side=*/true, /*pairs=*/true, /*bias=*/true}, 4,
+      /*faulty=*/false);
+  pr.bias_index[1] = morserve::testing::kQkvBiasVariants;
+  pr.slots[1] = 0;
+  const QkvRopeOutputs o = RunEmulated(pr);
+  for (int i = 0; i < pr.q_dim(); ++i) EXPECT_TRUE(std::isnan(Bf16ToF32(o.q[pr.q_dim() + i])));
+  for (int i = 0; i < pr.kv_dim(); ++i) EXPECT_EQ(o.k_cache[i], kQkvPoison);
 }
 
 }  // namespace

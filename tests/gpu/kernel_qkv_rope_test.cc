@@ -34,7 +34,8 @@ class QkvRopeTest : public ::testing::Test {
     const size_t side = s.side_outputs ? static_cast<size_t>(rows) * pr.kv_dim() : 0;
     const size_t cache = static_cast<size_t>(pr.num_slots) * pr.kv_dim();
     DeviceBuffer<uint8_t> dqkv(pr.qkv.bytes());
-    DeviceBuffer<int32_t> dpos(rows), dslot(rows);
+    DeviceBuffer<int32_t> dpos(rows), dslot(rows), dbias_index(s.bias ? rows : 0);
+    DeviceBuffer<float> dbias(pr.bias.size());
     DeviceBuffer<uint16_t> dq(static_cast<size_t>(rows) * pr.q_dim());
     DeviceBuffer<uint16_t> dk_cache(cache), dv_cache(cache), dk_out(side), dv_out(side);
     ASSERT_TRUE(dqkv.ok() && dpos.ok() && dslot.ok() && dq.ok() && dk_cache.ok() && dv_cache.ok() &&
@@ -42,6 +43,11 @@ class QkvRopeTest : public ::testing::Test {
     MORSERVE_CUDA_OK(cudaMemcpy(dqkv.get(), pr.qkv.data(), pr.qkv.bytes(), cudaMemcpyHostToDevice));
     MORSERVE_CUDA_OK(dpos.Upload(pr.positions));
     MORSERVE_CUDA_OK(dslot.Upload(pr.slots));
+    if (s.bias) {
+      ASSERT_TRUE(dbias.ok() && dbias_index.ok());
+      MORSERVE_CUDA_OK(dbias.Upload(pr.bias));
+      MORSERVE_CUDA_OK(dbias_index.Upload(pr.bias_index));
+    }
     MORSERVE_CUDA_OK(dq.Poison());
     MORSERVE_CUDA_OK(dk_cache.Poison());
     MORSERVE_CUDA_OK(dv_cache.Poison());
@@ -58,6 +64,8 @@ class QkvRopeTest : public ::testing::Test {
     p.v_cache = dv_cache.get();
     p.k_out = s.side_outputs ? dk_out.get() : nullptr;
     p.v_out = s.side_outputs ? dv_out.get() : nullptr;
+    p.qk_bias = s.bias ? dbias.get() : nullptr;
+    p.bias_index = s.bias ? dbias_index.get() : nullptr;
     MORSERVE_CUDA_OK(qkv_rope_forward(p, nullptr));
     MORSERVE_CUDA_OK(cudaDeviceSynchronize());
     QkvRopeOutputs o;
@@ -80,6 +88,15 @@ TEST_F(QkvRopeTest, MatchesReference) {
       ASSERT_NO_FATAL_FAILURE(Run({8, 2, 128, 1000000.0f, in, side}, 5));  // head_dim 128
       ASSERT_NO_FATAL_FAILURE(Run({3, 1, 10, 10000.0f, in, side}, 64));    // odd shapes
     }
+  }
+}
+
+// Huginn-0125's options: adjacent-pair RoPE and q/k biases (variants picked per row), at its
+// head shape (55 heads of 96, MHA) and at a small GQA one.
+TEST_F(QkvRopeTest, PairsAndBiasMatchReference) {
+  for (bool bias : {true, false}) {
+    ASSERT_NO_FATAL_FAILURE(Run({55, 55, 96, 50000.0f, DType::kF32, false, true, bias}, 9));
+    ASSERT_NO_FATAL_FAILURE(Run({8, 2, 128, 10000.0f, DType::kF32, true, true, bias}, 21));
   }
 }
 
@@ -138,6 +155,9 @@ TEST(QkvRopeParamsTest, RejectsBadParams) {
   EXPECT_EQ(qkv_rope_forward(bad, nullptr), cudaErrorInvalidValue);
   bad = p;
   bad.qkv_dtype = DType::kF16;
+  EXPECT_EQ(qkv_rope_forward(bad, nullptr), cudaErrorInvalidValue);
+  bad = p;
+  bad.bias_variants = 2;  // variants without a bias
   EXPECT_EQ(qkv_rope_forward(bad, nullptr), cudaErrorInvalidValue);
   bad = p;
   bad.rows = 1;  // null pointers

@@ -5,9 +5,9 @@
 // negative position, a slot beyond the cache), and the check of the outputs (all bf16, started
 // from 0xFFFF poison) against a double reference in the RopeRows convention: rotated values
 // within a relative 1e-2 (one bf16 rounding) plus a tiny absolute term for values that cancel,
-// v copied bitwise, q_out and the optional k_out/v_out of faulty rows NaN, and every cache
-// slot no good row wrote still poisoned.
-// Params() fills everything but the pointers, which each variant sets to its own memory.
+// (the bias added in fp32 first), v copied bitwise, q_out and the optional k_out/v_out of faulty
+// rows NaN, and every cache slot no good row wrote still poisoned. Params() fills everything but
+// the pointers, which each variant sets to its own memory.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -33,8 +33,12 @@ struct QkvRopeShape {
   int n_heads, n_kv_heads, head_dim;
   float theta;
   DType in;
-  bool side_outputs;  // k_out / v_out
+  bool side_outputs;   // k_out / v_out
+  bool pairs = false;  // rope_pairs: rotate (2i, 2i + 1)
+  bool bias = false;   // qk_bias in kBiasVariants variants, bias_index per row
 };
+
+inline constexpr int kQkvBiasVariants = 3;
 
 // What a launch wrote (k_out and v_out empty without side outputs).
 struct QkvRopeOutputs {
@@ -47,6 +51,8 @@ struct QkvRopeProblem {
   int64_t num_slots = 0;
   HostTensor qkv;  // [rows, width]
   std::vector<int32_t> positions, slots;
+  std::vector<float> bias;          // [kQkvBiasVariants, q_dim + kv_dim] with s.bias
+  std::vector<int32_t> bias_index;  // [rows] with s.bias
 
   int q_dim() const { return s.n_heads * s.head_dim; }
   int kv_dim() const { return s.n_kv_heads * s.head_dim; }
@@ -74,6 +80,13 @@ struct QkvRopeProblem {
       p.positions[r] = r == 0 ? 0 : pos_dist(rng);  // position 0: identity rotation
       p.slots[r] = r % 4 == 3 ? -1 : perm[r];       // distinct slots, some rows do not write
     }
+    if (s.bias) {
+      std::uniform_int_distribution<int32_t> variant(0, kQkvBiasVariants - 1);
+      p.bias.resize(static_cast<size_t>(kQkvBiasVariants) * (p.q_dim() + p.kv_dim()));
+      for (float& b : p.bias) b = dist(rng);
+      p.bias_index.resize(rows);
+      for (int32_t& v : p.bias_index) v = variant(rng);
+    }
     if (faulty) {
       p.positions[rows - 2] = -2;
       p.slots[rows - 1] = static_cast<int32_t>(p.num_slots + 3);
@@ -84,7 +97,8 @@ struct QkvRopeProblem {
   std::string Describe(uint64_t seed) const {
     return "heads=" + std::to_string(s.n_heads) + "/" + std::to_string(s.n_kv_heads) +
            " head_dim=" + std::to_string(s.head_dim) + " in=" + KernelDTypeName(s.in) +
-           " rows=" + std::to_string(rows) + " seed=" + std::to_string(seed);
+           " rows=" + std::to_string(rows) + (s.pairs ? " pairs" : "") + (s.bias ? " bias" : "") +
+           " seed=" + std::to_string(seed);
   }
 
   QkvRopeParams Params() const {
@@ -96,6 +110,8 @@ struct QkvRopeProblem {
     p.n_kv_heads = s.n_kv_heads;
     p.head_dim = s.head_dim;
     p.theta = s.theta;
+    p.rope_pairs = s.pairs;
+    p.bias_variants = s.bias ? kQkvBiasVariants : 0;
     return p;
   }
 
@@ -107,9 +123,11 @@ struct QkvRopeProblem {
       const double inv_freq = std::pow(static_cast<double>(s.theta), -2.0 * i / hd);
       const double c = std::cos(pos * inv_freq), sn = std::sin(pos * inv_freq);
       for (int h = 0; h < heads; ++h) {
-        const double a = x[h * hd + i], b = x[h * hd + i + half];
-        out[h * hd + i] = a * c - b * sn;
-        out[h * hd + i + half] = b * c + a * sn;
+        const int lo = h * hd + (s.pairs ? 2 * i : i),
+                  hi = h * hd + (s.pairs ? 2 * i + 1 : i + half);
+        const double a = x[lo], b = x[hi];
+        out[lo] = a * c - b * sn;
+        out[hi] = b * c + a * sn;
       }
     }
     return out;
@@ -119,7 +137,11 @@ struct QkvRopeProblem {
     const int qd = q_dim(), kvd = kv_dim();
     std::vector<bool> written(num_slots, false);
     for (int r = 0; r < rows; ++r) {
-      const float* x = &qkv.values[static_cast<size_t>(r) * width()];
+      std::vector<float> biased(&qkv.values[static_cast<size_t>(r) * width()],
+                                &qkv.values[static_cast<size_t>(r + 1) * width()]);
+      for (int i = 0; s.bias && i < qd + kvd; ++i)
+        biased[i] += bias[static_cast<size_t>(bias_index[r]) * (qd + kvd) + i];
+      const float* x = biased.data();
       if (Faulty(r)) {
         ASSERT_NO_FATAL_FAILURE(CheckFaultyRow(o, r));
         continue;

@@ -8,13 +8,15 @@
 # shared-memory kernels) on subsets. Logs go to $OUT (or ./gpu-test-out): one combined log,
 # the gtest XML files in one archive, the benchmark JSON files, and the benchmark tables and
 # a summary printed last.
-#   usage: bash .gpu-bin/run_on_device.sh [BIN_DIR] [tests|engine|sanitize|lora|recurrent|looped|ab|all]
+#   usage: bash .gpu-bin/run_on_device.sh [BIN_DIR] [tests|engine|sanitize|lora|recurrent|looped|huginn|ab|all]
 #   BIN_DIR defaults to the script's folder; "tests" runs the tests and the benchmarks,
 #   "engine" only engine_gpu_test and the engine benchmark, "sanitize" the compute-sanitizer
 #   runs, "lora" only per-loop LoRA (kernel test, Relaxed engine families, LoRA benchmark),
 #   "looped" the looped checkpoints (engine_gpu_test, memcheck on Ouro/Nanbeige, an
 #   Ouro-1.4B-shaped bench of adaptive vs full depth: see the part below),
 #   "ab-looped" an A/B of .gpu-bin/morserve-base against morserve on adaptive Ouro,
+#   "huginn" Huginn-0125 (kernel tests, engine_gpu_test, memcheck on Huginn, a Huginn-shaped
+#   bench of adaptive vs full depth: see the part below),
 #   "ab" an A/B engine bench of .gpu-bin/morserve-base (copied there by hand) against morserve,
 #   "all" (the default) everything; split them over two device calls when one
 #   10-minute call is too short. "recurrent" (issue 11, its own call: about 3-5 minutes) runs
@@ -139,6 +141,42 @@ if [ "$part" = looped ]; then
     --mean-tokens 64 --std-tokens 16 --warmup 4 --out "$out/ouro-batch.json"
   (cd "$out" && tar czf gtest-xml.tar.gz xml && rm -rf xml)
   sed -n '/^=== ouro bench/,/^===/p' "$log" | grep -v '^===' | grep -v '^\[' | head -60
+  grep -E '^[a-z0-9_-]+ (depth|sequence): [0-9]+ of [0-9]+ steps compared' "$log" | head -60
+  summary+=("gtest lines: $(grep -c '^\[       OK \]' "$log") OK, $(grep -c '^\[  SKIPPED \] .*(' "$log") skipped, $(grep -c '^\[  FAILED  \] .*(' "$log") failed (sanitizer reruns counted again)")
+  printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
+  grep -h -E '^\[  FAILED  \]|ERROR SUMMARY: [1-9]' "$log" | sort -u | head -40
+  exit 0
+fi
+if [ "$part" = huginn ]; then
+  # Huginn-0125 on the GPU (issue 18): the kernel tests, engine_gpu_test whole (every family,
+  # huginn-full and huginn-adaptive among them, invariance and prefix cache on adaptive Huginn),
+  # memcheck on the Huginn families, then a Huginn-shaped random bf16 model (hidden 2048, 16
+  # heads of 128, MHA, intermediate 5632, vocab 65536, prelude 2 / core 4 / coda 2 SandwichBlocks,
+  # 8 recurrences, KL threshold HUGINN_Q (10: exits after 2-8 recurrences, mean about 5 on the CPU
+  # calibration) served full and adaptive (the same files hard-linked, looped.json differing),
+  # depth-wise and sequence-wise at batch 1 (4 requests) and 8, 32 (HUGINN_REQUESTS, N(64, 16)),
+  # temperature 0.8. JSON to $OUT/huginn-b1.json, huginn-batch.json.
+  for t in "$bin"/kernel_*_test; do
+    run 60 "$(basename "$t")" "$t" --gtest_output="xml:$out/xml/$(basename "$t").xml"
+  done
+  run 150 engine_gpu_test "$bin/engine_gpu_test" --gtest_output="xml:$out/xml/engine_gpu_test.xml"
+  san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  [ -x "$san" ] && run 120 "memcheck engine_gpu_test huginn" "$san" --tool memcheck --error-exitcode 1 \
+    "$bin/engine_gpu_test" --gtest_filter='Families/EngineGpuTest.*/huginn_*'
+  run 90 "mkmodel huginn" "$bin/morserve" mkmodel --family huginn --hidden 2048 --heads 16 --kv-heads 16 \
+    --intermediate 5632 --vocab 65536 --max-pos 2048 --prelude 2 --coda 2 --recursions 8 --layers 36 \
+    --exit-threshold "${HUGINN_Q:-10}" --loop-mode full --out $models/huginn-full
+  mkdir -p $models/huginn-adaptive && ln -f $models/huginn-full/* $models/huginn-adaptive/ &&
+    rm -f $models/huginn-adaptive/looped.json &&
+    echo "{\"mode\": \"adaptive\", \"exit_threshold\": ${HUGINN_Q:-10}}" >$models/huginn-adaptive/looped.json
+  huginn=("$bin/morserve" bench --device cuda --models $models/huginn-full,$models/huginn-adaptive
+    --prompt-len 16 --temperature 0.8 --kv-cache-mb 32768 --membw-mb 0 --modes depth,sequence)
+  run 90 "huginn bench batch 1" "${huginn[@]}" --batches 1 --requests 4 --mean-tokens 64 --std-tokens 0 \
+    --warmup 1 --out "$out/huginn-b1.json"
+  run 240 "huginn bench batch 8,32" "${huginn[@]}" --batches 8,32 --requests "${HUGINN_REQUESTS:-64}" \
+    --mean-tokens 64 --std-tokens 16 --warmup 4 --out "$out/huginn-batch.json"
+  (cd "$out" && tar czf gtest-xml.tar.gz xml && rm -rf xml)
+  sed -n '/^=== huginn bench/,/^===/p' "$log" | grep -v '^===' | grep -v '^\[' | head -60
   grep -E '^[a-z0-9_-]+ (depth|sequence): [0-9]+ of [0-9]+ steps compared' "$log" | head -60
   summary+=("gtest lines: $(grep -c '^\[       OK \]' "$log") OK, $(grep -c '^\[  SKIPPED \] .*(' "$log") skipped, $(grep -c '^\[  FAILED  \] .*(' "$log") failed (sanitizer reruns counted again)")
   printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
