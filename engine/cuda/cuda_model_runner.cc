@@ -273,9 +273,9 @@ class CudaModelRunner : public ModelRunner {
 
 absl::Status CudaModelRunner::Init() {
   const int hs = cfg_.hidden_size, hd = cfg_.head_dim;
-  if (hd != 64 && hd != 128)
-    return absl::UnimplementedError(
-        absl::StrCat("--device cuda: head_dim ", hd, " (the attention kernel takes 64 or 128)"));
+  if (!k::AttentionHeadDimSupported(hd))
+    return absl::UnimplementedError(absl::StrCat("--device cuda: head_dim ", hd,
+                                                 " (the attention kernels take 64, 96 or 128)"));
   if (cfg_.num_heads % cfg_.num_kv_heads != 0 ||
       cfg_.num_heads / cfg_.num_kv_heads > k::kAttentionMaxGroup) {
     return absl::UnimplementedError("--device cuda: GQA group over 8 query heads per kv head");

@@ -24,7 +24,7 @@
 namespace morserve {
 
 // Errors (never aborts) when no usable device is present (none, or not compute capability
-// 9.x), the model's shapes are outside what the kernels take (head_dim 64 or 128, GQA group
+// 9.x), the model's shapes are outside what the kernels take (head_dim 64, 96 or 128, GQA group
 // <= 8, hidden / intermediate / vocab multiples of 8), or the weights and KV pool do not fit.
 absl::StatusOr<std::unique_ptr<ModelRunner>> CreateCudaModelRunner(
     std::shared_ptr<const ModelWeights> weights, const EngineConfig& config, int num_kv_blocks);

@@ -1,19 +1,12 @@
 // KvCopiesDisjoint: the condition under which a ModelRunner::CopyKv call's copies may run in
-// any order (the CUDA runner's one kv_copy launch) and give the in-order result; the default
-// ModelRunner::InjectInput of runners without Huginn.
+// any order (the CUDA runner's one kv_copy launch) and give the in-order result.
 #include "engine/runtime/model_runner.h"
 
 #include <algorithm>
 #include <utility>
 #include <vector>
 
-#include "engine/core/check.h"
-
 namespace morserve {
-
-void ModelRunner::InjectInput(const float* /*s*/, const float* /*e*/, int /*n*/, float* /*out*/) {
-  MORSERVE_CHECK(false, "this backend does not run Huginn-0125 (Engine::Create refuses it)");
-}
 
 bool KvCopiesDisjoint(const KvCopy* copies, int n) {
   std::vector<std::pair<int64_t, int64_t>> dst;  // [start, end), sorted by start

@@ -82,9 +82,8 @@ class ModelRunner {
   virtual void Logits(const float* h, int n, float* logits) = 0;
   // Huginn-0125's input injection before each recurrence (docs/models.md#huginn-0125):
   // out = adapter · concat(s, e), the state first; s, e and out are [n, hidden] (out may equal
-  // s). Only runners that serve Huginn override it: Engine::Create refuses huginn_raven on the
-  // others by name, so the default is never reached.
-  virtual void InjectInput(const float* s, const float* e, int n, float* out);
+  // s). Called only for models with the adapter.
+  virtual void InjectInput(const float* s, const float* e, int n, float* out) = 0;
   virtual int block_size() const = 0;
   virtual RunnerCounters counters() const = 0;
   // Copies the K and V ([kv_dim] each, keys after RoPE) stored at a flat KV slot (block *

@@ -1,6 +1,6 @@
 // The whole engine on the GPU (--device cuda) against the reference implementation, for the
 // Foundation test model families of tests/unit/engine_test.cc at a GPU-sized shape (hidden
-// 256, 4 heads of 64, 2 kv heads: the attention kernel takes head_dim 64/128) with bf16
+// 256, 4 heads of 64, 2 kv heads; adaptive Huginn also at head_dim 96, Huginn-0125's) with bf16
 // weights, so the device holds exactly the reference's weights and the differences are the
 // bf16 rounding of activations (GEMM inputs, q/K/V, attention output) and fp32 sum orders.
 // The same source builds engine_gpu_emu_test: the same checks on the CPU-emulated CUDA
@@ -78,10 +78,18 @@ TinyModelSpec OuroAdaptive() {
 }
 
 // The families of engine_test.cc (tests/engine_harness.cc) at the GPU shape, plus the
-// rank-13 every-projection Relaxed model (the batched LoRA kernels' odd ranks).
+// rank-13 every-projection Relaxed model (the batched LoRA kernels' odd ranks) and adaptive
+// Huginn with Huginn-0125's head_dim 96 (4 heads of 96, 2 kv heads).
 std::vector<FamilyCase> GpuFamilies() {
   std::vector<FamilyCase> v = testing::EngineFamilies(Spec);
   v.push_back({"relaxed-lora-r13-every-projection", RelaxedEveryProjection()});
+  for (const FamilyCase& c : testing::EngineFamilies(Spec)) {
+    if (c.name != "huginn-adaptive") continue;
+    FamilyCase hd96 = c;
+    hd96.name = "huginn-adaptive-head-dim-96";
+    hd96.spec.hidden = 4 * 96;
+    v.push_back(hd96);
+  }
   return v;
 }
 
