@@ -30,32 +30,37 @@ std::vector<float> HuginnInitialState(int hidden, float init_scale, uint64_t see
   return s;
 }
 
-namespace {
-
-std::vector<double> LogSoftmax(const std::vector<float>& logits) {
-  const double m = *std::max_element(logits.begin(), logits.end());
+HuginnLogits HuginnNormalize(std::vector<float> logits) {
+  HuginnLogits out;
+  out.logits = std::move(logits);
+  if (out.logits.empty()) return out;
+  const double m = *std::max_element(out.logits.begin(), out.logits.end());
   double sum = 0;
-  for (float x : logits) sum += std::exp(static_cast<double>(x) - m);
-  const double log_z = m + std::log(sum);
-  std::vector<double> out(logits.size());
-  for (size_t i = 0; i < logits.size(); ++i) out[i] = static_cast<double>(logits[i]) - log_z;
+  for (float x : out.logits) sum += std::exp(static_cast<double>(x) - m);
+  out.log_z = m + std::log(sum);
   return out;
 }
 
-}  // namespace
-
-double HuginnKl(const std::vector<float>& prev, const std::vector<float>& logits) {
-  const std::vector<double> lp = LogSoftmax(logits);
-  const double n = static_cast<double>(lp.size());
+double HuginnKl(const HuginnLogits& prev, const HuginnLogits& cur) {
+  const std::vector<float>& p = cur.logits;
+  const double n = static_cast<double>(p.size());
   double kl = 0;
-  if (prev.empty()) {  // uniform: sum_i (1/n) (-log n - lp_i)
-    for (double x : lp) kl += (-std::log(n) - x) / n;
+  if (prev.logits.empty()) {  // uniform: sum_i (1/n) (-log n - lp_i)
+    for (float x : p) kl += (-std::log(n) - (static_cast<double>(x) - cur.log_z)) / n;
     return kl;
   }
-  MORSERVE_CHECK(prev.size() == logits.size(), "HuginnKl: rows of different sizes");
-  const std::vector<double> lq = LogSoftmax(prev);
-  for (size_t i = 0; i < lp.size(); ++i) kl += std::exp(lq[i]) * (lq[i] - lp[i]);
+  const std::vector<float>& q = prev.logits;
+  MORSERVE_CHECK(q.size() == p.size(), "HuginnKl: rows of different sizes");
+  for (size_t i = 0; i < p.size(); ++i) {
+    const double lq = static_cast<double>(q[i]) - prev.log_z;
+    const double lp = static_cast<double>(p[i]) - cur.log_z;
+    kl += std::exp(lq) * (lq - lp);
+  }
   return kl;
+}
+
+double HuginnKl(const std::vector<float>& prev, const std::vector<float>& logits) {
+  return HuginnKl(HuginnNormalize(prev), HuginnNormalize(logits));
 }
 
 }  // namespace morserve

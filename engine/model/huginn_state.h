@@ -16,9 +16,20 @@ namespace morserve {
 std::vector<float> HuginnInitialState(int hidden, float init_scale, uint64_t seed,
                                       int64_t position);
 
+// A row of exit-check logits with its log-partition log_z = max + log(sum_i exp(x_i - max)) in
+// fp64, so that the next recurrence's check reads log P_prev = x - log_z without a second
+// softmax (empty logits: the uniform distribution, before the first recurrence).
+struct HuginnLogits {
+  std::vector<float> logits;
+  double log_z = 0;
+};
+HuginnLogits HuginnNormalize(std::vector<float> logits);
+
 // The adaptive exit statistic after a recurrence: KL(P_prev || P) of the softmaxes of two rows
-// of logits, in fp64; an empty `prev` stands for the uniform distribution (before the first
-// recurrence). The token exits iff it is below the threshold.
+// of logits, in fp64 (sum_i P_prev,i (log P_prev,i - log P_i), in index order); an empty
+// `prev` stands for the uniform distribution. The token exits iff it is below the threshold.
+// Both forms give the same bits; the first reuses prev's log_z.
+double HuginnKl(const HuginnLogits& prev, const HuginnLogits& cur);
 double HuginnKl(const std::vector<float>& prev, const std::vector<float>& logits);
 
 }  // namespace morserve

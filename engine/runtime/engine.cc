@@ -81,7 +81,10 @@ Engine::Engine(std::shared_ptr<const ModelWeights> weights, const EngineConfig& 
                std::unique_ptr<ModelRunner> runner, int num_blocks)
     : weights_(std::move(weights)), config_(config), runner_(std::move(runner)) {
   pool_ = std::make_unique<KvBlockPool>(num_blocks, config_.block_size);
-  executor_ = std::make_unique<ModelExecutor>(weights_, runner_.get(), pool_.get());
+  host_pool_ = std::make_unique<ThreadPool>(config_.threads);
+  row_sampler_ = std::make_unique<RowSampler>(host_pool_.get());
+  executor_ =
+      std::make_unique<ModelExecutor>(weights_, runner_.get(), pool_.get(), host_pool_.get());
   scheduler_ = std::make_unique<DepthScheduler>(config_, weights_->plan, pool_.get());
   eos_ = weights_->config.eos_token_ids;
   const int loops = std::max(1, weights_->config.recursion.num_recursions);
@@ -353,10 +356,18 @@ void Engine::UpdateGauges() {
 }
 
 // Rows that finished the loop: the layers after it, then count their loops and sample where
-// logits were produced.
+// logits were produced (every such row at once: a request has at most one, its last known
+// token, so no row's draw reads a token another row of the step adds).
 void Engine::Complete(std::vector<Row> tail, StepPhaseSeconds* t, PhaseClock* clock) {
   executor_->Tail(&tail);
   clock->Lap(&t->tail);
+  std::vector<SampleInput> inputs;
+  for (const Row& row : tail) {
+    if (!row.logits.empty()) inputs.push_back(SampleInputOf(*row.seq, row));
+  }
+  std::vector<SampleResult> samples;
+  row_sampler_->SampleRows(inputs, &samples);
+  size_t next_sample = 0;
   std::vector<Sequence*> finished;
   for (Row& row : tail) {
     Sequence* seq = row.seq;
@@ -369,7 +380,7 @@ void Engine::Complete(std::vector<Row> tail, StepPhaseSeconds* t, PhaseClock* cl
     }
     if (row.prompt_logprob) KeepPromptLogprob(seq, row);
     if (!row.logits.empty()) {
-      if (Emit(seq, row)) finished.push_back(seq);
+      if (Emit(seq, row, std::move(samples[next_sample++]))) finished.push_back(seq);
     } else if (seq->request.params.max_tokens == 0 && row.position + 1 == seq->num_prompt) {
       FinishScoredPrompt(seq);
       finished.push_back(seq);
@@ -417,17 +428,20 @@ void Engine::FinishScoredPrompt(Sequence* seq) {
   Finish(*seq, std::move(e));
 }
 
-// Samples the next token; returns true when the request finished.
-bool Engine::Emit(Sequence* seq, const Row& row) {
-  const SamplingParams& p = seq->request.params;
+SampleInput Engine::SampleInputOf(const Sequence& seq, const Row& row) const {
   SampleInput in;
   in.logits = row.logits;
-  in.params = &p;
-  in.prompt_ids = absl::MakeConstSpan(seq->tokens.data(), seq->num_prompt);
-  in.output_ids = absl::MakeConstSpan(seq->tokens.data() + seq->num_prompt, seq->num_generated());
+  in.params = &seq.request.params;
+  in.prompt_ids = absl::MakeConstSpan(seq.tokens.data(), seq.num_prompt);
+  in.output_ids = absl::MakeConstSpan(seq.tokens.data() + seq.num_prompt, seq.num_generated());
   in.eos_ids = eos_;
-  in.seed = seq->seed;
-  SampleResult s = sampler_.Sample(in);
+  in.seed = seq.seed;
+  return in;
+}
+
+// Adds the sampled token `s`; returns true when the request finished.
+bool Engine::Emit(Sequence* seq, const Row& row, SampleResult s) {
+  const SamplingParams& p = seq->request.params;
   seq->tokens.push_back(s.token);
   const double now = NowSeconds();
   const bool first = seq->num_generated() == 1;

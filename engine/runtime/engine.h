@@ -11,12 +11,14 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/cpu/thread_pool.h"
 #include "engine/model/weights.h"
 #include "engine/runtime/depth_scheduler.h"
 #include "engine/runtime/engine_config.h"
 #include "engine/runtime/engine_observer.h"
 #include "engine/runtime/model_executor.h"
 #include "engine/runtime/request.h"
+#include "engine/runtime/row_sampler.h"
 #include "engine/runtime/sampler.h"
 #include "engine/runtime/step_plan.h"
 
@@ -93,7 +95,8 @@ class Engine {
   void RecordPass(const RunOutput& out);
   void Complete(std::vector<Row> tail, StepPhaseSeconds* t, PhaseClock* clock);
   void Finish(Sequence& seq, RequestEvent last);
-  bool Emit(Sequence* seq, const Row& row);
+  SampleInput SampleInputOf(const Sequence& seq, const Row& row) const;
+  bool Emit(Sequence* seq, const Row& row, SampleResult s);
   void KeepPromptLogprob(Sequence* seq, Row& row);
   void AttachPromptLogprobs(Sequence* seq, RequestEvent* e);
   void FinishScoredPrompt(Sequence* seq);
@@ -107,7 +110,8 @@ class Engine {
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<ModelExecutor> executor_;
   std::unique_ptr<DepthScheduler> scheduler_;
-  Sampler sampler_;
+  std::unique_ptr<ThreadPool> host_pool_;  // host work over a step's rows: sampling, Huginn's KL
+  std::unique_ptr<RowSampler> row_sampler_;
   std::vector<int> eos_;
 
   std::mutex incoming_mu_;

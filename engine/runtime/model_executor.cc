@@ -32,12 +32,13 @@ double MaxProb(const float* logits, int vocab) {
 }  // namespace
 
 ModelExecutor::ModelExecutor(std::shared_ptr<const ModelWeights> weights, ModelRunner* runner,
-                             KvBlockPool* pool)
+                             KvBlockPool* pool, ThreadPool* host_pool)
     : weights_(std::move(weights)),
       cfg_(weights_->config),
       plan_(weights_->plan),
       runner_(runner),
-      pool_(pool) {
+      pool_(pool),
+      host_pool_(host_pool) {
   if (cfg_.recursion.norm_between_loops) loop_norm_ = weights_->final_norm.ToF32Vector();
   if (cfg_.recursion.exit_rule == LoopExitRule::kOuroGate) {
     exit_gate_w_ = weights_->exit_gate_w.ToF32Vector();
@@ -438,18 +439,34 @@ void ModelExecutor::HuginnKlExits(std::vector<Row*>& rows, std::vector<Row*>* ex
   for (int s = plan_.looped_segment + 1; s < static_cast<int>(plan_.segments.size()); ++s)
     RunSegmentOn(s, rows, &y, writes);
   runner_->Logits(y.data(), n, logits.data());
+  // Each row's statistic is computed whole by one task (the reference's order, whatever the
+  // threads): two fp64 passes over the vocabulary, the costly part of a check on the host.
+  std::vector<HuginnLogits> normalized(n);
+  std::vector<double> kl(n);
+  auto statistics = [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      normalized[i] =
+          HuginnNormalize(std::vector<float>(&logits[i * vocab], &logits[(i + 1) * vocab]));
+      kl[i] = HuginnKl(rows[i]->prev_logits, normalized[i]);
+    }
+  };
+  if (n == 1) {
+    statistics(0, 1);
+  } else {
+    host_pool_->ParallelFor(n, statistics);
+  }
   for (int i = 0; i < n; ++i) {
     Row& r = *rows[i];
-    std::vector<float> row(&logits[static_cast<size_t>(i) * vocab],
-                           &logits[static_cast<size_t>(i + 1) * vocab]);
+    HuginnLogits& row = normalized[i];
     const double threshold =
         r.seq->request.exit_threshold.value_or(cfg_.recursion.loop_exit_threshold);
-    if (HuginnKl(r.prev_logits, row) < threshold) {
+    if (kl[i] < threshold) {
       r.exited = true;
       r.tail_done = true;
       // Sampled only if it is the last known token (a recomputed one's next token is known).
-      if (r.position == static_cast<int>(r.seq->tokens.size()) - 1) r.logits = std::move(row);
-      r.prev_logits.clear();
+      if (r.position == static_cast<int>(r.seq->tokens.size()) - 1)
+        r.logits = std::move(row.logits);
+      r.prev_logits = HuginnLogits{};
       exited->push_back(&r);
     } else {
       r.prev_logits = std::move(row);

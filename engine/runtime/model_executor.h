@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/cpu/thread_pool.h"
 #include "engine/model/weights.h"
 #include "engine/runtime/kv_block_pool.h"
 #include "engine/runtime/model_runner.h"
@@ -20,8 +21,9 @@ namespace morserve {
 
 class ModelExecutor {
  public:
-  ModelExecutor(std::shared_ptr<const ModelWeights> weights, ModelRunner* runner,
-                KvBlockPool* pool);
+  // host_pool: host work over a pass's rows (Huginn's exit statistics).
+  ModelExecutor(std::shared_ptr<const ModelWeights> weights, ModelRunner* runner, KvBlockPool* pool,
+                ThreadPool* host_pool);
 
   // The plan's entering tokens enter (embedding, the segments before the loop, the entry
   // routing: rows that skip the loop come out in `skipped`); then one pass of the shared
@@ -71,6 +73,7 @@ class ModelExecutor {
   const LayerPlan& plan_;
   ModelRunner* runner_;
   KvBlockPool* pool_;
+  ThreadPool* host_pool_;
   std::vector<float> loop_norm_;    // model.norm as fp32 when the model norms between loops
   std::vector<float> exit_gate_w_;  // Ouro's exit gate [H] as fp32 (docs/models.md#ouro)
   double exit_gate_b_ = 0;

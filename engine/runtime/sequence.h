@@ -16,6 +16,7 @@
 #include <optional>
 #include <vector>
 
+#include "engine/model/huginn_state.h"
 #include "engine/runtime/kv_block_pool.h"
 #include "engine/runtime/prefix_cache.h"
 #include "engine/runtime/request.h"
@@ -51,7 +52,7 @@ struct Row {
   // uniform); once the KL rule lets the token leave, `logits` are its exit logits, its coda
   // entries are written, and the tail only samples it (tail_done).
   std::vector<float> inject;
-  std::vector<float> prev_logits;
+  HuginnLogits prev_logits;
   bool tail_done = false;
   // With prompt logprobs, on rows of prompt positions p < num_prompt - 1: the score of
   // prompt token p + 1 from this row's final hidden state (set by the tail).

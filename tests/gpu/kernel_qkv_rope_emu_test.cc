@@ -7,6 +7,7 @@
 // cuda_emu.h first: it defines the CUDA keywords the kernel header uses.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -91,10 +92,13 @@ TEST(QkvRopeEmuTest, BadBiasIndexBecomesNan) {
       seed, {2, 1, 64, 10000.0f, DType::kF32, /*side=*/true, /*pairs=*/true, /*bias=*/true}, 4,
       /*faulty=*/false);
   pr.bias_index[1] = morserve::testing::kQkvBiasVariants;
-  pr.slots[1] = 0;
+  int32_t free_slot = 0;  // a slot no other row writes
+  while (std::find(pr.slots.begin(), pr.slots.end(), free_slot) != pr.slots.end()) ++free_slot;
+  pr.slots[1] = free_slot;
   const QkvRopeOutputs o = RunEmulated(pr);
   for (int i = 0; i < pr.q_dim(); ++i) EXPECT_TRUE(std::isnan(Bf16ToF32(o.q[pr.q_dim() + i])));
-  for (int i = 0; i < pr.kv_dim(); ++i) EXPECT_EQ(o.k_cache[i], kQkvPoison);
+  const size_t at = static_cast<size_t>(free_slot) * pr.kv_dim();
+  for (int i = 0; i < pr.kv_dim(); ++i) EXPECT_EQ(o.k_cache[at + i], kQkvPoison);
 }
 
 }  // namespace

@@ -1,0 +1,36 @@
+// RowSampler (see row_sampler.h).
+#include "engine/runtime/row_sampler.h"
+
+#include <utility>
+
+namespace morserve {
+
+void RowSampler::SampleRows(absl::Span<const SampleInput> inputs, std::vector<SampleResult>* out) {
+  out->assign(inputs.size(), SampleResult{});
+  auto run = [&](int64_t begin, int64_t end) {
+    std::unique_ptr<Sampler> s = Acquire();
+    for (int64_t i = begin; i < end; ++i) (*out)[i] = s->Sample(inputs[i]);
+    Release(std::move(s));
+  };
+  // One row: no hand-off (a decode step at batch 1 pays nothing for the pool).
+  if (inputs.size() <= 1) {
+    run(0, static_cast<int64_t>(inputs.size()));
+  } else {
+    pool_->ParallelFor(static_cast<int64_t>(inputs.size()), run);
+  }
+}
+
+std::unique_ptr<Sampler> RowSampler::Acquire() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (idle_.empty()) return std::make_unique<Sampler>();
+  std::unique_ptr<Sampler> s = std::move(idle_.back());
+  idle_.pop_back();
+  return s;
+}
+
+void RowSampler::Release(std::unique_ptr<Sampler> s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  idle_.push_back(std::move(s));
+}
+
+}  // namespace morserve
