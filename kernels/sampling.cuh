@@ -46,6 +46,9 @@ struct DeviceSamplingParams {
   const uint64_t* seed = nullptr;
   const uint64_t* step = nullptr;  // output tokens already generated (the RNG counter)
   int32_t* token = nullptr;        // [rows]
+  // Optional [rows]: the chosen token's raw logit (before temperature; NaN for token -1), from
+  // which the caller forms its logprob with the row's log-partition.
+  float* chosen_logit = nullptr;
 };
 
 // Launches on `stream`. Returns cudaErrorInvalidValue for a null pointer, a non-positive

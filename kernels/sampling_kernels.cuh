@@ -252,7 +252,16 @@ struct Args {
   const uint64_t* seed;
   const uint64_t* step;
   int32_t* token;
+  float* chosen_logit;  // optional
 };
+
+// Thread 0 writes the row's token and, when asked, its raw logit (NaN for token -1).
+__device__ __forceinline__ void WriteToken(const Args& a, const float* logits, int row_index,
+                                           int token) {
+  if (threadIdx.x != 0) return;
+  a.token[row_index] = token;
+  if (a.chosen_logit != nullptr) a.chosen_logit[row_index] = token >= 0 ? logits[token] : NAN;
+}
 
 __global__ void __launch_bounds__(kThreads) SampleKernel(const Args a) {
   __shared__ Shared s;
@@ -266,7 +275,7 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const Args a) {
   const float top_p = a.top_p[row_index];
   const float min_p = a.min_p[row_index];
   if (isnan(r.temperature) || isnan(top_p) || isnan(min_p)) {
-    if (threadIdx.x == 0) a.token[row_index] = -1;
+    WriteToken(a, r.logits, row_index, -1);
     return;
   }
 
@@ -287,11 +296,9 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const Args a) {
       candidate = min(candidate, __shfl_xor_sync(0xffffffffu, candidate, off));
     if (threadIdx.x % 32 == 0) s.scratch_i[threadIdx.x / 32] = candidate;
     __syncthreads();
-    if (threadIdx.x == 0) {
-      int c = 0x7fffffff;
-      for (int w = 0; w < kWarps; ++w) c = min(c, s.scratch_i[w]);
-      a.token[row_index] = c == 0x7fffffff ? 0 : c;
-    }
+    int c = 0x7fffffff;
+    for (int w = 0; w < kWarps; ++w) c = min(c, s.scratch_i[w]);
+    WriteToken(a, r.logits, row_index, c == 0x7fffffff ? 0 : c);
     return;
   }
 
@@ -304,7 +311,7 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const Args a) {
   Walk(r, f, 1, [&](int, float x, float) { local_max = fmaxf(local_max, x); });
   f.m = BlockMax(local_max, s);
   if (!(f.m > -INFINITY)) {  // every surviving logit is -inf (or NaN)
-    if (threadIdx.x == 0) a.token[row_index] = -1;
+    WriteToken(a, r.logits, row_index, -1);
     return;
   }
 
@@ -345,7 +352,7 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const Args a) {
     s.token = chosen >= 0 ? chosen : last_positive;  // rounding can end the walk at the target
   }
   __syncthreads();
-  if (threadIdx.x == 0) a.token[row_index] = s.token;
+  WriteToken(a, r.logits, row_index, s.token);
 }
 
 }  // namespace

@@ -186,6 +186,7 @@ RunResult Collect(EventChannel* channel) {
   for (RequestEvent& e : channel->DrainUntilFinal()) {
     for (TokenEvent& t : e.tokens) {
       r.tokens.push_back(t.token);
+      r.logprobs.push_back(t.logprob);
       r.logits.push_back(std::move(t.logits));
       r.loops.push_back(t.loops);
     }

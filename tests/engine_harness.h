@@ -62,6 +62,7 @@ Workload MakeWorkload(int vocab, int count = 16);
 
 struct RunResult {
   std::vector<int> tokens;
+  std::vector<float> logprobs;             // of each generated token
   std::vector<std::vector<float>> logits;  // per generated token
   std::vector<int> loops;
   FinishReason finish = FinishReason::kNone;

@@ -14,6 +14,7 @@
 #include "engine/cpu/paged_attention.h"
 #include "engine/cpu/recurrent_layer.h"
 #include "engine/cpu/thread_pool.h"
+#include "engine/runtime/row_sampler.h"
 
 namespace morserve {
 namespace {
@@ -191,6 +192,19 @@ class CpuModelRunner : public ModelRunner {
     RmsNormRows(h, final_norm_.data(), n, cfg_.hidden_size, cfg_.rms_norm_eps, x.data());
     lm_head_->Forward(x.data(), n, logits);
   }
+  // The logits here, then the host sampler on each row (the engine's own rule, bit for bit).
+  void Sample(const float* h, absl::Span<const SampleInput> rows, SampleResult* out) override {
+    const size_t n = rows.size(), vocab = static_cast<size_t>(cfg_.vocab_size);
+    if (n == 0) return;
+    std::vector<float> logits(n * vocab);
+    Logits(h, static_cast<int>(n), logits.data());
+    std::vector<SampleInput> in(rows.begin(), rows.end());
+    for (size_t i = 0; i < n; ++i) in[i].logits = absl::MakeConstSpan(&logits[i * vocab], vocab);
+    std::vector<SampleResult> results;
+    row_sampler_.SampleRows(in, &results);
+    std::move(results.begin(), results.end(), out);
+    counters_.sampled_rows += static_cast<int64_t>(n);
+  }
   void InjectInput(const float* s, const float* e, int n, float* out) override {
     MORSERVE_CHECK(adapter_ != nullptr, "InjectInput: the model has no Huginn adapter");
     const size_t hs = static_cast<size_t>(cfg_.hidden_size);
@@ -247,6 +261,7 @@ class CpuModelRunner : public ModelRunner {
   std::vector<std::unique_ptr<CpuLinear>> ec_w1_, ec_w2_, aux_w1_, aux_w2_;
   std::unique_ptr<CpuLinear> tc_w1_, tc_w2_;
   RunnerCounters counters_;
+  RowSampler row_sampler_{&pool_};
 };
 
 LoopLinear CpuModelRunner::Fused(const LayerWeights& lw, std::initializer_list<Proj> parts,

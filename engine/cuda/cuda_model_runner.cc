@@ -27,7 +27,9 @@
 #include "engine/cuda/step_staging.h"
 #include "engine/cuda/weight_packing.h"
 #include "engine/runtime/cuda_runner_registry.h"
+#include "kernels/argmax.cuh"
 #include "kernels/embedding.cuh"
+#include "kernels/exit_confidence.cuh"
 #include "kernels/expert_router.cuh"
 #include "kernels/gemm.cuh"
 #include "kernels/kv_copy.cuh"
@@ -37,6 +39,7 @@
 #include "kernels/qkv_rope.cuh"
 #include "kernels/recurrent_attention.cuh"
 #include "kernels/rmsnorm.cuh"
+#include "kernels/sampling.cuh"
 #include "kernels/scale_add.cuh"
 #include "kernels/swiglu.cuh"
 #include "kernels/token_choice_router.cuh"
@@ -133,7 +136,7 @@ HostMlp LoadHostMlp(const TensorView& w1, const TensorView& w2) {
 // Per-call device scratch, grown to the largest row count seen.
 struct Scratch {
   DeviceBuffer h, a, qkv, q, k_tmp, v_tmp, attn, proj, gu, act, lora_t, logits, meta, attn_ws,
-      router_f, router_i;
+      router_f, router_i, sample_io;
 };
 
 class CudaModelRunner : public ModelRunner {
@@ -156,12 +159,14 @@ class CudaModelRunner : public ModelRunner {
   void ExpertRouter(const int* loops, const float* h, int n, float* score, float* decide) override;
   void TokenChoiceRouter(const float* h, int n, float* scores) override;
   void Logits(const float* h, int n, float* logits) override;
+  void Sample(const float* h, absl::Span<const SampleInput> rows, SampleResult* out) override;
   void InjectInput(const float* s, const float* e, int n, float* out) override;
   // One cache entry read back as fp32 (tests).
   void ReadKv(int32_t slot, float* k, float* v) const override;
   void CopyKv(const KvCopy* copies, int n) override;
   RunnerCounters counters() const override {
-    return RunnerCounters{counters_.full_rows, counters_.kv_only_rows, counters_.weight_bytes};
+    return RunnerCounters{counters_.full_rows, counters_.kv_only_rows, counters_.weight_bytes,
+                          counters_.sampled_rows};
   }
 
  private:
@@ -191,6 +196,8 @@ class CudaModelRunner : public ModelRunner {
   void LoadHeadAndRouters();
   // Copies host h [n, hidden] and the staged metadata to the device (async on stream_).
   void UploadRows(const float* h, int n, const StagedRows* staged);
+  // scratch_.logits [n, vocab] fp32 = lm_head(RMSNorm_final(h)) of host h (uploaded).
+  void LogitsOnDevice(const float* h, int n);
   // Copies `bytes` of device `src` to host `dst` through the pinned buffer, then waits.
   void Download(const void* src, size_t bytes, void* dst);
   void Gemm(const uint16_t* x, const uint16_t* w, void* y, DType y_dtype, int m, int n, int kdim);
@@ -267,7 +274,7 @@ class CudaModelRunner : public ModelRunner {
   PinnedBuffer pinned_copies_;  // CopyKv's triples
   DeviceBuffer kv_copies_;
   struct {
-    int64_t full_rows = 0, kv_only_rows = 0, weight_bytes = 0;
+    int64_t full_rows = 0, kv_only_rows = 0, weight_bytes = 0, sampled_rows = 0;
   } counters_;  // rows computed since construction, by kind
 };
 
@@ -934,8 +941,7 @@ void CudaModelRunner::TokenChoiceRouter(const float* h, int n, float* scores) {
   Download(p.scores_out, static_cast<size_t>(n) * nr * sizeof(float), scores);
 }
 
-void CudaModelRunner::Logits(const float* h, int n, float* logits) {
-  if (n == 0) return;
+void CudaModelRunner::LogitsOnDevice(const float* h, int n) {
   UploadRows(h, n, nullptr);
   const int hs = cfg_.hidden_size, vocab = cfg_.vocab_size;
   Ensure(scratch_.a, static_cast<size_t>(n) * hs * sizeof(uint16_t));
@@ -953,7 +959,123 @@ void CudaModelRunner::Logits(const float* h, int n, float* logits) {
   CudaCheck(k::rmsnorm_forward(p, stream_), "final rmsnorm");
   Gemm(scratch_.a.as<uint16_t>(), lm_head_ptr_, scratch_.logits.as<void>(), DType::kF32, n, vocab,
        hs);
-  Download(scratch_.logits.as<void>(), static_cast<size_t>(n) * vocab * sizeof(float), logits);
+}
+
+void CudaModelRunner::Logits(const float* h, int n, float* logits) {
+  if (n == 0) return;
+  LogitsOnDevice(h, n);
+  Download(scratch_.logits.as<void>(), static_cast<size_t>(n) * cfg_.vocab_size * sizeof(float),
+           logits);
+}
+
+namespace {
+
+// Sample's per-row device arrays in one buffer (one upload, one download): inputs first, then
+// the outputs, each array 8-byte aligned.
+struct SampleLayout {
+  size_t temperature, top_k, top_p, min_p, seed, step, threshold;  // inputs
+  size_t token, chosen, max_logit, argmax, max_prob, exit;         // outputs
+  size_t inputs_end, end;
+  explicit SampleLayout(size_t n) {
+    size_t at = 0;
+    auto take = [&](size_t bytes) {
+      const size_t here = at;
+      at += (bytes * n + 7) / 8 * 8;
+      return here;
+    };
+    seed = take(8);
+    step = take(8);
+    temperature = take(4);
+    top_k = take(4);
+    top_p = take(4);
+    min_p = take(4);
+    threshold = take(4);
+    inputs_end = at;
+    max_prob = take(8);
+    token = take(4);
+    chosen = take(4);
+    max_logit = take(4);
+    argmax = take(4);
+    exit = take(4);
+    end = at;
+  }
+};
+
+template <typename T>
+T* Field(void* base, size_t offset) {
+  return reinterpret_cast<T*>(static_cast<char*>(base) + offset);
+}
+
+}  // namespace
+
+// The rows' logits stay on the device: the sampling kernel draws each row's token (and its raw
+// logit), argmax and exit_confidence give the row's max and 1 / sum exp(x - max), so
+// logprob = x_token - log_z with log_z = max - log(max_prob); one upload of the parameters,
+// one download of the results.
+void CudaModelRunner::Sample(const float* h, absl::Span<const SampleInput> rows,
+                             SampleResult* out) {
+  const int n = static_cast<int>(rows.size());
+  if (n == 0) return;
+  LogitsOnDevice(h, n);
+  const SampleLayout L(rows.size());
+  void* host = pinned_meta_.Reserve(L.end);
+  for (int i = 0; i < n; ++i) {
+    const SamplingParams& p = *rows[i].params;
+    Field<uint64_t>(host, L.seed)[i] = rows[i].seed;
+    Field<uint64_t>(host, L.step)[i] = rows[i].output_ids.size();
+    Field<float>(host, L.temperature)[i] = p.temperature;
+    Field<int32_t>(host, L.top_k)[i] = p.top_k;
+    Field<float>(host, L.top_p)[i] = p.top_p;
+    Field<float>(host, L.min_p)[i] = p.min_p;
+    Field<float>(host, L.threshold)[i] = 0.0f;
+  }
+  void* dev = scratch_.sample_io.Reserve(L.end);
+  CudaCheck(cudaMemcpyAsync(dev, host, L.inputs_end, cudaMemcpyHostToDevice, stream_),
+            "sampling parameters upload");
+  const float* logits = scratch_.logits.as<float>();
+  k::DeviceSamplingParams sp;
+  sp.logits = logits;
+  sp.rows = n;
+  sp.vocab = cfg_.vocab_size;
+  sp.temperature = Field<float>(dev, L.temperature);
+  sp.top_k = Field<int32_t>(dev, L.top_k);
+  sp.top_p = Field<float>(dev, L.top_p);
+  sp.min_p = Field<float>(dev, L.min_p);
+  sp.seed = Field<uint64_t>(dev, L.seed);
+  sp.step = Field<uint64_t>(dev, L.step);
+  sp.token = Field<int32_t>(dev, L.token);
+  sp.chosen_logit = Field<float>(dev, L.chosen);
+  CudaCheck(k::sampling_forward(sp, stream_), "sampling");
+  k::ArgmaxParams ap;
+  ap.logits = logits;
+  ap.token = Field<int32_t>(dev, L.argmax);
+  ap.max_logit = Field<float>(dev, L.max_logit);
+  ap.rows = n;
+  ap.vocab = cfg_.vocab_size;
+  CudaCheck(k::argmax_forward(ap, stream_), "argmax");
+  k::ExitConfidenceParams ep;
+  ep.logits = logits;
+  ep.threshold = Field<float>(dev, L.threshold);
+  ep.exit = Field<int32_t>(dev, L.exit);
+  ep.max_prob = Field<double>(dev, L.max_prob);
+  ep.rows = n;
+  ep.vocab = cfg_.vocab_size;
+  CudaCheck(k::exit_confidence_forward(ep, stream_), "exit_confidence");
+  std::vector<char> results(L.end - L.inputs_end);
+  Download(static_cast<char*>(dev) + L.inputs_end, results.size(), results.data());
+  auto result = [&](size_t offset) { return results.data() + (offset - L.inputs_end); };
+  for (int i = 0; i < n; ++i) {
+    const int token = Field<int32_t>(result(L.token), 0)[i];
+    MORSERVE_CHECK(token >= 0 && token < cfg_.vocab_size,
+                   "device sampling found no finite logit in a row");
+    const double log_z = static_cast<double>(Field<float>(result(L.max_logit), 0)[i]) -
+                         std::log(Field<double>(result(L.max_prob), 0)[i]);
+    out[i] = SampleResult{};
+    out[i].token = token;
+    const double chosen = Field<float>(result(L.chosen), 0)[i];
+    out[i].logprob = static_cast<float>(chosen - log_z);
+  }
+  counters_.sampled_rows += n;
 }
 
 }  // namespace

@@ -355,15 +355,18 @@ void Engine::UpdateGauges() {
   }
 }
 
-// Rows that finished the loop: the layers after it, then count their loops and sample where
-// logits were produced (every such row at once: a request has at most one, its last known
-// token, so no row's draw reads a token another row of the step adds).
+// Rows that finished the loop: the layers after it, then count their loops and emit the next
+// token where the runner sampled it or logits were produced (the latter sampled here, every
+// such row at once: a request has at most one, its last known token, so no row's draw reads a
+// token another row of the step adds).
 void Engine::Complete(std::vector<Row> tail, StepPhaseSeconds* t, PhaseClock* clock) {
   executor_->Tail(&tail);
   clock->Lap(&t->tail);
-  std::vector<SampleInput> inputs;
+  std::vector<SampleInput> inputs;  // rows with logits; the runner sampled the others
   for (const Row& row : tail) {
-    if (!row.logits.empty()) inputs.push_back(SampleInputOf(*row.seq, row));
+    if (row.logits.empty()) continue;
+    inputs.push_back(NextTokenInput(*row.seq, eos_));
+    inputs.back().logits = row.logits;
   }
   std::vector<SampleResult> samples;
   row_sampler_->SampleRows(inputs, &samples);
@@ -379,8 +382,9 @@ void Engine::Complete(std::vector<Row> tail, StepPhaseSeconds* t, PhaseClock* cl
       if (row.position < seq->num_prompt) ++stats_.prompt_tokens;
     }
     if (row.prompt_logprob) KeepPromptLogprob(seq, row);
-    if (!row.logits.empty()) {
-      if (Emit(seq, row, std::move(samples[next_sample++]))) finished.push_back(seq);
+    if (row.sample || !row.logits.empty()) {
+      SampleResult s = row.sample ? std::move(*row.sample) : std::move(samples[next_sample++]);
+      if (Emit(seq, row, std::move(s))) finished.push_back(seq);
     } else if (seq->request.params.max_tokens == 0 && row.position + 1 == seq->num_prompt) {
       FinishScoredPrompt(seq);
       finished.push_back(seq);
@@ -426,17 +430,6 @@ void Engine::FinishScoredPrompt(Sequence* seq) {
   AttachPromptLogprobs(seq, &e);
   e.finish = FinishReason::kLength;
   Finish(*seq, std::move(e));
-}
-
-SampleInput Engine::SampleInputOf(const Sequence& seq, const Row& row) const {
-  SampleInput in;
-  in.logits = row.logits;
-  in.params = &seq.request.params;
-  in.prompt_ids = absl::MakeConstSpan(seq.tokens.data(), seq.num_prompt);
-  in.output_ids = absl::MakeConstSpan(seq.tokens.data() + seq.num_prompt, seq.num_generated());
-  in.eos_ids = eos_;
-  in.seed = seq.seed;
-  return in;
 }
 
 // Adds the sampled token `s`; returns true when the request finished.

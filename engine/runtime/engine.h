@@ -95,7 +95,6 @@ class Engine {
   void RecordPass(const RunOutput& out);
   void Complete(std::vector<Row> tail, StepPhaseSeconds* t, PhaseClock* clock);
   void Finish(Sequence& seq, RequestEvent last);
-  SampleInput SampleInputOf(const Sequence& seq, const Row& row) const;
   bool Emit(Sequence* seq, const Row& row, SampleResult s);
   void KeepPromptLogprob(Sequence* seq, Row& row);
   void AttachPromptLogprobs(Sequence* seq, RequestEvent* e);

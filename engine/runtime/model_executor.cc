@@ -11,6 +11,7 @@
 #include "engine/cpu/cpu_ops.h"
 #include "engine/model/huginn_state.h"
 #include "engine/runtime/prompt_logprobs.h"
+#include "engine/runtime/row_sampler.h"
 
 namespace morserve {
 namespace {
@@ -594,14 +595,34 @@ void ModelExecutor::Tail(std::vector<Row>* rows) {
     }
   }
   ScorePrompt(scored);
-  if (sampled.empty()) return;
-  const int vocab = cfg_.vocab_size, n = static_cast<int>(sampled.size());
-  std::vector<float> h = Gather(sampled), logits(static_cast<size_t>(n) * vocab);
+  std::vector<Row*> with_logits, by_runner;
+  for (Row* r : sampled) {
+    const Sequence& s = *r->seq;
+    const bool runner =
+        !s.request.return_logits && RunnerSamples(s.request.params, s.num_generated());
+    (runner ? by_runner : with_logits).push_back(r);
+  }
+  SampleOnRunner(by_runner);
+  if (with_logits.empty()) return;
+  const int vocab = cfg_.vocab_size, n = static_cast<int>(with_logits.size());
+  std::vector<float> h = Gather(with_logits), logits(static_cast<size_t>(n) * vocab);
   runner_->Logits(h.data(), n, logits.data());
   for (int i = 0; i < n; ++i) {
-    sampled[i]->logits.assign(&logits[static_cast<size_t>(i) * vocab],
-                              &logits[static_cast<size_t>(i + 1) * vocab]);
+    with_logits[i]->logits.assign(&logits[static_cast<size_t>(i) * vocab],
+                                  &logits[static_cast<size_t>(i + 1) * vocab]);
   }
+}
+
+// Rows whose next token needs no logits on the host: the runner samples them where the logits
+// are (on the GPU, only the results come back).
+void ModelExecutor::SampleOnRunner(const std::vector<Row*>& rows) {
+  if (rows.empty()) return;
+  std::vector<SampleInput> inputs;
+  for (const Row* r : rows) inputs.push_back(NextTokenInput(*r->seq, cfg_.eos_token_ids));
+  std::vector<SampleResult> out(rows.size());
+  const std::vector<float> h = Gather(rows);
+  runner_->Sample(h.data(), inputs, out.data());
+  for (size_t i = 0; i < rows.size(); ++i) rows[i]->sample = std::move(out[i]);
 }
 
 // Final norm and lm_head over prompt rows, a bounded number of rows at a time (the logits

@@ -32,7 +32,9 @@ class ModelExecutor {
   // rows of this pass's exits in `kv_only`).
   RunOutput Run(StepPlan&& plan);
   // Segments after the loop, final norm, and logits for rows whose position is the last
-  // known token of their request (unless it asked for max_tokens 0). Rows of prompt
+  // known token of their request (unless it asked for max_tokens 0); where the request needs
+  // no logits on the host (RunnerSamples, no return_logits) the runner samples the next token
+  // instead (Row::sample) and the logits stay where they are. Rows of prompt
   // positions whose request asked for prompt logprobs also get the score of the next prompt
   // token (Row::prompt_logprob); other requests' rows pay nothing for it. The entries these
   // layers write are already recorded (DepthScheduler::Update).
@@ -65,6 +67,7 @@ class ModelExecutor {
   std::vector<int> CopyOnExitEntries(int segment, int k, const std::vector<Row*>& rows,
                                      const LayerKvPlan& kv);
   void ScorePrompt(const std::vector<Row*>& rows);
+  void SampleOnRunner(const std::vector<Row*>& rows);
   std::vector<float> Gather(const std::vector<Row*>& rows) const;
   void Scatter(const std::vector<float>& h, std::vector<Row*>& rows) const;
 

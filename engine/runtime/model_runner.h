@@ -10,6 +10,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/types/span.h"
+#include "engine/runtime/sampler.h"
+
 namespace morserve {
 
 // Where one layer's rows write and read KV (FlashInfer-style flat arrays).
@@ -65,6 +68,8 @@ struct RunnerCounters {
   // counting its weight matrix once in its resident dtype (benchmarks divide it by time to get
   // the achieved weight bandwidth).
   int64_t weight_bytes = 0;
+  // Rows whose next token the runner sampled (Sample): their logits never left it.
+  int64_t sampled_rows = 0;
 };
 
 class ModelRunner {
@@ -80,6 +85,12 @@ class ModelRunner {
   virtual void TokenChoiceRouter(const float* h, int n, float* scores) = 0;
   // lm_head(RMSNorm_final(h)): [n, vocab].
   virtual void Logits(const float* h, int n, float* logits) = 0;
+  // The next token of rows.size() rows sampled from lm_head(RMSNorm_final(h)) by the sampler's
+  // rule (sampler.h) for rows whose request needs no logits on the host (RunnerSamples in
+  // sampling_params.h: no penalty, bias, mask, min_tokens ban or alternatives): out[i]'s token
+  // and its raw logprob; rows[i].logits is ignored (the runner's own). The CUDA runner
+  // samples on the device and downloads only the results.
+  virtual void Sample(const float* h, absl::Span<const SampleInput> rows, SampleResult* out) = 0;
   // Huginn-0125's input injection before each recurrence (docs/models.md#huginn-0125):
   // out = adapter · concat(s, e), the state first; s, e and out are [n, hidden] (out may equal
   // s). Called only for models with the adapter.

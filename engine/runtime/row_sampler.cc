@@ -5,6 +5,16 @@
 
 namespace morserve {
 
+SampleInput NextTokenInput(const Sequence& seq, absl::Span<const int> eos_ids) {
+  SampleInput in;
+  in.params = &seq.request.params;
+  in.prompt_ids = absl::MakeConstSpan(seq.tokens.data(), seq.num_prompt);
+  in.output_ids = absl::MakeConstSpan(seq.tokens.data() + seq.num_prompt, seq.num_generated());
+  in.eos_ids = eos_ids;
+  in.seed = seq.seed;
+  return in;
+}
+
 void RowSampler::SampleRows(absl::Span<const SampleInput> inputs, std::vector<SampleResult>* out) {
   out->assign(inputs.size(), SampleResult{});
   auto run = [&](int64_t begin, int64_t end) {

@@ -11,8 +11,12 @@
 #include "absl/types/span.h"
 #include "engine/cpu/thread_pool.h"
 #include "engine/runtime/sampler.h"
+#include "engine/runtime/sequence.h"
 
 namespace morserve {
+
+// The sampler's input for the next token of `seq` (its logits left empty: the caller's).
+SampleInput NextTokenInput(const Sequence& seq, absl::Span<const int> eos_ids);
 
 class RowSampler {
  public:

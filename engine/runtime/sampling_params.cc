@@ -53,12 +53,13 @@ absl::Status ValidatePenalties(const SamplingParams& p) {
 
 absl::Status ValidateOutput(const SamplingParams& p, int vocab_size) {
   if (p.prompt_logprobs && (*p.prompt_logprobs < 0 || *p.prompt_logprobs > kMaxLogprobs)) {
-    return Invalid("prompt_logprobs", absl::StrCat("must be in [0, ", kMaxLogprobs, "], got ",
-                                                   *p.prompt_logprobs));
+    return Invalid("prompt_logprobs",
+                   absl::StrCat("must be in [0, ", kMaxLogprobs, "], got ", *p.prompt_logprobs));
   }
   if (p.max_tokens < 0 || (p.max_tokens == 0 && !p.prompt_logprobs)) {
-    return Invalid("max_tokens", absl::StrCat("must be at least 1 (0 only with prompt_logprobs), got ",
-                                              p.max_tokens));
+    return Invalid(
+        "max_tokens",
+        absl::StrCat("must be at least 1 (0 only with prompt_logprobs), got ", p.max_tokens));
   }
   if (p.logprobs < 0 || p.logprobs > kMaxLogprobs) {
     return Invalid("logprobs",
@@ -132,6 +133,12 @@ absl::Status ValidateMinTokens(const SamplingParams& p, absl::Span<const int> eo
 }
 
 }  // namespace
+
+bool RunnerSamples(const SamplingParams& p, int generated) {
+  return p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
+         p.frequency_penalty == 0.0f && p.logit_bias.empty() && !p.allowed_token_ids &&
+         generated >= p.min_tokens && p.logprobs == 0;
+}
 
 absl::Status Validate(const SamplingParams& params, int vocab_size, absl::Span<const int> eos_ids) {
   if (absl::Status s = ValidateFilters(params); !s.ok()) return s;

@@ -50,7 +50,7 @@ struct SamplingParams {
   std::vector<int> stop_token_ids;
   std::vector<std::string> stop;
   int max_tokens = 16;
-  int logprobs = 0;  // top-n alternatives to report, 0..kMaxLogprobs
+  int logprobs = 0;                    // top-n alternatives to report, 0..kMaxLogprobs
   std::optional<int> prompt_logprobs;  // none: the prompt is not scored
   bool ignore_eos = false;
   int min_tokens = 0;  // EOS and stop_token_ids banned while fewer have been generated
@@ -59,6 +59,12 @@ struct SamplingParams {
 
   bool greedy() const { return temperature < kGreedyTemperature; }
 };
+
+// True when the next token needs nothing of the sampler but temperature, top_k, top_p, min_p
+// and the seeded draw, and only the chosen token's logprob: what ModelRunner::Sample computes
+// where the logits are (no penalty, logit bias, allowed ids, min_tokens ban at `generated`
+// output tokens, nor top-n alternatives).
+bool RunnerSamples(const SamplingParams& params, int generated);
 
 // INVALID_ARGUMENT naming the first offending field, OK otherwise. `eos_ids` are the
 // model's end-of-sequence ids: with min_tokens > 0, allowed_token_ids made only of them and

@@ -20,6 +20,7 @@
 #include "engine/runtime/kv_block_pool.h"
 #include "engine/runtime/prefix_cache.h"
 #include "engine/runtime/request.h"
+#include "engine/runtime/sampler.h"
 
 namespace morserve {
 
@@ -47,6 +48,8 @@ struct Row {
   int kv_copy_loop = -1;
   double exit_cumulative = 0, exit_survive = 1;
   std::vector<float> logits;  // [vocab] when the row is the last known token (sampled next)
+  // Instead of logits: the next token when the runner sampled it (ModelRunner::Sample).
+  std::optional<SampleResult> sample;
   // Huginn (docs/models.md#huginn-0125): the prelude's output e, injected before every
   // recurrence. Adaptive mode: the last recurrence's exit-check logits (empty: none yet, P
   // uniform); once the KL rule lets the token leave, `logits` are its exit logits, its coda

@@ -24,9 +24,10 @@
 //     the test cannot pass by comparing nothing.
 // Also: batch invariance for MoR, Relaxed, adaptive Ouro and adaptive Huginn (a request alone vs
 // inside three mixed batches: identical tokens and bitwise identical logits), prefix caching for
-// the same three (a request that starts from cached KV, shared full blocks and partial ones copied
-// on the device, equals the same request on an engine without the cache, bit for bit), every KV
-// block back in the pool at the end, and the clear error for a shape the kernels do not take.
+// the same four (a request that starts from cached KV, shared full blocks and partial ones copied
+// on the device, equals the same request on an engine without the cache, bit for bit), sampling
+// on the device equal to the host sampler's, every KV block back in the pool at the end, and the
+// clear error for a shape the kernels do not take.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -36,6 +37,7 @@
 
 #include "engine/reference/reference_model.h"
 #include "tests/engine_harness.h"
+#include "tests/engine_sampling.h"
 #include "tests/gpu/engine_gpu_workloads.h"
 #include "tests/gpu/gpu_testutil.h"
 
@@ -240,6 +242,55 @@ INSTANTIATE_TEST_SUITE_P(Families, EngineGpuPrefixCacheTest,
                                            FamilyCase{"relaxed_lora_r13", RelaxedEveryProjection()},
                                            FamilyCase{"ouro_adaptive", OuroAdaptive()},
                                            GpuFamily("huginn-adaptive", "huginn_adaptive")),
+                         [](const auto& info) { return info.param.name; });
+
+// Requests that need no logits on the host are sampled on the device (ModelRunner::Sample:
+// only tokens and logprobs come back): the same tokens and loops as the host sampler on the
+// same requests asking for logits, logprobs within 1e-4 (the device's log-partition sums in
+// another order), and the runner counts every generated token as its own.
+class EngineGpuSamplingTest : public ::testing::TestWithParam<FamilyCase> {
+ protected:
+  void SetUp() override { MORSERVE_SKIP_WITHOUT_GPU(); }
+};
+
+TEST_P(EngineGpuSamplingTest, DeviceSamplingMatchesHostSampling) {
+  testing::TempDir dir;
+  auto weights = testing::MakeModel(GetParam().spec, &dir);
+  ASSERT_NE(weights, nullptr);
+  const std::vector<GenerateRequest> requests =
+      testing::RunnerSampledRequests(weights->config.vocab_size, 10);
+  std::vector<int> arrivals;
+  for (size_t i = 0; i < requests.size(); ++i) arrivals.push_back(static_cast<int>(i % 4));
+  for (BatchingMode mode : {BatchingMode::kDepthWise, BatchingMode::kSequenceWise}) {
+    auto run = [&](const std::vector<GenerateRequest>& reqs, int64_t* sampled) {
+      auto engine = Engine::Create(weights, GpuConfig(mode));
+      EXPECT_TRUE(engine.ok()) << engine.status();
+      auto got = testing::RunStaggered(engine->get(), reqs, arrivals);
+      *sampled = (*engine)->runner().counters().sampled_rows;
+      return got;
+    };
+    int64_t on_device = 0, on_host = 0;
+    const std::vector<RunResult> device = run(requests, &on_device);
+    const std::vector<RunResult> host = run(testing::WithLogits(requests), &on_host);
+    int64_t generated = 0;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      EXPECT_EQ(device[i].tokens, host[i].tokens) << "request " << i;
+      EXPECT_EQ(device[i].loops, host[i].loops) << "request " << i;
+      ASSERT_EQ(device[i].logprobs.size(), host[i].logprobs.size());
+      for (size_t t = 0; t < host[i].logprobs.size(); ++t) {
+        EXPECT_NEAR(device[i].logprobs[t], host[i].logprobs[t], 1e-4)
+            << "request " << i << " token " << t;
+      }
+      generated += static_cast<int64_t>(device[i].tokens.size());
+    }
+    EXPECT_EQ(on_device, generated);
+    EXPECT_EQ(on_host, 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, EngineGpuSamplingTest,
+                         ::testing::Values(FamilyCase{"vanilla", Spec("vanilla")},
+                                           FamilyCase{"mor_ec", Spec("mor-ec")}),
                          [](const auto& info) { return info.param.name; });
 
 TEST(EngineGpuErrorTest, UnsupportedHeadDimIsAClearError) {

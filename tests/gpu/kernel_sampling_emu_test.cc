@@ -25,13 +25,23 @@ using ::morserve::testing::FreshSeed;
 using ::morserve::testing::SamplingColumns;
 using ::morserve::testing::SamplingProblem;
 
-// Emulated launch over rows [first, first + count) of the problem.
+// Emulated launch over rows [first, first + count) of the problem; each row's chosen raw
+// logit is checked against its token (NaN for -1).
 std::vector<int32_t> Emulate(const SamplingProblem& pr, int first, int count) {
   const SamplingColumns c = pr.Columns(first, count);
   std::vector<int32_t> token(count, -7);
-  const Args a{pr.Row(first),  pr.vocab,       pr.vocab,      c.temperature.data(), c.top_k.data(),
-               c.top_p.data(), c.min_p.data(), c.seed.data(), c.step.data(),        token.data()};
+  std::vector<float> chosen(count, 12345.0f);
+  const Args a{pr.Row(first),  pr.vocab,       pr.vocab,      c.temperature.data(),
+               c.top_k.data(), c.top_p.data(), c.min_p.data(), c.seed.data(),
+               c.step.data(),  token.data(),   chosen.data()};
   cuda_emu::Run({static_cast<unsigned>(count), 1, 1}, kThreads, [&] { SampleKernel(a); });
+  for (int r = 0; r < count; ++r) {
+    if (token[r] < 0) {
+      EXPECT_TRUE(std::isnan(chosen[r])) << "row " << first + r;
+    } else {
+      EXPECT_EQ(chosen[r], pr.Row(first + r)[token[r]]) << "row " << first + r;
+    }
+  }
   return token;
 }
 

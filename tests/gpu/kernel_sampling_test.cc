@@ -25,6 +25,7 @@ void Launch(const SamplingProblem& pr, int first, int count, std::vector<int32_t
   DeviceBuffer<float> dlogits(static_cast<size_t>(count) * pr.vocab), dt(count), dtp(count),
       dmp(count);
   DeviceBuffer<int32_t> dtk(count), dtok(count);
+  DeviceBuffer<float> dchosen(count);
   DeviceBuffer<uint64_t> dsd(count), dst(count);
   ASSERT_TRUE(dlogits.ok() && dt.ok() && dtp.ok() && dmp.ok() && dtk.ok() && dtok.ok() &&
               dsd.ok() && dst.ok());
@@ -49,9 +50,19 @@ void Launch(const SamplingProblem& pr, int first, int count, std::vector<int32_t
   p.seed = dsd.get();
   p.step = dst.get();
   p.token = dtok.get();
+  p.chosen_logit = dchosen.get();
   MORSERVE_CUDA_OK(sampling_forward(p, nullptr));
   MORSERVE_CUDA_OK(cudaDeviceSynchronize());
   MORSERVE_CUDA_OK(dtok.Download(tokens));
+  std::vector<float> chosen;
+  MORSERVE_CUDA_OK(dchosen.Download(&chosen));
+  for (int r = 0; r < count; ++r) {  // the chosen token's raw logit (NaN for -1)
+    if ((*tokens)[r] < 0) {
+      EXPECT_TRUE(std::isnan(chosen[r])) << "row " << first + r;
+    } else {
+      EXPECT_EQ(chosen[r], pr.Row(first + r)[(*tokens)[r]]) << "row " << first + r;
+    }
+  }
 }
 
 class SamplingTest : public ::testing::Test {
