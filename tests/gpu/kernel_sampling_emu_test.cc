@@ -31,7 +31,7 @@ std::vector<int32_t> Emulate(const SamplingProblem& pr, int first, int count) {
   const SamplingColumns c = pr.Columns(first, count);
   std::vector<int32_t> token(count, -7);
   std::vector<float> chosen(count, 12345.0f);
-  const Args a{pr.Row(first),  pr.vocab,       pr.vocab,      c.temperature.data(),
+  const Args a{pr.Row(first),  pr.vocab,       pr.vocab,       c.temperature.data(),
                c.top_k.data(), c.top_p.data(), c.min_p.data(), c.seed.data(),
                c.step.data(),  token.data(),   chosen.data()};
   cuda_emu::Run({static_cast<unsigned>(count), 1, 1}, kThreads, [&] { SampleKernel(a); });

@@ -34,7 +34,7 @@ struct Outcome {
   int64_t runner_sampled = 0;
 };
 
-Outcome RunAll(std::shared_ptr<const ModelWeights> w, BatchingMode mode,
+Outcome RunAll(const std::shared_ptr<const ModelWeights>& w, BatchingMode mode,
                const std::vector<GenerateRequest>& requests) {
   auto engine = Engine::Create(w, Config(mode));
   EXPECT_TRUE(engine.ok()) << engine.status();
