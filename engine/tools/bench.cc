@@ -5,9 +5,10 @@
 // seed, greedy unless --temperature, EOS ignored) and step the engine
 // until all finish. Reports tokens/s, shared-block rows/s, batch fill ratio, rows and
 // exits per loop, layer rows by kind (full, K/V-only), KV blocks, preemptions; prints a table with
-// side-by-side ratios and writes everything as JSON. With --repeats N the modes alternate N times
-// and each keeps its fastest run (the machine this runs on is often shared).
-// Weight bandwidth: the run first measures the machine's streaming read bandwidth
+// side-by-side ratios and writes everything as JSON, rewritten after every batch setting
+// ("complete": false until the last, so a run cut short keeps what it measured). With --repeats N
+// the modes alternate N times and each keeps its fastest run (the machine this runs on is often
+// shared). Weight bandwidth: the run first measures the machine's streaming read bandwidth
 // (mem_bandwidth.h; --membw-mb, 0 skips it), and each run reports the weight bytes its runner
 // read (RunnerCounters::weight_bytes), their rate in GB/s (1e9 bytes/s) and that rate as a
 // fraction of the measured bandwidth. --prefill P also times, per model, the prefill of one
@@ -382,6 +383,35 @@ int BenchCommand(const Args& args) {
   std::printf("%-28s %-8s %6s %10s %12s %7s %9s %6s %8s %7s  %s\n", "model", "mode", "batch",
               "tok/s", "block rows/s", "fill", "rows/pass", "preempt", "wt GB/s", "bw frac",
               "rows per loop");
+  // The report as it stands, rewritten after every batch and prefill (through a temporary file
+  // renamed over --out): a run cut short (a time limit, a failure) leaves what it measured,
+  // marked "complete": false.
+  const std::string out = flags->Get("out", "bench.json");
+  auto write_report = [&](bool complete) {
+    const json report = {
+        {"protocol",
+         {{"requests", *requests},
+          {"mean_tokens", *mean},
+          {"std_tokens", *stddev},
+          {"prompt_len", *prompt_len},
+          {"warmup", *warmup},
+          {"seed", *seed},
+          {"repeats", *repeats},
+          {"prefill", *prefill},
+          {"temperature", temperature},
+          {"distinct_prompts", true},
+          {"weights", CpuWeightsName(base->weights)},
+          {"device", base->device == Device::kCuda ? "cuda" : "cpu"}}},
+        {"complete", complete},
+        {"read_bandwidth", bandwidth},
+        {"read_bandwidth_gbs", bandwidth.is_null() ? json(nullptr) : json(read_gbs)},
+        {"runs", runs},
+        {"prefill", prefills},
+        {"ratios", Ratios(runs)}};
+    const std::string tmp = out + ".partial";
+    std::ofstream(tmp) << report.dump(2) << "\n";
+    std::rename(tmp.c_str(), out.c_str());
+  };
   for (const std::string& dir : flags->GetList("models")) {
     auto weights = LoadModel(dir);
     if (!weights.ok()) return Fail(std::string(weights.status().message()));
@@ -416,6 +446,7 @@ int BenchCommand(const Args& args) {
         std::fflush(stdout);
         runs.push_back(run);
       }
+      write_report(/*complete=*/false);
     }
     if (*prefill > 0) {
       EngineConfig cfg = *base;
@@ -435,8 +466,10 @@ int BenchCommand(const Args& args) {
           best["weight_gbs"].get<double>(), best["linear_gflops"].get<double>());
       std::fflush(stdout);
       prefills.push_back(best);
+      write_report(/*complete=*/false);
     }
   }
+  write_report(/*complete=*/true);
   const json ratios = Ratios(runs);
   std::printf("\nratios (tokens/s, measured side by side in this run):\n");
   for (const json& r : ratios) {
@@ -445,26 +478,6 @@ int BenchCommand(const Args& args) {
                 r.value("mode", "").c_str(), r["what"].get<std::string>().c_str(),
                 r["ratio"].get<double>());
   }
-  const json report = {{"protocol",
-                        {{"requests", *requests},
-                         {"mean_tokens", *mean},
-                         {"std_tokens", *stddev},
-                         {"prompt_len", *prompt_len},
-                         {"warmup", *warmup},
-                         {"seed", *seed},
-                         {"repeats", *repeats},
-                         {"prefill", *prefill},
-                         {"temperature", temperature},
-                         {"distinct_prompts", true},
-                         {"weights", CpuWeightsName(base->weights)},
-                         {"device", base->device == Device::kCuda ? "cuda" : "cpu"}}},
-                       {"read_bandwidth", bandwidth},
-                       {"read_bandwidth_gbs", bandwidth.is_null() ? json(nullptr) : json(read_gbs)},
-                       {"runs", runs},
-                       {"prefill", prefills},
-                       {"ratios", ratios}};
-  const std::string out = flags->Get("out", "bench.json");
-  std::ofstream(out) << report.dump(2) << "\n";
   std::printf("wrote %s\n", out.c_str());
   return 0;
 }

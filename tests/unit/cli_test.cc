@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 
 #include "engine/model/weights.h"
 #include "engine/reference/reference_model.h"
@@ -62,10 +63,12 @@ TEST(CliTest, GenerateScoresThePrompt) {
 
 TEST(CliTest, GenerateMatchesReferenceForEveryFamily) {
   testing::TempDir dir;
-  for (const char* family : {"vanilla", "recursive-cycle", "recursive-untied-attn", "mor-ec", "mor-tc"}) {
+  for (const char* family :
+       {"vanilla", "recursive-cycle", "recursive-untied-attn", "mor-ec", "mor-tc"}) {
     const std::string model = MakeModelDir(dir, family);
-    auto r = testing::RunCommand(testing::MorserveBinary() + " generate --model " + model +
-                                 " --prompt-ids 5,6,7,8 --max-tokens 6 --ignore-eos --logprobs 3 --json");
+    auto r = testing::RunCommand(
+        testing::MorserveBinary() + " generate --model " + model +
+        " --prompt-ids 5,6,7,8 --max-tokens 6 --ignore-eos --logprobs 3 --json");
     ASSERT_EQ(r.exit_code, 0) << family << ": " << r.output;
     const json out = json::parse(r.output);
     auto weights = LoadModel(model);
@@ -89,34 +92,40 @@ TEST(CliTest, GenerateMatchesReferenceForEveryFamily) {
 TEST(CliTest, GenerateRejectsBadInput) {
   testing::TempDir dir;
   const std::string model = MakeModelDir(dir, "mor-ec");
-  auto r = testing::RunCommand(testing::MorserveBinary() + " generate --model " + model + " --prompt-ids 1,4096");
+  auto r = testing::RunCommand(testing::MorserveBinary() + " generate --model " + model +
+                               " --prompt-ids 1,4096");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.output, HasSubstr("outside the vocabulary"));
-  r = testing::RunCommand(testing::MorserveBinary() + " generate --model " + model + " --prompt-ids 1 --top-p 0");
+  r = testing::RunCommand(testing::MorserveBinary() + " generate --model " + model +
+                          " --prompt-ids 1 --top-p 0");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.output, HasSubstr("top_p"));
-  r = testing::RunCommand(testing::MorserveBinary() + " generate --model " + model + " --prompt-ids 1 --bogus 3");
+  r = testing::RunCommand(testing::MorserveBinary() + " generate --model " + model +
+                          " --prompt-ids 1 --bogus 3");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.output, HasSubstr("unknown flag --bogus"));
-  r = testing::RunCommand(testing::MorserveBinary() + " generate --model " + dir.File("missing") + " --prompt-ids 1");
+  r = testing::RunCommand(testing::MorserveBinary() + " generate --model " + dir.File("missing") +
+                          " --prompt-ids 1");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_THAT(r.output, HasSubstr("config.json"));
 }
 
 // The benchmark's counts add up: every requested token is generated, rows per loop sum to
-// the shared-block rows, step phases fit in the run's time, and each depth-wise run has its sequence-wise twin in the ratios.
-// The read bandwidth is measured and each run reports its weight traffic against it (the CPU
-// runner may count 0 weight bytes: only the fields and their consistency are checked); the
-// prefill of one 24-token prompt is timed per model.
+// the shared-block rows, step phases fit in the run's time, and each depth-wise run has its
+// sequence-wise twin in the ratios. The read bandwidth is measured and each run reports its weight
+// traffic against it (the CPU runner may count 0 weight bytes: only the fields and their
+// consistency are checked); the prefill of one 24-token prompt is timed per model.
 // --temperature samples every request with its own seed: recorded in the protocol, and the
 // tokens (so the depths of a MoR model) vary; a negative temperature is refused by name.
 TEST(CliTest, BenchTemperatureSamples) {
   testing::TempDir dir;
   const std::string mor = MakeModelDir(dir, "mor-ec");
   const std::string out = dir.File("bench.json");
-  auto r = testing::RunCommand(testing::MorserveBinary() + " bench --models " + mor +
-                               " --requests 8 --mean-tokens 12 --std-tokens 0 --batches 8 --modes depth"
-                               " --warmup 1 --kv-cache-mb 16 --membw-mb 0 --temperature 1.0 --out " + out);
+  auto r =
+      testing::RunCommand(testing::MorserveBinary() + " bench --models " + mor +
+                          " --requests 8 --mean-tokens 12 --std-tokens 0 --batches 8 --modes depth"
+                          " --warmup 1 --kv-cache-mb 16 --membw-mb 0 --temperature 1.0 --out " +
+                          out);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const json report = json::parse(testing::ReadFile(out));
   EXPECT_EQ(report["protocol"]["temperature"].get<double>(), 1.0);
@@ -130,16 +139,39 @@ TEST(CliTest, BenchTemperatureSamples) {
   EXPECT_THAT(bad.output, HasSubstr("--temperature"));
 }
 
+// The JSON is rewritten after every batch setting: a run that fails on its second model (a
+// directory that does not exist) leaves the first model's runs and ratios, marked incomplete.
+TEST(CliTest, BenchKeepsWhatItMeasuredWhenCutShort) {
+  testing::TempDir dir;
+  const std::string mor = MakeModelDir(dir, "mor-ec");
+  const std::string out = dir.File("bench.json");
+  auto r = testing::RunCommand(testing::MorserveBinary() + " bench --models " + mor + "," +
+                               dir.File("missing") +
+                               " --requests 6 --mean-tokens 6 --std-tokens 0 --batches 2,4"
+                               " --warmup 1 --kv-cache-mb 16 --membw-mb 0 --out " +
+                               out);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.output, HasSubstr("config.json"));
+  const json report = json::parse(testing::ReadFile(out));
+  EXPECT_FALSE(report["complete"].get<bool>());
+  ASSERT_EQ(report["runs"].size(), 4u);  // 2 batches x 2 modes of the first model
+  EXPECT_EQ(report["ratios"].size(), 2u);
+  EXPECT_FALSE(std::filesystem::exists(out + ".partial"));
+}
+
 TEST(CliTest, BenchWritesConsistentJson) {
   testing::TempDir dir;
   const std::string mor = MakeModelDir(dir, "mor-ec");
   const std::string vanilla = MakeModelDir(dir, "vanilla");
   const std::string out = dir.File("bench.json");
-  auto r = testing::RunCommand(testing::MorserveBinary() + " bench --models " + mor + "," + vanilla +
-                               " --requests 12 --mean-tokens 10 --std-tokens 3 --batches 4,16 --warmup 2"
-                               " --kv-cache-mb 16 --membw-mb 32 --membw-passes 2 --prefill 24 --out " + out);
+  auto r =
+      testing::RunCommand(testing::MorserveBinary() + " bench --models " + mor + "," + vanilla +
+                          " --requests 12 --mean-tokens 10 --std-tokens 3 --batches 4,16 --warmup 2"
+                          " --kv-cache-mb 16 --membw-mb 32 --membw-passes 2 --prefill 24 --out " +
+                          out);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const json report = json::parse(testing::ReadFile(out));
+  EXPECT_TRUE(report["complete"].get<bool>());
   ASSERT_EQ(report["runs"].size(), 8u);
   EXPECT_THAT(r.output, HasSubstr("read bandwidth:"));
   ASSERT_TRUE(report["read_bandwidth"].is_object());
@@ -169,8 +201,10 @@ TEST(CliTest, BenchWritesConsistentJson) {
     if (expected_tokens < 0) expected_tokens = s["tokens_generated"];
     const double weight_bytes = s["weight_bytes_read"].get<double>();
     EXPECT_GT(weight_bytes, 0.0);
-    EXPECT_NEAR(s["weight_gbs"].get<double>(), weight_bytes / s["seconds"].get<double>() / 1e9, 1e-9);
-    EXPECT_NEAR(s["weight_bw_fraction"].get<double>(), s["weight_gbs"].get<double>() / read_gbs, 1e-9);
+    EXPECT_NEAR(s["weight_gbs"].get<double>(), weight_bytes / s["seconds"].get<double>() / 1e9,
+                1e-9);
+    EXPECT_NEAR(s["weight_bw_fraction"].get<double>(), s["weight_gbs"].get<double>() / read_gbs,
+                1e-9);
     EXPECT_EQ(s["tokens_generated"], expected_tokens) << "same workload in every run";
     int64_t loop_rows = 0;
     for (int64_t v : s["rows_per_loop"]) loop_rows += v;
@@ -181,8 +215,10 @@ TEST(CliTest, BenchWritesConsistentJson) {
       ASSERT_TRUE(s["step_phase_seconds"].contains(p)) << p;
       phases += s["step_phase_seconds"][p].get<double>();
     }
-    for (const char* p : {"enter", "tail", "sample"}) EXPECT_GT(s["step_phase_seconds"][p].get<double>(), 0.0) << p;
-    if (run["model"]["routing"] == "expert_choice") EXPECT_GT(s["step_phase_seconds"]["pass"].get<double>(), 0.0);
+    for (const char* p : {"enter", "tail", "sample"})
+      EXPECT_GT(s["step_phase_seconds"][p].get<double>(), 0.0) << p;
+    if (run["model"]["routing"] == "expert_choice")
+      EXPECT_GT(s["step_phase_seconds"]["pass"].get<double>(), 0.0);
     EXPECT_LE(phases, s["seconds"].get<double>());
     EXPECT_GT(s["cpu_seconds"].get<double>(), 0.0);
     EXPECT_NEAR(s["cpu_us_per_token"].get<double>(),
