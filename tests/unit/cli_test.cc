@@ -20,7 +20,7 @@ using ::testing::HasSubstr;
 std::string MakeModelDir(testing::TempDir& dir, const std::string& family) {
   TinyModelSpec spec;
   spec.family = family;
-  const std::string path = dir.File(family);
+  std::string path = dir.File(family);
   EXPECT_TRUE(WriteTinyModel(spec, path).ok());
   return path;
 }
