@@ -59,6 +59,14 @@ run() {  # limit_s, name, command...   (rc 124: stopped at the limit; capped by 
   local rc=$?
   summary+=("$(printf '%-60s rc=%-3s %4ss' "$name" "$rc" $((SECONDS - start)))")
 }
+# The gtest XML files in one archive (at the end of every part).
+pack_xml() { (cd "$out" && tar czf gtest-xml.tar.gz xml && rm -rf xml); }
+# The gtest tally, the summary (also to $out/summary.txt) and the failures, printed last.
+report_summary() {
+  summary+=("gtest lines: $(grep -c '^\[       OK \]' "$log") OK, $(grep -c '^\[  SKIPPED \] .*(' "$log") skipped, $(grep -c '^\[  FAILED  \] .*(' "$log") failed (sanitizer reruns counted again)")
+  printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
+  grep -h -E '^\[  FAILED  \]|ERROR SUMMARY: [1-9]' "$log" | sort -u | head -40
+}
 # The Ouro-1.4B-shaped random bf16 model of the looped and ab-looped parts in $models:
 # ouro-full, and ouro-adaptive (the same files hard-linked, plus looped.json).
 models=/tmp/morserve-models
@@ -88,11 +96,9 @@ if [ "$part" = ab ]; then
         --kv-cache-mb 16384 --membw-mb 0 --batches "$b" --out "$out/ab-$which-b$b.json"
     done
   done
-  (cd "$out" && tar czf gtest-xml.tar.gz xml && rm -rf xml)
+  pack_xml
   grep -E '^(=== engine bench|/tmp/morserve-models)' "$log" | sed 's/: .*bench --device/: bench --device/' | head -40
-  summary+=("gtest lines: $(grep -c '^\[       OK \]' "$log") OK, $(grep -c '^\[  FAILED  \] .*(' "$log") failed")
-  printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
-  grep -h -E '^\[  FAILED  \]' "$log" | sort -u | head -20
+  report_summary
   exit 0
 fi
 if [ "$part" = ab-looped ]; then
@@ -112,11 +118,9 @@ if [ "$part" = ab-looped ]; then
       --requests "${OURO_REQUESTS:-64}" --mean-tokens 64 --std-tokens 16 --warmup 4 \
       --out "$out/ab-looped-$which.json"
   done
-  (cd "$out" && tar czf gtest-xml.tar.gz xml && rm -rf xml)
+  pack_xml
   sed -n '/^=== ouro bench/,/^===/p' "$log" | grep -v '^\[' | head -40
-  summary+=("gtest lines: $(grep -c '^\[       OK \]' "$log") OK, $(grep -c '^\[  FAILED  \] .*(' "$log") failed")
-  printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
-  grep -h -E '^\[  FAILED  \]' "$log" | sort -u | head -20
+  report_summary
   exit 0
 fi
 if [ "$part" = looped ]; then
@@ -139,12 +143,10 @@ if [ "$part" = looped ]; then
     --warmup 1 --out "$out/ouro-b1.json"
   run 240 "ouro bench batch 32,128" "${ouro[@]}" --batches 32,128 --requests "${OURO_REQUESTS:-128}" \
     --mean-tokens 64 --std-tokens 16 --warmup 4 --out "$out/ouro-batch.json"
-  (cd "$out" && tar czf gtest-xml.tar.gz xml && rm -rf xml)
+  pack_xml
   sed -n '/^=== ouro bench/,/^===/p' "$log" | grep -v '^===' | grep -v '^\[' | head -60
   grep -E '^[a-z0-9_-]+ (depth|sequence): [0-9]+ of [0-9]+ steps compared' "$log" | head -60
-  summary+=("gtest lines: $(grep -c '^\[       OK \]' "$log") OK, $(grep -c '^\[  SKIPPED \] .*(' "$log") skipped, $(grep -c '^\[  FAILED  \] .*(' "$log") failed (sanitizer reruns counted again)")
-  printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
-  grep -h -E '^\[  FAILED  \]|ERROR SUMMARY: [1-9]' "$log" | sort -u | head -40
+  report_summary
   exit 0
 fi
 if [ "$part" = huginn ]; then
@@ -175,12 +177,10 @@ if [ "$part" = huginn ]; then
     --warmup 1 --out "$out/huginn-b1.json"
   run 240 "huginn bench batch 8,32" "${huginn[@]}" --batches 8,32 --requests "${HUGINN_REQUESTS:-64}" \
     --mean-tokens 64 --std-tokens 16 --warmup 4 --out "$out/huginn-batch.json"
-  (cd "$out" && tar czf gtest-xml.tar.gz xml && rm -rf xml)
+  pack_xml
   sed -n '/^=== huginn bench/,/^===/p' "$log" | grep -v '^===' | grep -v '^\[' | head -60
   grep -E '^[a-z0-9_-]+ (depth|sequence): [0-9]+ of [0-9]+ steps compared' "$log" | head -60
-  summary+=("gtest lines: $(grep -c '^\[       OK \]' "$log") OK, $(grep -c '^\[  SKIPPED \] .*(' "$log") skipped, $(grep -c '^\[  FAILED  \] .*(' "$log") failed (sanitizer reruns counted again)")
-  printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
-  grep -h -E '^\[  FAILED  \]|ERROR SUMMARY: [1-9]' "$log" | sort -u | head -40
+  report_summary
   exit 0
 fi
 if [ "$part" = lora ]; then
@@ -200,11 +200,9 @@ if [ "$part" = lora ]; then
     run 150 "memcheck engine_gpu_test relaxed" "$san" --tool memcheck --error-exitcode 1 \
       "$bin/engine_gpu_test" --gtest_filter='Families/EngineGpuTest.*/relaxed_lora_r13_every_projection'
   fi
-  (cd "$out" && tar czf gtest-xml.tar.gz xml && rm -rf xml)
+  pack_xml
   sed -n '/^=== kernel_bench/,/^===/p' "$log" | grep -v '^==='
-  summary+=("gtest lines: $(grep -c '^\[       OK \]' "$log") OK, $(grep -c '^\[  SKIPPED \] .*(' "$log") skipped, $(grep -c '^\[  FAILED  \] .*(' "$log") failed (sanitizer reruns counted again)")
-  printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
-  grep -h -E '^\[  FAILED  \]|ERROR SUMMARY: [1-9]' "$log" | sort -u | head -40
+  report_summary
   exit 0
 fi
 for t in "$bin"/kernel_*_test; do
@@ -283,8 +281,7 @@ elif [ -x "$san" ]; then
 else
   summary+=("compute-sanitizer not found: sanitizer runs skipped")
 fi
-(cd "$out" && tar czf gtest-xml.tar.gz xml && rm -rf xml)
-summary+=("gtest lines: $(grep -c '^\[       OK \]' "$log") OK, $(grep -c '^\[  SKIPPED \] .*(' "$log") skipped, $(grep -c '^\[  FAILED  \] .*(' "$log") failed (sanitizer reruns counted again)")
+pack_xml
 sed -n '/^=== kernel_bench/,/^===/p' "$log" | grep -v '^==='
 sed -n '/^=== engine bench/,/^===/p' "$log" | grep -v '^===' | grep -v '^\[' | head -60
 grep -E '^[a-z0-9_-]+ (depth|sequence): [0-9]+ of [0-9]+ steps compared' "$log" | head -60
@@ -292,5 +289,4 @@ if [ "$part" = recurrent ]; then
   grep -E '^recurrent[a-z0-9_-]* (tiled|naive|step)' "$log" | head -40
   cat "$out/recurrent-prefill-gpu.json" 2>/dev/null
 fi
-printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
-grep -h -E '^\[  FAILED  \]|ERROR SUMMARY: [1-9]' "$log" | sort -u | head -40
+report_summary
