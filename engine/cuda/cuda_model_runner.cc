@@ -165,8 +165,19 @@ class CudaModelRunner : public ModelRunner {
   void ReadKv(int32_t slot, float* k, float* v) const override;
   void CopyKv(const KvCopy* copies, int n) override;
   RunnerCounters counters() const override {
-    return RunnerCounters{counters_.full_rows, counters_.kv_only_rows, counters_.weight_bytes,
-                          counters_.sampled_rows};
+    RunnerCounters c;
+    c.full_rows = counters_.full_rows;
+    c.kv_only_rows = counters_.kv_only_rows;
+    c.weight_bytes = counters_.weight_bytes;
+    c.sampled_rows = counters_.sampled_rows;
+    c.device.launches = counters_.launches;
+    c.device.h2d_copies = counters_.h2d_copies;
+    c.device.h2d_bytes = counters_.h2d_bytes;
+    c.device.d2h_copies = counters_.d2h_copies;
+    c.device.d2h_bytes = counters_.d2h_bytes;
+    c.device.syncs = counters_.syncs;
+    c.device.allocations = StepAllocations();
+    return c;
   }
 
  private:
@@ -200,6 +211,24 @@ class CudaModelRunner : public ModelRunner {
   void LogitsOnDevice(const float* h, int n);
   // Copies `bytes` of device `src` to host `dst` through the pinned buffer, then waits.
   void Download(const void* src, size_t bytes, void* dst);
+  // Every launch, copy and stream synchronisation of the step path goes through these, which
+  // count it (RunnerCounters; ReadKv, for tests, is not counted).
+  void Launched(cudaError_t e, const char* what) {
+    ++counters_.launches;
+    CudaCheck(e, what);
+  }
+  void CopyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, const char* what) {
+    const bool up = kind == cudaMemcpyHostToDevice;
+    ++(up ? counters_.h2d_copies : counters_.d2h_copies);
+    (up ? counters_.h2d_bytes : counters_.d2h_bytes) += static_cast<int64_t>(bytes);
+    CudaCheck(cudaMemcpyAsync(dst, src, bytes, kind, stream_), what);
+  }
+  void Sync() {
+    ++counters_.syncs;
+    CudaCheck(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  }
+  // Device and pinned allocations of the step's buffers since the runner was made.
+  int64_t StepAllocations() const;
   void Gemm(const uint16_t* x, const uint16_t* w, void* y, DType y_dtype, int m, int n, int kdim);
   // y[rows, L.out] fp32 = x[rows, L.in] bf16 · W_loop^T (+ LoRA delta), rows grouped by loop.
   void Linear(const DeviceLinear& L, const StagedRows& s, const uint16_t* x, float* y);
@@ -275,7 +304,8 @@ class CudaModelRunner : public ModelRunner {
   DeviceBuffer kv_copies_;
   struct {
     int64_t full_rows = 0, kv_only_rows = 0, weight_bytes = 0, sampled_rows = 0;
-  } counters_;  // rows computed since construction, by kind
+    int64_t launches = 0, h2d_copies = 0, h2d_bytes = 0, d2h_copies = 0, d2h_bytes = 0, syncs = 0;
+  } counters_;  // since construction
 };
 
 absl::Status CudaModelRunner::Init() {
@@ -427,25 +457,35 @@ void CudaModelRunner::UploadRows(const float* h, int n, const StagedRows* staged
   if (h != nullptr) {
     std::memcpy(pinned_in_.Reserve(h_bytes), h, h_bytes);
     Ensure(scratch_.h, h_bytes);
-    CudaCheck(cudaMemcpyAsync(scratch_.h.as<void>(), pinned_in_.as<void>(), h_bytes,
-                              cudaMemcpyHostToDevice, stream_),
+    CopyAsync(scratch_.h.as<void>(), pinned_in_.as<void>(), h_bytes, cudaMemcpyHostToDevice,
               "h upload");
   }
   if (staged != nullptr) {
     const size_t m_bytes = staged->data.size() * sizeof(int32_t);
     std::memcpy(pinned_meta_.Reserve(m_bytes), staged->data.data(), m_bytes);
     Ensure(scratch_.meta, m_bytes);
-    CudaCheck(cudaMemcpyAsync(scratch_.meta.as<void>(), pinned_meta_.as<void>(), m_bytes,
-                              cudaMemcpyHostToDevice, stream_),
+    CopyAsync(scratch_.meta.as<void>(), pinned_meta_.as<void>(), m_bytes, cudaMemcpyHostToDevice,
               "metadata upload");
   }
 }
 
+int64_t CudaModelRunner::StepAllocations() const {
+  const Scratch& x = scratch_;
+  int64_t n = 0;
+  for (const DeviceBuffer* b :
+       {&x.h,        &x.a,        &x.qkv,       &x.q,      &x.k_tmp,  &x.v_tmp,   &x.attn,
+        &x.proj,     &x.gu,       &x.act,       &x.lora_t, &x.logits, &x.meta,    &x.attn_ws,
+        &x.router_f, &x.router_i, &x.sample_io, &rec_ml_,  &rec_acc_, &kv_copies_}) {
+    n += b->allocations();
+  }
+  for (const PinnedBuffer* b : {&pinned_in_, &pinned_meta_, &pinned_out_, &pinned_copies_})
+    n += b->allocations();
+  return n;
+}
+
 void CudaModelRunner::Download(const void* src, size_t bytes, void* dst) {
-  CudaCheck(
-      cudaMemcpyAsync(pinned_out_.Reserve(bytes), src, bytes, cudaMemcpyDeviceToHost, stream_),
-      "download");
-  CudaCheck(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  CopyAsync(pinned_out_.Reserve(bytes), src, bytes, cudaMemcpyDeviceToHost, "download");
+  Sync();
   std::memcpy(dst, pinned_out_.as<void>(), bytes);
 }
 
@@ -459,6 +499,7 @@ void CudaModelRunner::Gemm(const uint16_t* x, const uint16_t* w, void* y, DType 
   p.m = m;
   p.n = n;
   p.k = kdim;
+  ++counters_.launches;
   const cublasStatus_t st = gemm_.Run(p, stream_);
   MORSERVE_CHECK(st == CUBLAS_STATUS_SUCCESS, k::GemmStatusString(st));
   counters_.weight_bytes += static_cast<int64_t>(n) * kdim * 2;  // bf16 [n, kdim], read once
@@ -496,7 +537,7 @@ void CudaModelRunner::LoraDelta(const DeviceLinear& L, const StagedRows& s, cons
   sp.rank = L.lora_rank;
   sp.num_loops = L.lora_loops;
   sp.t_dtype = DType::kF32;
-  CudaCheck(k::lora_shrink_forward(sp, stream_), "lora_shrink");
+  Launched(k::lora_shrink_forward(sp, stream_), "lora_shrink");
   k::LoraExpandParams ep;
   ep.t = t;
   ep.b = L.lora_b.as<uint16_t>();
@@ -509,7 +550,7 @@ void CudaModelRunner::LoraDelta(const DeviceLinear& L, const StagedRows& s, cons
   ep.rank = L.lora_rank;
   ep.num_loops = L.lora_loops;
   ep.t_dtype = DType::kF32;
-  CudaCheck(k::lora_expand_forward(ep, stream_), "lora_expand");
+  Launched(k::lora_expand_forward(ep, stream_), "lora_expand");
 }
 
 // out = RMSNorm(x, w) per loop group of the staged rows; out_dtype kBF16 (a GEMM's input) or
@@ -528,7 +569,7 @@ void CudaModelRunner::NormTo(const DeviceNorm& w, const StagedRows& s, const flo
     p.x_dtype = DType::kF32;
     p.weight_dtype = DType::kF32;
     p.out_dtype = out_dtype;
-    CudaCheck(k::rmsnorm_forward(p, stream_), "rmsnorm");
+    Launched(k::rmsnorm_forward(p, stream_), "rmsnorm");
   };
   if (w.variants.size() == 1) {
     const int n = s.groups.empty() ? 0 : s.groups.back().begin + s.groups.back().count;
@@ -559,7 +600,7 @@ void CudaModelRunner::AddResidual(float* h, const float* b, int n, int dim) {
   p.rows = n;
   p.dim = dim;
   p.b_dtype = DType::kF32;
-  CudaCheck(k::scale_add_forward(p, stream_), "scale_add");
+  Launched(k::scale_add_forward(p, stream_), "scale_add");
 }
 
 void CudaModelRunner::QkvEpilogue(const DeviceLayer& L, const StagedRows& s, int n,
@@ -586,7 +627,7 @@ void CudaModelRunner::QkvEpilogue(const DeviceLayer& L, const StagedRows& s, int
     p.bias_variants = L.qk_bias_variants;
     p.bias_index = L.qk_bias_variants > 1 ? Meta(s.loops) + begin : nullptr;
   }
-  CudaCheck(k::qkv_rope_forward(p, stream_), "qkv_rope");
+  Launched(k::qkv_rope_forward(p, stream_), "qkv_rope");
 }
 
 void CudaModelRunner::Mlp(const DeviceLayer& L, const StagedRows& ws, float* h, int m) {
@@ -601,7 +642,7 @@ void CudaModelRunner::Mlp(const DeviceLayer& L, const StagedRows& ws, float* h, 
   sw.inter = cfg_.intermediate_size;
   sw.in_dtype = DType::kF32;
   sw.out_dtype = DType::kBF16;
-  CudaCheck(k::swiglu_forward(sw, stream_), "swiglu");
+  Launched(k::swiglu_forward(sw, stream_), "swiglu");
   Linear(L.down, ws, scratch_.act.as<uint16_t>(), proj);
   AddSublayer(L.mlp_out_norm, ws, h, proj, m);
 }
@@ -627,7 +668,7 @@ void CudaModelRunner::Embed(const int* tokens, int n, float* h) {
   p.dim = cfg_.hidden_size;
   p.vocab = cfg_.vocab_size;
   p.out_dtype = DType::kF32;
-  CudaCheck(k::embedding_forward(p, stream_), "embedding");
+  Launched(k::embedding_forward(p, stream_), "embedding");
   Download(scratch_.h.as<void>(), h_bytes, h);
   const double scale = cfg_.huginn.embed_scale;  // Huginn: sqrt(H), in fp64 as the CPU
   if (scale == 1.0) return;
@@ -651,9 +692,8 @@ void CudaModelRunner::InjectInput(const float* s, const float* e, int n, float* 
   }
   Ensure(scratch_.a, in_bytes);
   Ensure(scratch_.proj, static_cast<size_t>(n) * hs * sizeof(float));
-  CudaCheck(
-      cudaMemcpyAsync(scratch_.a.as<void>(), joined, in_bytes, cudaMemcpyHostToDevice, stream_),
-      "adapter input upload");
+  CopyAsync(scratch_.a.as<void>(), joined, in_bytes, cudaMemcpyHostToDevice,
+            "adapter input upload");
   Gemm(scratch_.a.as<uint16_t>(), adapter_.as<uint16_t>(), scratch_.proj.as<void>(), DType::kF32, n,
        static_cast<int>(hs), static_cast<int>(2 * hs));
   Download(scratch_.proj.as<void>(), static_cast<size_t>(n) * hs * sizeof(float), out);
@@ -725,7 +765,7 @@ void CudaModelRunner::RecurrentAttend(bool finish, const StagedRows& s, int rows
   p.state_acc = rec_acc_.as<float>();
   p.items = reinterpret_cast<const k::RecurrentFoldItem*>(Meta(items_at)) + begin;
   p.num_items = count;
-  CudaCheck(
+  Launched(
       finish ? k::recurrent_attention_finish(p, stream_) : k::recurrent_attention_merge(p, stream_),
       finish ? "recurrent_attention_finish" : "recurrent_attention_merge");
 }
@@ -773,7 +813,7 @@ void CudaModelRunner::RunKvOnlyRows(const LayerBatch& b) {
   EnsureLayerScratch(rows, /*full=*/false);
   UploadRows(b.h, n, &*staged);
   KvFromHidden(L, *staged, *staged, scratch_.h.as<float>(), /*begin=*/0, n);
-  CudaCheck(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  Sync();
 }
 
 void CudaModelRunner::ReadKv(int32_t slot, float* k, float* v) const {
@@ -810,11 +850,10 @@ void CudaModelRunner::CopyKv(const KvCopy* copies, int n) {
   MORSERVE_CHECK(KvCopiesDisjoint(copies, n), "CopyKv: overlapping copies");
   static_assert(sizeof(KvCopy) == 3 * sizeof(int32_t), "KvCopy is the kernel's triple");
   const size_t bytes = static_cast<size_t>(n) * sizeof(KvCopy);
-  CudaCheck(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  Sync();
   std::memcpy(pinned_copies_.Reserve(bytes), copies, bytes);
   Ensure(kv_copies_, bytes);
-  CudaCheck(cudaMemcpyAsync(kv_copies_.as<void>(), pinned_copies_.as<void>(), bytes,
-                            cudaMemcpyHostToDevice, stream_),
+  CopyAsync(kv_copies_.as<void>(), pinned_copies_.as<void>(), bytes, cudaMemcpyHostToDevice,
             "CopyKv upload");
   k::KvCopyParams p;
   p.k_cache = k_cache_.as<uint16_t>();
@@ -823,7 +862,7 @@ void CudaModelRunner::CopyKv(const KvCopy* copies, int n) {
   p.n = n;
   p.kv_dim = cfg_.kv_dim();
   p.slots = slots;
-  CudaCheck(k::kv_copy_forward(p, stream_), "kv_copy");
+  Launched(k::kv_copy_forward(p, stream_), "kv_copy");
 }
 
 void CudaModelRunner::RunFullRows(const LayerBatch& b) {
@@ -858,7 +897,7 @@ void CudaModelRunner::RunFullRows(const LayerBatch& b) {
                                                      kv.recurrent, chunk_len);
   p.workspace =
       ws == 0 ? nullptr : static_cast<float*>(scratch_.attn_ws.Reserve(ws * sizeof(float)));
-  CudaCheck(k::paged_attention_forward(p, stream_), "paged_attention");
+  Launched(k::paged_attention_forward(p, stream_), "paged_attention");
   Linear(L.o, s, scratch_.attn.as<uint16_t>(), scratch_.proj.as<float>());
   AddSublayer(L.attn_out_norm, s, h, scratch_.proj.as<float>(), n);
 
@@ -905,7 +944,7 @@ void CudaModelRunner::ExpertRouter(const int* loops, const float* h, int n, floa
     p.hidden = hs;
     p.num_loops = num_loops;
     p.temperature = temperature;
-    CudaCheck(k::expert_router_forward(p, stream_), "expert_router");
+    Launched(k::expert_router_forward(p, stream_), "expert_router");
   };
   run(ec_w_, out);
   if (aux_w_.bytes() > 0) run(aux_w_, out + n);
@@ -937,7 +976,7 @@ void CudaModelRunner::TokenChoiceRouter(const float* h, int n, float* scores) {
   p.rows = n;
   p.hidden = hs;
   p.num_recursions = nr;
-  CudaCheck(k::token_choice_router_forward(p, stream_), "token_choice_router");
+  Launched(k::token_choice_router_forward(p, stream_), "token_choice_router");
   Download(p.scores_out, static_cast<size_t>(n) * nr * sizeof(float), scores);
 }
 
@@ -956,7 +995,7 @@ void CudaModelRunner::LogitsOnDevice(const float* h, int n) {
   p.x_dtype = DType::kF32;
   p.weight_dtype = DType::kF32;
   p.out_dtype = DType::kBF16;
-  CudaCheck(k::rmsnorm_forward(p, stream_), "final rmsnorm");
+  Launched(k::rmsnorm_forward(p, stream_), "final rmsnorm");
   Gemm(scratch_.a.as<uint16_t>(), lm_head_ptr_, scratch_.logits.as<void>(), DType::kF32, n, vocab,
        hs);
 }
@@ -1030,8 +1069,7 @@ void CudaModelRunner::Sample(const float* h, absl::Span<const SampleInput> rows,
     Field<float>(host, L.threshold)[i] = 0.0f;
   }
   void* dev = scratch_.sample_io.Reserve(L.end);
-  CudaCheck(cudaMemcpyAsync(dev, host, L.inputs_end, cudaMemcpyHostToDevice, stream_),
-            "sampling parameters upload");
+  CopyAsync(dev, host, L.inputs_end, cudaMemcpyHostToDevice, "sampling parameters upload");
   const float* logits = scratch_.logits.as<float>();
   k::DeviceSamplingParams sp;
   sp.logits = logits;
@@ -1045,14 +1083,14 @@ void CudaModelRunner::Sample(const float* h, absl::Span<const SampleInput> rows,
   sp.step = Field<uint64_t>(dev, L.step);
   sp.token = Field<int32_t>(dev, L.token);
   sp.chosen_logit = Field<float>(dev, L.chosen);
-  CudaCheck(k::sampling_forward(sp, stream_), "sampling");
+  Launched(k::sampling_forward(sp, stream_), "sampling");
   k::ArgmaxParams ap;
   ap.logits = logits;
   ap.token = Field<int32_t>(dev, L.argmax);
   ap.max_logit = Field<float>(dev, L.max_logit);
   ap.rows = n;
   ap.vocab = cfg_.vocab_size;
-  CudaCheck(k::argmax_forward(ap, stream_), "argmax");
+  Launched(k::argmax_forward(ap, stream_), "argmax");
   k::ExitConfidenceParams ep;
   ep.logits = logits;
   ep.threshold = Field<float>(dev, L.threshold);
@@ -1060,7 +1098,7 @@ void CudaModelRunner::Sample(const float* h, absl::Span<const SampleInput> rows,
   ep.max_prob = Field<double>(dev, L.max_prob);
   ep.rows = n;
   ep.vocab = cfg_.vocab_size;
-  CudaCheck(k::exit_confidence_forward(ep, stream_), "exit_confidence");
+  Launched(k::exit_confidence_forward(ep, stream_), "exit_confidence");
   std::vector<char> results(L.end - L.inputs_end);
   Download(static_cast<char*>(dev) + L.inputs_end, results.size(), results.data());
   auto result = [&](size_t offset) { return results.data() + (offset - L.inputs_end); };

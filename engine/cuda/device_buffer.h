@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -46,8 +47,11 @@ class CudaBuffer {
     CudaCheck(kPinned ? cudaMallocHost(&p_, n) : cudaMalloc(&p_, n),
               kPinned ? "cudaMallocHost" : "cudaMalloc");
     bytes_ = n;
+    ++allocations_;
     return p_;
   }
+  // How many times Reserve allocated (grew) this buffer.
+  int64_t allocations() const { return allocations_; }
   template <typename T>
   T* as() const {
     return static_cast<T*>(p_);
@@ -62,6 +66,7 @@ class CudaBuffer {
   }
   void* p_ = nullptr;
   size_t bytes_ = 0;
+  int64_t allocations_ = 0;
 };
 
 using DeviceBuffer = CudaBuffer<false>;

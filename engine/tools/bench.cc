@@ -15,6 +15,7 @@
 // P-token prompt (max_tokens 1) and reports prefill tokens/s.
 #include <time.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -125,6 +126,21 @@ json WeightTraffic(const EngineStats& a, const EngineStats& b, double seconds, d
           {"weight_bw_fraction", read_gbs > 0 ? json(gbs / read_gbs) : json(nullptr)}};
 }
 
+// The CUDA runner's launches, copies, synchronisations and allocations between two stats, per
+// engine step (all zero on the CPU).
+json DevicePerStep(const EngineStats& a, const EngineStats& b) {
+  const RunnerCounters::Device& x = a.layer_rows.device;
+  const RunnerCounters::Device& y = b.layer_rows.device;
+  const double steps = std::max<int64_t>(1, b.steps - a.steps);
+  return {{"launches", (y.launches - x.launches) / steps},
+          {"h2d_copies", (y.h2d_copies - x.h2d_copies) / steps},
+          {"h2d_bytes", (y.h2d_bytes - x.h2d_bytes) / steps},
+          {"d2h_copies", (y.d2h_copies - x.d2h_copies) / steps},
+          {"d2h_bytes", (y.d2h_bytes - x.d2h_bytes) / steps},
+          {"syncs", (y.syncs - x.syncs) / steps},
+          {"allocations", (y.allocations - x.allocations) / steps}};
+}
+
 json StatsDelta(const EngineStats& a, const EngineStats& b, double seconds, double cpu_seconds,
                 int batch, double read_gbs) {
   auto diff = [](const std::vector<int64_t>& x, const std::vector<int64_t>& y) {
@@ -152,6 +168,8 @@ json StatsDelta(const EngineStats& a, const EngineStats& b, double seconds, doub
               {"exits_per_loop", diff(a.exits_per_loop, b.exits_per_loop)},
               {"layer_rows_full", b.layer_rows.full_rows - a.layer_rows.full_rows},
               {"layer_rows_kv_only", b.layer_rows.kv_only_rows - a.layer_rows.kv_only_rows},
+              {"runner_sampled_rows", b.layer_rows.sampled_rows - a.layer_rows.sampled_rows},
+              {"device_per_step", DevicePerStep(a, b)},
               {"max_kv_blocks_used", b.max_kv_blocks_used},
               {"kv_blocks_total", b.kv_blocks_total},
               {"preemptions", b.preemptions - a.preemptions},

@@ -26,8 +26,9 @@
 // inside three mixed batches: identical tokens and bitwise identical logits), prefix caching for
 // the same four (a request that starts from cached KV, shared full blocks and partial ones copied
 // on the device, equals the same request on an engine without the cache, bit for bit), sampling
-// on the device equal to the host sampler's, every KV block back in the pool at the end, and the
-// clear error for a shape the kernels do not take.
+// on the device equal to the host sampler's, a 32-layer decode step's launch, copy and
+// synchronisation counts, every KV block back in the pool at the end, and the clear error for a
+// shape the kernels do not take.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -292,6 +293,52 @@ INSTANTIATE_TEST_SUITE_P(Families, EngineGpuSamplingTest,
                          ::testing::Values(FamilyCase{"vanilla", Spec("vanilla")},
                                            FamilyCase{"mor_ec", Spec("mor-ec")}),
                          [](const auto& info) { return info.param.name; });
+
+// What one decode step of a 32-layer model costs the host today, counted by the runner
+// (RunnerCounters::device): per layer a launch per op (11), the row's h and metadata up, h back
+// down and a synchronisation; the embedding and the device sampling add a few. This is the
+// host-driven step issue 21 replaces (target: one graph launch, at most 2 copies each way, one
+// synchronisation); the figures change with it, on purpose. No allocation in a steady step.
+TEST(EngineGpuStepTest, DecodeStepLaunchesCopiesAndSyncs) {
+  MORSERVE_SKIP_WITHOUT_GPU();
+  constexpr int kLayers = 32;
+  TinyModelSpec spec = Spec("vanilla");
+  spec.layers = kLayers;
+  testing::TempDir dir;
+  auto weights = testing::MakeModel(spec, &dir);
+  ASSERT_NE(weights, nullptr);
+  auto engine = Engine::Create(weights, GpuConfig(BatchingMode::kDepthWise));
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  GenerateRequest r = Greedy(testing::MakePrompts(1, 8, 8, weights->config.vocab_size, 5)[0], 8);
+  r.return_logits = false;  // sampled on the device
+  auto channel = (*engine)->Submit(r);
+  ASSERT_TRUE(channel.ok());
+  while ((*engine)->stats().tokens_generated < 3) ASSERT_TRUE((*engine)->Step());
+  const RunnerCounters before = (*engine)->runner().counters();
+  ASSERT_TRUE((*engine)->Step());  // one decode row through every layer, then sampled
+  const RunnerCounters after = (*engine)->runner().counters();
+  ASSERT_EQ(after.full_rows - before.full_rows, kLayers);
+  ASSERT_EQ(after.sampled_rows - before.sampled_rows, 1);
+  const RunnerCounters::Device& a = after.device;
+  const RunnerCounters::Device& b = before.device;
+  std::printf(
+      "decode step, %d layers: %lld launches, %lld + %lld copies (%lld + %lld bytes), "
+      "%lld syncs, %lld allocations\n",
+      kLayers, static_cast<long long>(a.launches - b.launches),
+      static_cast<long long>(a.h2d_copies - b.h2d_copies),
+      static_cast<long long>(a.d2h_copies - b.d2h_copies),
+      static_cast<long long>(a.h2d_bytes - b.h2d_bytes),
+      static_cast<long long>(a.d2h_bytes - b.d2h_bytes), static_cast<long long>(a.syncs - b.syncs),
+      static_cast<long long>(a.allocations - b.allocations));
+  EXPECT_EQ(a.launches - b.launches, 11 * kLayers + 1 + 5);  // + embedding, + sampling's 5
+  EXPECT_EQ(a.h2d_copies - b.h2d_copies, 2 * kLayers + 1 + 2);
+  EXPECT_EQ(a.d2h_copies - b.d2h_copies, kLayers + 2);
+  EXPECT_EQ(a.syncs - b.syncs, kLayers + 2);
+  EXPECT_EQ(a.allocations - b.allocations, 0);
+  // The sampled token came back, not the logits: a few bytes, whatever the vocabulary.
+  EXPECT_LT(a.d2h_bytes - b.d2h_bytes,
+            (kLayers + 2) * static_cast<int64_t>(weights->config.hidden_size) * 4 + 64);
+}
 
 TEST(EngineGpuErrorTest, UnsupportedHeadDimIsAClearError) {
   MORSERVE_SKIP_WITHOUT_GPU();

@@ -206,6 +206,11 @@ TEST(CliTest, BenchWritesConsistentJson) {
     EXPECT_NEAR(s["weight_bw_fraction"].get<double>(), s["weight_gbs"].get<double>() / read_gbs,
                 1e-9);
     EXPECT_EQ(s["tokens_generated"], expected_tokens) << "same workload in every run";
+    // Greedy requests without logits: the runner samples every token; the CPU runner has no
+    // device, so its launch / copy / sync counts are zero.
+    EXPECT_EQ(s["runner_sampled_rows"], s["tokens_generated"]);
+    EXPECT_EQ(s["device_per_step"]["launches"].get<double>(), 0.0);
+    EXPECT_EQ(s["device_per_step"]["syncs"].get<double>(), 0.0);
     int64_t loop_rows = 0;
     for (int64_t v : s["rows_per_loop"]) loop_rows += v;
     // Step phases: model work took time in each, and all of them fit in the run's wall time;
