@@ -14,6 +14,7 @@
 #include "engine/cpu/paged_attention.h"
 #include "engine/cpu/recurrent_layer.h"
 #include "engine/cpu/thread_pool.h"
+#include "engine/model/huginn_state.h"
 #include "engine/runtime/row_sampler.h"
 
 namespace morserve {
@@ -178,10 +179,7 @@ class CpuModelRunner : public ModelRunner {
   void Embed(const int* tokens, int n, float* h) override {
     std::vector<int32_t> ids(tokens, tokens + n);
     EmbeddingGather(w_->embed, ids.data(), n, h);
-    const double scale = cfg_.huginn.embed_scale;
-    if (scale == 1.0) return;
-    for (size_t i = 0; i < static_cast<size_t>(n) * cfg_.hidden_size; ++i)
-      h[i] = static_cast<float>(h[i] * scale);
+    ScaleEmbedding(cfg_.huginn.embed_scale, h, static_cast<size_t>(n) * cfg_.hidden_size);
   }
 
   void RunLayer(const LayerBatch& b) override;

@@ -26,6 +26,7 @@
 #include "engine/cuda/recurrent_staging.h"
 #include "engine/cuda/step_staging.h"
 #include "engine/cuda/weight_packing.h"
+#include "engine/model/huginn_state.h"
 #include "engine/runtime/cuda_runner_registry.h"
 #include "kernels/argmax.cuh"
 #include "kernels/embedding.cuh"
@@ -165,17 +166,7 @@ class CudaModelRunner : public ModelRunner {
   void ReadKv(int32_t slot, float* k, float* v) const override;
   void CopyKv(const KvCopy* copies, int n) override;
   RunnerCounters counters() const override {
-    RunnerCounters c;
-    c.full_rows = counters_.full_rows;
-    c.kv_only_rows = counters_.kv_only_rows;
-    c.weight_bytes = counters_.weight_bytes;
-    c.sampled_rows = counters_.sampled_rows;
-    c.device.launches = counters_.launches;
-    c.device.h2d_copies = counters_.h2d_copies;
-    c.device.h2d_bytes = counters_.h2d_bytes;
-    c.device.d2h_copies = counters_.d2h_copies;
-    c.device.d2h_bytes = counters_.d2h_bytes;
-    c.device.syncs = counters_.syncs;
+    RunnerCounters c = counters_;
     c.device.allocations = StepAllocations();
     return c;
   }
@@ -214,17 +205,17 @@ class CudaModelRunner : public ModelRunner {
   // Every launch, copy and stream synchronisation of the step path goes through these, which
   // count it (RunnerCounters; ReadKv, for tests, is not counted).
   void Launched(cudaError_t e, const char* what) {
-    ++counters_.launches;
+    ++counters_.device.launches;
     CudaCheck(e, what);
   }
   void CopyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, const char* what) {
     const bool up = kind == cudaMemcpyHostToDevice;
-    ++(up ? counters_.h2d_copies : counters_.d2h_copies);
-    (up ? counters_.h2d_bytes : counters_.d2h_bytes) += static_cast<int64_t>(bytes);
+    ++(up ? counters_.device.h2d_copies : counters_.device.d2h_copies);
+    (up ? counters_.device.h2d_bytes : counters_.device.d2h_bytes) += static_cast<int64_t>(bytes);
     CudaCheck(cudaMemcpyAsync(dst, src, bytes, kind, stream_), what);
   }
   void Sync() {
-    ++counters_.syncs;
+    ++counters_.device.syncs;
     CudaCheck(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   }
   // Device and pinned allocations of the step's buffers since the runner was made.
@@ -302,10 +293,7 @@ class CudaModelRunner : public ModelRunner {
   PinnedBuffer pinned_in_, pinned_meta_, pinned_out_;
   PinnedBuffer pinned_copies_;  // CopyKv's triples
   DeviceBuffer kv_copies_;
-  struct {
-    int64_t full_rows = 0, kv_only_rows = 0, weight_bytes = 0, sampled_rows = 0;
-    int64_t launches = 0, h2d_copies = 0, h2d_bytes = 0, d2h_copies = 0, d2h_bytes = 0, syncs = 0;
-  } counters_;  // since construction
+  RunnerCounters counters_;  // since construction (device.allocations: StepAllocations)
 };
 
 absl::Status CudaModelRunner::Init() {
@@ -499,7 +487,7 @@ void CudaModelRunner::Gemm(const uint16_t* x, const uint16_t* w, void* y, DType 
   p.m = m;
   p.n = n;
   p.k = kdim;
-  ++counters_.launches;
+  ++counters_.device.launches;
   const cublasStatus_t st = gemm_.Run(p, stream_);
   MORSERVE_CHECK(st == CUBLAS_STATUS_SUCCESS, k::GemmStatusString(st));
   counters_.weight_bytes += static_cast<int64_t>(n) * kdim * 2;  // bf16 [n, kdim], read once
@@ -670,10 +658,7 @@ void CudaModelRunner::Embed(const int* tokens, int n, float* h) {
   p.out_dtype = DType::kF32;
   Launched(k::embedding_forward(p, stream_), "embedding");
   Download(scratch_.h.as<void>(), h_bytes, h);
-  const double scale = cfg_.huginn.embed_scale;  // Huginn: sqrt(H), in fp64 as the CPU
-  if (scale == 1.0) return;
-  for (size_t i = 0; i < static_cast<size_t>(n) * cfg_.hidden_size; ++i)
-    h[i] = static_cast<float>(h[i] * scale);
+  ScaleEmbedding(cfg_.huginn.embed_scale, h, static_cast<size_t>(n) * cfg_.hidden_size);
 }
 
 // out = adapter . concat(s, e): the rows joined and rounded to bf16 here (the GEMM's input

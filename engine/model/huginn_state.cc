@@ -1,4 +1,4 @@
-// HuginnInitialState and HuginnKl (see huginn_state.h).
+// HuginnInitialState, ScaleEmbedding and HuginnKl (see huginn_state.h).
 #include "engine/model/huginn_state.h"
 
 #include <algorithm>
@@ -28,6 +28,11 @@ std::vector<float> HuginnInitialState(int hidden, float init_scale, uint64_t see
     }
   }
   return s;
+}
+
+void ScaleEmbedding(double scale, float* h, size_t count) {
+  if (scale == 1.0) return;
+  for (size_t i = 0; i < count; ++i) h[i] = static_cast<float>(h[i] * scale);
 }
 
 HuginnLogits HuginnNormalize(std::vector<float> logits) {

@@ -8,6 +8,7 @@
 // batch neighbours, chunking or platform).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -15,6 +16,10 @@ namespace morserve {
 
 std::vector<float> HuginnInitialState(int hidden, float init_scale, uint64_t seed,
                                       int64_t position);
+
+// Huginn's embedding scale (HuginnConfig::embed_scale, sqrt(H)) on `count` gathered values:
+// each multiplied in fp64 and rounded to fp32 once, as the reference does; nothing when 1.
+void ScaleEmbedding(double scale, float* h, size_t count);
 
 // A row of exit-check logits with its log-partition log_z = max + log(sum_i exp(x_i - max)) in
 // fp64, so that the next recurrence's check reads log P_prev = x - log_z without a second

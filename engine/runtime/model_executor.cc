@@ -444,18 +444,13 @@ void ModelExecutor::HuginnKlExits(std::vector<Row*>& rows, std::vector<Row*>* ex
   // threads): two fp64 passes over the vocabulary, the costly part of a check on the host.
   std::vector<HuginnLogits> normalized(n);
   std::vector<double> kl(n);
-  auto statistics = [&](int64_t begin, int64_t end) {
+  host_pool_->ParallelFor(n, [&](int64_t begin, int64_t end) {  // one row: on this thread
     for (int64_t i = begin; i < end; ++i) {
       normalized[i] =
           HuginnNormalize(std::vector<float>(&logits[i * vocab], &logits[(i + 1) * vocab]));
       kl[i] = HuginnKl(rows[i]->prev_logits, normalized[i]);
     }
-  };
-  if (n == 1) {
-    statistics(0, 1);
-  } else {
-    host_pool_->ParallelFor(n, statistics);
-  }
+  });
   for (int i = 0; i < n; ++i) {
     Row& r = *rows[i];
     HuginnLogits& row = normalized[i];

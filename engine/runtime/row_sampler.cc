@@ -17,17 +17,12 @@ SampleInput NextTokenInput(const Sequence& seq, absl::Span<const int> eos_ids) {
 
 void RowSampler::SampleRows(absl::Span<const SampleInput> inputs, std::vector<SampleResult>* out) {
   out->assign(inputs.size(), SampleResult{});
-  auto run = [&](int64_t begin, int64_t end) {
+  // ParallelFor runs a single row on this thread: batch 1 pays nothing for the pool.
+  pool_->ParallelFor(static_cast<int64_t>(inputs.size()), [&](int64_t begin, int64_t end) {
     std::unique_ptr<Sampler> s = Acquire();
     for (int64_t i = begin; i < end; ++i) (*out)[i] = s->Sample(inputs[i]);
     Release(std::move(s));
-  };
-  // One row: no hand-off (a decode step at batch 1 pays nothing for the pool).
-  if (inputs.size() <= 1) {
-    run(0, static_cast<int64_t>(inputs.size()));
-  } else {
-    pool_->ParallelFor(static_cast<int64_t>(inputs.size()), run);
-  }
+  });
 }
 
 std::unique_ptr<Sampler> RowSampler::Acquire() {
