@@ -15,6 +15,7 @@
 #include "engine/cpu/recurrent_layer.h"
 #include "engine/cpu/thread_pool.h"
 #include "engine/model/huginn_state.h"
+#include "engine/runtime/layer_batch.h"
 #include "engine/runtime/row_sampler.h"
 
 namespace morserve {
@@ -22,17 +23,6 @@ namespace {
 
 using Vec = std::vector<float>;
 using Act = AlignedFloats;  // activations: cache-line aligned (aligned_allocator.h)
-
-// Contiguous runs of rows at the same loop.
-template <typename Fn>
-void ForEachLoopGroup(const int* loops, int n, Fn fn) {
-  for (int begin = 0; begin < n;) {
-    int end = begin + 1;
-    while (end < n && loops[end] == loops[begin]) ++end;
-    fn(loops[begin], begin, end - begin);
-    begin = end;
-  }
-}
 
 // One loop's LoRA delta on a column range of a (fused) projection's output:
 // y[:, offset : offset + out] += scale * (x A^T) B^T.
@@ -64,16 +54,16 @@ struct LoopLinear {
     if (variants.size() == 1) {
       base(*variants[0], 0, rows);
     } else {
-      ForEachLoopGroup(loops, rows, [&](int loop, int begin, int count) {
+      for (const auto [loop, begin, count] : LoopGroups(loops, rows)) {
         base(*variants[loop], begin, count);
-      });
+      }
     }
     if (lora.empty()) return;
-    ForEachLoopGroup(loops, rows, [&](int loop, int begin, int count) {
+    for (const auto [loop, begin, count] : LoopGroups(loops, rows)) {
       for (const LoraPart& part : lora[loop])
         AddDelta(part, x + static_cast<size_t>(begin) * in, count,
                  y + static_cast<size_t>(begin) * n);
-    });
+    }
   }
 
   void AddDelta(const LoraPart& part, const float* x, int count, float* y) const {
@@ -106,40 +96,6 @@ struct CpuLayer {
   // projection. Built for the looped layers of early-exit models with exit_kv propagate.
   LoopLinear kv;
 };
-
-// Some rows of a LayerBatch copied into a batch of their own (the full rows of a call that
-// also has K/V-only rows). `batch` points into the other members: filled in place.
-struct RowSubset {
-  std::vector<int> loops, positions;
-  std::vector<float> h;
-  LayerKvPlan kv;
-  LayerBatch batch;
-};
-
-void SelectRows(const LayerBatch& b, const std::vector<int>& rows, int hs, RowSubset* out) {
-  const LayerKvPlan& kv = *b.kv;
-  out->kv.recurrent = kv.recurrent;
-  out->kv.table_indptr.assign(1, 0);
-  for (int i : rows) {
-    out->loops.push_back(b.loops[i]);
-    out->positions.push_back(b.positions[i]);
-    out->h.insert(out->h.end(), b.h + static_cast<size_t>(i) * hs,
-                  b.h + static_cast<size_t>(i + 1) * hs);
-    out->kv.write_slot.push_back(kv.write_slot[i]);
-    out->kv.kv_len.push_back(kv.kv_len[i]);
-    out->kv.table_blocks.insert(out->kv.table_blocks.end(),
-                                kv.table_blocks.begin() + kv.table_indptr[i],
-                                kv.table_blocks.begin() + kv.table_indptr[i + 1]);
-    out->kv.table_indptr.push_back(static_cast<int32_t>(out->kv.table_blocks.size()));
-  }
-  out->batch.segment = b.segment;
-  out->batch.k = b.k;
-  out->batch.n = static_cast<int>(rows.size());
-  out->batch.loops = out->loops.data();
-  out->batch.positions = out->positions.data();
-  out->batch.h = out->h.data();
-  out->batch.kv = &out->kv;
-}
 
 class CpuModelRunner : public ModelRunner {
  public:
@@ -182,7 +138,14 @@ class CpuModelRunner : public ModelRunner {
     ScaleEmbedding(cfg_.huginn.embed_scale, h, static_cast<size_t>(n) * cfg_.hidden_size);
   }
 
-  void RunLayer(const LayerBatch& b) override;
+  // Layer by layer over the host rows: the K/V-only rows' entries, then the full rows.
+  void RunSegment(const SegmentBatch& b) override {
+    const size_t hs = static_cast<size_t>(cfg_.hidden_size);
+    for (int k = 0; k < static_cast<int>(b.layers.size()); ++k) {
+      if (b.num_kv_only > 0) RunKvOnlyRows(KvOnlyLayer(b, k, b.h));
+      if (b.n > b.num_kv_only) RunLayer(FullLayer(b, k, b.h + b.num_kv_only * hs));
+    }
+  }
   void ExpertRouter(const int* loops, const float* h, int n, float* score, float* decide) override;
   void TokenChoiceRouter(const float* h, int n, float* scores) override;
   void Logits(const float* h, int n, float* logits) override {
@@ -239,7 +202,8 @@ class CpuModelRunner : public ModelRunner {
                     const Act& v);
   void FinishRecurrentRows(const CpuLayer& L, const int* loops, const int* positions,
                            const int32_t* write_slot, int n, const float* attn, float* h);
-  void RunMixedLayer(const LayerBatch& b);
+  void RunLayer(const LayerBatch& b);
+  void RunKvOnlyRows(const LayerBatch& b);
   void ProjectKv(const CpuLayer& L, const int* loops, const int* positions, const float* h, int n,
                  float* k, float* v);
   void PositionQk(const CpuLayer& L, const int* loops, const int* positions, int n, float* q,
@@ -377,11 +341,6 @@ void CpuModelRunner::LoadHeadAndRouters() {
 // Rows of one batch are grouped by loop: norms and per-loop weights run per group; tied
 // projections run once over every row.
 void CpuModelRunner::RunLayer(const LayerBatch& b) {
-  if (b.kv_only != nullptr &&
-      std::any_of(b.kv_only, b.kv_only + b.n, [](uint8_t f) { return f != 0; })) {
-    RunMixedLayer(b);
-    return;
-  }
   counters_.full_rows += b.n;
   const int n = b.n, hs = cfg_.hidden_size, qd = cfg_.q_dim(), kvd = cfg_.kv_dim();
   const int qkv_dim = qd + 2 * kvd;
@@ -421,10 +380,10 @@ void CpuModelRunner::RunLayer(const LayerBatch& b) {
 void CpuModelRunner::NormRows(const LoopNorm& w, const int* loops, int n, const float* x,
                               float* out) const {
   const int hs = cfg_.hidden_size;
-  ForEachLoopGroup(loops, n, [&](int loop, int begin, int count) {
+  for (const auto [loop, begin, count] : LoopGroups(loops, n)) {
     RmsNormRows(x + static_cast<size_t>(begin) * hs, w.At(loop).data(), count, hs,
                 cfg_.rms_norm_eps, out + static_cast<size_t>(begin) * hs);
-  });
+  }
 }
 
 // h += out (n rows of the residual stream), h += RMSNorm(out, norm) in a sandwich block (Ouro),
@@ -506,38 +465,15 @@ void CpuModelRunner::FinishRecurrentRows(const CpuLayer& L, const int* loops, co
   KvWrite(kv_, k.data(), v.data(), write_slot, n);
 }
 
-// K/V-only rows write their entries first (full rows of the same call may attend to them),
-// then the full rows run as a batch of their own. Both subsets keep the rows' order, so
-// they stay grouped by loop.
-void CpuModelRunner::RunMixedLayer(const LayerBatch& b) {
-  MORSERVE_CHECK(!b.kv->recurrent, "K/V-only rows on a recurrent layer");
+// K/V-only rows (their h unchanged): the entries written from their exit state.
+void CpuModelRunner::RunKvOnlyRows(const LayerBatch& b) {
   const CpuLayer& L = layers_[w_->plan.segments[b.segment].first_layer_slot + b.k];
   MORSERVE_CHECK(L.kv.n > 0, "K/V-only rows on a layer without the K/V-only projection");
-  const int hs = cfg_.hidden_size, kvd = cfg_.kv_dim();
-  std::vector<int> full, kv_rows;
-  for (int i = 0; i < b.n; ++i) (b.kv_only[i] ? kv_rows : full).push_back(i);
-  const int nk = static_cast<int>(kv_rows.size());
-  counters_.kv_only_rows += nk;
-  std::vector<int> loops(nk), positions(nk);
-  std::vector<int32_t> slots(nk);
-  Act h(static_cast<size_t>(nk) * hs), k(static_cast<size_t>(nk) * kvd),
-      v(static_cast<size_t>(nk) * kvd);
-  for (int j = 0; j < nk; ++j) {
-    const int i = kv_rows[j];
-    loops[j] = b.loops[i];
-    positions[j] = b.positions[i];
-    slots[j] = b.kv->write_slot[i];
-    std::copy_n(b.h + static_cast<size_t>(i) * hs, hs, &h[static_cast<size_t>(j) * hs]);
-  }
-  ProjectKv(L, loops.data(), positions.data(), h.data(), nk, k.data(), v.data());
-  KvWrite(kv_, k.data(), v.data(), slots.data(), nk);
-  if (full.empty()) return;
-  RowSubset sub;
-  SelectRows(b, full, hs, &sub);
-  RunLayer(sub.batch);
-  for (size_t j = 0; j < full.size(); ++j) {
-    std::copy_n(&sub.h[j * hs], hs, b.h + static_cast<size_t>(full[j]) * hs);
-  }
+  const int n = b.n, kvd = cfg_.kv_dim();
+  counters_.kv_only_rows += n;
+  Act k(static_cast<size_t>(n) * kvd), v(static_cast<size_t>(n) * kvd);
+  ProjectKv(L, b.loops, b.positions, b.h, n, k.data(), v.data());
+  KvWrite(kv_, k.data(), v.data(), b.kv->write_slot.data(), n);
 }
 
 // K and V ([n, kv_dim] each, K after RoPE) of n rows grouped by loop, from their layer input
@@ -547,10 +483,7 @@ void CpuModelRunner::ProjectKv(const CpuLayer& L, const int* loops, const int* p
                                const float* h, int n, float* k, float* v) {
   const int hs = cfg_.hidden_size, kvd = cfg_.kv_dim();
   Act a(static_cast<size_t>(n) * hs), kv(static_cast<size_t>(n) * 2 * kvd);
-  ForEachLoopGroup(loops, n, [&](int loop, int begin, int count) {
-    RmsNormRows(h + static_cast<size_t>(begin) * hs, L.in_norm.At(loop).data(), count, hs,
-                cfg_.rms_norm_eps, &a[static_cast<size_t>(begin) * hs]);
-  });
+  NormRows(L.in_norm, loops, n, h, a.data());
   L.kv.Run(loops, n, a.data(), hs, kv.data(), /*accumulate=*/false);
   for (int i = 0; i < n; ++i) {
     const float* row = &kv[static_cast<size_t>(i) * 2 * kvd];
@@ -566,7 +499,7 @@ void CpuModelRunner::PositionQk(const CpuLayer& L, const int* loops, const int* 
                                 float* q, float* k) const {
   const int qd = cfg_.q_dim(), kvd = cfg_.kv_dim();
   if (!L.k_bias.variants.empty()) {
-    ForEachLoopGroup(loops, n, [&](int loop, int begin, int count) {
+    for (const auto [loop, begin, count] : LoopGroups(loops, n)) {
       for (int i = begin; i < begin + count; ++i) {
         if (q != nullptr)
           AddRows(q + static_cast<size_t>(i) * qd, L.q_bias.At(loop).data(), 1, qd,
@@ -574,7 +507,7 @@ void CpuModelRunner::PositionQk(const CpuLayer& L, const int* loops, const int* 
         AddRows(k + static_cast<size_t>(i) * kvd, L.k_bias.At(loop).data(), 1, kvd,
                 k + static_cast<size_t>(i) * kvd);
       }
-    });
+    }
   }
   std::vector<int32_t> pos(positions, positions + n);
   auto rope = cfg_.huginn.rope_pairs ? &RopePairsRows : &RopeRows;
@@ -612,7 +545,7 @@ void CpuModelRunner::ExpertRouter(const int* loops, const float* h, int n, float
   Act x(h, h + static_cast<size_t>(n) * hs);
   for (float& v : x) v = v / temperature;
   // Rows may be at different loops: each group of rows uses its loop's router.
-  ForEachLoopGroup(loops, n, [&](int r, int begin, int count) {
+  for (const auto [r, begin, count] : LoopGroups(loops, n)) {
     const float* xr = &x[static_cast<size_t>(begin) * hs];
     RouterForward(*ec_w1_[r], ec_w2_[r].get(), xr, count, &score[begin]);
     if (aux_w1_.empty()) {
@@ -620,7 +553,7 @@ void CpuModelRunner::ExpertRouter(const int* loops, const float* h, int n, float
     } else {
       RouterForward(*aux_w1_[r], aux_w2_[r].get(), xr, count, &decide[begin]);
     }
-  });
+  }
 }
 
 void CpuModelRunner::TokenChoiceRouter(const float* h, int n, float* scores) {

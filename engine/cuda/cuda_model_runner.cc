@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/check.h"
@@ -156,7 +157,7 @@ class CudaModelRunner : public ModelRunner {
   absl::Status Init();
   int block_size() const override { return block_size_; }
   void Embed(const int* tokens, int n, float* h) override;
-  void RunLayer(const LayerBatch& b) override;
+  void RunSegment(const SegmentBatch& b) override;
   void ExpertRouter(const int* loops, const float* h, int n, float* score, float* decide) override;
   void TokenChoiceRouter(const float* h, int n, float* scores) override;
   void Logits(const float* h, int n, float* logits) override;
@@ -172,8 +173,13 @@ class CudaModelRunner : public ModelRunner {
   }
 
  private:
-  // Full rows: attention and MLP, h updated.
+  // One recurrent layer, its rows' h on the host before and after (see RunSegment).
+  void RunRecurrentLayer(const LayerBatch& b);
+  // Full rows: attention and MLP, h updated (uploaded and downloaded around the layer).
   void RunFullRows(const LayerBatch& b);
+  // The same on the device: n rows staged in s (their metadata uploaded), h their device
+  // states; recurrent: the temporary pair attended and the persistent pair written after.
+  void FullRowsOnDevice(const DeviceLayer& L, const StagedRows& s, float* h, int n, bool recurrent);
   // Recurrent layers by the exact tiled schedule (engine/cuda/recurrent_schedule.h): the
   // batch reordered into waves of positions; q and the temporary pairs for all rows at once;
   // per wave, key-tile merges into pending queries' softmax state, the wave's finish, then
@@ -186,11 +192,6 @@ class CudaModelRunner : public ModelRunner {
   // ws: the rows' own staging (loop runs from 0), appended to s's upload (AppendStaged).
   void RecurrentRowsTail(const DeviceLayer& L, const StagedRows& s, const StagedRows& ws, int begin,
                          int m);
-  // K/V-only rows (early exit with exit_kv propagate): RMSNorm_in, the QKV projection and
-  // RoPE from h, the entry written at write_slot; h unchanged.
-  void RunKvOnlyRows(const LayerBatch& b);
-  // A batch with both kinds: K/V-only rows first, then the full rows.
-  void RunMixedRows(const LayerBatch& b);
   // Rows `rows` of b as full rows in a sub-batch of their own (`sub` is reused scratch), their
   // h written back into b.h.
   void RunFullSubBatch(const LayerBatch& b, const std::vector<int>& rows, SubBatch* sub);
@@ -684,18 +685,59 @@ void CudaModelRunner::InjectInput(const float* s, const float* e, int n, float* 
   Download(scratch_.proj.as<void>(), static_cast<size_t>(n) * hs * sizeof(float), out);
 }
 
-// Recurrent layers run by the tiled schedule (RunRecurrentTiled), or with
-// --recurrent-prefill naive one position per wave, each wave a sub-batch through
-// RunFullRows (every wave's attention re-reads all earlier entries); everything else in one
-// batch.
-void CudaModelRunner::RunLayer(const LayerBatch& b) {
-  const LayerKvPlan& kv = *b.kv;
-  if (b.kv_only != nullptr &&
-      std::any_of(b.kv_only, b.kv_only + b.n, [](uint8_t f) { return f != 0; })) {
-    return RunMixedRows(b);
+// Every layer of the segment with the rows' states on the device: one upload of h and of every
+// layer's staged rows, K/V-only rows' entries (RMSNorm_in, QKV projection, RoPE from their
+// frozen h) then the full rows at each layer, one download of the full rows' h. Recurrent
+// layers reorder their rows per layer (waves of positions): they go layer by layer through
+// RunRecurrentLayer, h through the host.
+void CudaModelRunner::RunSegment(const SegmentBatch& b) {
+  if (b.n == 0) return;
+  const int num_layers = static_cast<int>(b.layers.size());
+  if (num_layers > 0 && b.layers[0].full.recurrent) {
+    MORSERVE_CHECK(b.num_kv_only == 0, "K/V-only rows on a recurrent layer");
+    for (int k = 0; k < num_layers; ++k) RunRecurrentLayer(FullLayer(b, k, b.h));
+    return;
   }
-  if (kv.recurrent && recurrent_prefill_ == RecurrentPrefill::kTiled) return RunRecurrentTiled(b);
-  if (!kv.recurrent || kv.chunk_indptr.empty()) return RunFullRows(b);
+  const Segment& seg = w_->plan.segments[b.segment];
+  const int hs = cfg_.hidden_size, nk = b.num_kv_only, nf = b.n - nk;
+  StagedRows all;
+  std::vector<StagedRows> kv_only(num_layers), full(num_layers);
+  for (int k = 0; k < num_layers; ++k) {
+    for (auto [rows, part, out] : {std::tuple{nk, KvOnlyLayer(b, k, b.h), &kv_only[k]},
+                                   std::tuple{nf, FullLayer(b, k, b.h), &full[k]}}) {
+      if (rows == 0) continue;
+      auto staged = StageLayerBatch(part, seg.loops, block_size_);
+      MORSERVE_CHECK(staged.ok(), std::string(staged.status().message()).c_str());
+      *out = AppendStaged(*std::move(staged), &all);
+    }
+  }
+  EnsureLayerScratch(static_cast<size_t>(b.n), /*full=*/nf > 0);
+  UploadRows(b.h, b.n, &all);
+  float* h = scratch_.h.as<float>();
+  float* h_full = h + static_cast<size_t>(nk) * hs;
+  for (int k = 0; k < num_layers; ++k) {
+    const DeviceLayer& L = layers_[seg.first_layer_slot + k];
+    if (nk > 0) {
+      counters_.kv_only_rows += nk;
+      KvFromHidden(L, kv_only[k], kv_only[k], h, /*begin=*/0, nk);
+    }
+    if (nf > 0) {
+      counters_.full_rows += nf;
+      FullRowsOnDevice(L, full[k], h_full, nf, /*recurrent=*/false);
+    }
+  }
+  if (nf == 0) return Sync();  // the pinned metadata is free again once the entries are written
+  Download(h_full, static_cast<size_t>(nf) * hs * sizeof(float),
+           b.h + static_cast<size_t>(nk) * hs);
+}
+
+// A recurrent layer by the tiled schedule (RunRecurrentTiled), or with --recurrent-prefill
+// naive one position per wave, each wave a sub-batch through RunFullRows (every wave's
+// attention re-reads all earlier entries).
+void CudaModelRunner::RunRecurrentLayer(const LayerBatch& b) {
+  const LayerKvPlan& kv = *b.kv;
+  if (recurrent_prefill_ == RecurrentPrefill::kTiled) return RunRecurrentTiled(b);
+  if (kv.chunk_indptr.empty()) return RunFullRows(b);
   MORSERVE_CHECK(static_cast<int>(kv.chunk_indptr.size()) >= 1 && kv.chunk_indptr.front() == 0 &&
                      kv.chunk_indptr.back() == b.n,
                  "chunk_indptr does not span the batch");
@@ -767,38 +809,11 @@ void CudaModelRunner::RecurrentRowsTail(const DeviceLayer& L, const StagedRows& 
   KvFromHidden(L, s, ws, h, begin, m);  // q at rows [begin, ...) is spent: overwritten
 }
 
-// K/V-only rows (early exit, exit_kv propagate) write their entries first, since full rows
-// of the same call may attend to them; then the full rows run as a sub-batch of their own.
-void CudaModelRunner::RunMixedRows(const LayerBatch& b) {
-  MORSERVE_CHECK(!b.kv->recurrent, "K/V-only rows on a recurrent layer");
-  std::vector<int> full, kv_rows;
-  for (int i = 0; i < b.n; ++i) (b.kv_only[i] ? kv_rows : full).push_back(i);
-  SubBatch sub;
-  MakeSubBatch(b, kv_rows, cfg_.hidden_size, &sub);
-  RunKvOnlyRows(sub.b);  // h unchanged: nothing to scatter back
-  if (!full.empty()) RunFullSubBatch(b, full, &sub);
-}
-
 void CudaModelRunner::RunFullSubBatch(const LayerBatch& b, const std::vector<int>& rows,
                                       SubBatch* sub) {
   MakeSubBatch(b, rows, cfg_.hidden_size, sub);
   RunFullRows(sub->b);
   ScatterSubBatch(*sub, rows, cfg_.hidden_size, b.h);
-}
-
-void CudaModelRunner::RunKvOnlyRows(const LayerBatch& b) {
-  const int n = b.n;
-  if (n == 0) return;
-  counters_.kv_only_rows += n;
-  const Segment& seg = w_->plan.segments[b.segment];
-  auto staged = StageLayerBatch(b, seg.loops, block_size_);
-  MORSERVE_CHECK(staged.ok(), std::string(staged.status().message()).c_str());
-  const DeviceLayer& L = layers_[seg.first_layer_slot + b.k];
-  const size_t rows = static_cast<size_t>(n);
-  EnsureLayerScratch(rows, /*full=*/false);
-  UploadRows(b.h, n, &*staged);
-  KvFromHidden(L, *staged, *staged, scratch_.h.as<float>(), /*begin=*/0, n);
-  Sync();
 }
 
 void CudaModelRunner::ReadKv(int32_t slot, float* k, float* v) const {
@@ -853,33 +868,34 @@ void CudaModelRunner::CopyKv(const KvCopy* copies, int n) {
 void CudaModelRunner::RunFullRows(const LayerBatch& b) {
   const int n = b.n;
   if (n == 0) return;
-  counters_.full_rows += n;
   const Segment& seg = w_->plan.segments[b.segment];
   auto staged = StageLayerBatch(b, seg.loops, block_size_);
   MORSERVE_CHECK(staged.ok(), std::string(staged.status().message()).c_str());
-  const StagedRows& s = *staged;
-  const DeviceLayer& L = layers_[seg.first_layer_slot + b.k];
-  const LayerKvPlan& kv = *b.kv;
-  const int hs = cfg_.hidden_size;
   const size_t rows = static_cast<size_t>(n);
   EnsureLayerScratch(rows, /*full=*/true);
-  UploadRows(b.h, n, &s);
-  float* h = scratch_.h.as<float>();
-  uint16_t* a = scratch_.a.as<uint16_t>();
+  UploadRows(b.h, n, &*staged);
+  counters_.full_rows += n;
+  FullRowsOnDevice(layers_[seg.first_layer_slot + b.k], *staged, scratch_.h.as<float>(), n,
+                   b.kv->recurrent);
+  Download(scratch_.h.as<float>(), rows * cfg_.hidden_size * sizeof(float), b.h);
+}
 
+void CudaModelRunner::FullRowsOnDevice(const DeviceLayer& L, const StagedRows& s, float* h, int n,
+                                       bool recurrent) {
+  uint16_t* a = scratch_.a.as<uint16_t>();
   // Attention: h += o(Attn(RoPE(qkv(RMSNorm_in(h))))).
   Norm(L.in_norm, s, h, a);
   Linear(L.qkv, s, a, scratch_.qkv.as<float>());
-  QkvEpilogue(L, s, n, /*write_cache=*/!kv.recurrent, /*emit_kv=*/kv.recurrent);
+  QkvEpilogue(L, s, n, /*write_cache=*/!recurrent, /*emit_kv=*/recurrent);
   k::PagedAttentionParams p;
   FillAttention(s, n, &p);
-  p.extra_k = kv.recurrent ? scratch_.k_tmp.as<uint16_t>() : nullptr;
-  p.extra_v = kv.recurrent ? scratch_.v_tmp.as<uint16_t>() : nullptr;
+  p.extra_k = recurrent ? scratch_.k_tmp.as<uint16_t>() : nullptr;
+  p.extra_v = recurrent ? scratch_.v_tmp.as<uint16_t>() : nullptr;
   p.max_kv_len = s.max_kv_len;
-  const int chunk_len = kv.recurrent ? RecurrentChunkLen(s.max_kv_len) : kAttentionChunk;
+  const int chunk_len = recurrent ? RecurrentChunkLen(s.max_kv_len) : kAttentionChunk;
   p.chunk_len = chunk_len;
   const size_t ws = k::PagedAttentionWorkspaceFloats(n, cfg_.num_heads, cfg_.head_dim, s.max_kv_len,
-                                                     kv.recurrent, chunk_len);
+                                                     recurrent, chunk_len);
   p.workspace =
       ws == 0 ? nullptr : static_cast<float*>(scratch_.attn_ws.Reserve(ws * sizeof(float)));
   Launched(k::paged_attention_forward(p, stream_), "paged_attention");
@@ -887,8 +903,7 @@ void CudaModelRunner::RunFullRows(const LayerBatch& b) {
   AddSublayer(L.attn_out_norm, s, h, scratch_.proj.as<float>(), n);
 
   Mlp(L, s, h, n);
-  if (kv.recurrent) KvFromHidden(L, s, s, h, /*begin=*/0, n);
-  Download(h, rows * hs * sizeof(float), b.h);
+  if (recurrent) KvFromHidden(L, s, s, h, /*begin=*/0, n);
 }
 
 void CudaModelRunner::ExpertRouter(const int* loops, const float* h, int n, float* score,

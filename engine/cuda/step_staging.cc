@@ -18,18 +18,6 @@ size_t Append(std::vector<int32_t>* data, const int32_t* v, size_t n) {
 
 }  // namespace
 
-std::vector<LoopGroup> LoopGroups(const int* loops, int n) {
-  std::vector<LoopGroup> groups;
-  for (int begin = 0; begin < n;) {
-    const int loop = loops == nullptr ? 0 : loops[begin];
-    int end = begin + 1;
-    while (end < n && (loops == nullptr ? 0 : loops[end]) == loop) ++end;
-    groups.push_back({loop, begin, end - begin});
-    begin = end;
-  }
-  return groups;
-}
-
 StagedRows StageLoops(const int* loops, int n) {
   StagedRows s;
   std::vector<int32_t> l(n, 0);
@@ -136,7 +124,6 @@ void MakeSubBatch(const LayerBatch& b, const std::vector<int>& rows, int hidden,
     s.kv.table_indptr.push_back(static_cast<int32_t>(s.kv.table_blocks.size()));
   }
   s.b = b;
-  s.b.kv_only = nullptr;  // a sub-batch's rows are all of one kind
   s.b.n = static_cast<int>(rows.size());
   s.b.loops = s.loops.data();
   s.b.positions = s.positions.data();

@@ -12,18 +12,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/runtime/layer_batch.h"
 #include "engine/runtime/model_runner.h"
 
 namespace morserve {
-
-struct LoopGroup {
-  int loop = 0;
-  int begin = 0;
-  int count = 0;
-};
-
-// Contiguous runs of rows at the same loop, in row order.
-std::vector<LoopGroup> LoopGroups(const int* loops, int n);
 
 struct StagedRows {
   std::vector<int32_t> data;  // everything below, one H2D copy

@@ -10,6 +10,7 @@
 #include "engine/core/check.h"
 #include "engine/cpu/cpu_ops.h"
 #include "engine/model/huginn_state.h"
+#include "engine/runtime/layer_batch.h"
 #include "engine/runtime/prompt_logprobs.h"
 #include "engine/runtime/row_sampler.h"
 
@@ -144,89 +145,73 @@ std::vector<int32_t> ModelExecutor::RecurrentChunks(const std::vector<KvBlockTab
   return indptr;
 }
 
-// Copy-on-exit rows (Row::kv_copy_loop) of one layer call: their entries in this layer's slot
-// are copies of their exit loop's entries, made before any row of the call attends. Returns
-// the rows the runner computes (all of them when there is no such row).
-std::vector<int> ModelExecutor::CopyOnExitEntries(int segment, int k, const std::vector<Row*>& rows,
-                                                  const LayerKvPlan& kv) {
-  std::vector<int> computed;
-  std::vector<KvCopy> copies;
+// Copy-on-exit rows (Row::kv_copy_loop) of one layer: their entries in this layer's slot are
+// copies of their exit loop's entries, which earlier passes wrote.
+void ModelExecutor::CopyOnExitEntries(int segment, int k, const std::vector<Row*>& rows,
+                                      const LayerKvPlan& kv, std::vector<KvCopy>* copies) const {
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = *rows[i];
-    if (r.kv_copy_loop < 0) {
-      computed.push_back(static_cast<int>(i));
-      continue;
-    }
+    if (r.kv_copy_loop < 0) continue;
     const KvBlockTable& source = r.seq->kv->slot(plan_.CacheSlot(segment, r.kv_copy_loop, k));
     const int index = source.IndexOf(r.position);
     MORSERVE_CHECK(index >= 0 && kv.write_slot[i] >= 0, "copy on exit without its source entry");
-    copies.push_back({source.PhysicalSlot(index), kv.write_slot[i], 1});
+    copies->push_back({source.PhysicalSlot(index), kv.write_slot[i], 1});
+  }
+}
+
+// Every layer of `segment` over `rows` (h: their states [rows, H], updated): each layer's plan
+// first, then the copy-on-exit entries of every layer in one copy (their sources are entries
+// of earlier passes, so they may all precede the layers), then one runner call over the other
+// rows, K/V-only rows first (each kind keeps the rows' order, so stays grouped by loop).
+void ModelExecutor::RunLayers(int segment, std::vector<Row*>& rows, std::vector<float>* h,
+                              std::vector<KvWrite>* writes) {
+  const int num_layers = plan_.segments[segment].num_layers, hs = cfg_.hidden_size;
+  std::vector<LayerKvPlan> planned(num_layers);
+  std::vector<KvCopy> copies;
+  for (int k = 0; k < num_layers; ++k) {
+    planned[k] = PlanLayer(segment, k, rows, writes);
+    CopyOnExitEntries(segment, k, rows, planned[k], &copies);
   }
   if (!copies.empty()) runner_->CopyKv(copies.data(), static_cast<int>(copies.size()));
-  return computed;
-}
-
-namespace {
-
-// The rows `keep` of a layer plan (their entries and visible counts unchanged).
-LayerKvPlan SelectPlanRows(const LayerKvPlan& kv, const std::vector<int>& keep) {
-  MORSERVE_CHECK(!kv.recurrent, "copy-on-exit rows on a recurrent layer");
-  LayerKvPlan out;
-  out.table_indptr.assign(1, 0);
-  for (int i : keep) {
-    out.write_slot.push_back(kv.write_slot[i]);
-    out.kv_len.push_back(kv.kv_len[i]);
-    out.table_blocks.insert(out.table_blocks.end(), kv.table_blocks.begin() + kv.table_indptr[i],
-                            kv.table_blocks.begin() + kv.table_indptr[i + 1]);
-    out.table_indptr.push_back(static_cast<int32_t>(out.table_blocks.size()));
-  }
-  return out;
-}
-
-}  // namespace
-
-void ModelExecutor::RunLayer(int segment, int k, std::vector<Row*>& rows, std::vector<float>* h,
-                             std::vector<KvWrite>* writes) {
-  const LayerKvPlan planned = PlanLayer(segment, k, rows, writes);
-  const std::vector<int> computed = CopyOnExitEntries(segment, k, rows, planned);
-  if (computed.size() < rows.size()) {  // the copy rows are done: the runner sees the rest
-    const int hs = cfg_.hidden_size;
-    std::vector<Row*> sub;
-    std::vector<float> sub_h(computed.size() * hs);
-    for (size_t j = 0; j < computed.size(); ++j) {
-      sub.push_back(rows[computed[j]]);
-      std::copy_n(&(*h)[computed[j] * static_cast<size_t>(hs)], hs, &sub_h[j * hs]);
-    }
-    if (!sub.empty()) RunRunnerLayer(segment, k, sub, &sub_h, SelectPlanRows(planned, computed));
-    for (size_t j = 0; j < computed.size(); ++j) {
-      std::copy_n(&sub_h[j * hs], hs, &(*h)[computed[j] * static_cast<size_t>(hs)]);
-    }
-    return;
-  }
-  RunRunnerLayer(segment, k, rows, h, planned);
-}
-
-void ModelExecutor::RunRunnerLayer(int segment, int k, std::vector<Row*>& rows,
-                                   std::vector<float>* h, const LayerKvPlan& kv) {
-  std::vector<int> loops(rows.size()), positions(rows.size());
-  std::vector<uint8_t> kv_only(rows.size());
-  bool any_kv_only = false;
+  std::vector<int> kv_only, full;
   for (size_t i = 0; i < rows.size(); ++i) {
-    loops[i] = rows[i]->loop;
-    positions[i] = rows[i]->position;
-    kv_only[i] = rows[i]->kv_only ? 1 : 0;
-    any_kv_only |= rows[i]->kv_only;
+    if (rows[i]->kv_copy_loop < 0)
+      (rows[i]->kv_only ? kv_only : full).push_back(static_cast<int>(i));
   }
-  LayerBatch b;
+  std::vector<int> order = kv_only;
+  order.insert(order.end(), full.begin(), full.end());
+  const int n = static_cast<int>(order.size()), nk = static_cast<int>(kv_only.size());
+  if (n == 0) return;
+  const bool in_place = nk == 0 && n == static_cast<int>(rows.size());  // order is the identity
+  std::vector<int> loops(n), positions(n);
+  std::vector<float> moved;
+  for (int j = 0; j < n; ++j) {
+    loops[j] = rows[order[j]]->loop;
+    positions[j] = rows[order[j]]->position;
+  }
+  if (!in_place) {
+    moved.resize(static_cast<size_t>(n) * hs);
+    for (int j = 0; j < n; ++j)
+      std::copy_n(&(*h)[static_cast<size_t>(order[j]) * hs], hs,
+                  &moved[static_cast<size_t>(j) * hs]);
+  }
+  std::vector<SegmentLayerKv> layers(num_layers);
+  for (int k = 0; k < num_layers; ++k) {
+    if (nk > 0) layers[k].kv_only = SelectPlanRows(planned[k], kv_only);
+    layers[k].full = in_place ? std::move(planned[k]) : SelectPlanRows(planned[k], full);
+  }
+  SegmentBatch b;
   b.segment = segment;
-  b.k = k;
-  b.n = static_cast<int>(rows.size());
+  b.n = n;
+  b.num_kv_only = nk;
   b.loops = loops.data();
   b.positions = positions.data();
-  b.h = h->data();
-  b.kv = &kv;
-  b.kv_only = any_kv_only ? kv_only.data() : nullptr;
-  runner_->RunLayer(b);
+  b.h = in_place ? h->data() : moved.data();
+  b.layers = layers;
+  runner_->RunSegment(b);
+  if (in_place) return;
+  for (int j = nk; j < n; ++j)
+    std::copy_n(&moved[static_cast<size_t>(j) * hs], hs, &(*h)[static_cast<size_t>(order[j]) * hs]);
 }
 
 // Every loop of a segment outside the routed loop (unique layers, or a plan without a single
@@ -245,7 +230,7 @@ void ModelExecutor::RunSegmentOn(int segment, std::vector<Row*>& rows, std::vect
   const Segment& seg = plan_.segments[segment];
   for (int r = 0; r < seg.loops; ++r) {
     for (Row* row : rows) row->loop = r;
-    for (int k = 0; k < seg.num_layers; ++k) RunLayer(segment, k, rows, h, writes);
+    RunLayers(segment, rows, h, writes);
   }
   for (size_t i = 0; i < rows.size(); ++i) rows[i]->loop = saved[i];
 }
@@ -485,11 +470,10 @@ void ModelExecutor::BlockPass(std::vector<Row>* rows, std::vector<Row>* kv_only,
   if (cfg_.huginn.input_injection) InjectInput(ptrs);
   const std::vector<float> h_in = Gather(ptrs);
   std::vector<float> h = h_in;
-  const Segment& seg = plan_.segments[looped];
   const int hs = cfg_.hidden_size;
   // K/V-only rows keep their exit state through every layer (the runner leaves their h
   // alone): it is the input of each skipped layer (docs/models.md#early-exit).
-  for (int k = 0; k < seg.num_layers; ++k) RunLayer(looped, k, ptrs, &h, writes);
+  RunLayers(looped, ptrs, &h, writes);
 
   const RecursionConfig& rc = cfg_.recursion;
   std::vector<Row*> undecided, copy_on_exit, kl_check;

@@ -46,10 +46,8 @@ class ModelExecutor {
   void RunSegment(int segment, std::vector<Row*>& rows, std::vector<KvWrite>* writes);
   void RunSegmentOn(int segment, std::vector<Row*>& rows, std::vector<float>* h,
                     std::vector<KvWrite>* writes);
-  void RunLayer(int segment, int k, std::vector<Row*>& rows, std::vector<float>* h,
-                std::vector<KvWrite>* writes);
-  void RunRunnerLayer(int segment, int k, std::vector<Row*>& rows, std::vector<float>* h,
-                      const LayerKvPlan& kv);
+  void RunLayers(int segment, std::vector<Row*>& rows, std::vector<float>* h,
+                 std::vector<KvWrite>* writes);
   LayerKvPlan PlanLayer(int segment, int k, const std::vector<Row*>& rows,
                         std::vector<KvWrite>* writes) const;
   static std::vector<int32_t> RecurrentChunks(const std::vector<KvBlockTable*>& tables,
@@ -64,8 +62,8 @@ class ModelExecutor {
   void HuginnKlExits(std::vector<Row*>& rows, std::vector<Row*>* exited,
                      std::vector<KvWrite>* writes);
   void CodaInput(std::vector<float>* h, int n) const;
-  std::vector<int> CopyOnExitEntries(int segment, int k, const std::vector<Row*>& rows,
-                                     const LayerKvPlan& kv);
+  void CopyOnExitEntries(int segment, int k, const std::vector<Row*>& rows, const LayerKvPlan& kv,
+                         std::vector<KvCopy>* copies) const;
   void ScorePrompt(const std::vector<Row*>& rows);
   void SampleOnRunner(const std::vector<Row*>& rows);
   std::vector<float> Gather(const std::vector<Row*>& rows) const;

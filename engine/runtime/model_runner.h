@@ -3,8 +3,10 @@
 // ModelExecutor drives it with the same rows, plans and routing decisions for both.
 // Rows of one call may be at different loops: `loops[i]` picks row i's weights (untied
 // copies, LoRA) and its KV cache slot, so depth is a field on a row, not a code path.
-// Rows may also be K/V-only (early exit with exit_kv propagate, docs/models.md#early-exit):
-// such a row only writes its K/V entry from its h, which is the exit state.
+// Layers run a segment at a time (RunSegment): the runner keeps the rows' hidden states from
+// the segment's first layer to its last (on the GPU, in device memory). Rows may also be
+// K/V-only (early exit with exit_kv propagate, docs/models.md#early-exit): such a row only
+// writes its K/V entry from its h, which is the exit state.
 #pragma once
 
 #include <cstdint>
@@ -44,19 +46,38 @@ struct KvCopy {
 // the same cache in any order.
 bool KvCopiesDisjoint(const KvCopy* copies, int n);
 
+// One layer over rows of one kind (all full, or all K/V-only): the unit the runners' ops
+// take (engine/runtime/layer_batch.h cuts it from a SegmentBatch).
 struct LayerBatch {
   int segment = 0;
   int k = 0;  // layer inside the segment
   int n = 0;
   const int* loops = nullptr;      // [n]
   const int* positions = nullptr;  // [n]
-  float* h = nullptr;              // [n, hidden], updated in place
+  float* h = nullptr;              // [n, hidden], updated in place (where the runner keeps it)
   const LayerKvPlan* kv = nullptr;
-  // [n], or nullptr when every row is full. A nonzero entry marks a K/V-only row: the
-  // runner computes RMSNorm_in, the layer's K/V projection (no Q) and RoPE from its h and
-  // writes the entry at write_slot; no attention, no MLP, and its h is left unchanged. Its
-  // entry is written before any full row of the call attends. Never on recurrent layers.
-  const uint8_t* kv_only = nullptr;
+};
+
+// Layer k's KV plan of a segment batch: over its K/V-only rows and over its full rows.
+struct SegmentLayerKv {
+  LayerKvPlan kv_only;  // rows [0, num_kv_only)
+  LayerKvPlan full;     // rows [num_kv_only, n)
+};
+
+// Every layer of one segment over the same rows, grouped by loop within each kind. Rows
+// [0, num_kv_only) are K/V-only: at each layer the runner computes RMSNorm_in, the layer's
+// K/V projection (no Q) and RoPE from the row's h and writes the entry at write_slot, before
+// any full row of that layer attends; their h is left unchanged. Never on recurrent layers.
+// Rows [num_kv_only, n) run the whole layer.
+struct SegmentBatch {
+  int segment = 0;
+  int n = 0;
+  int num_kv_only = 0;
+  const int* loops = nullptr;      // [n]
+  const int* positions = nullptr;  // [n]
+  float* h = nullptr;  // [n, hidden] on the host: read before the first layer, the full rows'
+                       // written back after the last
+  absl::Span<const SegmentLayerKv> layers;  // [the segment's num_layers]
 };
 
 // Layer rows the runner computed since it was made, by kind (tests and benchmarks read
@@ -84,7 +105,7 @@ class ModelRunner {
  public:
   virtual ~ModelRunner() = default;
   virtual void Embed(const int* tokens, int n, float* h) = 0;
-  virtual void RunLayer(const LayerBatch& batch) = 0;
+  virtual void RunSegment(const SegmentBatch& batch) = 0;
   // Expert-choice router of loop loops[i] on h / temperature: the gate score s and the
   // score that decides (the aux router's when the checkpoint has one).
   virtual void ExpertRouter(const int* loops, const float* h, int n, float* score,
