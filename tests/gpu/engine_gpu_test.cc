@@ -343,6 +343,46 @@ TEST(EngineGpuStepTest, DecodeStepLaunchesCopiesAndSyncs) {
             2 * static_cast<int64_t>(weights->config.hidden_size) * 4 + 64);
 }
 
+// A looped model's decode token (Recursive middle-cycle: unique first layer, shared middle
+// block run num_recursions times, unique last layer) in depth-wise mode takes num_recursions
+// steps; each runner call in them is one round trip: the embedding, the segment before the
+// loop, one pass per loop, the segment after it, the sampling. The target of the
+// device-resident step is one per step (docs/benchmarks.md, the third GPU run).
+TEST(EngineGpuStepTest, LoopedDecodeTokenRoundTrips) {
+  MORSERVE_SKIP_WITHOUT_GPU();
+  testing::TempDir dir;
+  auto weights = testing::MakeModel(Spec("recursive-middle-cycle"), &dir);
+  ASSERT_NE(weights, nullptr);
+  const LayerPlan& plan = weights->plan;
+  ASSERT_GE(plan.looped_segment, 1);
+  ASSERT_EQ(plan.segments.size(), static_cast<size_t>(plan.looped_segment) + 2);
+  int64_t calls = 2;  // the embedding and the sampling
+  for (int s = 0; s < static_cast<int>(plan.segments.size()); ++s) {
+    calls += s == plan.looped_segment ? weights->config.recursion.num_recursions
+                                      : plan.segments[s].loops;
+  }
+  auto engine = Engine::Create(weights, GpuConfig(BatchingMode::kDepthWise));
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  GenerateRequest r = Greedy(testing::MakePrompts(1, 8, 8, weights->config.vocab_size, 7)[0], 8);
+  r.return_logits = false;
+  ASSERT_TRUE((*engine)->Submit(r).ok());
+  while ((*engine)->stats().tokens_generated < 3) ASSERT_TRUE((*engine)->Step());
+  const RunnerCounters::Device before = (*engine)->runner().counters().device;
+  while ((*engine)->stats().tokens_generated < 4) ASSERT_TRUE((*engine)->Step());
+  const RunnerCounters::Device after = (*engine)->runner().counters().device;
+  std::printf(
+      "looped decode token, %lld runner calls: %lld launches, %lld + %lld copies, %lld syncs\n",
+      static_cast<long long>(calls), static_cast<long long>(after.launches - before.launches),
+      static_cast<long long>(after.h2d_copies - before.h2d_copies),
+      static_cast<long long>(after.d2h_copies - before.d2h_copies),
+      static_cast<long long>(after.syncs - before.syncs));
+  EXPECT_EQ(after.syncs - before.syncs, calls);
+  EXPECT_EQ(after.d2h_copies - before.d2h_copies, calls);
+  // Ids for the embedding, h and metadata for each segment call, h and parameters to sample.
+  EXPECT_EQ(after.h2d_copies - before.h2d_copies, 1 + 2 * (calls - 2) + 2);
+  EXPECT_EQ(after.allocations - before.allocations, 0);
+}
+
 TEST(EngineGpuErrorTest, UnsupportedHeadDimIsAClearError) {
   MORSERVE_SKIP_WITHOUT_GPU();
   TinyModelSpec s = Spec("vanilla");
