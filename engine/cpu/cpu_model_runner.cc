@@ -132,33 +132,43 @@ class CpuModelRunner : public ModelRunner {
   }
 
   // Huginn scales the embedding by sqrt(H) (in fp64, rounded once, as the reference does).
-  void Embed(const int* tokens, int n, float* h) override {
+  void Embed(const int* tokens, int n, const int32_t* slots) override {
     std::vector<int32_t> ids(tokens, tokens + n);
-    EmbeddingGather(w_->embed, ids.data(), n, h);
-    ScaleEmbedding(cfg_.huginn.embed_scale, h, static_cast<size_t>(n) * cfg_.hidden_size);
+    Act h(static_cast<size_t>(n) * cfg_.hidden_size);
+    EmbeddingGather(w_->embed, ids.data(), n, h.data());
+    ScaleEmbedding(cfg_.huginn.embed_scale, h.data(), h.size());
+    WriteStates(slots, n, h.data());
   }
 
-  // Layer by layer over the host rows: the K/V-only rows' entries, then the full rows.
+  // Layer by layer over the rows gathered from their states: the K/V-only rows' entries, then
+  // the full rows, whose states get the result.
   void RunSegment(const SegmentBatch& b) override {
-    const size_t hs = static_cast<size_t>(cfg_.hidden_size);
+    const size_t hs = static_cast<size_t>(cfg_.hidden_size), nk = b.num_kv_only;
+    Act h = Gather(b.slots, b.n);
     for (int k = 0; k < static_cast<int>(b.layers.size()); ++k) {
-      if (b.num_kv_only > 0) RunKvOnlyRows(KvOnlyLayer(b, k, b.h));
-      if (b.n > b.num_kv_only) RunLayer(FullLayer(b, k, b.h + b.num_kv_only * hs));
+      if (nk > 0) RunKvOnlyRows(KvOnlyLayer(b, k, h.data()));
+      if (b.n > b.num_kv_only) RunLayer(FullLayer(b, k, h.data() + nk * hs));
     }
+    WriteStates(b.slots + nk, b.n - b.num_kv_only, h.data() + nk * hs);
   }
-  void ExpertRouter(const int* loops, const float* h, int n, float* score, float* decide) override;
-  void TokenChoiceRouter(const float* h, int n, float* scores) override;
-  void Logits(const float* h, int n, float* logits) override {
-    Act x(static_cast<size_t>(n) * cfg_.hidden_size);
-    RmsNormRows(h, final_norm_.data(), n, cfg_.hidden_size, cfg_.rms_norm_eps, x.data());
+  void ExpertRouter(const int* loops, const int32_t* slots, int n, float* score,
+                    float* decide) override;
+  void TokenChoiceRouter(const int32_t* slots, int n, float* scores) override {
+    const Act h = Gather(slots, n);
+    RouterForward(*tc_w1_, tc_w2_.get(), h.data(), n, scores);
+  }
+  void Logits(const int32_t* slots, int n, float* logits) override {
+    Act x = Gather(slots, n);
+    RmsNormRows(x.data(), final_norm_.data(), n, cfg_.hidden_size, cfg_.rms_norm_eps, x.data());
     lm_head_->Forward(x.data(), n, logits);
   }
   // The logits here, then the host sampler on each row (the engine's own rule, bit for bit).
-  void Sample(const float* h, absl::Span<const SampleInput> rows, SampleResult* out) override {
+  void Sample(const int32_t* slots, absl::Span<const SampleInput> rows,
+              SampleResult* out) override {
     const size_t n = rows.size(), vocab = static_cast<size_t>(cfg_.vocab_size);
     if (n == 0) return;
     std::vector<float> logits(n * vocab);
-    Logits(h, static_cast<int>(n), logits.data());
+    Logits(slots, static_cast<int>(n), logits.data());
     std::vector<SampleInput> in(rows.begin(), rows.end());
     for (size_t i = 0; i < n; ++i) in[i].logits = absl::MakeConstSpan(&logits[i * vocab], vocab);
     std::vector<SampleResult> results;
@@ -166,15 +176,38 @@ class CpuModelRunner : public ModelRunner {
     std::move(results.begin(), results.end(), out);
     counters_.sampled_rows += static_cast<int64_t>(n);
   }
-  void InjectInput(const float* s, const float* e, int n, float* out) override {
+  void InjectInput(const int32_t* s, const int32_t* e, int n) override {
     MORSERVE_CHECK(adapter_ != nullptr, "InjectInput: the model has no Huginn adapter");
     const size_t hs = static_cast<size_t>(cfg_.hidden_size);
-    Act joined(static_cast<size_t>(n) * 2 * hs);
+    Act joined(static_cast<size_t>(n) * 2 * hs), out(static_cast<size_t>(n) * hs);
     for (int i = 0; i < n; ++i) {
-      std::copy_n(s + i * hs, hs, &joined[i * 2 * hs]);
-      std::copy_n(e + i * hs, hs, &joined[i * 2 * hs + hs]);
+      std::copy_n(State(s[i]), hs, &joined[i * 2 * hs]);
+      std::copy_n(State(e[i]), hs, &joined[i * 2 * hs + hs]);
     }
-    adapter_->Forward(joined.data(), n, out);
+    adapter_->Forward(joined.data(), n, out.data());
+    WriteStates(s, n, out.data());
+  }
+  void ReadStates(const int32_t* slots, int n, float* h) override {
+    const size_t hs = static_cast<size_t>(cfg_.hidden_size);
+    for (int i = 0; i < n; ++i) {
+      if (slots[i] < 0) {
+        std::fill_n(h + i * hs, hs, 0.0f);
+      } else {
+        std::copy_n(State(slots[i]), hs, h + i * hs);
+      }
+    }
+  }
+  void WriteStates(const int32_t* slots, int n, const float* h) override {
+    const size_t hs = static_cast<size_t>(cfg_.hidden_size);
+    for (int i = 0; i < n; ++i)
+      if (slots[i] >= 0) std::copy_n(h + i * hs, hs, State(slots[i]));
+  }
+  void CopyStates(const int32_t* src, const int32_t* dst, int n) override {
+    const size_t hs = static_cast<size_t>(cfg_.hidden_size);
+    for (int i = 0; i < n; ++i) {
+      State(dst[i]);  // grows the pool first: the source pointer stays valid
+      std::copy_n(State(src[i]), hs, State(dst[i]));
+    }
   }
 
  private:
@@ -190,6 +223,19 @@ class CpuModelRunner : public ModelRunner {
     return Linear(parts, quantizable);
   }
   WeightFormat FormatFor(DType stored, bool quantizable) const;
+  // Row state `slot` ([hidden] fp32), the pool grown to hold it (growth keeps the contents).
+  float* State(int32_t slot) {
+    MORSERVE_CHECK(slot >= 0, "a row without a state");
+    const size_t hs = static_cast<size_t>(cfg_.hidden_size), need = (slot + size_t{1}) * hs;
+    if (states_.size() < need) states_.resize(std::max(need, 2 * states_.size()));
+    return &states_[slot * hs];
+  }
+  // The states of n slots as one batch [n, hidden].
+  Act Gather(const int32_t* slots, int n) {
+    Act h(static_cast<size_t>(n) * cfg_.hidden_size);
+    ReadStates(slots, n, h.data());
+    return h;
+  }
   LoopLinear Fused(const LayerWeights& lw, std::initializer_list<Proj> parts, int loops);
   void LoadLayers();
   void LoadHeadAndRouters();
@@ -224,6 +270,7 @@ class CpuModelRunner : public ModelRunner {
   std::unique_ptr<CpuLinear> tc_w1_, tc_w2_;
   RunnerCounters counters_;
   RowSampler row_sampler_{&pool_};
+  Act states_;  // row states by slot, [slots, hidden]
 };
 
 LoopLinear CpuModelRunner::Fused(const LayerWeights& lw, std::initializer_list<Proj> parts,
@@ -538,11 +585,11 @@ void CpuModelRunner::RouterForward(const CpuLinear& w1, const CpuLinear* w2, con
   w2->Forward(mid.data(), n, out);
 }
 
-void CpuModelRunner::ExpertRouter(const int* loops, const float* h, int n, float* score,
+void CpuModelRunner::ExpertRouter(const int* loops, const int32_t* slots, int n, float* score,
                                   float* decide) {
   const int hs = cfg_.hidden_size;
   const float temperature = cfg_.recursion.router.temperature;
-  Act x(h, h + static_cast<size_t>(n) * hs);
+  Act x = Gather(slots, n);
   for (float& v : x) v = v / temperature;
   // Rows may be at different loops: each group of rows uses its loop's router.
   for (const auto [r, begin, count] : LoopGroups(loops, n)) {
@@ -554,10 +601,6 @@ void CpuModelRunner::ExpertRouter(const int* loops, const float* h, int n, float
       RouterForward(*aux_w1_[r], aux_w2_[r].get(), xr, count, &decide[begin]);
     }
   }
-}
-
-void CpuModelRunner::TokenChoiceRouter(const float* h, int n, float* scores) {
-  RouterForward(*tc_w1_, tc_w2_.get(), h, n, scores);
 }
 
 }  // namespace

@@ -9,7 +9,8 @@
 // (recurrent_prefill.h) or, with RecurrentPrefill::kNaive, one position at a time.
 // K/V-only rows (early exit, exit_kv propagate) run RMSNorm_in, a K/V-only projection (the
 // K and V rows of the fused QKV weight, their own primitives) and RoPE, and write their entry
-// before the call's full rows, which then run as a compacted batch of their own.
+// before the layer's full rows (they come first in a SegmentBatch). Row states live in one
+// host array by slot; each call gathers its rows' states into a contiguous batch.
 #pragma once
 
 #include <memory>

@@ -11,6 +11,11 @@
 // adjacent pairs; each residual sum is normed in place (fp32); the embedding's sqrt(H) scale
 // is applied on the host in fp64 as the CPU does; the input injection is one bf16 GEMM over
 // concat(s, e), rounded to bf16 on the host.
+// Row states live in a device pool by slot (states_); each call gathers its rows' states into
+// scratch h (row_copy) and scatters the results back, so a state stays on the device from the
+// embedding to the sampling. Each call's uploads go through one pinned arena in one copy and
+// need no synchronisation; only a call that returns data (logits, sampled tokens, router
+// scores, ReadStates) waits for the stream, and that frees the arena.
 #include "engine/cuda/cuda_model_runner.h"
 
 #include <cuda_runtime.h>
@@ -18,6 +23,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
@@ -41,6 +47,7 @@
 #include "kernels/qkv_rope.cuh"
 #include "kernels/recurrent_attention.cuh"
 #include "kernels/rmsnorm.cuh"
+#include "kernels/row_copy.cuh"
 #include "kernels/sampling.cuh"
 #include "kernels/scale_add.cuh"
 #include "kernels/swiglu.cuh"
@@ -137,32 +144,37 @@ HostMlp LoadHostMlp(const TensorView& w1, const TensorView& w2) {
 
 // Per-call device scratch, grown to the largest row count seen.
 struct Scratch {
-  DeviceBuffer h, a, qkv, q, k_tmp, v_tmp, attn, proj, gu, act, lora_t, logits, meta, attn_ws,
-      router_f, router_i, sample_io;
+  DeviceBuffer h, a, qkv, q, k_tmp, v_tmp, attn, proj, gu, act, lora_t, logits, attn_ws, router_f,
+      router_i, sample_io;
 };
 
 class CudaModelRunner : public ModelRunner {
  public:
   CudaModelRunner(std::shared_ptr<const ModelWeights> w, int num_blocks, int block_size,
-                  RecurrentPrefill recurrent_prefill)
+                  RecurrentPrefill recurrent_prefill, int64_t initial_states)
       : w_(std::move(w)),
         cfg_(w_->config),
         num_blocks_(num_blocks),
         block_size_(block_size),
-        recurrent_prefill_(recurrent_prefill) {}
+        recurrent_prefill_(recurrent_prefill),
+        initial_states_(initial_states) {}
   ~CudaModelRunner() override {
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
   absl::Status Init();
   int block_size() const override { return block_size_; }
-  void Embed(const int* tokens, int n, float* h) override;
+  void Embed(const int* tokens, int n, const int32_t* slots) override;
   void RunSegment(const SegmentBatch& b) override;
-  void ExpertRouter(const int* loops, const float* h, int n, float* score, float* decide) override;
-  void TokenChoiceRouter(const float* h, int n, float* scores) override;
-  void Logits(const float* h, int n, float* logits) override;
-  void Sample(const float* h, absl::Span<const SampleInput> rows, SampleResult* out) override;
-  void InjectInput(const float* s, const float* e, int n, float* out) override;
+  void ExpertRouter(const int* loops, const int32_t* slots, int n, float* score,
+                    float* decide) override;
+  void TokenChoiceRouter(const int32_t* slots, int n, float* scores) override;
+  void Logits(const int32_t* slots, int n, float* logits) override;
+  void Sample(const int32_t* slots, absl::Span<const SampleInput> rows, SampleResult* out) override;
+  void InjectInput(const int32_t* s, const int32_t* e, int n) override;
+  void ReadStates(const int32_t* slots, int n, float* h) override;
+  void WriteStates(const int32_t* slots, int n, const float* h) override;
+  void CopyStates(const int32_t* src, const int32_t* dst, int n) override;
   // One cache entry read back as fp32 (tests).
   void ReadKv(int32_t slot, float* k, float* v) const override;
   void CopyKv(const KvCopy* copies, int n) override;
@@ -197,10 +209,21 @@ class CudaModelRunner : public ModelRunner {
   void RunFullSubBatch(const LayerBatch& b, const std::vector<int>& rows, SubBatch* sub);
   void LoadLayers();
   void LoadHeadAndRouters();
-  // Copies host h [n, hidden] and the staged metadata to the device (async on stream_).
+  // Copies host h [n, hidden] to scratch h and the staged metadata to the device (Meta).
   void UploadRows(const float* h, int n, const StagedRows* staged);
-  // scratch_.logits [n, vocab] fp32 = lm_head(RMSNorm_final(h)) of host h (uploaded).
-  void LogitsOnDevice(const float* h, int n);
+  // Copies `bytes` of host `src` to the device (async on stream_) through the step's upload
+  // arena: to `dst`, or to a fresh part of the device arena, which it returns. The arena's
+  // parts are free again after the next Sync (every upload of before has happened).
+  void* Stage(const void* src, size_t bytes, void* dst = nullptr);
+  void BeginUploads(std::initializer_list<size_t> sizes);
+  // The device copy of n slot ids, and the state pool grown to hold them.
+  const int32_t* UploadSlots(const int32_t* slots, int n);
+  void EnsureStates(const int32_t* slots, int n);
+  // States of n rows (slot ids on the device) to a contiguous [n, hidden] buffer and back.
+  void GatherStates(const int32_t* dev_slots, int n, float* out);
+  void ScatterStates(const float* in, const int32_t* dev_slots, int n);
+  // scratch_.logits [n, vocab] fp32 = lm_head(RMSNorm_final(h)) of the states dev_slots.
+  void LogitsOnDevice(const int32_t* dev_slots, int n);
   // Copies `bytes` of device `src` to host `dst` through the pinned buffer, then waits.
   void Download(const void* src, size_t bytes, void* dst);
   // Every launch, copy and stream synchronisation of the step path goes through these, which
@@ -218,6 +241,7 @@ class CudaModelRunner : public ModelRunner {
   void Sync() {
     ++counters_.device.syncs;
     CudaCheck(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    arena_used_ = 0;
   }
   // Device and pinned allocations of the step's buffers since the runner was made.
   int64_t StepAllocations() const;
@@ -246,7 +270,7 @@ class CudaModelRunner : public ModelRunner {
   // K/V-only rows' entries.
   void KvFromHidden(const DeviceLayer& L, const StagedRows& s, const StagedRows& ws, float* h,
                     int begin, int m);
-  const int32_t* Meta(size_t offset) const { return scratch_.meta.as<int32_t>() + offset; }
+  const int32_t* Meta(size_t offset) const { return meta_ + offset; }
   // The fields paged and recurrent attention launches share: q, the cache and s's block
   // tables and kv lengths, bf16 output to scratch attn, the model's head shape and scale.
   template <typename P>
@@ -291,9 +315,15 @@ class CudaModelRunner : public ModelRunner {
   Scratch scratch_;
   RecurrentPrefill recurrent_prefill_ = RecurrentPrefill::kTiled;
   DeviceBuffer rec_ml_, rec_acc_;  // recurrent folds' softmax state, [rows, n_heads, 2 | hd]
-  PinnedBuffer pinned_in_, pinned_meta_, pinned_out_;
-  PinnedBuffer pinned_copies_;  // CopyKv's triples
-  DeviceBuffer kv_copies_;
+  PinnedBuffer pinned_out_;
+  // The step's uploads: host parts and their device copies, bump-allocated, reset by Sync.
+  PinnedBuffer arena_host_;
+  DeviceBuffer arena_dev_;
+  size_t arena_used_ = 0;
+  const int32_t* meta_ = nullptr;  // the last staged rows' metadata (Meta)
+  // Row states [state_rows_, hidden] fp32 by slot; grown (kept) when a slot is beyond them.
+  DeviceBuffer states_;
+  int64_t state_rows_ = 0, initial_states_ = 0, state_allocations_ = 0;
   RunnerCounters counters_;  // since construction (device.allocations: StepAllocations)
 };
 
@@ -351,6 +381,11 @@ absl::Status CudaModelRunner::Init() {
   }
   k_cache_.Reserve(pool_bytes);
   v_cache_.Reserve(pool_bytes);
+  constexpr size_t kInitialArena = size_t{8} << 20;
+  arena_host_.Reserve(kInitialArena);
+  arena_dev_.Reserve(kInitialArena);
+  states_.Reserve(static_cast<size_t>(initial_states_) * hs * sizeof(float));
+  state_rows_ = initial_states_;
   CudaCheck(cudaMemset(k_cache_.as<void>(), 0, pool_bytes), "cudaMemset");
   CudaCheck(cudaMemset(v_cache_.as<void>(), 0, pool_bytes), "cudaMemset");
   // The uploads and memsets ran on the legacy stream, which a non-blocking stream does not
@@ -442,33 +477,142 @@ void CudaModelRunner::EnsureLayerScratch(size_t rows, bool full) {
 }
 
 void CudaModelRunner::UploadRows(const float* h, int n, const StagedRows* staged) {
-  const size_t h_bytes = static_cast<size_t>(n) * cfg_.hidden_size * sizeof(float);
+  const size_t h_bytes =
+      h == nullptr ? 0 : static_cast<size_t>(n) * cfg_.hidden_size * sizeof(float);
+  const size_t m_bytes = staged == nullptr ? 0 : staged->data.size() * sizeof(int32_t);
+  BeginUploads({h_bytes, m_bytes});
   if (h != nullptr) {
-    std::memcpy(pinned_in_.Reserve(h_bytes), h, h_bytes);
     Ensure(scratch_.h, h_bytes);
-    CopyAsync(scratch_.h.as<void>(), pinned_in_.as<void>(), h_bytes, cudaMemcpyHostToDevice,
-              "h upload");
+    Stage(h, h_bytes, scratch_.h.as<void>());
   }
-  if (staged != nullptr) {
-    const size_t m_bytes = staged->data.size() * sizeof(int32_t);
-    std::memcpy(pinned_meta_.Reserve(m_bytes), staged->data.data(), m_bytes);
-    Ensure(scratch_.meta, m_bytes);
-    CopyAsync(scratch_.meta.as<void>(), pinned_meta_.as<void>(), m_bytes, cudaMemcpyHostToDevice,
-              "metadata upload");
+  if (staged != nullptr) meta_ = static_cast<const int32_t*>(Stage(staged->data.data(), m_bytes));
+}
+
+namespace {
+constexpr size_t kArenaAlign = 256;
+size_t ArenaBytes(size_t bytes) { return (bytes + kArenaAlign - 1) / kArenaAlign * kArenaAlign; }
+}  // namespace
+
+// Room for one runner call's uploads, made before the first: when the arena is full, a Sync
+// (every earlier upload has happened) frees it; it grows when one call needs more.
+void CudaModelRunner::BeginUploads(std::initializer_list<size_t> sizes) {
+  size_t need = 0;
+  for (size_t b : sizes) need += ArenaBytes(b);
+  if (arena_used_ + need <= arena_host_.bytes()) return;
+  if (arena_used_ > 0) Sync();
+  if (need > arena_host_.bytes()) {
+    arena_host_.Reserve(std::max(need, 2 * arena_host_.bytes()));
+    arena_dev_.Reserve(arena_host_.bytes());
   }
+}
+
+void* CudaModelRunner::Stage(const void* src, size_t bytes, void* dst) {
+  const size_t need = ArenaBytes(bytes);
+  MORSERVE_CHECK(arena_used_ + need <= arena_host_.bytes(), "a Stage without BeginUploads");
+  char* host = arena_host_.as<char>() + arena_used_;
+  if (dst == nullptr) dst = arena_dev_.as<char>() + arena_used_;
+  arena_used_ += need;
+  std::memcpy(host, src, bytes);
+  CopyAsync(dst, host, bytes, cudaMemcpyHostToDevice, "upload");
+  return dst;
+}
+
+void CudaModelRunner::EnsureStates(const int32_t* slots, int n) {
+  int64_t need = 0;
+  for (int i = 0; i < n; ++i) need = std::max<int64_t>(need, int64_t{slots[i]} + 1);
+  if (need <= state_rows_) return;
+  const size_t row_bytes = static_cast<size_t>(cfg_.hidden_size) * sizeof(float);
+  const int64_t rows = std::max<int64_t>(need, 2 * state_rows_);
+  DeviceBuffer grown;
+  grown.Reserve(static_cast<size_t>(rows) * row_bytes);
+  if (state_rows_ > 0) {
+    CudaCheck(cudaMemcpyAsync(grown.as<void>(), states_.as<void>(), state_rows_ * row_bytes,
+                              cudaMemcpyDeviceToDevice, stream_),
+              "state pool growth");
+    Sync();  // the old pool is freed below
+  }
+  states_ = std::move(grown);
+  state_rows_ = rows;
+  ++state_allocations_;
+}
+
+const int32_t* CudaModelRunner::UploadSlots(const int32_t* slots, int n) {
+  return static_cast<const int32_t*>(Stage(slots, static_cast<size_t>(n) * sizeof(int32_t)));
+}
+
+void CudaModelRunner::GatherStates(const int32_t* dev_slots, int n, float* out) {
+  k::RowCopyParams p;
+  p.src = states_.as<float>();
+  p.dst = out;
+  p.src_rows = dev_slots;
+  p.src_capacity = state_rows_;
+  p.dst_capacity = n;
+  p.n = n;
+  p.dim = cfg_.hidden_size;
+  Launched(k::row_copy_forward(p, stream_), "row_copy gather");
+}
+
+void CudaModelRunner::ScatterStates(const float* in, const int32_t* dev_slots, int n) {
+  k::RowCopyParams p;
+  p.src = in;
+  p.dst = states_.as<float>();
+  p.dst_rows = dev_slots;
+  p.src_capacity = n;
+  p.dst_capacity = state_rows_;
+  p.n = n;
+  p.dim = cfg_.hidden_size;
+  Launched(k::row_copy_forward(p, stream_), "row_copy scatter");
+}
+
+void CudaModelRunner::ReadStates(const int32_t* slots, int n, float* h) {
+  if (n == 0) return;
+  const size_t bytes = static_cast<size_t>(n) * cfg_.hidden_size * sizeof(float);
+  EnsureStates(slots, n);
+  BeginUploads({n * sizeof(int32_t)});
+  const int32_t* dev = UploadSlots(slots, n);
+  Ensure(scratch_.h, bytes);
+  if (std::any_of(slots, slots + n, [](int32_t id) { return id < 0; }))
+    CudaCheck(cudaMemsetAsync(scratch_.h.as<void>(), 0, bytes, stream_), "cudaMemsetAsync");
+  GatherStates(dev, n, scratch_.h.as<float>());
+  Download(scratch_.h.as<void>(), bytes, h);
+}
+
+void CudaModelRunner::WriteStates(const int32_t* slots, int n, const float* h) {
+  if (n == 0) return;
+  const size_t bytes = static_cast<size_t>(n) * cfg_.hidden_size * sizeof(float);
+  EnsureStates(slots, n);
+  BeginUploads({n * sizeof(int32_t), bytes});
+  const int32_t* dev = UploadSlots(slots, n);
+  ScatterStates(static_cast<const float*>(Stage(h, bytes)), dev, n);
+}
+
+void CudaModelRunner::CopyStates(const int32_t* src, const int32_t* dst, int n) {
+  if (n == 0) return;
+  std::vector<int32_t> both(src, src + n);
+  both.insert(both.end(), dst, dst + n);
+  EnsureStates(both.data(), 2 * n);
+  BeginUploads({both.size() * sizeof(int32_t)});
+  const int32_t* dev = UploadSlots(both.data(), 2 * n);
+  k::RowCopyParams p;
+  p.src = states_.as<float>();
+  p.dst = states_.as<float>();
+  p.src_rows = dev;
+  p.dst_rows = dev + n;
+  p.src_capacity = p.dst_capacity = state_rows_;
+  p.n = n;
+  p.dim = cfg_.hidden_size;
+  Launched(k::row_copy_forward(p, stream_), "row_copy states");
 }
 
 int64_t CudaModelRunner::StepAllocations() const {
   const Scratch& x = scratch_;
-  int64_t n = 0;
-  for (const DeviceBuffer* b :
-       {&x.h,        &x.a,        &x.qkv,       &x.q,      &x.k_tmp,  &x.v_tmp,   &x.attn,
-        &x.proj,     &x.gu,       &x.act,       &x.lora_t, &x.logits, &x.meta,    &x.attn_ws,
-        &x.router_f, &x.router_i, &x.sample_io, &rec_ml_,  &rec_acc_, &kv_copies_}) {
+  int64_t n = state_allocations_;
+  for (const DeviceBuffer* b : {&x.h, &x.a, &x.qkv, &x.q, &x.k_tmp, &x.v_tmp, &x.attn, &x.proj,
+                                &x.gu, &x.act, &x.lora_t, &x.logits, &x.attn_ws, &x.router_f,
+                                &x.router_i, &x.sample_io, &rec_ml_, &rec_acc_, &arena_dev_}) {
     n += b->allocations();
   }
-  for (const PinnedBuffer* b : {&pinned_in_, &pinned_meta_, &pinned_out_, &pinned_copies_})
-    n += b->allocations();
+  for (const PinnedBuffer* b : {&pinned_out_, &arena_host_}) n += b->allocations();
   return n;
 }
 
@@ -643,77 +787,101 @@ void CudaModelRunner::KvFromHidden(const DeviceLayer& L, const StagedRows& s, co
   QkvEpilogue(L, s, m, /*write_cache=*/true, /*emit_kv=*/false, begin);
 }
 
-void CudaModelRunner::Embed(const int* tokens, int n, float* h) {
+// The ids and slots in one upload, the embedding into scratch h, then into the states;
+// Huginn's sqrt(H) scale is applied on the host in fp64, as the CPU does (a round trip).
+void CudaModelRunner::Embed(const int* tokens, int n, const int32_t* slots) {
   if (n == 0) return;
-  const StagedRows s = StageLoops(tokens, n);  // the ids ride in the loops slot
-  UploadRows(nullptr, n, &s);
+  std::vector<int32_t> ids_slots(tokens, tokens + n);
+  ids_slots.insert(ids_slots.end(), slots, slots + n);
+  EnsureStates(slots, n);
+  BeginUploads({ids_slots.size() * sizeof(int32_t)});
+  const int32_t* dev = UploadSlots(ids_slots.data(), 2 * n);
   const size_t h_bytes = static_cast<size_t>(n) * cfg_.hidden_size * sizeof(float);
   Ensure(scratch_.h, h_bytes);
   k::EmbeddingParams p;
   p.table = embed_.as<uint16_t>();
-  p.ids = Meta(s.loops);
+  p.ids = dev;
   p.out = scratch_.h.as<void>();
   p.rows = n;
   p.dim = cfg_.hidden_size;
   p.vocab = cfg_.vocab_size;
   p.out_dtype = DType::kF32;
   Launched(k::embedding_forward(p, stream_), "embedding");
-  Download(scratch_.h.as<void>(), h_bytes, h);
-  ScaleEmbedding(cfg_.huginn.embed_scale, h, static_cast<size_t>(n) * cfg_.hidden_size);
+  if (cfg_.huginn.embed_scale == 1.0) return ScatterStates(scratch_.h.as<float>(), dev + n, n);
+  std::vector<float> h(static_cast<size_t>(n) * cfg_.hidden_size);
+  Download(scratch_.h.as<void>(), h_bytes, h.data());
+  ScaleEmbedding(cfg_.huginn.embed_scale, h.data(), h.size());
+  WriteStates(slots, n, h.data());
 }
 
-// out = adapter . concat(s, e): the rows joined and rounded to bf16 here (the GEMM's input
-// dtype, as RMSNorm's output is for the other linears), one upload, one GEMM, one download.
-void CudaModelRunner::InjectInput(const float* s, const float* e, int n, float* out) {
+// s = adapter . concat(s, e): the states read back, joined and rounded to bf16 here (the GEMM's
+// input dtype, as RMSNorm's output is for the other linears), one GEMM, s's states written.
+void CudaModelRunner::InjectInput(const int32_t* s, const int32_t* e, int n) {
   MORSERVE_CHECK(adapter_.bytes() > 0, "InjectInput: the model has no Huginn adapter");
   if (n == 0) return;
   const size_t hs = static_cast<size_t>(cfg_.hidden_size);
-  const size_t in_bytes = static_cast<size_t>(n) * 2 * hs * sizeof(uint16_t);
-  auto* joined = static_cast<uint16_t*>(pinned_in_.Reserve(in_bytes));
+  std::vector<int32_t> both(s, s + n);
+  both.insert(both.end(), e, e + n);
+  std::vector<float> se(2 * n * hs);  // s rows, then e rows
+  ReadStates(both.data(), 2 * n, se.data());
+  std::vector<uint16_t> joined(static_cast<size_t>(n) * 2 * hs);
   for (size_t i = 0; i < static_cast<size_t>(n); ++i) {
     for (size_t c = 0; c < hs; ++c) {
-      joined[i * 2 * hs + c] = F32ToBf16(s[i * hs + c]);
-      joined[i * 2 * hs + hs + c] = F32ToBf16(e[i * hs + c]);
+      joined[i * 2 * hs + c] = F32ToBf16(se[i * hs + c]);
+      joined[i * 2 * hs + hs + c] = F32ToBf16(se[(n + i) * hs + c]);
     }
   }
+  const size_t in_bytes = joined.size() * sizeof(uint16_t);
   Ensure(scratch_.a, in_bytes);
   Ensure(scratch_.proj, static_cast<size_t>(n) * hs * sizeof(float));
-  CopyAsync(scratch_.a.as<void>(), joined, in_bytes, cudaMemcpyHostToDevice,
-            "adapter input upload");
+  BeginUploads({in_bytes, n * sizeof(int32_t)});
+  Stage(joined.data(), in_bytes, scratch_.a.as<void>());
+  const int32_t* dev = UploadSlots(s, n);
   Gemm(scratch_.a.as<uint16_t>(), adapter_.as<uint16_t>(), scratch_.proj.as<void>(), DType::kF32, n,
        static_cast<int>(hs), static_cast<int>(2 * hs));
-  Download(scratch_.proj.as<void>(), static_cast<size_t>(n) * hs * sizeof(float), out);
+  ScatterStates(scratch_.proj.as<float>(), dev, n);
 }
 
-// Every layer of the segment with the rows' states on the device: one upload of h and of every
-// layer's staged rows, K/V-only rows' entries (RMSNorm_in, QKV projection, RoPE from their
-// frozen h) then the full rows at each layer, one download of the full rows' h. Recurrent
-// layers reorder their rows per layer (waves of positions): they go layer by layer through
-// RunRecurrentLayer, h through the host.
+// Every layer of the segment with the rows' states on the device: one upload of every layer's
+// staged rows and the slots, the states gathered into scratch h, K/V-only rows' entries
+// (RMSNorm_in, QKV projection, RoPE from their frozen h) then the full rows at each layer, the
+// full rows' states scattered back. No synchronisation. Recurrent layers reorder their rows
+// per layer (waves of positions): they go layer by layer through RunRecurrentLayer, h through
+// the host.
 void CudaModelRunner::RunSegment(const SegmentBatch& b) {
   if (b.n == 0) return;
   const int num_layers = static_cast<int>(b.layers.size());
+  const size_t hs = static_cast<size_t>(cfg_.hidden_size);
   if (num_layers > 0 && b.layers[0].full.recurrent) {
     MORSERVE_CHECK(b.num_kv_only == 0, "K/V-only rows on a recurrent layer");
-    for (int k = 0; k < num_layers; ++k) RunRecurrentLayer(FullLayer(b, k, b.h));
+    std::vector<float> h(b.n * hs);
+    ReadStates(b.slots, b.n, h.data());
+    for (int k = 0; k < num_layers; ++k) RunRecurrentLayer(FullLayer(b, k, h.data()));
+    WriteStates(b.slots, b.n, h.data());
     return;
   }
   const Segment& seg = w_->plan.segments[b.segment];
-  const int hs = cfg_.hidden_size, nk = b.num_kv_only, nf = b.n - nk;
+  const int nk = b.num_kv_only, nf = b.n - nk;
   StagedRows all;
   std::vector<StagedRows> kv_only(num_layers), full(num_layers);
   for (int k = 0; k < num_layers; ++k) {
-    for (auto [rows, part, out] : {std::tuple{nk, KvOnlyLayer(b, k, b.h), &kv_only[k]},
-                                   std::tuple{nf, FullLayer(b, k, b.h), &full[k]}}) {
+    for (auto [rows, part, out] : {std::tuple{nk, KvOnlyLayer(b, k, nullptr), &kv_only[k]},
+                                   std::tuple{nf, FullLayer(b, k, nullptr), &full[k]}}) {
       if (rows == 0) continue;
       auto staged = StageLayerBatch(part, seg.loops, block_size_);
       MORSERVE_CHECK(staged.ok(), std::string(staged.status().message()).c_str());
       *out = AppendStaged(*std::move(staged), &all);
     }
   }
+  while (all.data.size() % 4 != 0) all.data.push_back(0);
+  const size_t slots_at = all.data.size();
+  all.data.insert(all.data.end(), b.slots, b.slots + b.n);
+  EnsureStates(b.slots, b.n);
   EnsureLayerScratch(static_cast<size_t>(b.n), /*full=*/nf > 0);
-  UploadRows(b.h, b.n, &all);
+  Ensure(scratch_.h, b.n * hs * sizeof(float));
+  UploadRows(nullptr, b.n, &all);
   float* h = scratch_.h.as<float>();
+  GatherStates(Meta(slots_at), b.n, h);
   float* h_full = h + static_cast<size_t>(nk) * hs;
   for (int k = 0; k < num_layers; ++k) {
     const DeviceLayer& L = layers_[seg.first_layer_slot + k];
@@ -726,9 +894,7 @@ void CudaModelRunner::RunSegment(const SegmentBatch& b) {
       FullRowsOnDevice(L, full[k], h_full, nf, /*recurrent=*/false);
     }
   }
-  if (nf == 0) return Sync();  // the pinned metadata is free again once the entries are written
-  Download(h_full, static_cast<size_t>(nf) * hs * sizeof(float),
-           b.h + static_cast<size_t>(nk) * hs);
+  if (nf > 0) ScatterStates(h_full, Meta(slots_at) + nk, nf);
 }
 
 // A recurrent layer by the tiled schedule (RunRecurrentTiled), or with --recurrent-prefill
@@ -836,8 +1002,7 @@ void CudaModelRunner::ReadKv(int32_t slot, float* k, float* v) const {
 }
 
 // Every copy of the call in one kv_copy launch on the step's stream (ordered before every
-// later layer call), its (src, dst, count) triples uploaded through their own pinned buffer.
-// The stream is synchronised first: the previous call's upload may still read that buffer.
+// later layer call), its (src, dst, count) triples uploaded through the step's arena.
 void CudaModelRunner::CopyKv(const KvCopy* copies, int n) {
   if (n == 0) return;
   const int64_t slots = static_cast<int64_t>(num_blocks_) * block_size_;
@@ -850,15 +1015,11 @@ void CudaModelRunner::CopyKv(const KvCopy* copies, int n) {
   MORSERVE_CHECK(KvCopiesDisjoint(copies, n), "CopyKv: overlapping copies");
   static_assert(sizeof(KvCopy) == 3 * sizeof(int32_t), "KvCopy is the kernel's triple");
   const size_t bytes = static_cast<size_t>(n) * sizeof(KvCopy);
-  Sync();
-  std::memcpy(pinned_copies_.Reserve(bytes), copies, bytes);
-  Ensure(kv_copies_, bytes);
-  CopyAsync(kv_copies_.as<void>(), pinned_copies_.as<void>(), bytes, cudaMemcpyHostToDevice,
-            "CopyKv upload");
+  BeginUploads({bytes});
   k::KvCopyParams p;
   p.k_cache = k_cache_.as<uint16_t>();
   p.v_cache = v_cache_.as<uint16_t>();
-  p.copies = kv_copies_.as<int32_t>();
+  p.copies = static_cast<const int32_t*>(Stage(copies, bytes));
   p.n = n;
   p.kv_dim = cfg_.kv_dim();
   p.slots = slots;
@@ -906,13 +1067,15 @@ void CudaModelRunner::FullRowsOnDevice(const DeviceLayer& L, const StagedRows& s
   if (recurrent) KvFromHidden(L, s, s, h, /*begin=*/0, n);
 }
 
-void CudaModelRunner::ExpertRouter(const int* loops, const float* h, int n, float* score,
+void CudaModelRunner::ExpertRouter(const int* loops, const int32_t* slots, int n, float* score,
                                    float* decide) {
   if (n == 0) return;
   const int hs = cfg_.hidden_size;
   const float temperature = cfg_.recursion.router.temperature;
   if (!ec_linear_) {  // mlp routers: on the host (see the class comment)
-    std::vector<float> x(hs);
+    std::vector<float> hv(static_cast<size_t>(n) * hs), x(hs);
+    const float* h = hv.data();
+    ReadStates(slots, n, hv.data());
     for (int i = 0; i < n; ++i) {
       for (int c = 0; c < hs; ++c) x[c] = h[static_cast<size_t>(i) * hs + c] / temperature;
       ec_mlp_[loops[i]].Forward(x.data(), &score[i]);
@@ -924,8 +1087,14 @@ void CudaModelRunner::ExpertRouter(const int* loops, const float* h, int n, floa
     }
     return;
   }
-  const StagedRows s = StageLoops(loops, n);
-  UploadRows(h, n, &s);
+  StagedRows s = StageLoops(loops, n);
+  while (s.data.size() % 4 != 0) s.data.push_back(0);
+  const size_t slots_at = s.data.size();
+  s.data.insert(s.data.end(), slots, slots + n);
+  EnsureStates(slots, n);
+  Ensure(scratch_.h, static_cast<size_t>(n) * hs * sizeof(float));
+  UploadRows(nullptr, n, &s);
+  GatherStates(Meta(slots_at), n, scratch_.h.as<float>());
   const int num_loops = static_cast<int>(w_->router.expert.size());
   Ensure(scratch_.router_f, static_cast<size_t>(n) * 3 * sizeof(float));
   Ensure(scratch_.router_i, static_cast<size_t>(n) * sizeof(int32_t));
@@ -955,15 +1124,20 @@ void CudaModelRunner::ExpertRouter(const int* loops, const float* h, int n, floa
             host.begin() + (aux_w_.bytes() > 0 ? 2 * n : n), decide);
 }
 
-void CudaModelRunner::TokenChoiceRouter(const float* h, int n, float* scores) {
+void CudaModelRunner::TokenChoiceRouter(const int32_t* slots, int n, float* scores) {
   if (n == 0) return;
   const int hs = cfg_.hidden_size, nr = cfg_.recursion.num_recursions;
   if (!tc_linear_) {
+    std::vector<float> h(static_cast<size_t>(n) * hs);
+    ReadStates(slots, n, h.data());
     for (int i = 0; i < n; ++i)
-      tc_mlp_.Forward(h + static_cast<size_t>(i) * hs, scores + static_cast<size_t>(i) * nr);
+      tc_mlp_.Forward(&h[static_cast<size_t>(i) * hs], scores + static_cast<size_t>(i) * nr);
     return;
   }
-  UploadRows(h, n, nullptr);
+  EnsureStates(slots, n);
+  BeginUploads({n * sizeof(int32_t)});
+  Ensure(scratch_.h, static_cast<size_t>(n) * hs * sizeof(float));
+  GatherStates(UploadSlots(slots, n), n, scratch_.h.as<float>());
   Ensure(scratch_.router_f, static_cast<size_t>(n) * (nr + 1) * sizeof(float));
   Ensure(scratch_.router_i, static_cast<size_t>(n) * sizeof(int32_t));
   k::TokenChoiceRouterParams p;
@@ -980,9 +1154,10 @@ void CudaModelRunner::TokenChoiceRouter(const float* h, int n, float* scores) {
   Download(p.scores_out, static_cast<size_t>(n) * nr * sizeof(float), scores);
 }
 
-void CudaModelRunner::LogitsOnDevice(const float* h, int n) {
-  UploadRows(h, n, nullptr);
+void CudaModelRunner::LogitsOnDevice(const int32_t* dev_slots, int n) {
   const int hs = cfg_.hidden_size, vocab = cfg_.vocab_size;
+  Ensure(scratch_.h, static_cast<size_t>(n) * hs * sizeof(float));
+  GatherStates(dev_slots, n, scratch_.h.as<float>());
   Ensure(scratch_.a, static_cast<size_t>(n) * hs * sizeof(uint16_t));
   Ensure(scratch_.logits, static_cast<size_t>(n) * vocab * sizeof(float));
   k::RmsNormParams p;
@@ -1000,9 +1175,11 @@ void CudaModelRunner::LogitsOnDevice(const float* h, int n) {
        hs);
 }
 
-void CudaModelRunner::Logits(const float* h, int n, float* logits) {
+void CudaModelRunner::Logits(const int32_t* slots, int n, float* logits) {
   if (n == 0) return;
-  LogitsOnDevice(h, n);
+  EnsureStates(slots, n);
+  BeginUploads({n * sizeof(int32_t)});
+  LogitsOnDevice(UploadSlots(slots, n), n);
   Download(scratch_.logits.as<void>(), static_cast<size_t>(n) * cfg_.vocab_size * sizeof(float),
            logits);
 }
@@ -1012,8 +1189,8 @@ namespace {
 // Sample's per-row device arrays in one buffer (one upload, one download): inputs first, then
 // the outputs, each array 8-byte aligned.
 struct SampleLayout {
-  size_t temperature, top_k, top_p, min_p, seed, step, threshold;  // inputs
-  size_t token, chosen, max_logit, argmax, max_prob, exit;         // outputs
+  size_t temperature, top_k, top_p, min_p, seed, step, threshold, slots;  // inputs
+  size_t token, chosen, max_logit, argmax, max_prob, exit;                // outputs
   size_t inputs_end, end;
   explicit SampleLayout(size_t n) {
     size_t at = 0;
@@ -1029,6 +1206,7 @@ struct SampleLayout {
     top_p = take(4);
     min_p = take(4);
     threshold = take(4);
+    slots = take(4);
     inputs_end = at;
     max_prob = take(8);
     token = take(4);
@@ -1051,13 +1229,13 @@ T* Field(void* base, size_t offset) {
 // logit), argmax and exit_confidence give the row's max and 1 / sum exp(x - max), so
 // logprob = x_token - log_z with log_z = max - log(max_prob); one upload of the parameters,
 // one download of the results.
-void CudaModelRunner::Sample(const float* h, absl::Span<const SampleInput> rows,
+void CudaModelRunner::Sample(const int32_t* slots, absl::Span<const SampleInput> rows,
                              SampleResult* out) {
   const int n = static_cast<int>(rows.size());
   if (n == 0) return;
-  LogitsOnDevice(h, n);
   const SampleLayout L(rows.size());
-  void* host = pinned_meta_.Reserve(L.end);
+  std::vector<uint64_t> blob((L.inputs_end + 7) / 8);
+  void* host = blob.data();
   for (int i = 0; i < n; ++i) {
     const SamplingParams& p = *rows[i].params;
     Field<uint64_t>(host, L.seed)[i] = rows[i].seed;
@@ -1067,9 +1245,13 @@ void CudaModelRunner::Sample(const float* h, absl::Span<const SampleInput> rows,
     Field<float>(host, L.top_p)[i] = p.top_p;
     Field<float>(host, L.min_p)[i] = p.min_p;
     Field<float>(host, L.threshold)[i] = 0.0f;
+    Field<int32_t>(host, L.slots)[i] = slots[i];
   }
+  EnsureStates(slots, n);
   void* dev = scratch_.sample_io.Reserve(L.end);
-  CopyAsync(dev, host, L.inputs_end, cudaMemcpyHostToDevice, "sampling parameters upload");
+  BeginUploads({L.inputs_end});
+  Stage(host, L.inputs_end, dev);
+  LogitsOnDevice(Field<int32_t>(dev, L.slots), n);
   const float* logits = scratch_.logits.as<float>();
   k::DeviceSamplingParams sp;
   sp.logits = logits;
@@ -1133,8 +1315,11 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> CreateCudaModelRunner(
         absl::StrCat("--device cuda: ", prop.name, " is compute capability ", prop.major, ".",
                      prop.minor, "; the kernels are built for Hopper (sm_90a)"));
   }
-  auto runner = std::make_unique<CudaModelRunner>(std::move(weights), num_kv_blocks,
-                                                  config.block_size, config.recurrent_prefill);
+  // Row states live: the pass's rows, the tokens entering, rows waiting for the tail, and a
+  // second state for token-choice and Huginn rows; the pool grows beyond this if it must.
+  const int64_t states = 2 * (int64_t{config.max_batch_rows} + config.max_step_tokens) + 64;
+  auto runner = std::make_unique<CudaModelRunner>(
+      std::move(weights), num_kv_blocks, config.block_size, config.recurrent_prefill, states);
   if (absl::Status st = runner->Init(); !st.ok()) return st;
   return std::unique_ptr<ModelRunner>(std::move(runner));
 }

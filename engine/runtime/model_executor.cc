@@ -49,17 +49,32 @@ ModelExecutor::ModelExecutor(std::shared_ptr<const ModelWeights> weights, ModelR
   if (cfg_.huginn.input_injection) ln_f_ = weights_->final_norm.ToF32Vector();
 }
 
-std::vector<float> ModelExecutor::Gather(const std::vector<Row*>& rows) const {
-  const int hs = cfg_.hidden_size;
-  std::vector<float> h(rows.size() * hs);
-  for (size_t i = 0; i < rows.size(); ++i)
-    std::copy(rows[i]->h.begin(), rows[i]->h.end(), &h[i * hs]);
+std::vector<int32_t> ModelExecutor::Slots(const std::vector<Row*>& rows, StateSlot Row::*state) {
+  std::vector<int32_t> ids(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) ids[i] = (rows[i]->*state).id();
+  return ids;
+}
+
+// The rows' states on the host, for the math the executor does there.
+std::vector<float> ModelExecutor::Read(const std::vector<Row*>& rows, StateSlot Row::*state) {
+  std::vector<float> h(rows.size() * static_cast<size_t>(cfg_.hidden_size));
+  if (!rows.empty())
+    runner_->ReadStates(Slots(rows, state).data(), static_cast<int>(rows.size()), h.data());
   return h;
 }
 
-void ModelExecutor::Scatter(const std::vector<float>& h, std::vector<Row*>& rows) const {
-  const int hs = cfg_.hidden_size;
-  for (size_t i = 0; i < rows.size(); ++i) rows[i]->h.assign(&h[i * hs], &h[(i + 1) * hs]);
+void ModelExecutor::Write(const std::vector<Row*>& rows, const std::vector<float>& h) {
+  if (!rows.empty())
+    runner_->WriteStates(Slots(rows).data(), static_cast<int>(rows.size()), h.data());
+}
+
+// A new state for each row at `state`, a copy of its `from` state.
+void ModelExecutor::CopyState(const std::vector<Row*>& rows, StateSlot Row::*from,
+                              StateSlot Row::*state) {
+  if (rows.empty()) return;
+  for (Row* r : rows) r->*state = slots_.Acquire();
+  runner_->CopyStates(Slots(rows, from).data(), Slots(rows, state).data(),
+                      static_cast<int>(rows.size()));
 }
 
 // Write first (in row order: one request's rows are in position order), then attend to the
@@ -159,13 +174,14 @@ void ModelExecutor::CopyOnExitEntries(int segment, int k, const std::vector<Row*
   }
 }
 
-// Every layer of `segment` over `rows` (h: their states [rows, H], updated): each layer's plan
-// first, then the copy-on-exit entries of every layer in one copy (their sources are entries
-// of earlier passes, so they may all precede the layers), then one runner call over the other
-// rows, K/V-only rows first (each kind keeps the rows' order, so stays grouped by loop).
-void ModelExecutor::RunLayers(int segment, std::vector<Row*>& rows, std::vector<float>* h,
-                              std::vector<KvWrite>* writes) {
-  const int num_layers = plan_.segments[segment].num_layers, hs = cfg_.hidden_size;
+// Every layer of `segment` over `rows`, whose states are slots[i] (updated in place): each
+// layer's plan first, then the copy-on-exit entries of every layer in one copy (their sources
+// are entries of earlier passes, so they may all precede the layers), then one runner call over
+// the other rows, K/V-only rows first (each kind keeps the rows' order, so stays grouped by
+// loop).
+void ModelExecutor::RunLayers(int segment, std::vector<Row*>& rows,
+                              const std::vector<int32_t>& slots, std::vector<KvWrite>* writes) {
+  const int num_layers = plan_.segments[segment].num_layers;
   std::vector<LayerKvPlan> planned(num_layers);
   std::vector<KvCopy> copies;
   for (int k = 0; k < num_layers; ++k) {
@@ -184,16 +200,11 @@ void ModelExecutor::RunLayers(int segment, std::vector<Row*>& rows, std::vector<
   if (n == 0) return;
   const bool in_place = nk == 0 && n == static_cast<int>(rows.size());  // order is the identity
   std::vector<int> loops(n), positions(n);
-  std::vector<float> moved;
+  std::vector<int32_t> ids(n);
   for (int j = 0; j < n; ++j) {
     loops[j] = rows[order[j]]->loop;
     positions[j] = rows[order[j]]->position;
-  }
-  if (!in_place) {
-    moved.resize(static_cast<size_t>(n) * hs);
-    for (int j = 0; j < n; ++j)
-      std::copy_n(&(*h)[static_cast<size_t>(order[j]) * hs], hs,
-                  &moved[static_cast<size_t>(j) * hs]);
+    ids[j] = slots[order[j]];
   }
   std::vector<SegmentLayerKv> layers(num_layers);
   for (int k = 0; k < num_layers; ++k) {
@@ -206,31 +217,22 @@ void ModelExecutor::RunLayers(int segment, std::vector<Row*>& rows, std::vector<
   b.num_kv_only = nk;
   b.loops = loops.data();
   b.positions = positions.data();
-  b.h = in_place ? h->data() : moved.data();
+  b.slots = ids.data();
   b.layers = layers;
   runner_->RunSegment(b);
-  if (in_place) return;
-  for (int j = nk; j < n; ++j)
-    std::copy_n(&moved[static_cast<size_t>(j) * hs], hs, &(*h)[static_cast<size_t>(order[j]) * hs]);
 }
 
 // Every loop of a segment outside the routed loop (unique layers, or a plan without a single
-// looped segment); rows' `loop` is borrowed as the segment's loop counter.
-void ModelExecutor::RunSegment(int segment, std::vector<Row*>& rows, std::vector<KvWrite>* writes) {
-  std::vector<float> h = Gather(rows);
-  RunSegmentOn(segment, rows, &h, writes);
-  Scatter(h, rows);
-}
-
-// The same on hidden states h [rows, H] given apart from the rows' own.
-void ModelExecutor::RunSegmentOn(int segment, std::vector<Row*>& rows, std::vector<float>* h,
-                                 std::vector<KvWrite>* writes) {
+// looped segment) on the states `slots` of `rows`; rows' `loop` is borrowed as the segment's
+// loop counter.
+void ModelExecutor::RunSegmentOn(int segment, std::vector<Row*>& rows,
+                                 const std::vector<int32_t>& slots, std::vector<KvWrite>* writes) {
   std::vector<int> saved(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) saved[i] = rows[i]->loop;
   const Segment& seg = plan_.segments[segment];
   for (int r = 0; r < seg.loops; ++r) {
     for (Row* row : rows) row->loop = r;
-    RunLayers(segment, rows, h, writes);
+    RunLayers(segment, rows, slots, writes);
   }
   for (size_t i = 0; i < rows.size(); ++i) rows[i]->loop = saved[i];
 }
@@ -261,20 +263,19 @@ std::vector<Row> ModelExecutor::Enter(const std::vector<EnteringToken>& tokens,
   const int n = static_cast<int>(tokens.size());
   std::vector<Row> rows(n);
   std::vector<int> ids(n);
-  std::vector<float> h(static_cast<size_t>(n) * cfg_.hidden_size);
   for (int i = 0; i < n; ++i) {
     rows[i].seq = tokens[i].seq;
     rows[i].position = tokens[i].position;
+    rows[i].h = slots_.Acquire();
     ids[i] = tokens[i].seq->tokens[tokens[i].position];
   }
   if (n == 0) return rows;
-  runner_->Embed(ids.data(), n, h.data());
   std::vector<Row*> ptrs;
   for (Row& r : rows) ptrs.push_back(&r);
-  Scatter(h, ptrs);
+  runner_->Embed(ids.data(), n, Slots(ptrs).data());
   const int looped = plan_.looped_segment;
   const int pre_end = looped < 0 ? static_cast<int>(plan_.segments.size()) : looped;
-  for (int s = 0; s < pre_end; ++s) RunSegment(s, ptrs, writes);
+  for (int s = 0; s < pre_end; ++s) RunSegmentOn(s, ptrs, Slots(ptrs), writes);
   if (cfg_.huginn.input_injection) StartHuginnState(&rows);
   if (looped < 0) {  // no routed loop: the whole plan ran; report the loops it has
     bool any_loop = false;
@@ -294,10 +295,10 @@ void ModelExecutor::DecideExpert(std::vector<Row*>& rows) {
   if (rows.empty()) return;
   const RouterConfig& rc = cfg_.recursion.router;
   const int n = static_cast<int>(rows.size());
-  std::vector<float> h = Gather(rows), score(n), decide(n);
+  std::vector<float> score(n), decide(n);
   std::vector<int> loops(n);
   for (int i = 0; i < n; ++i) loops[i] = rows[i]->loop;
-  runner_->ExpertRouter(loops.data(), h.data(), n, score.data(), decide.data());
+  runner_->ExpertRouter(loops.data(), Slots(rows).data(), n, score.data(), decide.data());
   for (int i = 0; i < n; ++i) {
     const bool active = rc.capacity[loops[i]] >= 1.0f || decide[i] > rc.threshold;
     if (!active) {
@@ -318,8 +319,8 @@ void ModelExecutor::EntryRouting(std::vector<Row*>& rows) {
     const int nr = cfg_.recursion.num_recursions, n = static_cast<int>(rows.size());
     const RouterConfig& rc = cfg_.recursion.router;
     const std::vector<float>& bias = weights_->router.token_choice_bias;
-    std::vector<float> h = Gather(rows), scores(static_cast<size_t>(n) * nr);
-    runner_->TokenChoiceRouter(h.data(), n, scores.data());
+    std::vector<float> scores(static_cast<size_t>(n) * nr);
+    runner_->TokenChoiceRouter(Slots(rows).data(), n, scores.data());
     for (int i = 0; i < n; ++i) {
       const float* s = &scores[static_cast<size_t>(i) * nr];
       std::vector<double> p(nr);
@@ -338,16 +339,16 @@ void ModelExecutor::EntryRouting(std::vector<Row*>& rows) {
       }
       rows[i]->tc_depth = best + 1;
       rows[i]->tc_gate = static_cast<float>(p[best]);
-      rows[i]->x0 = rows[i]->h;
     }
+    CopyState(rows, &Row::h, &Row::x0);
   }
 }
 
 void ModelExecutor::ExitByConfidence(std::vector<Row*>& rows) {
   if (rows.empty()) return;
   const int n = static_cast<int>(rows.size()), vocab = cfg_.vocab_size;
-  std::vector<float> h = Gather(rows), logits(static_cast<size_t>(n) * vocab);
-  runner_->Logits(h.data(), n, logits.data());
+  std::vector<float> logits(static_cast<size_t>(n) * vocab);
+  runner_->Logits(Slots(rows).data(), n, logits.data());
   for (int i = 0; i < n; ++i) {
     const float threshold =
         rows[i]->seq->request.exit_threshold.value_or(cfg_.recursion.early_exit.threshold);
@@ -382,14 +383,21 @@ int ModelExecutor::LoopsOf(const Row& row) const {
 
 // Huginn (docs/models.md#huginn-0125): the prelude's output e is kept for the injections, and
 // the recurrent state starts at s0 (zeros, or drawn from the request's seed and the position).
-void ModelExecutor::StartHuginnState(std::vector<Row>* rows) const {
+void ModelExecutor::StartHuginnState(std::vector<Row>* rows) {
+  const size_t hs = static_cast<size_t>(cfg_.hidden_size);
+  std::vector<Row*> ptrs;
+  std::vector<float> s0(rows->size() * hs);
   for (Row& r : *rows) {
     const Sequence& s = *r.seq;
     r.inject = std::move(r.h);
-    r.h =
+    r.h = slots_.Acquire();
+    const std::vector<float> init =
         HuginnInitialState(cfg_.hidden_size, s.request.init_scale.value_or(cfg_.huginn.init_scale),
                            s.seed, r.position);
+    std::copy(init.begin(), init.end(), &s0[ptrs.size() * hs]);
+    ptrs.push_back(&r);
   }
+  Write(ptrs, s0);
 }
 
 // s = adapter . concat(s, e) on the full rows of a pass, before its first layer.
@@ -398,13 +406,8 @@ void ModelExecutor::InjectInput(std::vector<Row*>& rows) {
   for (Row* r : rows)
     if (!r->kv_only) full.push_back(r);
   if (full.empty()) return;
-  const int n = static_cast<int>(full.size()), hs = cfg_.hidden_size;
-  const std::vector<float> s = Gather(full);
-  std::vector<float> e(s.size()), out(s.size());
-  for (int i = 0; i < n; ++i)
-    std::copy_n(full[i]->inject.data(), hs, &e[static_cast<size_t>(i) * hs]);
-  runner_->InjectInput(s.data(), e.data(), n, out.data());
-  Scatter(out, full);
+  runner_->InjectInput(Slots(full).data(), Slots(full, &Row::inject).data(),
+                       static_cast<int>(full.size()));
 }
 
 // ln_f on states entering the coda (Huginn), in place.
@@ -420,11 +423,18 @@ void ModelExecutor::CodaInput(std::vector<float>* h, int n) const {
 void ModelExecutor::HuginnKlExits(std::vector<Row*>& rows, std::vector<Row*>* exited,
                                   std::vector<KvWrite>* writes) {
   const int n = static_cast<int>(rows.size()), vocab = cfg_.vocab_size;
-  std::vector<float> y = Gather(rows), logits(static_cast<size_t>(n) * vocab);
+  std::vector<StateSlot> coda(n);  // the normed states the check runs the coda on
+  std::vector<int32_t> coda_slots(n);
+  for (int i = 0; i < n; ++i) {
+    coda[i] = slots_.Acquire();
+    coda_slots[i] = coda[i].id();
+  }
+  std::vector<float> y = Read(rows), logits(static_cast<size_t>(n) * vocab);
   CodaInput(&y, n);
+  runner_->WriteStates(coda_slots.data(), n, y.data());
   for (int s = plan_.looped_segment + 1; s < static_cast<int>(plan_.segments.size()); ++s)
-    RunSegmentOn(s, rows, &y, writes);
-  runner_->Logits(y.data(), n, logits.data());
+    RunSegmentOn(s, rows, coda_slots, writes);
+  runner_->Logits(coda_slots.data(), n, logits.data());
   // Each row's statistic is computed whole by one task (the reference's order, whatever the
   // threads): two fp64 passes over the vocabulary, the costly part of a check on the host.
   std::vector<HuginnLogits> normalized(n);
@@ -468,19 +478,25 @@ void ModelExecutor::BlockPass(std::vector<Row>* rows, std::vector<Row>* kv_only,
   std::vector<Row*> ptrs;
   for (Row& r : *rows) ptrs.push_back(&r);
   if (cfg_.huginn.input_injection) InjectInput(ptrs);
-  const std::vector<float> h_in = Gather(ptrs);
-  std::vector<float> h = h_in;
+  const RecursionConfig& rc = cfg_.recursion;
+  // The gates, token-choice outputs and the norm between loops are computed here, on the
+  // states read back (the other models' states never leave the runner in a pass).
+  const bool gated = rc.routing == Routing::kExpertChoice;
+  const bool host_math = gated || rc.routing == Routing::kTokenChoice || !loop_norm_.empty();
+  const std::vector<float> h_in = gated ? Read(ptrs) : std::vector<float>();
   const int hs = cfg_.hidden_size;
   // K/V-only rows keep their exit state through every layer (the runner leaves their h
   // alone): it is the input of each skipped layer (docs/models.md#early-exit).
-  RunLayers(looped, ptrs, &h, writes);
+  RunLayers(looped, ptrs, Slots(ptrs), writes);
+  std::vector<float> h = host_math ? Read(ptrs) : std::vector<float>();
+  const std::vector<float> x0 =
+      rc.routing == Routing::kTokenChoice ? Read(ptrs, &Row::x0) : std::vector<float>();
 
-  const RecursionConfig& rc = cfg_.recursion;
   std::vector<Row*> undecided, copy_on_exit, kl_check;
   std::vector<float> normed(hs);
   for (size_t i = 0; i < ptrs.size(); ++i) {
     Row& r = *ptrs[i];
-    float* out = &h[i * hs];
+    float* out = host_math ? &h[i * hs] : nullptr;
     if (r.kv_only) {
       r.exited = ++r.loop == LoopsOf(r);
       continue;
@@ -493,7 +509,7 @@ void ModelExecutor::BlockPass(std::vector<Row>* rows, std::vector<Row>* kv_only,
     if (rc.routing == Routing::kTokenChoice) {
       if (r.loop == r.tc_depth) {  // output x0 + p[d-1] * h
         for (int d = 0; d < hs; ++d)
-          out[d] = static_cast<float>(r.x0[d] + static_cast<double>(r.tc_gate) * out[d]);
+          out[d] = static_cast<float>(x0[i * hs + d] + static_cast<double>(r.tc_gate) * out[d]);
         r.exited = true;
       }
     } else if (r.loop == LoopsOf(r)) {
@@ -517,7 +533,7 @@ void ModelExecutor::BlockPass(std::vector<Row>* rows, std::vector<Row>* kv_only,
       }
     }
   }
-  Scatter(h, ptrs);
+  if (host_math) Write(ptrs, h);
   if (!kl_check.empty()) HuginnKlExits(kl_check, &copy_on_exit, writes);
   for (Row* r : copy_on_exit) {  // rides the later loops, copying its exit loop's entries
     Row ghost;
@@ -532,6 +548,7 @@ void ModelExecutor::BlockPass(std::vector<Row>* rows, std::vector<Row>* kv_only,
   if (rc.routing == Routing::kEarlyExit) {
     ExitByConfidence(undecided);
     if (rc.early_exit.exit_kv == ExitKv::kPropagate) {
+      std::vector<int32_t> from, to;  // each ghost's state: a copy of its row's exit state
       for (Row* r : undecided) {
         // Loops after loop 0 write no KV with kv sharing: nothing for a K/V-only row to do.
         if (!r->exited || !plan_.WritesKv(looped, r->loop)) continue;
@@ -539,10 +556,13 @@ void ModelExecutor::BlockPass(std::vector<Row>* rows, std::vector<Row>* kv_only,
         ghost.seq = r->seq;
         ghost.position = r->position;
         ghost.loop = r->loop;
-        ghost.h = r->h;
+        ghost.h = slots_.Acquire();
         ghost.kv_only = true;
+        from.push_back(r->h.id());
+        to.push_back(ghost.h.id());
         kv_only->push_back(std::move(ghost));
       }
+      if (!from.empty()) runner_->CopyStates(from.data(), to.data(), static_cast<int>(from.size()));
     }
   }
 }
@@ -556,12 +576,14 @@ void ModelExecutor::Tail(std::vector<Row>* rows) {
   }
   const int looped = plan_.looped_segment;
   if (looped >= 0 && !run.empty()) {
-    std::vector<float> h = Gather(run);
-    if (cfg_.huginn.input_injection) CodaInput(&h, static_cast<int>(run.size()));
-    for (int s = looped + 1; s < static_cast<int>(plan_.segments.size()); ++s) {
-      RunSegmentOn(s, run, &h, /*writes=*/nullptr);
+    if (cfg_.huginn.input_injection) {
+      std::vector<float> h = Read(run);
+      CodaInput(&h, static_cast<int>(run.size()));
+      Write(run, h);
     }
-    Scatter(h, run);
+    for (int s = looped + 1; s < static_cast<int>(plan_.segments.size()); ++s) {
+      RunSegmentOn(s, run, Slots(run), /*writes=*/nullptr);
+    }
   }
   std::vector<Row*> sampled, scored;
   for (Row* r : ptrs) {
@@ -584,8 +606,8 @@ void ModelExecutor::Tail(std::vector<Row>* rows) {
   SampleOnRunner(by_runner);
   if (with_logits.empty()) return;
   const int vocab = cfg_.vocab_size, n = static_cast<int>(with_logits.size());
-  std::vector<float> h = Gather(with_logits), logits(static_cast<size_t>(n) * vocab);
-  runner_->Logits(h.data(), n, logits.data());
+  std::vector<float> logits(static_cast<size_t>(n) * vocab);
+  runner_->Logits(Slots(with_logits).data(), n, logits.data());
   for (int i = 0; i < n; ++i) {
     with_logits[i]->logits.assign(&logits[static_cast<size_t>(i) * vocab],
                                   &logits[static_cast<size_t>(i + 1) * vocab]);
@@ -599,8 +621,7 @@ void ModelExecutor::SampleOnRunner(const std::vector<Row*>& rows) {
   std::vector<SampleInput> inputs;
   for (const Row* r : rows) inputs.push_back(NextTokenInput(*r->seq, cfg_.eos_token_ids));
   std::vector<SampleResult> out(rows.size());
-  const std::vector<float> h = Gather(rows);
-  runner_->Sample(h.data(), inputs, out.data());
+  runner_->Sample(Slots(rows).data(), inputs, out.data());
   for (size_t i = 0; i < rows.size(); ++i) rows[i]->sample = std::move(out[i]);
 }
 
@@ -616,9 +637,8 @@ void ModelExecutor::ScorePrompt(const std::vector<Row*>& rows) {
     const size_t end = std::min(rows.size(), begin + kRowsPerCall);
     const std::vector<Row*> part(rows.begin() + begin, rows.begin() + end);
     const int n = static_cast<int>(part.size());
-    const std::vector<float> h = Gather(part);
     logits.resize(static_cast<size_t>(n) * vocab);
-    runner_->Logits(h.data(), n, logits.data());
+    runner_->Logits(Slots(part).data(), n, logits.data());
     for (int i = 0; i < n; ++i) {
       Row& r = *part[i];
       const Sequence& s = *r.seq;

@@ -43,10 +43,9 @@ class ModelExecutor {
  private:
   std::vector<Row> Enter(const std::vector<EnteringToken>& tokens, std::vector<KvWrite>* writes);
   void BlockPass(std::vector<Row>* rows, std::vector<Row>* kv_only, std::vector<KvWrite>* writes);
-  void RunSegment(int segment, std::vector<Row*>& rows, std::vector<KvWrite>* writes);
-  void RunSegmentOn(int segment, std::vector<Row*>& rows, std::vector<float>* h,
+  void RunSegmentOn(int segment, std::vector<Row*>& rows, const std::vector<int32_t>& slots,
                     std::vector<KvWrite>* writes);
-  void RunLayers(int segment, std::vector<Row*>& rows, std::vector<float>* h,
+  void RunLayers(int segment, std::vector<Row*>& rows, const std::vector<int32_t>& slots,
                  std::vector<KvWrite>* writes);
   LayerKvPlan PlanLayer(int segment, int k, const std::vector<Row*>& rows,
                         std::vector<KvWrite>* writes) const;
@@ -57,7 +56,7 @@ class ModelExecutor {
   void ExitByConfidence(std::vector<Row*>& rows);
   bool OuroGateExits(Row* row, const float* normed) const;
   int LoopsOf(const Row& row) const;
-  void StartHuginnState(std::vector<Row>* rows) const;
+  void StartHuginnState(std::vector<Row>* rows);
   void InjectInput(std::vector<Row*>& rows);
   void HuginnKlExits(std::vector<Row*>& rows, std::vector<Row*>* exited,
                      std::vector<KvWrite>* writes);
@@ -66,8 +65,10 @@ class ModelExecutor {
                          std::vector<KvCopy>* copies) const;
   void ScorePrompt(const std::vector<Row*>& rows);
   void SampleOnRunner(const std::vector<Row*>& rows);
-  std::vector<float> Gather(const std::vector<Row*>& rows) const;
-  void Scatter(const std::vector<float>& h, std::vector<Row*>& rows) const;
+  static std::vector<int32_t> Slots(const std::vector<Row*>& rows, StateSlot Row::*state = &Row::h);
+  std::vector<float> Read(const std::vector<Row*>& rows, StateSlot Row::*state = &Row::h);
+  void Write(const std::vector<Row*>& rows, const std::vector<float>& h);
+  void CopyState(const std::vector<Row*>& rows, StateSlot Row::*from, StateSlot Row::*state);
 
   std::shared_ptr<const ModelWeights> weights_;
   const ModelConfig& cfg_;
@@ -75,6 +76,9 @@ class ModelExecutor {
   ModelRunner* runner_;
   KvBlockPool* pool_;
   ThreadPool* host_pool_;
+  // Declared first of the executor's state and outliving every Row (the engine destroys the
+  // scheduler, which holds rows, before the executor).
+  StateSlots slots_;
   std::vector<float> loop_norm_;    // model.norm as fp32 when the model norms between loops
   std::vector<float> exit_gate_w_;  // Ouro's exit gate [H] as fp32 (docs/models.md#ouro)
   double exit_gate_b_ = 0;

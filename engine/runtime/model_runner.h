@@ -3,8 +3,11 @@
 // ModelExecutor drives it with the same rows, plans and routing decisions for both.
 // Rows of one call may be at different loops: `loops[i]` picks row i's weights (untied
 // copies, LoRA) and its KV cache slot, so depth is a field on a row, not a code path.
-// Layers run a segment at a time (RunSegment): the runner keeps the rows' hidden states from
-// the segment's first layer to its last (on the GPU, in device memory). Rows may also be
+// The runner holds the rows' hidden states (host memory on the CPU, device memory on the GPU),
+// one [hidden] fp32 vector per state slot (state_slots.h hands the ids out; a negative id is no
+// state: read as zeros, never written): its ops take slot ids, so a state stays where it is
+// computed from one call to the next, and the host sees it only through ReadStates. Layers run
+// a segment at a time (RunSegment). Rows may also be
 // K/V-only (early exit with exit_kv propagate, docs/models.md#early-exit): such a row only
 // writes its K/V entry from its h, which is the exit state.
 #pragma once
@@ -73,10 +76,9 @@ struct SegmentBatch {
   int segment = 0;
   int n = 0;
   int num_kv_only = 0;
-  const int* loops = nullptr;      // [n]
-  const int* positions = nullptr;  // [n]
-  float* h = nullptr;  // [n, hidden] on the host: read before the first layer, the full rows'
-                       // written back after the last
+  const int* loops = nullptr;               // [n]
+  const int* positions = nullptr;           // [n]
+  const int32_t* slots = nullptr;           // [n] the rows' states: the full rows' updated in place
   absl::Span<const SegmentLayerKv> layers;  // [the segment's num_layers]
 };
 
@@ -104,26 +106,33 @@ struct RunnerCounters {
 class ModelRunner {
  public:
   virtual ~ModelRunner() = default;
-  virtual void Embed(const int* tokens, int n, float* h) = 0;
+  // states[slots[i]] = the embedding of tokens[i].
+  virtual void Embed(const int* tokens, int n, const int32_t* slots) = 0;
   virtual void RunSegment(const SegmentBatch& batch) = 0;
   // Expert-choice router of loop loops[i] on h / temperature: the gate score s and the
   // score that decides (the aux router's when the checkpoint has one).
-  virtual void ExpertRouter(const int* loops, const float* h, int n, float* score,
+  virtual void ExpertRouter(const int* loops, const int32_t* slots, int n, float* score,
                             float* decide) = 0;
   // Token-choice router on the segment input: [n, num_recursions] raw scores.
-  virtual void TokenChoiceRouter(const float* h, int n, float* scores) = 0;
+  virtual void TokenChoiceRouter(const int32_t* slots, int n, float* scores) = 0;
   // lm_head(RMSNorm_final(h)): [n, vocab].
-  virtual void Logits(const float* h, int n, float* logits) = 0;
+  virtual void Logits(const int32_t* slots, int n, float* logits) = 0;
   // The next token of rows.size() rows sampled from lm_head(RMSNorm_final(h)) by the sampler's
   // rule (sampler.h) for rows whose request needs no logits on the host (RunnerSamples in
   // sampling_params.h: no penalty, bias, mask, min_tokens ban or alternatives): out[i]'s token
   // and its raw logprob; rows[i].logits is ignored (the runner's own). The CUDA runner
   // samples on the device and downloads only the results.
-  virtual void Sample(const float* h, absl::Span<const SampleInput> rows, SampleResult* out) = 0;
+  virtual void Sample(const int32_t* slots, absl::Span<const SampleInput> rows,
+                      SampleResult* out) = 0;
   // Huginn-0125's input injection before each recurrence (docs/models.md#huginn-0125):
-  // out = adapter · concat(s, e), the state first; s, e and out are [n, hidden] (out may equal
-  // s). Called only for models with the adapter.
-  virtual void InjectInput(const float* s, const float* e, int n, float* out) = 0;
+  // s = adapter · concat(s, e), the state first, in place. Called only for models with the
+  // adapter.
+  virtual void InjectInput(const int32_t* s, const int32_t* e, int n) = 0;
+  // The states of n slots to and from the host ([n, hidden] fp32), and from slot to slot
+  // (src[i] -> dst[i]; no dst is a src): for the math the executor does on the host.
+  virtual void ReadStates(const int32_t* slots, int n, float* h) = 0;
+  virtual void WriteStates(const int32_t* slots, int n, const float* h) = 0;
+  virtual void CopyStates(const int32_t* src, const int32_t* dst, int n) = 0;
   virtual int block_size() const = 0;
   virtual RunnerCounters counters() const = 0;
   // Copies the K and V ([kv_dim] each, keys after RoPE) stored at a flat KV slot (block *

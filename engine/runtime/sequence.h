@@ -21,22 +21,24 @@
 #include "engine/runtime/prefix_cache.h"
 #include "engine/runtime/request.h"
 #include "engine/runtime/sampler.h"
+#include "engine/runtime/state_slots.h"
 
 namespace morserve {
 
 struct Sequence;
 
-// A token inside the looped segment (or waiting for the tail), with its hidden state.
+// A token inside the looped segment (or waiting for the tail), with its hidden state. Move-only:
+// its states are slots of the runner's.
 struct Row {
   Sequence* seq = nullptr;
   int position = 0;
-  int loop = 0;           // next loop to run (0-based); loops run so far inside the segment
-  std::vector<float> h;   // hidden state [H]
-  std::vector<float> x0;  // token_choice: the segment input
-  float gate = 0.0f;      // expert_choice: g of the loop about to run
-  float tc_gate = 0.0f;   // token_choice: p[d-1]
-  int tc_depth = 0;       // token_choice: loops to run
-  bool exited = false;    // set by a pass when the row leaves the loop
+  int loop = 0;          // next loop to run (0-based); loops run so far inside the segment
+  StateSlot h;           // hidden state [H], held by the runner (state_slots.h)
+  StateSlot x0;          // token_choice: the segment input
+  float gate = 0.0f;     // expert_choice: g of the loop about to run
+  float tc_gate = 0.0f;  // token_choice: p[d-1]
+  int tc_depth = 0;      // token_choice: loops to run
+  bool exited = false;   // set by a pass when the row leaves the loop
   // early_exit with exit_kv propagate: after its token left the loop, a K/V-only copy of the
   // row keeps riding the later loops with the frozen exit state, writing each later slot's
   // entry in the same pass a full row would have (so entries stay in position order).
@@ -54,7 +56,7 @@ struct Row {
   // recurrence. Adaptive mode: the last recurrence's exit-check logits (empty: none yet, P
   // uniform); once the KL rule lets the token leave, `logits` are its exit logits, its coda
   // entries are written, and the tail only samples it (tail_done).
-  std::vector<float> inject;
+  StateSlot inject;
   HuginnLogits prev_logits;
   bool tail_done = false;
   // With prompt logprobs, on rows of prompt positions p < num_prompt - 1: the score of

@@ -175,6 +175,19 @@ cudaError_t cudaMemset(void* devPtr, int value, size_t count) {
   return cudaSuccess;
 }
 
+// Checked now; the bytes are set when the stream's work runs.
+cudaError_t cudaMemsetAsync(void* devPtr, int value, size_t count, cudaStream_t stream) {
+  if (!KnownStream(Mem(), stream)) return cudaErrorInvalidResourceHandle;
+  if (count == 0) return cudaSuccess;
+  Memory& m = Mem();
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    if (!InDevice(m, devPtr, count)) return cudaErrorInvalidValue;
+  }
+  cuda_emu::Submit(stream, [=] { std::memset(devPtr, value, count); });
+  return cudaSuccess;
+}
+
 cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
   if (free == nullptr || total == nullptr) return cudaErrorInvalidValue;
   Memory& m = Mem();
