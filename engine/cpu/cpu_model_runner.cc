@@ -202,6 +202,12 @@ class CpuModelRunner : public ModelRunner {
     for (int i = 0; i < n; ++i)
       if (slots[i] >= 0) std::copy_n(h + i * hs, hs, State(slots[i]));
   }
+  void GatedAdd(const int32_t* base, const int32_t* slots, const float* scale, int n) override {
+    Act h = Gather(base, n);
+    const Act b = Gather(slots, n);
+    ScaleAddRows(h.data(), b.data(), scale, n, cfg_.hidden_size);
+    WriteStates(slots, n, h.data());
+  }
   void CopyStates(const int32_t* src, const int32_t* dst, int n) override {
     const size_t hs = static_cast<size_t>(cfg_.hidden_size);
     for (int i = 0; i < n; ++i) {

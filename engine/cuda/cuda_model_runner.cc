@@ -175,6 +175,7 @@ class CudaModelRunner : public ModelRunner {
   void ReadStates(const int32_t* slots, int n, float* h) override;
   void WriteStates(const int32_t* slots, int n, const float* h) override;
   void CopyStates(const int32_t* src, const int32_t* dst, int n) override;
+  void GatedAdd(const int32_t* base, const int32_t* slots, const float* scale, int n) override;
   // One cache entry read back as fp32 (tests).
   void ReadKv(int32_t slot, float* k, float* v) const override;
   void CopyKv(const KvCopy* copies, int n) override;
@@ -219,6 +220,10 @@ class CudaModelRunner : public ModelRunner {
   // The device copy of n slot ids, and the state pool grown to hold them.
   const int32_t* UploadSlots(const int32_t* slots, int n);
   void EnsureStates(const int32_t* slots, int n);
+  // The waiting embeddings (Embed) done now, with an upload of their own; EmbedStaged: the
+  // embedding of ids already on the device into the states dev_slots.
+  void FlushEmbeds();
+  void EmbedStaged(const int32_t* dev_ids, const int32_t* dev_slots, int n);
   // States of n rows (slot ids on the device) to a contiguous [n, hidden] buffer and back.
   void GatherStates(const int32_t* dev_slots, int n, float* out);
   void ScatterStates(const float* in, const int32_t* dev_slots, int n);
@@ -324,6 +329,7 @@ class CudaModelRunner : public ModelRunner {
   // Row states [state_rows_, hidden] fp32 by slot; grown (kept) when a slot is beyond them.
   DeviceBuffer states_;
   int64_t state_rows_ = 0, initial_states_ = 0, state_allocations_ = 0;
+  std::vector<int32_t> pending_ids_, pending_slots_;  // embeddings not yet run (Embed)
   RunnerCounters counters_;  // since construction (device.allocations: StepAllocations)
 };
 
@@ -565,6 +571,7 @@ void CudaModelRunner::ScatterStates(const float* in, const int32_t* dev_slots, i
 }
 
 void CudaModelRunner::ReadStates(const int32_t* slots, int n, float* h) {
+  FlushEmbeds();
   if (n == 0) return;
   const size_t bytes = static_cast<size_t>(n) * cfg_.hidden_size * sizeof(float);
   EnsureStates(slots, n);
@@ -578,6 +585,7 @@ void CudaModelRunner::ReadStates(const int32_t* slots, int n, float* h) {
 }
 
 void CudaModelRunner::WriteStates(const int32_t* slots, int n, const float* h) {
+  FlushEmbeds();
   if (n == 0) return;
   const size_t bytes = static_cast<size_t>(n) * cfg_.hidden_size * sizeof(float);
   EnsureStates(slots, n);
@@ -587,6 +595,7 @@ void CudaModelRunner::WriteStates(const int32_t* slots, int n, const float* h) {
 }
 
 void CudaModelRunner::CopyStates(const int32_t* src, const int32_t* dst, int n) {
+  FlushEmbeds();
   if (n == 0) return;
   std::vector<int32_t> both(src, src + n);
   both.insert(both.end(), dst, dst + n);
@@ -602,6 +611,38 @@ void CudaModelRunner::CopyStates(const int32_t* src, const int32_t* dst, int n) 
   p.n = n;
   p.dim = cfg_.hidden_size;
   Launched(k::row_copy_forward(p, stream_), "row_copy states");
+}
+
+// The base rows gathered into scratch proj, the rows into scratch h, scale_add, the sums
+// scattered to the rows' states: one upload (ids and scales), no synchronisation.
+void CudaModelRunner::GatedAdd(const int32_t* base, const int32_t* slots, const float* scale,
+                               int n) {
+  FlushEmbeds();
+  if (n == 0) return;
+  std::vector<int32_t> up(base, base + n);
+  up.insert(up.end(), slots, slots + n);
+  for (int i = 0; i < n; ++i) {
+    int32_t bits;
+    std::memcpy(&bits, &scale[i], sizeof(bits));
+    up.push_back(bits);
+  }
+  EnsureStates(up.data(), 2 * n);
+  const size_t bytes = static_cast<size_t>(n) * cfg_.hidden_size * sizeof(float);
+  Ensure(scratch_.h, bytes);
+  Ensure(scratch_.proj, bytes);
+  BeginUploads({up.size() * sizeof(int32_t)});
+  const int32_t* dev = UploadSlots(up.data(), 3 * n);
+  GatherStates(dev, n, scratch_.proj.as<float>());
+  GatherStates(dev + n, n, scratch_.h.as<float>());
+  k::ScaleAddParams p;
+  p.h = scratch_.proj.as<float>();
+  p.b = scratch_.h.as<void>();
+  p.scale = reinterpret_cast<const float*>(dev + 2 * n);
+  p.rows = n;
+  p.dim = cfg_.hidden_size;
+  p.b_dtype = DType::kF32;
+  Launched(k::scale_add_forward(p, stream_), "scale_add gate");
+  ScatterStates(scratch_.proj.as<float>(), dev + n, n);
 }
 
 int64_t CudaModelRunner::StepAllocations() const {
@@ -787,36 +828,53 @@ void CudaModelRunner::KvFromHidden(const DeviceLayer& L, const StagedRows& s, co
   QkvEpilogue(L, s, m, /*write_cache=*/true, /*emit_kv=*/false, begin);
 }
 
-// The ids and slots in one upload, the embedding into scratch h, then into the states;
-// Huginn's sqrt(H) scale is applied on the host in fp64, as the CPU does (a round trip).
+// Embeddings wait until the next call that needs states (FlushEmbeds); RunSegment takes their
+// ids and slots into its own upload. Huginn's sqrt(H) scale is applied on the host in fp64, as
+// the CPU does (a round trip, at once).
 void CudaModelRunner::Embed(const int* tokens, int n, const int32_t* slots) {
   if (n == 0) return;
-  std::vector<int32_t> ids_slots(tokens, tokens + n);
-  ids_slots.insert(ids_slots.end(), slots, slots + n);
   EnsureStates(slots, n);
+  pending_ids_.insert(pending_ids_.end(), tokens, tokens + n);
+  pending_slots_.insert(pending_slots_.end(), slots, slots + n);
+  if (cfg_.huginn.embed_scale == 1.0) return;
+  FlushEmbeds();
+  const size_t h_bytes = static_cast<size_t>(n) * cfg_.hidden_size * sizeof(float);
+  std::vector<float> h(static_cast<size_t>(n) * cfg_.hidden_size);
+  ReadStates(slots, n, h.data());
+  ScaleEmbedding(cfg_.huginn.embed_scale, h.data(), h_bytes / sizeof(float));
+  WriteStates(slots, n, h.data());
+}
+
+void CudaModelRunner::FlushEmbeds() {
+  const int n = static_cast<int>(pending_ids_.size());
+  if (n == 0) return;
+  std::vector<int32_t> ids_slots = std::move(pending_ids_);
+  ids_slots.insert(ids_slots.end(), pending_slots_.begin(), pending_slots_.end());
+  pending_ids_.clear();
+  pending_slots_.clear();
   BeginUploads({ids_slots.size() * sizeof(int32_t)});
   const int32_t* dev = UploadSlots(ids_slots.data(), 2 * n);
-  const size_t h_bytes = static_cast<size_t>(n) * cfg_.hidden_size * sizeof(float);
-  Ensure(scratch_.h, h_bytes);
+  EmbedStaged(dev, dev + n, n);
+}
+
+void CudaModelRunner::EmbedStaged(const int32_t* dev_ids, const int32_t* dev_slots, int n) {
+  Ensure(scratch_.h, static_cast<size_t>(n) * cfg_.hidden_size * sizeof(float));
   k::EmbeddingParams p;
   p.table = embed_.as<uint16_t>();
-  p.ids = dev;
+  p.ids = dev_ids;
   p.out = scratch_.h.as<void>();
   p.rows = n;
   p.dim = cfg_.hidden_size;
   p.vocab = cfg_.vocab_size;
   p.out_dtype = DType::kF32;
   Launched(k::embedding_forward(p, stream_), "embedding");
-  if (cfg_.huginn.embed_scale == 1.0) return ScatterStates(scratch_.h.as<float>(), dev + n, n);
-  std::vector<float> h(static_cast<size_t>(n) * cfg_.hidden_size);
-  Download(scratch_.h.as<void>(), h_bytes, h.data());
-  ScaleEmbedding(cfg_.huginn.embed_scale, h.data(), h.size());
-  WriteStates(slots, n, h.data());
+  ScatterStates(scratch_.h.as<float>(), dev_slots, n);
 }
 
 // s = adapter . concat(s, e): the states read back, joined and rounded to bf16 here (the GEMM's
 // input dtype, as RMSNorm's output is for the other linears), one GEMM, s's states written.
 void CudaModelRunner::InjectInput(const int32_t* s, const int32_t* e, int n) {
+  FlushEmbeds();
   MORSERVE_CHECK(adapter_.bytes() > 0, "InjectInput: the model has no Huginn adapter");
   if (n == 0) return;
   const size_t hs = static_cast<size_t>(cfg_.hidden_size);
@@ -853,6 +911,7 @@ void CudaModelRunner::RunSegment(const SegmentBatch& b) {
   const int num_layers = static_cast<int>(b.layers.size());
   const size_t hs = static_cast<size_t>(cfg_.hidden_size);
   if (num_layers > 0 && b.layers[0].full.recurrent) {
+    FlushEmbeds();
     MORSERVE_CHECK(b.num_kv_only == 0, "K/V-only rows on a recurrent layer");
     std::vector<float> h(b.n * hs);
     ReadStates(b.slots, b.n, h.data());
@@ -876,10 +935,17 @@ void CudaModelRunner::RunSegment(const SegmentBatch& b) {
   while (all.data.size() % 4 != 0) all.data.push_back(0);
   const size_t slots_at = all.data.size();
   all.data.insert(all.data.end(), b.slots, b.slots + b.n);
+  const int embeds = static_cast<int>(pending_ids_.size());  // they ride in this upload
+  const size_t embeds_at = all.data.size();
+  all.data.insert(all.data.end(), pending_ids_.begin(), pending_ids_.end());
+  all.data.insert(all.data.end(), pending_slots_.begin(), pending_slots_.end());
+  pending_ids_.clear();
+  pending_slots_.clear();
   EnsureStates(b.slots, b.n);
   EnsureLayerScratch(static_cast<size_t>(b.n), /*full=*/nf > 0);
-  Ensure(scratch_.h, b.n * hs * sizeof(float));
   UploadRows(nullptr, b.n, &all);
+  if (embeds > 0) EmbedStaged(Meta(embeds_at), Meta(embeds_at) + embeds, embeds);
+  Ensure(scratch_.h, b.n * hs * sizeof(float));
   float* h = scratch_.h.as<float>();
   GatherStates(Meta(slots_at), b.n, h);
   float* h_full = h + static_cast<size_t>(nk) * hs;
@@ -1069,6 +1135,7 @@ void CudaModelRunner::FullRowsOnDevice(const DeviceLayer& L, const StagedRows& s
 
 void CudaModelRunner::ExpertRouter(const int* loops, const int32_t* slots, int n, float* score,
                                    float* decide) {
+  FlushEmbeds();
   if (n == 0) return;
   const int hs = cfg_.hidden_size;
   const float temperature = cfg_.recursion.router.temperature;
@@ -1125,6 +1192,7 @@ void CudaModelRunner::ExpertRouter(const int* loops, const int32_t* slots, int n
 }
 
 void CudaModelRunner::TokenChoiceRouter(const int32_t* slots, int n, float* scores) {
+  FlushEmbeds();
   if (n == 0) return;
   const int hs = cfg_.hidden_size, nr = cfg_.recursion.num_recursions;
   if (!tc_linear_) {
@@ -1176,6 +1244,7 @@ void CudaModelRunner::LogitsOnDevice(const int32_t* dev_slots, int n) {
 }
 
 void CudaModelRunner::Logits(const int32_t* slots, int n, float* logits) {
+  FlushEmbeds();
   if (n == 0) return;
   EnsureStates(slots, n);
   BeginUploads({n * sizeof(int32_t)});
@@ -1231,6 +1300,7 @@ T* Field(void* base, size_t offset) {
 // one download of the results.
 void CudaModelRunner::Sample(const int32_t* slots, absl::Span<const SampleInput> rows,
                              SampleResult* out) {
+  FlushEmbeds();
   const int n = static_cast<int>(rows.size());
   if (n == 0) return;
   const SampleLayout L(rows.size());

@@ -410,6 +410,32 @@ void ModelExecutor::InjectInput(std::vector<Row*>& rows) {
                        static_cast<int>(full.size()));
 }
 
+// After a pass, on the runner's states: expert choice's h = h_in + g * Block(h_in) (g = 1 with
+// additive gating) on every full row, token choice's output x0 + p[d-1] * h on the rows whose
+// last loop this was.
+void ModelExecutor::GatedResiduals(const std::vector<Row*>& rows,
+                                   const std::vector<StateSlot>& h_in) {
+  const RecursionConfig& rc = cfg_.recursion;
+  std::vector<int32_t> base, slots;
+  std::vector<float> scale;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = *rows[i];
+    if (r.kv_only) continue;
+    if (rc.routing == Routing::kExpertChoice) {
+      base.push_back(h_in[i].id());
+      scale.push_back(rc.router.gating == Gating::kAdditive ? 1.0f : r.gate);
+    } else if (rc.routing == Routing::kTokenChoice && r.loop + 1 == r.tc_depth) {
+      base.push_back(r.x0.id());
+      scale.push_back(r.tc_gate);
+    } else {
+      continue;
+    }
+    slots.push_back(r.h.id());
+  }
+  if (!slots.empty())
+    runner_->GatedAdd(base.data(), slots.data(), scale.data(), static_cast<int>(slots.size()));
+}
+
 // ln_f on states entering the coda (Huginn), in place.
 void ModelExecutor::CodaInput(std::vector<float>* h, int n) const {
   RmsNormRows(h->data(), ln_f_.data(), n, cfg_.hidden_size, cfg_.rms_norm_eps, h->data());
@@ -479,18 +505,24 @@ void ModelExecutor::BlockPass(std::vector<Row>* rows, std::vector<Row>* kv_only,
   for (Row& r : *rows) ptrs.push_back(&r);
   if (cfg_.huginn.input_injection) InjectInput(ptrs);
   const RecursionConfig& rc = cfg_.recursion;
-  // The gates, token-choice outputs and the norm between loops are computed here, on the
-  // states read back (the other models' states never leave the runner in a pass).
-  const bool gated = rc.routing == Routing::kExpertChoice;
-  const bool host_math = gated || rc.routing == Routing::kTokenChoice || !loop_norm_.empty();
-  const std::vector<float> h_in = gated ? Read(ptrs) : std::vector<float>();
+  // Expert choice keeps the states before the pass for the gated residual.
+  std::vector<StateSlot> h_in(rc.routing == Routing::kExpertChoice ? ptrs.size() : 0);
+  std::vector<int32_t> from, to;
+  for (size_t i = 0; i < h_in.size(); ++i) {
+    if (ptrs[i]->kv_only) continue;
+    h_in[i] = slots_.Acquire();
+    from.push_back(ptrs[i]->h.id());
+    to.push_back(h_in[i].id());
+  }
+  if (!from.empty()) runner_->CopyStates(from.data(), to.data(), static_cast<int>(from.size()));
   const int hs = cfg_.hidden_size;
   // K/V-only rows keep their exit state through every layer (the runner leaves their h
   // alone): it is the input of each skipped layer (docs/models.md#early-exit).
   RunLayers(looped, ptrs, Slots(ptrs), writes);
+  GatedResiduals(ptrs, h_in);
+  // The norm between loops and Ouro's gate are computed here, on the states read back.
+  const bool host_math = !loop_norm_.empty();
   std::vector<float> h = host_math ? Read(ptrs) : std::vector<float>();
-  const std::vector<float> x0 =
-      rc.routing == Routing::kTokenChoice ? Read(ptrs, &Row::x0) : std::vector<float>();
 
   std::vector<Row*> undecided, copy_on_exit, kl_check;
   std::vector<float> normed(hs);
@@ -501,17 +533,9 @@ void ModelExecutor::BlockPass(std::vector<Row>* rows, std::vector<Row>* kv_only,
       r.exited = ++r.loop == LoopsOf(r);
       continue;
     }
-    if (rc.routing == Routing::kExpertChoice) {  // h = h + g * Block(h)
-      const double g = rc.router.gating == Gating::kAdditive ? 1.0 : r.gate;
-      for (int d = 0; d < hs; ++d) out[d] = static_cast<float>(h_in[i * hs + d] + g * out[d]);
-    }
     ++r.loop;
     if (rc.routing == Routing::kTokenChoice) {
-      if (r.loop == r.tc_depth) {  // output x0 + p[d-1] * h
-        for (int d = 0; d < hs; ++d)
-          out[d] = static_cast<float>(x0[i * hs + d] + static_cast<double>(r.tc_gate) * out[d]);
-        r.exited = true;
-      }
+      r.exited = r.loop == r.tc_depth;  // its output is x0 + p[d-1] * h (GatedResiduals)
     } else if (r.loop == LoopsOf(r)) {
       r.exited = true;
     } else if (rc.routing == Routing::kExpertChoice || rc.routing == Routing::kEarlyExit) {

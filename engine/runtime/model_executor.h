@@ -58,6 +58,7 @@ class ModelExecutor {
   int LoopsOf(const Row& row) const;
   void StartHuginnState(std::vector<Row>* rows);
   void InjectInput(std::vector<Row*>& rows);
+  void GatedResiduals(const std::vector<Row*>& rows, const std::vector<StateSlot>& h_in);
   void HuginnKlExits(std::vector<Row*>& rows, std::vector<Row*>* exited,
                      std::vector<KvWrite>* writes);
   void CodaInput(std::vector<float>* h, int n) const;

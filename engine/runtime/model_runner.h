@@ -133,6 +133,11 @@ class ModelRunner {
   virtual void ReadStates(const int32_t* slots, int n, float* h) = 0;
   virtual void WriteStates(const int32_t* slots, int n, const float* h) = 0;
   virtual void CopyStates(const int32_t* src, const int32_t* dst, int n) = 0;
+  // states[slots[i]] = states[base[i]] + scale[i] * states[slots[i]], each element
+  // float(double(base) + double(scale) * double(h)) (ScaleAddRows, kernels/scale_add.cuh: the
+  // same bits on both backends): MoR's gated residual after a pass, h_in + g * Block(h_in), and
+  // token choice's output, x0 + p * h.
+  virtual void GatedAdd(const int32_t* base, const int32_t* slots, const float* scale, int n) = 0;
   virtual int block_size() const = 0;
   virtual RunnerCounters counters() const = 0;
   // Copies the K and V ([kv_dim] each, keys after RoPE) stored at a flat KV slot (block *
