@@ -224,6 +224,10 @@ class CudaModelRunner : public ModelRunner {
   // embedding of ids already on the device into the states dev_slots.
   void FlushEmbeds();
   void EmbedStaged(const int32_t* dev_ids, const int32_t* dev_slots, int n);
+  // n rows of [hidden] fp32: src row src_rows[i] to dst row dst_rows[i]; an index array is
+  // slots of the state pool, or null: row i of a contiguous buffer of n rows.
+  void CopyRows(const float* src, const int32_t* src_rows, float* dst, const int32_t* dst_rows,
+                int n);
   // States of n rows (slot ids on the device) to a contiguous [n, hidden] buffer and back.
   void GatherStates(const int32_t* dev_slots, int n, float* out);
   void ScatterStates(const float* in, const int32_t* dev_slots, int n);
@@ -546,28 +550,26 @@ const int32_t* CudaModelRunner::UploadSlots(const int32_t* slots, int n) {
   return static_cast<const int32_t*>(Stage(slots, static_cast<size_t>(n) * sizeof(int32_t)));
 }
 
-void CudaModelRunner::GatherStates(const int32_t* dev_slots, int n, float* out) {
+void CudaModelRunner::CopyRows(const float* src, const int32_t* src_rows, float* dst,
+                               const int32_t* dst_rows, int n) {
   k::RowCopyParams p;
-  p.src = states_.as<float>();
-  p.dst = out;
-  p.src_rows = dev_slots;
-  p.src_capacity = state_rows_;
-  p.dst_capacity = n;
+  p.src = src;
+  p.dst = dst;
+  p.src_rows = src_rows;
+  p.dst_rows = dst_rows;
+  p.src_capacity = src_rows == nullptr ? n : state_rows_;
+  p.dst_capacity = dst_rows == nullptr ? n : state_rows_;
   p.n = n;
   p.dim = cfg_.hidden_size;
-  Launched(k::row_copy_forward(p, stream_), "row_copy gather");
+  Launched(k::row_copy_forward(p, stream_), "row_copy");
+}
+
+void CudaModelRunner::GatherStates(const int32_t* dev_slots, int n, float* out) {
+  CopyRows(states_.as<float>(), dev_slots, out, nullptr, n);
 }
 
 void CudaModelRunner::ScatterStates(const float* in, const int32_t* dev_slots, int n) {
-  k::RowCopyParams p;
-  p.src = in;
-  p.dst = states_.as<float>();
-  p.dst_rows = dev_slots;
-  p.src_capacity = n;
-  p.dst_capacity = state_rows_;
-  p.n = n;
-  p.dim = cfg_.hidden_size;
-  Launched(k::row_copy_forward(p, stream_), "row_copy scatter");
+  CopyRows(in, nullptr, states_.as<float>(), dev_slots, n);
 }
 
 void CudaModelRunner::ReadStates(const int32_t* slots, int n, float* h) {
@@ -602,15 +604,7 @@ void CudaModelRunner::CopyStates(const int32_t* src, const int32_t* dst, int n) 
   EnsureStates(both.data(), 2 * n);
   BeginUploads({both.size() * sizeof(int32_t)});
   const int32_t* dev = UploadSlots(both.data(), 2 * n);
-  k::RowCopyParams p;
-  p.src = states_.as<float>();
-  p.dst = states_.as<float>();
-  p.src_rows = dev;
-  p.dst_rows = dev + n;
-  p.src_capacity = p.dst_capacity = state_rows_;
-  p.n = n;
-  p.dim = cfg_.hidden_size;
-  Launched(k::row_copy_forward(p, stream_), "row_copy states");
+  CopyRows(states_.as<float>(), dev, states_.as<float>(), dev + n, n);
 }
 
 // The base rows gathered into scratch proj, the rows into scratch h, scale_add, the sums
