@@ -142,7 +142,10 @@ HostMlp LoadHostMlp(const TensorView& w1, const TensorView& w2) {
   return r;
 }
 
-// Per-call device scratch, grown to the largest row count seen.
+// Bytes of Sample's per-row device arrays for `rows` rows (SampleLayout, below).
+size_t SampleBytes(size_t rows);
+
+// Per-call device scratch, reserved at Init (ReserveStepBuffers) and grown if a call is larger.
 struct Scratch {
   DeviceBuffer h, a, qkv, q, k_tmp, v_tmp, attn, proj, gu, act, lora_t, logits, attn_ws, router_f,
       router_i, sample_io;
@@ -150,14 +153,18 @@ struct Scratch {
 
 class CudaModelRunner : public ModelRunner {
  public:
+  // Step buffers are reserved at Init for `rows` rows per call and `logit_rows` rows of logits.
   CudaModelRunner(std::shared_ptr<const ModelWeights> w, int num_blocks, int block_size,
-                  RecurrentPrefill recurrent_prefill, int64_t initial_states)
+                  RecurrentPrefill recurrent_prefill, int64_t initial_states, int rows,
+                  int logit_rows)
       : w_(std::move(w)),
         cfg_(w_->config),
         num_blocks_(num_blocks),
         block_size_(block_size),
         recurrent_prefill_(recurrent_prefill),
-        initial_states_(initial_states) {}
+        initial_states_(initial_states),
+        reserve_rows_(rows),
+        reserve_logit_rows_(logit_rows) {}
   ~CudaModelRunner() override {
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
@@ -304,6 +311,10 @@ class CudaModelRunner : public ModelRunner {
   // The layer scratch for `rows` rows: normed input, QKV, q (all rows); with `full` also the
   // temporary K/V pair, attention output, projections and the MLP's buffers.
   void EnsureLayerScratch(size_t rows, bool full);
+  // Every step buffer at its size for reserve_rows_ rows per call (and reserve_logit_rows_ of
+  // logits; decode attention's split workspace at the model's longest context), at Init: the
+  // step path then allocates nothing unless a call is larger.
+  void ReserveStepBuffers();
 
   std::shared_ptr<const ModelWeights> w_;
   const ModelConfig& cfg_;
@@ -333,6 +344,7 @@ class CudaModelRunner : public ModelRunner {
   // Row states [state_rows_, hidden] fp32 by slot; grown (kept) when a slot is beyond them.
   DeviceBuffer states_;
   int64_t state_rows_ = 0, initial_states_ = 0, state_allocations_ = 0;
+  int reserve_rows_ = 0, reserve_logit_rows_ = 0;
   std::vector<int32_t> pending_ids_, pending_slots_;  // embeddings not yet run (Embed)
   RunnerCounters counters_;  // since construction (device.allocations: StepAllocations)
 };
@@ -396,6 +408,7 @@ absl::Status CudaModelRunner::Init() {
   arena_dev_.Reserve(kInitialArena);
   states_.Reserve(static_cast<size_t>(initial_states_) * hs * sizeof(float));
   state_rows_ = initial_states_;
+  ReserveStepBuffers();
   CudaCheck(cudaMemset(k_cache_.as<void>(), 0, pool_bytes), "cudaMemset");
   CudaCheck(cudaMemset(v_cache_.as<void>(), 0, pool_bytes), "cudaMemset");
   // The uploads and memsets ran on the legacy stream, which a non-blocking stream does not
@@ -469,6 +482,34 @@ void CudaModelRunner::LoadHeadAndRouters() {
       tc_mlp_ = LoadHostMlp(r.token_choice, r.token_choice_w2);
     }
   }
+}
+
+void CudaModelRunner::ReserveStepBuffers() {
+  const size_t rows = static_cast<size_t>(reserve_rows_), hs = cfg_.hidden_size, qd = cfg_.q_dim(),
+               vocab = cfg_.vocab_size, logit_rows = static_cast<size_t>(reserve_logit_rows_);
+  EnsureLayerScratch(rows, /*full=*/true);
+  Ensure(scratch_.h, 2 * rows * hs * sizeof(float));     // InjectInput reads s and e together
+  Ensure(scratch_.a, rows * 2 * hs * sizeof(uint16_t));  // and joins them
+  const size_t router_cols = std::max(3, cfg_.recursion.num_recursions + 1);
+  Ensure(scratch_.router_f, rows * router_cols * sizeof(float));
+  Ensure(scratch_.router_i, rows * sizeof(int32_t));
+  Ensure(scratch_.logits, logit_rows * vocab * sizeof(float));
+  scratch_.sample_io.Reserve(SampleBytes(logit_rows));
+  pinned_out_.Reserve(std::max(logit_rows * vocab, 2 * rows * hs) * sizeof(float));
+  int lora_rank = 0;
+  for (const DeviceLayer& L : layers_) {
+    for (const DeviceLinear* lin : {&L.qkv, &L.o, &L.gate_up, &L.down})
+      lora_rank = std::max(lora_rank, lin->lora_rank);
+  }
+  if (lora_rank > 0) scratch_.lora_t.Reserve(rows * lora_rank * sizeof(float));
+  if (cfg_.recursion.layer_kind == LayerKind::kRecurrent) {
+    Ensure(rec_ml_, rows * cfg_.num_heads * 2 * sizeof(float));
+    Ensure(rec_acc_, rows * qd * sizeof(float));
+  }
+  const size_t ws = k::PagedAttentionWorkspaceFloats(reserve_rows_, cfg_.num_heads, cfg_.head_dim,
+                                                     cfg_.max_position_embeddings, /*extra=*/false,
+                                                     kAttentionChunk);
+  if (ws > 0) scratch_.attn_ws.Reserve(ws * sizeof(float));
 }
 
 void CudaModelRunner::EnsureLayerScratch(size_t rows, bool full) {
@@ -1288,6 +1329,8 @@ T* Field(void* base, size_t offset) {
 
 }  // namespace
 
+size_t SampleBytes(size_t rows) { return SampleLayout(rows).end; }
+
 // The rows' logits stay on the device: the sampling kernel draws each row's token (and its raw
 // logit), argmax and exit_confidence give the row's max and 1 / sum exp(x - max), so
 // logprob = x_token - log_z with log_z = max - log(max_prob); one upload of the parameters,
@@ -1382,8 +1425,15 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> CreateCudaModelRunner(
   // Row states live: the pass's rows, the tokens entering, rows waiting for the tail, and a
   // second state for token-choice and Huginn rows; the pool grows beyond this if it must.
   const int64_t states = 2 * (int64_t{config.max_batch_rows} + config.max_step_tokens) + 64;
-  auto runner = std::make_unique<CudaModelRunner>(
-      std::move(weights), num_kv_blocks, config.block_size, config.recurrent_prefill, states);
+  // Rows per call: a pass's rows (the loop's rows, the entered tokens that join them, and with
+  // early exit up to as many K/V-only rows) or a step's entering tokens; logits: a pass's rows
+  // (early exit, Huginn's check), the requests sampled with host logits, or a prompt-scoring
+  // chunk of 64.
+  const int rows = 2 * config.max_batch_rows + config.max_step_tokens;
+  const int logit_rows = std::max({config.max_batch_rows, config.max_running, 64});
+  auto runner =
+      std::make_unique<CudaModelRunner>(std::move(weights), num_kv_blocks, config.block_size,
+                                        config.recurrent_prefill, states, rows, logit_rows);
   if (absl::Status st = runner->Init(); !st.ok()) return st;
   return std::unique_ptr<ModelRunner>(std::move(runner));
 }

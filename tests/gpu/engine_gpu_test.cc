@@ -384,6 +384,36 @@ TEST(EngineGpuStepTest, LoopedDecodeTokenRoundTrips) {
   EXPECT_EQ(after.allocations - before.allocations, 0);
 }
 
+// Every step buffer is reserved when the engine is made (ReserveStepBuffers): a staggered
+// workload of mixed prompt lengths, half of it asking for host logits, allocates nothing on
+// the device or in pinned memory, for families with routers, LoRA and K/V-only rows.
+class EngineGpuAllocationTest : public ::testing::TestWithParam<FamilyCase> {
+ protected:
+  void SetUp() override { MORSERVE_SKIP_WITHOUT_GPU(); }
+};
+
+TEST_P(EngineGpuAllocationTest, NoAllocationAfterStartUp) {
+  testing::TempDir dir;
+  auto weights = testing::MakeModel(GetParam().spec, &dir);
+  ASSERT_NE(weights, nullptr);
+  auto engine = Engine::Create(weights, GpuConfig(BatchingMode::kDepthWise));
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const int64_t before = (*engine)->runner().counters().device.allocations;
+  Workload w = MakeWorkload(weights->config.vocab_size, 8);
+  for (size_t i = 0; i < w.requests.size(); ++i) w.requests[i].return_logits = i % 2 == 0;
+  const std::vector<RunResult> got = testing::RunStaggered(engine->get(), w.requests, w.arrivals);
+  ASSERT_EQ(got.size(), w.requests.size());
+  EXPECT_EQ((*engine)->runner().counters().device.allocations - before, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, EngineGpuAllocationTest,
+                         ::testing::Values(GpuFamily("vanilla", "vanilla"),
+                                           GpuFamily("mor-ec", "mor_ec"),
+                                           GpuFamily("mor-tc", "mor_tc"),
+                                           FamilyCase{"relaxed_lora_r13", RelaxedEveryProjection()},
+                                           GpuFamily("early-exit-propagate", "early_exit")),
+                         [](const auto& info) { return info.param.name; });
+
 TEST(EngineGpuErrorTest, UnsupportedHeadDimIsAClearError) {
   MORSERVE_SKIP_WITHOUT_GPU();
   TinyModelSpec s = Spec("vanilla");
