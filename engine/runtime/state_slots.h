@@ -32,7 +32,6 @@ class StateSlots {
     Slot& operator=(const Slot&) = delete;
 
     int32_t id() const { return id_; }  // -1: no state
-    bool valid() const { return id_ >= 0; }
     void Reset() {
       if (owner_ != nullptr) owner_->Release(id_);
       owner_ = nullptr;
@@ -47,7 +46,6 @@ class StateSlots {
   };
 
   Slot Acquire() {
-    ++live_;
     if (!free_.empty()) {
       const int32_t id = free_.top();
       free_.pop();
@@ -55,17 +53,13 @@ class StateSlots {
     }
     return Slot(this, next_++);
   }
-  int live() const { return live_; }
-  int32_t high_water() const { return next_; }  // ids handed out are < this
 
  private:
   void Release(int32_t id) {
-    --live_;
     free_.push(id);
   }
   std::priority_queue<int32_t, std::vector<int32_t>, std::greater<>> free_;
   int32_t next_ = 0;
-  int live_ = 0;
 };
 
 using StateSlot = StateSlots::Slot;
