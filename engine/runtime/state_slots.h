@@ -55,9 +55,7 @@ class StateSlots {
   }
 
  private:
-  void Release(int32_t id) {
-    free_.push(id);
-  }
+  void Release(int32_t id) { free_.push(id); }
   std::priority_queue<int32_t, std::vector<int32_t>, std::greater<>> free_;
   int32_t next_ = 0;
 };
