@@ -14,7 +14,7 @@
 //   finish: for each item, fold the row's partial tile [kv_len - kv_len % tile, kv_len)
 //           together with its temporary pair (extra_k/extra_v, at entry index kv_len) as one
 //           tile, then write softmax(...)·V = acc / l to out (bf16 or fp32).
-// The schedule (which items run when) is the caller's: engine/cuda/recurrent_schedule.h.
+// The schedule (which items run when) is the caller's: engine/runtime/recurrent_schedule.h.
 //
 // Exactness: a tile's fold is the split kernel's own code (kernels/attention_tile.cuh
 // FoldTile: per-lane 8-element dots, lane butterfly, warp max/sum, exp2f, key-ordered PV

@@ -3,11 +3,12 @@
 //
 // A recurrent row's attention needs the persistent pairs of its request's earlier positions,
 // which exist only after those positions finished the layer. Rows arrive in chunks
-// (LayerKvPlan::chunk_indptr): chunks of one row (decode rows, single positions) attend over
-// paged attention together as one batch and finish together; a longer chunk is one request's
-// prefill and runs by the schedule in RecurrentPrefill: tiled (recurrent_prefill.h) or naive
-// (one position at a time over paged attention). Both call `finish` for each position in
-// order, so they give the same bits (chunk_attention.h).
+// (LayerKvPlan::chunk_indptr): a chunk of one row is a decode row or a single position; a
+// longer chunk is one request's prefill. With RecurrentPrefill::kTiled the batch runs by the
+// schedule both runners share (engine/runtime/recurrent_schedule.h, run on the CPU by
+// recurrent_prefill.h): waves of one position per chunk, finished together. With kNaive the
+// chunks of one row finish together and each longer chunk runs one position at a time over
+// paged attention. Both give the same bits (chunk_attention.h).
 #pragma once
 
 #include <cstdint>

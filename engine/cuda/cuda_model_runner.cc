@@ -29,7 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/core/check.h"
 #include "engine/cuda/device_buffer.h"
-#include "engine/cuda/recurrent_schedule.h"
+#include "engine/runtime/recurrent_schedule.h"
 #include "engine/cuda/recurrent_staging.h"
 #include "engine/cuda/step_staging.h"
 #include "engine/cuda/weight_packing.h"
@@ -66,7 +66,7 @@ constexpr int kAttentionChunk = 256;
 int RecurrentChunkLen(int max_kv_len) {
   return (max_kv_len + 1 + k::kAttentionTile - 1) / k::kAttentionTile * k::kAttentionTile;
 }
-static_assert(kRecurrentScheduleTile == k::kRecurrentTile &&
+static_assert(kRecurrentGpuTile == k::kRecurrentTile &&
                   kRecurrentScheduleFresh == k::kRecurrentFresh &&
                   sizeof(RecurrentFold) == sizeof(k::RecurrentFoldItem),
               "the recurrent schedule and kernel agree on tiles and items");
@@ -200,7 +200,7 @@ class CudaModelRunner : public ModelRunner {
   // The same on the device: n rows staged in s (their metadata uploaded), h their device
   // states; recurrent: the temporary pair attended and the persistent pair written after.
   void FullRowsOnDevice(const DeviceLayer& L, const StagedRows& s, float* h, int n, bool recurrent);
-  // Recurrent layers by the exact tiled schedule (engine/cuda/recurrent_schedule.h): the
+  // Recurrent layers by the exact tiled schedule (engine/runtime/recurrent_schedule.h): the
   // batch reordered into waves of positions; q and the temporary pairs for all rows at once;
   // per wave, key-tile merges into pending queries' softmax state, the wave's finish, then
   // RecurrentRowsTail. h stays on the device for the whole layer.
@@ -1014,7 +1014,7 @@ void CudaModelRunner::RunRecurrentLayer(const LayerBatch& b) {
   for (const std::vector<int>& rows : waves) RunFullSubBatch(b, rows, &sub);
 }
 
-// Recurrent layer, tiled: see the declaration and engine/cuda/recurrent_schedule.h.
+// Recurrent layer, tiled: see the declaration and engine/runtime/recurrent_schedule.h.
 void CudaModelRunner::RunRecurrentTiled(const LayerBatch& b) {
   const int n = b.n;
   if (n == 0) return;

@@ -21,7 +21,8 @@ bool StageRecurrentLayer(const LayerBatch& b, int num_loops, int block_size, int
     return false;
   }
   RecurrentStaging& r = *out;
-  if (!BuildRecurrentSchedule(b.kv->chunk_indptr, b.kv->kv_len.data(), b.n, &r.sched, error)) {
+  if (!BuildRecurrentSchedule(b.kv->chunk_indptr, b.kv->kv_len.data(), b.n, kRecurrentGpuTile,
+                              &r.sched, error)) {
     return false;
   }
   MakeSubBatch(b, r.sched.order, hidden, &r.sub);

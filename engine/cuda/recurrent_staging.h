@@ -1,5 +1,5 @@
 // Host side of a recurrent layer call on the GPU by the tiled schedule: the batch reordered
-// into waves (engine/cuda/recurrent_schedule.h), its rows staged for one upload with the
+// into waves (engine/runtime/recurrent_schedule.h), its rows staged for one upload with the
 // merge and finish items and every wave's own loop runs appended (plain C++, unit-tested
 // without a device: tests/unit/recurrent_staging_test.cc). CudaModelRunner::RunRecurrentTiled
 // uploads `rows.data` once and launches from the offsets here.
@@ -8,10 +8,14 @@
 #include <string>
 #include <vector>
 
-#include "engine/cuda/recurrent_schedule.h"
+#include "engine/runtime/recurrent_schedule.h"
 #include "engine/cuda/step_staging.h"
 
 namespace morserve {
+
+// The GPU's merge tile in entries: kernels/recurrent_attention.cuh's kRecurrentTile (the runner
+// static_asserts that they agree; this file is built without CUDA).
+inline constexpr int kRecurrentGpuTile = 32;
 
 struct RecurrentStaging {
   RecurrentSchedule sched;

@@ -1,7 +1,7 @@
 // recurrent_prefill_bench: prefill time of one request on a recurrent-layer model
 // (docs/models.md#recurrent-transformer-layers) against prompt length, for the tiled and the naive
 // schedule of the CPU runner (engine/cpu/recurrent_prefill.h) or, with device cuda, of the CUDA
-// runner (kernels/recurrent_attention.cuh, engine/cuda/recurrent_schedule.h). Each prompt enters as
+// runner (kernels/recurrent_attention.cuh, engine/runtime/recurrent_schedule.h). Each prompt enters as
 // one chunk (one engine step) and produces one token; the time is Submit to the token (wall,
 // and process CPU time, which a shared machine's waiting does not inflate), best of `reps`.
 // On the CPU the two schedules must give bit-identical logits; on the GPU their attention is

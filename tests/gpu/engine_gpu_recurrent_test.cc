@@ -1,5 +1,5 @@
 // The engine on recurrent-layer models (docs/models.md#recurrent-transformer-layers) on the GPU
-// (--device cuda): the tiled prefill (kernels/recurrent_attention, engine/cuda/recurrent_schedule)
+// (--device cuda): the tiled prefill (kernels/recurrent_attention, engine/runtime/recurrent_schedule)
 // and the naive one-position-per-wave path, on the five recurrent families of
 // tests/unit/recurrent_engine_test.cc at the GPU test shape (testing::GpuModelSpec), prompt
 // lengths 1..300 (powers of two and not, on and off the 32-key fold tiles), whole prompts in

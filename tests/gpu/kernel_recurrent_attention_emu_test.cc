@@ -1,5 +1,5 @@
 // The recurrent-attention kernels (kernels/recurrent_attention_kernels.cuh, the GPU build's
-// source) on the CPU emulator, driven by the GPU schedule (engine/cuda/recurrent_schedule.h)
+// source) on the CPU emulator, driven by the GPU schedule (engine/runtime/recurrent_schedule.h)
 // wave by wave with each chunk's own entries hidden (NaN) until their position finishes.
 // Checked for prefill chunks of several lengths (powers of two and not, cached prefixes on and
 // off tile boundaries, decode rows), GQA groups 1/3/4/8, head_dim 64/96/128, block sizes 5/16:

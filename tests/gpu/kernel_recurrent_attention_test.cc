@@ -1,5 +1,5 @@
 // The recurrent-attention kernels (kernels/recurrent_attention.cuh) on the GPU, driven by the
-// GPU schedule (engine/cuda/recurrent_schedule.h) wave by wave with each chunk's own entries
+// GPU schedule (engine/runtime/recurrent_schedule.h) wave by wave with each chunk's own entries
 // NaN in the cache until their position finishes (a premature read fails the test):
 //   - against the double reference: relative error per (row, head) under 1e-2 for bf16 out,
 //     1e-4 for fp32 out (kernel README rule);

@@ -1,7 +1,7 @@
 // Host side of the recurrent-attention kernel tests (GPU and CPU-emulated): a paged-attention
 // problem (tests/gpu/paged_attention_problem.h, extra pair on) read as recurrent prefill
 // chunks, one per request, and the driver that runs the GPU schedule
-// (engine/cuda/recurrent_schedule.h) wave by wave: merges, finishes, then the finished rows'
+// (engine/runtime/recurrent_schedule.h) wave by wave: merges, finishes, then the finished rows'
 // persistent entries are written. Until then a chunk's own entries hold NaN in the cache, so
 // a key read before it exists poisons the output and fails the comparison.
 #pragma once
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/cuda/recurrent_schedule.h"
+#include "engine/runtime/recurrent_schedule.h"
 #include "kernels/recurrent_attention.cuh"
 #include "tests/gpu/paged_attention_problem.h"
 
@@ -21,9 +21,7 @@ namespace morserve::kernels::recurrent_test {
 
 using attention_test::Problem;
 
-static_assert(kRecurrentScheduleTile == kRecurrentTile &&
-                  kRecurrentScheduleFresh == kRecurrentFresh,
-              "the schedule and the kernel agree on the tile and the flags");
+static_assert(kRecurrentScheduleFresh == kRecurrentFresh, "the schedule and the kernel agree on the flags");
 static_assert(sizeof(RecurrentFold) == sizeof(RecurrentFoldItem), "item layout");
 
 // Rows of request i form chunk i (Build puts them consecutively, entries in order).
@@ -48,7 +46,7 @@ struct Items {
 inline Items ScheduleItems(const Problem& p, const std::vector<int32_t>& chunk_indptr) {
   RecurrentSchedule s;
   std::string error;
-  const bool ok = BuildRecurrentSchedule(chunk_indptr, p.kv_len.data(), p.rows, &s, &error);
+  const bool ok = BuildRecurrentSchedule(chunk_indptr, p.kv_len.data(), p.rows, kRecurrentTile, &s, &error);
   EXPECT_TRUE(ok) << error;
   Items it;
   auto map = [&](const RecurrentFold& f) {

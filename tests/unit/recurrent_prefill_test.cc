@@ -6,13 +6,17 @@
 // magnitude ~1), and bitwise against: the one-position-at-a-time schedule over
 // PagedAttention, the same schedule serial instead of on 2 threads, and the scalar code
 // instead of the AVX2 lanes. Chunk starts and lengths are and are not multiples of the block
-// size (1, 4, 16) and of the lane count (8).
+// size (1, 4, 16) and of the lane count (8). And several chunks in one schedule (the shared
+// engine/runtime/recurrent_schedule.h) against each chunk alone, bitwise.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <numeric>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/cpu/chunk_attention.h"
@@ -212,6 +216,78 @@ INSTANTIATE_TEST_SUITE_P(Chunks, RecurrentPrefillTest, ::testing::ValuesIn(Cases
                            return "first" + std::to_string(c.first) + "_n" + std::to_string(c.n) +
                                   "_bs" + std::to_string(c.block_size) + "_hd" + std::to_string(c.head_dim);
                          });
+
+// Several chunks and chunks of one in one schedule (the CPU runner's batch): each chunk's
+// outputs are bitwise those it gives alone, and a wave's rows finish together, one position of
+// every chunk still pending.
+TEST(RecurrentScheduleOnCpuTest, ChunksInOneScheduleMatchEachAlone) {
+  const std::vector<Case> cases = {{37, 100, 16, 16}, {0, 1, 16, 16}, {3, 33, 16, 16},
+                                   {16, 2, 16, 16},   {64, 1, 16, 16}, {5, 70, 16, 16}};
+  std::vector<Chunk> chunks;
+  std::vector<Outputs> alone;
+  ThreadPool two(2);
+  for (size_t c = 0; c < cases.size(); ++c) {
+    chunks.push_back(MakeChunk(cases[c], 101 + static_cast<uint32_t>(c)));
+    alone.push_back(RunSchedule(chunks.back(), /*tiled=*/true, &two));
+  }
+  std::vector<int32_t> indptr = {0}, kv_len;
+  std::vector<std::unique_ptr<ChunkAttention>> attentions;
+  TiledRows rows;
+  std::vector<std::pair<int, int>> chunk_pos;  // per row: (chunk, position)
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    const Case& k = chunks[c].c;
+    ChunkAttentionParams p;
+    p.pool = &chunks[c].pool;
+    p.blocks = chunks[c].blocks.data();
+    p.num_blocks = static_cast<int>(chunks[c].blocks.size());
+    p.first = k.first;
+    p.n = k.n;
+    p.q = chunks[c].q.data();
+    p.extra_k = chunks[c].tk.data();
+    p.extra_v = chunks[c].tv.data();
+    p.n_heads = kHeads;
+    p.n_kv_heads = kKvHeads;
+    p.head_dim = k.head_dim;
+    p.scale = 1.0f / std::sqrt(static_cast<float>(k.head_dim));
+    attentions.push_back(std::make_unique<ChunkAttention>(p));
+    for (int i = 0; i < k.n; ++i) {
+      kv_len.push_back(k.first + i);
+      rows.attention.push_back(attentions.back().get());
+      rows.query.push_back(i);
+      chunk_pos.push_back({static_cast<int>(c), i});
+    }
+    indptr.push_back(static_cast<int32_t>(kv_len.size()));
+  }
+  RecurrentSchedule s;
+  std::string error;
+  ASSERT_TRUE(BuildRecurrentSchedule(indptr, kv_len.data(), static_cast<int>(kv_len.size()),
+                                     16, &s, &error))
+      << error;
+  std::vector<Outputs> together(chunks.size());
+  for (size_t c = 0; c < chunks.size(); ++c) together[c].resize(cases[c].n);
+  int waves = 0;
+  const int width = kHeads * 16;
+  RunTiledSchedule(s, rows, width, &two, [&](const int* wave_rows, int n, float* attn) {
+    ++waves;
+    for (int j = 0; j < n; ++j) {
+      auto [c, i] = chunk_pos[wave_rows[j]];
+      Chunk& ch = chunks[c];
+      const float* a = attn + static_cast<size_t>(j) * width;
+      ASSERT_TRUE(together[c][i].empty()) << "position finished twice";
+      together[c][i].assign(a, a + width);
+      std::vector<float> k(ch.kv_dim()), v(ch.kv_dim());
+      PersistentPair(i, a, ch.c.head_dim, k.data(), v.data());
+      const int32_t slot = static_cast<int32_t>(ch.Slot(ch.c.first + i));
+      KvWrite(ch.pool, k.data(), v.data(), &slot, 1);
+    }
+  });
+  EXPECT_EQ(waves, 100);  // the longest chunk
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    for (int i = 0; i < cases[c].n; ++i) {
+      EXPECT_EQ(together[c][i], alone[c][i]) << "chunk " << c << " position " << i;
+    }
+  }
+}
 
 // Folding keys that are not yet causal for every query of the range is a programming error.
 TEST(ChunkAttentionDeathTest, RefusesKeysAfterTheQueries) {

@@ -1,11 +1,11 @@
-// The GPU recurrent schedule (engine/cuda/recurrent_schedule.h) as pure bookkeeping: replaying
+// The recurrent schedule of both runners (engine/runtime/recurrent_schedule.h) as pure bookkeeping: replaying
 // its waves, every (query, key tile) pair below a query's own tile is merged exactly once, in
 // increasing key order, only after the key's entries are written, and before the query's
 // finish; no launch holds two merges into one row (their CTAs would race on its state); the first
 // fold of every row carries the fresh flag and no other does; the waves are a wave-major
 // permutation of the rows. Over many chunk layouts (cached prefixes on and off tile boundaries,
 // lengths that are and are not powers of two, decode rows mixed in).
-#include "engine/cuda/recurrent_schedule.h"
+#include "engine/runtime/recurrent_schedule.h"
 
 #include <gtest/gtest.h>
 
@@ -17,7 +17,7 @@
 namespace morserve {
 namespace {
 
-constexpr int kT = kRecurrentScheduleTile;
+constexpr int kGpuTile = 32;  // the CUDA runner's; the CPU runner's tile is its KV block
 
 struct Layout {
   std::vector<int32_t> indptr;
@@ -34,11 +34,11 @@ Layout MakeLayout(const std::vector<std::pair<int, int>>& chunks) {  // (first, 
   return l;
 }
 
-void Replay(const Layout& l) {
+void Replay(const Layout& l, int tile) {
   const int n = static_cast<int>(l.kv_len.size());
   RecurrentSchedule s;
   std::string error;
-  ASSERT_TRUE(BuildRecurrentSchedule(l.indptr, l.kv_len.data(), n, &s, &error)) << error;
+  ASSERT_TRUE(BuildRecurrentSchedule(l.indptr, l.kv_len.data(), n, tile, &s, &error)) << error;
   ASSERT_EQ(static_cast<int>(s.order.size()), n);
   ASSERT_EQ(std::set<int>(s.order.begin(), s.order.end()).size(), static_cast<size_t>(n));
   ASSERT_EQ(s.finish.size(), static_cast<size_t>(n));
@@ -60,14 +60,14 @@ void Replay(const Layout& l) {
       ASSERT_TRUE(f.row >= s.wave_begin[w] && f.row < n) << "merge into a finished row";
       ASSERT_TRUE(rows_this_wave.insert(f.row).second) << "two merges into one row in a launch";
       const int old = s.order[f.row], c = chunk_of[old];
-      ASSERT_EQ(f.key_begin % kT, 0);
-      ASSERT_EQ(f.key_end % kT, 0);
+      ASSERT_EQ(f.key_begin % tile, 0);
+      ASSERT_EQ(f.key_end % tile, 0);
       ASSERT_LT(f.key_begin, f.key_end);
-      ASSERT_EQ(f.key_begin, next_tile[f.row] * kT) << "a tile skipped or merged twice";
+      ASSERT_EQ(f.key_begin, next_tile[f.row] * tile) << "a tile skipped or merged twice";
       ASSERT_LE(f.key_end, written[c]) << "a key merged before it was written";
-      ASSERT_LE(f.key_end, l.kv_len[old] - l.kv_len[old] % kT) << "a key at or after the own tile";
+      ASSERT_LE(f.key_end, l.kv_len[old] - l.kv_len[old] % tile) << "a key at or after the own tile";
       ASSERT_EQ(f.flags, folds[f.row] == 0 ? kRecurrentScheduleFresh : 0);
-      next_tile[f.row] = f.key_end / kT;
+      next_tile[f.row] = f.key_end / tile;
       ++folds[f.row];
     }
     for (int j = s.wave_begin[w]; j < s.wave_begin[w + 1]; ++j) {
@@ -75,7 +75,7 @@ void Replay(const Layout& l) {
       ASSERT_EQ(pos_of[old], w) << "wave " << w << " holds another position";
       ASSERT_EQ(s.finish[j].row, j);
       ASSERT_EQ(s.finish[j].flags, folds[j] == 0 ? kRecurrentScheduleFresh : 0);
-      ASSERT_EQ(next_tile[j] * kT, l.kv_len[old] - l.kv_len[old] % kT)
+      ASSERT_EQ(next_tile[j] * tile, l.kv_len[old] - l.kv_len[old] % tile)
           << "row " << old << " finishes without all tiles below its own";
       ASSERT_EQ(written[chunk_of[old]], l.kv_len[old]);
       ++written[chunk_of[old]];  // its persistent pair
@@ -99,8 +99,10 @@ TEST(RecurrentScheduleTest, EveryPairOnceInOrder) {
   for (const auto& c : cases) {
     std::string name;
     for (auto [f, n] : c) name += "(" + std::to_string(f) + "," + std::to_string(n) + ")";
-    SCOPED_TRACE(name);
-    ASSERT_NO_FATAL_FAILURE(Replay(MakeLayout(c)));
+    for (int tile : {kGpuTile, 16, 1}) {
+      SCOPED_TRACE(name + " tile " + std::to_string(tile));
+      ASSERT_NO_FATAL_FAILURE(Replay(MakeLayout(c), tile));
+    }
   }
 }
 
@@ -113,7 +115,8 @@ TEST(RecurrentScheduleTest, RandomLayouts) {
       c.push_back(
           {static_cast<int>(rng() % 200), rng() % 3 == 0 ? 1 : 1 + static_cast<int>(rng() % 260)});
     }
-    ASSERT_NO_FATAL_FAILURE(Replay(MakeLayout(c))) << "layout " << t;
+    const int tile = std::vector<int>{kGpuTile, 16, 8, 7}[t % 4];
+    ASSERT_NO_FATAL_FAILURE(Replay(MakeLayout(c), tile)) << "layout " << t << " tile " << tile;
   }
 }
 
@@ -121,7 +124,7 @@ TEST(RecurrentScheduleTest, NoChunksMeansRowsOfOne) {
   const std::vector<int32_t> kv_len = {0, 40, 64, 3};
   RecurrentSchedule s;
   std::string error;
-  ASSERT_TRUE(BuildRecurrentSchedule({}, kv_len.data(), 4, &s, &error)) << error;
+  ASSERT_TRUE(BuildRecurrentSchedule({}, kv_len.data(), 4, kGpuTile, &s, &error)) << error;
   EXPECT_EQ(s.waves(), 1);
   EXPECT_EQ(s.order, (std::vector<int>{0, 1, 2, 3}));
   ASSERT_EQ(s.merge.size(), 2u);  // the cached whole tiles of rows 1 and 2
@@ -135,12 +138,14 @@ TEST(RecurrentScheduleTest, BadChunksAreErrors) {
   RecurrentSchedule s;
   std::string error;
   const std::vector<int32_t> gap = {3, 5};  // not consecutive entries
-  EXPECT_FALSE(BuildRecurrentSchedule({0, 2}, gap.data(), 2, &s, &error));
+  EXPECT_FALSE(BuildRecurrentSchedule({0, 2}, gap.data(), 2, kGpuTile, &s, &error));
   EXPECT_NE(error.find("consecutive"), std::string::npos);
   const std::vector<int32_t> ok = {3, 4};
-  EXPECT_FALSE(BuildRecurrentSchedule({0, 1}, ok.data(), 2, &s, &error));
+  EXPECT_FALSE(BuildRecurrentSchedule({0, 1}, ok.data(), 2, kGpuTile, &s, &error));
   EXPECT_NE(error.find("cover"), std::string::npos);
-  EXPECT_FALSE(BuildRecurrentSchedule({0, 0, 2}, ok.data(), 2, &s, &error));
+  EXPECT_FALSE(BuildRecurrentSchedule({0, 0, 2}, ok.data(), 2, kGpuTile, &s, &error));
+  EXPECT_FALSE(BuildRecurrentSchedule({0, 2}, ok.data(), 2, 0, &s, &error));
+  EXPECT_NE(error.find("tile"), std::string::npos);
 }
 
 }  // namespace

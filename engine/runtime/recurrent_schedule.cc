@@ -1,13 +1,11 @@
-// The GPU recurrent layer's wave and merge schedule (see recurrent_schedule.h).
-#include "engine/cuda/recurrent_schedule.h"
+// The recurrent layer's wave and merge schedule (see recurrent_schedule.h).
+#include "engine/runtime/recurrent_schedule.h"
 
 #include <algorithm>
 #include <bit>
 
 namespace morserve {
 namespace {
-
-constexpr int kT = kRecurrentScheduleTile;
 
 struct Chunk {
   int begin = 0;  // old row of position 0
@@ -46,7 +44,11 @@ bool Chunks(const std::vector<int32_t>& indptr, const int32_t* kv_len, int n,
 }  // namespace
 
 bool BuildRecurrentSchedule(const std::vector<int32_t>& chunk_indptr, const int32_t* kv_len, int n,
-                            RecurrentSchedule* out, std::string* error) {
+                            int tile, RecurrentSchedule* out, std::string* error) {
+  if (tile <= 0) {
+    *error = "recurrent schedule: the tile must be positive";
+    return false;
+  }
   std::vector<Chunk> chunks;
   if (!Chunks(chunk_indptr, kv_len, n, &chunks, error)) return false;
   RecurrentSchedule& s = *out;
@@ -75,20 +77,20 @@ bool BuildRecurrentSchedule(const std::vector<int32_t>& chunk_indptr, const int3
     for (size_t c = 0; c < chunks.size(); ++c) {
       const Chunk& ch = chunks[c];
       if (ch.n <= w) continue;
-      const int u0 = ch.first / kT;
+      const int u0 = ch.first / tile;
       if (w == 0) {  // the cached whole tiles, into every query of the chunk
         if (u0 > 0) {
-          for (int i = 0; i < ch.n; ++i) merge(new_row[c][i], 0, u0 * kT);
+          for (int i = 0; i < ch.n; ++i) merge(new_row[c][i], 0, u0 * tile);
         }
         continue;
       }
       // Did wave w - 1 complete a tile (write the last entry of tile u0 + u)?
       const int written = ch.first + w;  // entries [0, written) exist now
-      if (written % kT != 0) continue;
-      const int u = written / kT - 1 - u0;
+      if (written % tile != 0) continue;
+      const int u = written / tile - 1 - u0;
       const int k = std::countr_zero(static_cast<unsigned>(u + 1));
-      const int key_begin = (u0 + u + 1 - (1 << k)) * kT, key_end = written;
-      const int q_end = std::min(ch.n, (u0 + u + 1 + (1 << k)) * kT - ch.first);
+      const int key_begin = (u0 + u + 1 - (1 << k)) * tile, key_end = written;
+      const int q_end = std::min(ch.n, (u0 + u + 1 + (1 << k)) * tile - ch.first);
       for (int i = w; i < q_end; ++i) merge(new_row[c][i], key_begin, key_end);
     }
   }
