@@ -153,8 +153,8 @@ void RunTiled(const RecurrentLayerParams& rp, const std::vector<std::pair<int, i
   const LayerKvPlan& kv = *b.kv;
   RecurrentSchedule schedule;
   std::string error;
-  MORSERVE_CHECK(BuildRecurrentSchedule(kv.chunk_indptr, kv.kv_len.data(), b.n,
-                                        rp.kv->block_size, &schedule, &error),
+  MORSERVE_CHECK(BuildRecurrentSchedule(kv.chunk_indptr, kv.kv_len.data(), b.n, rp.kv->block_size,
+                                        &schedule, &error),
                  error.c_str());
   const int qd = rp.n_heads * rp.head_dim, kvd = rp.n_kv_heads * rp.head_dim;
   std::vector<int> singles, single_index(b.n, -1);
@@ -194,7 +194,8 @@ void RunTiled(const RecurrentLayerParams& rp, const std::vector<std::pair<int, i
     for (int j = 0; j < n; ++j) {
       const int s = single_index[wave_rows[j]];
       if (s >= 0) {
-        std::copy_n(&singles_attn[static_cast<size_t>(s) * qd], qd, attn + static_cast<size_t>(j) * qd);
+        std::copy_n(&singles_attn[static_cast<size_t>(s) * qd], qd,
+                    attn + static_cast<size_t>(j) * qd);
       }
     }
     FinishRows(rp, wave_rows, n, attn);

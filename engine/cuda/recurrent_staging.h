@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/runtime/recurrent_schedule.h"
 #include "engine/cuda/step_staging.h"
+#include "engine/runtime/recurrent_schedule.h"
 
 namespace morserve {
 

@@ -1,9 +1,9 @@
-// The exact tiled schedule of a recurrent layer's batch (docs/models.md#recurrent-transformer-layers),
-// one for both backends: which key tiles merge into which pending queries when. The CPU runner
-// runs it with tiles of one KV block (engine/cpu/recurrent_prefill.h, ChunkAttention's key
-// groups), the GPU runner with tiles of kRecurrentGpuTile entries (engine/cuda/recurrent_staging.h,
-// kernels/recurrent_attention.cuh). Plain C++, unit-tested without a device
-// (tests/unit/recurrent_schedule_test.cc).
+// The exact tiled schedule of a recurrent layer's batch
+// (docs/models.md#recurrent-transformer-layers), one for both backends: which key tiles merge into
+// which pending queries when. The CPU runner runs it with tiles of one KV block
+// (engine/cpu/recurrent_prefill.h, ChunkAttention's key groups), the GPU runner with tiles of
+// kRecurrentGpuTile entries (engine/cuda/recurrent_staging.h, kernels/recurrent_attention.cuh).
+// Plain C++, unit-tested without a device (tests/unit/recurrent_schedule_test.cc).
 //
 // Rows come in chunks (LayerKvPlan::chunk_indptr): chunk c is n_c consecutive entries
 // first_c .. first_c + n_c - 1 of one request's cache slot (a decode row is a chunk of one).

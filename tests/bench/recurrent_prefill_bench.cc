@@ -1,23 +1,22 @@
 // recurrent_prefill_bench: prefill time of one request on a recurrent-layer model
 // (docs/models.md#recurrent-transformer-layers) against prompt length, for the tiled and the naive
 // schedule of the CPU runner (engine/cpu/recurrent_prefill.h) or, with device cuda, of the CUDA
-// runner (kernels/recurrent_attention.cuh, engine/runtime/recurrent_schedule.h). Each prompt enters as
-// one chunk (one engine step) and produces one token; the time is Submit to the token (wall,
-// and process CPU time, which a shared machine's waiting does not inflate), best of `reps`
-// (prefix caching off: every rep computes the whole prompt).
-// On the CPU the two schedules must give bit-identical logits; on the GPU their attention is
-// bitwise equal but the GEMMs see other row counts, so the largest relative logit difference
-// is reported and must stay under 5e-2 (the bf16 rule of the GPU engine tests). The run
-// fails otherwise. Prints one JSON object.
-// Usage: recurrent_prefill_bench MODEL_DIR [max_len=8192] [reps=1] [threads=0] [device=cpu|cuda]
-// (lengths 128, 256, ... up to max_len; make the model with `morserve mkmodel --family
-// recurrent`, with --max-pos above max_len).
+// runner (kernels/recurrent_attention.cuh, engine/runtime/recurrent_schedule.h). Each prompt enters
+// as one chunk (one engine step) and produces one token; the time is Submit to the token (wall, and
+// process CPU time, which a shared machine's waiting does not inflate), best of `reps` (prefix
+// caching off: every rep computes the whole prompt). On the CPU the two schedules must give
+// bit-identical logits; on the GPU their attention is bitwise equal but the GEMMs see other row
+// counts, so the largest relative logit difference is reported and must stay under 5e-2 (the bf16
+// rule of the GPU engine tests). The run fails otherwise. Prints one JSON object. Usage:
+// recurrent_prefill_bench MODEL_DIR [max_len=8192] [reps=1] [threads=0] [device=cpu|cuda] (lengths
+// 128, 256, ... up to max_len; make the model with `morserve mkmodel --family recurrent`, with
+// --max-pos above max_len).
 #include <algorithm>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
-#include <ctime>
 #include <cstdlib>
+#include <ctime>
 #include <random>
 #include <string>
 #include <vector>
@@ -109,12 +108,13 @@ int Main(int argc, char** argv) {
   for (int& t : warm) t = static_cast<int>(rng() % mc.vocab_size);
   for (auto& e : engines) Prefill(e.get(), warm);
 
-  std::printf("{\"bench\": \"recurrent_prefill\", \"device\": \"%s\", \"model\": \"%s\","
-              " \"hidden\": %d, \"layers\": %d,"
-              " \"heads\": %d, \"kv_heads\": %d, \"intermediate\": %d, \"block_size\": %d,"
-              " \"threads\": %d, \"reps\": %d, \"results\": [",
-              device.c_str(), argv[1], mc.hidden_size, mc.num_layers, mc.num_heads, mc.num_kv_heads,
-              mc.intermediate_size, EngineConfig{}.block_size, threads, reps);
+  std::printf(
+      "{\"bench\": \"recurrent_prefill\", \"device\": \"%s\", \"model\": \"%s\","
+      " \"hidden\": %d, \"layers\": %d,"
+      " \"heads\": %d, \"kv_heads\": %d, \"intermediate\": %d, \"block_size\": %d,"
+      " \"threads\": %d, \"reps\": %d, \"results\": [",
+      device.c_str(), argv[1], mc.hidden_size, mc.num_layers, mc.num_heads, mc.num_kv_heads,
+      mc.intermediate_size, EngineConfig{}.block_size, threads, reps);
   bool first = true;
   for (int len = 128; len <= max_len; len *= 2) {
     std::vector<int> prompt(len);
@@ -135,13 +135,14 @@ int Main(int argc, char** argv) {
       max_rel = std::max(max_rel, std::abs(static_cast<double>(logits[0][i]) - logits[1][i]) /
                                       std::max(1.0, std::abs(static_cast<double>(logits[1][i]))));
     }
-    std::printf("%s\n  {\"prompt_tokens\": %d, \"tiled_ms\": %.1f, \"naive_ms\": %.1f,"
-                " \"tiled_ms_per_token\": %.4f, \"naive_ms_per_token\": %.4f,"
-                " \"tiled_cpu_ms\": %.1f, \"naive_cpu_ms\": %.1f,"
-                " \"naive_over_tiled\": %.2f, \"naive_over_tiled_cpu\": %.2f,"
-                " \"logits_bit_identical\": %s, \"logits_max_rel_diff\": %.3g}",
-                first ? "" : ",", len, best[0], best[1], best[0] / len, best[1] / len, cpu[0],
-                cpu[1], best[1] / best[0], cpu[1] / cpu[0], equal ? "true" : "false", max_rel);
+    std::printf(
+        "%s\n  {\"prompt_tokens\": %d, \"tiled_ms\": %.1f, \"naive_ms\": %.1f,"
+        " \"tiled_ms_per_token\": %.4f, \"naive_ms_per_token\": %.4f,"
+        " \"tiled_cpu_ms\": %.1f, \"naive_cpu_ms\": %.1f,"
+        " \"naive_over_tiled\": %.2f, \"naive_over_tiled_cpu\": %.2f,"
+        " \"logits_bit_identical\": %s, \"logits_max_rel_diff\": %.3g}",
+        first ? "" : ",", len, best[0], best[1], best[0] / len, best[1] / len, cpu[0], cpu[1],
+        best[1] / best[0], cpu[1] / cpu[0], equal ? "true" : "false", max_rel);
     std::fflush(stdout);
     first = false;
     if (gpu ? !(max_rel < 5e-2) : !equal) {

@@ -1,11 +1,11 @@
 // The engine on recurrent-layer models (docs/models.md#recurrent-transformer-layers) on the GPU
-// (--device cuda): the tiled prefill (kernels/recurrent_attention, engine/runtime/recurrent_schedule)
-// and the naive one-position-per-wave path, on the five recurrent families of
-// tests/unit/recurrent_engine_test.cc at the GPU test shape (testing::GpuModelSpec), prompt
-// lengths 1..300 (powers of two and not, on and off the 32-key fold tiles), whole prompts in
-// one step and prompts chunked by a 37-token step budget. The same source builds
-// engine_gpu_recurrent_emu_test: the same checks on the CPU-emulated CUDA runner (kernels/emu;
-// prompt lengths 1..65: tests/gpu/engine_gpu_workloads.h), which runs in CI.
+// (--device cuda): the tiled prefill (kernels/recurrent_attention,
+// engine/runtime/recurrent_schedule) and the naive one-position-per-wave path, on the five
+// recurrent families of tests/unit/recurrent_engine_test.cc at the GPU test shape
+// (testing::GpuModelSpec), prompt lengths 1..300 (powers of two and not, on and off the 32-key fold
+// tiles), whole prompts in one step and prompts chunked by a 37-token step budget. The same source
+// builds engine_gpu_recurrent_emu_test: the same checks on the CPU-emulated CUDA runner
+// (kernels/emu; prompt lengths 1..65: tests/gpu/engine_gpu_workloads.h), which runs in CI.
 //   - both schedules against the reference by the bf16 rule of engine_gpu_test
 //     (testing::CompareWithReference: tokens, loops and logits within 2e-2 of the row's scale
 //     up to the first unclear step; at least half of the steps compared, at most 5% loop

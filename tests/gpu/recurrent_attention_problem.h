@@ -21,7 +21,8 @@ namespace morserve::kernels::recurrent_test {
 
 using attention_test::Problem;
 
-static_assert(kRecurrentScheduleFresh == kRecurrentFresh, "the schedule and the kernel agree on the flags");
+static_assert(kRecurrentScheduleFresh == kRecurrentFresh,
+              "the schedule and the kernel agree on the flags");
 static_assert(sizeof(RecurrentFold) == sizeof(RecurrentFoldItem), "item layout");
 
 // Rows of request i form chunk i (Build puts them consecutively, entries in order).
@@ -46,7 +47,8 @@ struct Items {
 inline Items ScheduleItems(const Problem& p, const std::vector<int32_t>& chunk_indptr) {
   RecurrentSchedule s;
   std::string error;
-  const bool ok = BuildRecurrentSchedule(chunk_indptr, p.kv_len.data(), p.rows, kRecurrentTile, &s, &error);
+  const bool ok =
+      BuildRecurrentSchedule(chunk_indptr, p.kv_len.data(), p.rows, kRecurrentTile, &s, &error);
   EXPECT_TRUE(ok) << error;
   Items it;
   auto map = [&](const RecurrentFold& f) {

@@ -8,6 +8,8 @@
 // instead of the AVX2 lanes. Chunk starts and lengths are and are not multiples of the block
 // size (1, 4, 16) and of the lane count (8). And several chunks in one schedule (the shared
 // engine/runtime/recurrent_schedule.h) against each chunk alone, bitwise.
+#include "engine/cpu/recurrent_prefill.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,7 +23,6 @@
 
 #include "engine/cpu/chunk_attention.h"
 #include "engine/cpu/paged_attention.h"
-#include "engine/cpu/recurrent_prefill.h"
 
 namespace morserve {
 namespace {
@@ -76,7 +77,8 @@ void PersistentPair(int i, const T* attn, int head_dim, T* k, T* v) {
   const int group = kHeads / kKvHeads;
   for (int h = 0; h < kKvHeads; ++h) {
     for (int d = 0; d < head_dim; ++d) {
-      const T a = attn[(h * group) * head_dim + d], b = attn[(h * group + group - 1) * head_dim + (d + 1) % head_dim];
+      const T a = attn[(h * group) * head_dim + d],
+              b = attn[(h * group + group - 1) * head_dim + (d + 1) % head_dim];
       k[h * head_dim + d] = static_cast<T>(2 * std::tanh(3 * a + T(0.1) * i));
       v[h * head_dim + d] = static_cast<T>(std::sin(2 * b));
     }
@@ -161,7 +163,8 @@ std::vector<std::vector<double>> Direct(const Chunk& ch) {
       std::vector<double> s(k.size());
       for (size_t j = 0; j < k.size(); ++j) {
         double dot = 0;
-        for (int d = 0; d < hd; ++d) dot += ch.q[static_cast<size_t>(i) * ch.q_dim() + h * hd + d] * k[j][kvh * hd + d];
+        for (int d = 0; d < hd; ++d)
+          dot += ch.q[static_cast<size_t>(i) * ch.q_dim() + h * hd + d] * k[j][kvh * hd + d];
         s[j] = dot / std::sqrt(static_cast<double>(hd));
       }
       const double m = *std::max_element(s.begin(), s.end());
@@ -192,7 +195,8 @@ TEST_P(RecurrentPrefillTest, TiledEqualsDirectAndNaive) {
   double worst = 0;
   for (int i = 0; i < GetParam().n; ++i) {
     ASSERT_EQ(tiled[i].size(), direct[i].size()) << "position " << i << " never finished";
-    for (size_t d = 0; d < direct[i].size(); ++d) worst = std::max(worst, std::abs(tiled[i][d] - direct[i][d]));
+    for (size_t d = 0; d < direct[i].size(); ++d)
+      worst = std::max(worst, std::abs(tiled[i][d] - direct[i][d]));
     EXPECT_EQ(tiled[i], naive[i]) << "position " << i << ": tiled and naive folds differ";
     EXPECT_EQ(tiled[i], tiled_serial[i]) << "position " << i << ": depends on threads";
     EXPECT_EQ(tiled[i], tiled_scalar[i]) << "position " << i << ": AVX2 lanes and scalar differ";
@@ -214,14 +218,15 @@ INSTANTIATE_TEST_SUITE_P(Chunks, RecurrentPrefillTest, ::testing::ValuesIn(Cases
                          [](const auto& info) {
                            const Case& c = info.param;
                            return "first" + std::to_string(c.first) + "_n" + std::to_string(c.n) +
-                                  "_bs" + std::to_string(c.block_size) + "_hd" + std::to_string(c.head_dim);
+                                  "_bs" + std::to_string(c.block_size) + "_hd" +
+                                  std::to_string(c.head_dim);
                          });
 
 // Several chunks and chunks of one in one schedule (the CPU runner's batch): each chunk's
 // outputs are bitwise those it gives alone, and a wave's rows finish together, one position of
 // every chunk still pending.
 TEST(RecurrentScheduleOnCpuTest, ChunksInOneScheduleMatchEachAlone) {
-  const std::vector<Case> cases = {{37, 100, 16, 16}, {0, 1, 16, 16}, {3, 33, 16, 16},
+  const std::vector<Case> cases = {{37, 100, 16, 16}, {0, 1, 16, 16},  {3, 33, 16, 16},
                                    {16, 2, 16, 16},   {64, 1, 16, 16}, {5, 70, 16, 16}};
   std::vector<Chunk> chunks;
   std::vector<Outputs> alone;
@@ -260,8 +265,8 @@ TEST(RecurrentScheduleOnCpuTest, ChunksInOneScheduleMatchEachAlone) {
   }
   RecurrentSchedule s;
   std::string error;
-  ASSERT_TRUE(BuildRecurrentSchedule(indptr, kv_len.data(), static_cast<int>(kv_len.size()),
-                                     16, &s, &error))
+  ASSERT_TRUE(BuildRecurrentSchedule(indptr, kv_len.data(), static_cast<int>(kv_len.size()), 16, &s,
+                                     &error))
       << error;
   std::vector<Outputs> together(chunks.size());
   for (size_t c = 0; c < chunks.size(); ++c) together[c].resize(cases[c].n);

@@ -1,6 +1,6 @@
-// The recurrent schedule of both runners (engine/runtime/recurrent_schedule.h) as pure bookkeeping: replaying
-// its waves, every (query, key tile) pair below a query's own tile is merged exactly once, in
-// increasing key order, only after the key's entries are written, and before the query's
+// The recurrent schedule of both runners (engine/runtime/recurrent_schedule.h) as pure bookkeeping:
+// replaying its waves, every (query, key tile) pair below a query's own tile is merged exactly
+// once, in increasing key order, only after the key's entries are written, and before the query's
 // finish; no launch holds two merges into one row (their CTAs would race on its state); the first
 // fold of every row carries the fresh flag and no other does; the waves are a wave-major
 // permutation of the rows. Over many chunk layouts (cached prefixes on and off tile boundaries,
@@ -65,7 +65,8 @@ void Replay(const Layout& l, int tile) {
       ASSERT_LT(f.key_begin, f.key_end);
       ASSERT_EQ(f.key_begin, next_tile[f.row] * tile) << "a tile skipped or merged twice";
       ASSERT_LE(f.key_end, written[c]) << "a key merged before it was written";
-      ASSERT_LE(f.key_end, l.kv_len[old] - l.kv_len[old] % tile) << "a key at or after the own tile";
+      ASSERT_LE(f.key_end, l.kv_len[old] - l.kv_len[old] % tile)
+          << "a key at or after the own tile";
       ASSERT_EQ(f.flags, folds[f.row] == 0 ? kRecurrentScheduleFresh : 0);
       next_tile[f.row] = f.key_end / tile;
       ++folds[f.row];
