@@ -250,6 +250,7 @@ class CpuModelRunner : public ModelRunner {
   void NormRows(const LoopNorm& w, const int* loops, int n, const float* x, float* out) const;
   void AddSublayerOutput(const LoopNorm& norm, const int* loops, int n, float* out, float* h) const;
   void AddAttentionAndMlp(const CpuLayer& L, const int* loops, int n, const float* attn, float* h);
+  void SwiGluRows(const float* gate_up, int n, float* act);
   void RunRecurrent(const LayerBatch& b, const CpuLayer& L, const Act& q, const Act& k,
                     const Act& v);
   void FinishRecurrentRows(const CpuLayer& L, const int* loops, const int* positions,
@@ -466,10 +467,7 @@ void CpuModelRunner::AddAttentionAndMlp(const CpuLayer& L, const int* loops, int
       act(static_cast<size_t>(n) * inter);
   NormRows(L.post_norm, loops, n, h, m.data());
   L.gate_up.Run(loops, n, m.data(), hs, gu.data(), /*accumulate=*/false);
-  for (int i = 0; i < n; ++i) {
-    const float* g = &gu[static_cast<size_t>(i) * 2 * inter];
-    SiluMulRows(g, g + inter, 1, inter, &act[static_cast<size_t>(i) * inter]);
-  }
+  SwiGluRows(gu.data(), n, act.data());
   if (normed_sums) {
     Act d(static_cast<size_t>(n) * hs);
     L.down.Run(loops, n, act.data(), inter, d.data(), /*accumulate=*/false);
@@ -477,6 +475,24 @@ void CpuModelRunner::AddAttentionAndMlp(const CpuLayer& L, const int* loops, int
   } else {
     L.down.Run(loops, n, act.data(), inter, h, /*accumulate=*/true);
   }
+}
+
+// act[n, inter] = SiLU(gate) * up from gate_up[n, 2 * inter], over the pool in pieces of
+// kSwiGluCols columns of a row: element-wise, so the bits do not depend on the split. Its
+// double-precision exp is the largest per-row cost of a decode step after the projections and
+// attention (about 3 ms of a 38 ms batch-8 step of the 360M shape on one thread).
+void CpuModelRunner::SwiGluRows(const float* gate_up, int n, float* act) {
+  constexpr int kSwiGluCols = 512;
+  const int inter = cfg_.intermediate_size, pieces = (inter + kSwiGluCols - 1) / kSwiGluCols;
+  pool_.ParallelFor(static_cast<int64_t>(n) * pieces, [&](int64_t begin, int64_t end) {
+    for (int64_t u = begin; u < end; ++u) {
+      const int64_t row = u / pieces;
+      const int c0 = static_cast<int>(u % pieces) * kSwiGluCols;
+      const int cols = std::min(kSwiGluCols, inter - c0);
+      const float* g = gate_up + row * 2 * inter + c0;
+      SiluMulRows(g, g + inter, 1, cols, act + row * inter + c0);
+    }
+  });
 }
 
 // Recurrent layers (docs/models.md#recurrent-transformer-layers) from the rows' q and
