@@ -61,6 +61,18 @@ class ServerTest : public ::testing::Test {
     return false;
   }
 
+  // Polls until the engine's gauge shows KV blocks held. A token can reach the client before
+  // the step that produced it refreshes the gauge, so a running request's blocks may not show
+  // yet; seeing them first makes a later WaitKvFree mean that this request let them go.
+  static bool WaitKvUsed(v1::Morserve::Stub* stub, int timeout_s = 20) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+    while (std::chrono::steady_clock::now() < end) {
+      if (KvBlocksUsed(stub) > 0) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return false;
+  }
+
   static TempDir* dir_;
   static std::string* mor_dir_;
   static std::string* vanilla_dir_;
@@ -128,7 +140,8 @@ TEST_F(ServerTest, LogprobsEqualEngine) {
   auto reader = stub->Generate(&ctx, req);
   v1::GenerateResponse resp;
   std::vector<v1::Token> tokens;
-  while (reader->Read(&resp)) tokens.insert(tokens.end(), resp.tokens().begin(), resp.tokens().end());
+  while (reader->Read(&resp))
+    tokens.insert(tokens.end(), resp.tokens().begin(), resp.tokens().end());
   ASSERT_TRUE(reader->Finish().ok());
 
   auto engine = Engine::Create(*weights, EngineConfig());
@@ -205,7 +218,7 @@ TEST_F(ServerTest, CancelMidStreamFreesEveryKvBlock) {
   v1::GenerateResponse resp;
   ASSERT_TRUE(reader->Read(&resp));
   EXPECT_GT(resp.tokens_size(), 0);
-  EXPECT_GT(KvBlocksUsed(stub.get()), 0);
+  EXPECT_TRUE(WaitKvUsed(stub.get()));
   ctx.TryCancel();
   while (reader->Read(&resp)) {
   }
@@ -216,8 +229,8 @@ TEST_F(ServerTest, CancelMidStreamFreesEveryKvBlock) {
   EXPECT_EQ(ScrapeValue(*metrics, "morserve_requests_finished_total{reason=\"cancelled\"}"), 1.0);
 
   // A deadline that passes mid-stream is a cancellation too.
-  StreamResult late =
-      GenerateAll(stub.get(), TokenRequest(MakePrompts(1, 50, 50, 256, 4)[0], 3000), /*deadline_s=*/1);
+  StreamResult late = GenerateAll(stub.get(), TokenRequest(MakePrompts(1, 50, 50, 256, 4)[0], 3000),
+                                  /*deadline_s=*/1);
   EXPECT_EQ(late.status.error_code(), StatusCode::DEADLINE_EXCEEDED);
   EXPECT_TRUE(WaitKvFree(stub.get())) << "KV blocks still held after the deadline";
   EXPECT_EQ(server.Terminate(), 0) << server.output();
@@ -299,9 +312,12 @@ TEST_F(ServerTest, BadInputsGetTheirCodeAndField) {
   }
   auto metrics = HttpGet(server.metrics_port(), "/metrics");
   ASSERT_TRUE(metrics.has_value());
-  EXPECT_EQ(ScrapeValue(*metrics, "morserve_requests_rejected_total{reason=\"invalid_argument\"}"), 11.0);
-  EXPECT_EQ(ScrapeValue(*metrics, "morserve_requests_rejected_total{reason=\"context_length\"}"), 1.0);
-  EXPECT_EQ(ScrapeValue(*metrics, "morserve_requests_rejected_total{reason=\"no_tokenizer\"}"), 3.0);
+  EXPECT_EQ(ScrapeValue(*metrics, "morserve_requests_rejected_total{reason=\"invalid_argument\"}"),
+            11.0);
+  EXPECT_EQ(ScrapeValue(*metrics, "morserve_requests_rejected_total{reason=\"context_length\"}"),
+            1.0);
+  EXPECT_EQ(ScrapeValue(*metrics, "morserve_requests_rejected_total{reason=\"no_tokenizer\"}"),
+            3.0);
   EXPECT_EQ(server.Terminate(), 0) << server.output();
 }
 
@@ -314,6 +330,9 @@ TEST_F(ServerTest, FullQueueGetsResourceExhausted) {
   auto reader = stub->Generate(&ctx, TokenRequest({1, 2, 3}, 3000));
   v1::GenerateResponse resp;
   ASSERT_TRUE(reader->Read(&resp));  // it runs
+  // Its blocks show in the gauge before the cancel, so the gauge's 0 below comes after the
+  // engine finished it (and let its place in the queue go), not from before its first step.
+  ASSERT_TRUE(WaitKvUsed(stub.get()));
   StreamResult second = GenerateAll(stub.get(), TokenRequest({4, 5, 6}, 4));
   EXPECT_EQ(second.status.error_code(), StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_NE(second.status.error_message().find("queue is full"), std::string::npos)
