@@ -24,6 +24,22 @@ struct UnitScratch {
   std::vector<const float*> values;  // [block_size]
 };
 
+// Asks for the K and V rows of the next block while this one is folded: a decode row's
+// attention reads its whole context from the pool each step, far beyond the caches, and the
+// rows of one KV head are strided by the other heads'. A prefetch changes no result.
+inline void PrefetchBlock(const PagedKvPool& kv, int32_t block, int count, int kv_head) {
+  const int64_t base = static_cast<int64_t>(block) * kv.block_size;
+  const int bytes = kv.head_dim * static_cast<int>(sizeof(float));
+  for (int j = 0; j < count; ++j) {
+    const char* k = reinterpret_cast<const char*>(kv.KeyAt(base + j, kv_head));
+    const char* v = reinterpret_cast<const char*>(kv.ValueAt(base + j, kv_head));
+    for (int b = 0; b < bytes; b += 64) {
+      __builtin_prefetch(k + b);
+      __builtin_prefetch(v + b);
+    }
+  }
+}
+
 // The unit's body, compiled once per instruction set below: the compiler vectorises the 8
 // partial sums of AttentionDot and the value accumulation across head_dim lanes, which changes
 // no rounding (no reassociation, no contraction: this file is built with -ffp-contract=off),
@@ -55,6 +71,8 @@ struct UnitScratch {
       s.keys[j] = kv.KeyAt(base + j, kv_head);
       s.values[j] = kv.ValueAt(base + j, kv_head);
     }
+    if (start + bs < len)
+      PrefetchBlock(kv, blocks[start / bs + 1], std::min(bs, len - start - bs), kv_head);
     for (int g = 0; g < group; ++g) {
       const float* q = q_row + static_cast<size_t>(kv_head * group + g) * hd;
       for (int j = 0; j < count; ++j) s.scores[j] = AttentionDot(q, s.keys[j], hd) * p.scale;
