@@ -2,6 +2,9 @@
 // the rest of the kernels library).
 #include "kernels/gemm.cuh"
 
+#include <algorithm>
+#include <vector>
+
 namespace morserve::kernels {
 namespace {
 
@@ -51,11 +54,17 @@ cublasStatus_t MakeDescriptors(int m, int n, int k, DType y_dtype, cublasLtMatmu
   return CUBLAS_STATUS_SUCCESS;
 }
 
-// Asks the heuristic for algorithms (reduction scheme NONE only when `none_only`) and
-// returns the first without split-K in *algo.
-cublasStatus_t Choose(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
-                      cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c, bool none_only,
-                      cublasLtMatmulAlgo_t* algo) {
+// One heuristic result's algorithm. (A named wrapper: nvcc's front end fails on containers of
+// the anonymous-struct typedef cublasLtMatmulAlgo_t.)
+struct Algo {
+  cublasLtMatmulAlgo_t algo;
+};
+
+// Appends to *out the algorithms the heuristic offers without split-K, best first (reduction
+// scheme NONE only when `none_only`).
+cublasStatus_t Offered(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
+                       cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c, bool none_only,
+                       std::vector<Algo>* out) {
   cublasLtMatmulPreference_t pref = nullptr;
   MORSERVE_LT_OK(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t ws = LtGemm::kWorkspaceBytes;
@@ -83,11 +92,80 @@ cublasStatus_t Choose(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublas
   if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) return st;
   for (int i = 0; i < found; ++i) {
     if (results[i].state == CUBLAS_STATUS_SUCCESS && NoSplitK(results[i].algo)) {
-      *algo = results[i].algo;
-      return CUBLAS_STATUS_SUCCESS;
+      out->push_back(Algo{results[i].algo});
     }
   }
-  return CUBLAS_STATUS_NOT_SUPPORTED;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// The no-split-K algorithms offered for one m, best first: descriptors made for the question
+// and destroyed after it.
+cublasStatus_t OfferedAt(cublasLtHandle_t handle, int m, int n, int k, DType y_dtype,
+                         std::vector<Algo>* out) {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasStatus_t st = MakeDescriptors(m, n, k, y_dtype, &desc, &a, &b, &c);
+  if (st == CUBLAS_STATUS_SUCCESS) st = Offered(handle, desc, a, b, c, /*none_only=*/true, out);
+  if (st == CUBLAS_STATUS_SUCCESS && out->empty()) {  // the mask filtered everything: by hand
+    st = Offered(handle, desc, a, b, c, /*none_only=*/false, out);
+  }
+  for (cublasLtMatrixLayout_t l : {a, b, c}) {
+    if (l != nullptr) cublasLtMatrixLayoutDestroy(l);
+  }
+  if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
+  return st;
+}
+
+// True when two algorithms are one kernel configuration: every configuration attribute reads
+// the same (an attribute neither can report counts as equal).
+constexpr cublasLtMatmulAlgoConfigAttributes_t kConfigAttributes[] = {
+    CUBLASLT_ALGO_CONFIG_ID,           CUBLASLT_ALGO_CONFIG_TILE_ID,
+    CUBLASLT_ALGO_CONFIG_SPLITK_NUM,   CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+    CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION,
+    CUBLASLT_ALGO_CONFIG_STAGES_ID,    CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID,
+    CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID};
+
+bool SameAlgorithm(const cublasLtMatmulAlgo_t& x, const cublasLtMatmulAlgo_t& y) {
+  for (const cublasLtMatmulAlgoConfigAttributes_t attr : kConfigAttributes) {
+    uint64_t vx = 0, vy = 0;
+    size_t size = 0;
+    const cublasStatus_t sx = cublasLtMatmulAlgoConfigGetAttribute(&x, attr, nullptr, 0, &size);
+    if (sx != CUBLAS_STATUS_SUCCESS || size == 0 || size > sizeof(vx)) {
+      size_t other = 0;
+      if (cublasLtMatmulAlgoConfigGetAttribute(&y, attr, nullptr, 0, &other) ==
+              CUBLAS_STATUS_SUCCESS &&
+          other != size) {
+        return false;
+      }
+      continue;
+    }
+    if (cublasLtMatmulAlgoConfigGetAttribute(&x, attr, &vx, size, nullptr) !=
+            CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulAlgoConfigGetAttribute(&y, attr, &vy, size, nullptr) !=
+            CUBLAS_STATUS_SUCCESS ||
+        vx != vy) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Position of `algo` in `list`, or -1.
+int RankIn(const std::vector<Algo>& list, const cublasLtMatmulAlgo_t& algo) {
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (SameAlgorithm(list[i].algo, algo)) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+// M buckets after `from` up to `to`: the powers of two, and `to` itself.
+std::vector<int> Buckets(int from, int to) {
+  std::vector<int> out;
+  for (int64_t m = 1; m <= to; m *= 2) {
+    if (m > from) out.push_back(static_cast<int>(m));
+  }
+  if (to > from && (out.empty() || out.back() != to)) out.push_back(to);
+  return out;
 }
 
 }  // namespace
@@ -119,27 +197,83 @@ cublasStatus_t LtGemm::Init() {
   return CUBLAS_STATUS_SUCCESS;
 }
 
-const LtGemm::Plan* LtGemm::FindOrCreate(int m, int n, int k, DType y_dtype,
+const LtGemm::Pinned* LtGemm::PinLocked(int m, int n, int k, DType y_dtype,
                                          cublasStatus_t* status) {
-  const Key key{m, n, k, y_dtype};
-  auto it = plans_.find(key);
-  if (it != plans_.end()) {
-    *status = CUBLAS_STATUS_SUCCESS;
+  *status = CUBLAS_STATUS_SUCCESS;
+  auto it = pinned_.find(PinKey{n, k, y_dtype});
+  if (it != pinned_.end() && it->second.checked_m >= m) return &it->second;
+  if (it != pinned_.end()) {  // m is over the buckets checked: the pinned algorithm or nothing
+    for (int bucket : Buckets(it->second.checked_m, m)) {
+      std::vector<Algo> offered;
+      *status = OfferedAt(handle_, bucket, n, k, y_dtype, &offered);
+      if (*status != CUBLAS_STATUS_SUCCESS) return nullptr;
+      if (RankIn(offered, it->second.algo) < 0) {
+        *status = CUBLAS_STATUS_NOT_SUPPORTED;
+        return nullptr;
+      }
+      it->second.checked_m = bucket;
+    }
     return &it->second;
   }
-  Plan plan;
-  *status = MakeDescriptors(m, n, k, y_dtype, &plan.desc, &plan.a, &plan.b, &plan.c);
-  if (*status == CUBLAS_STATUS_SUCCESS) {
-    *status = Choose(handle_, plan.desc, plan.a, plan.b, plan.c, /*none_only=*/true, &plan.algo);
-    if (*status == CUBLAS_STATUS_NOT_SUPPORTED) {  // the mask filtered everything: filter by hand
-      *status = Choose(handle_, plan.desc, plan.a, plan.b, plan.c, /*none_only=*/false, &plan.algo);
+  const std::vector<int> buckets = Buckets(0, std::max(kPinMaxM, m));
+  std::vector<std::vector<Algo>> offered(buckets.size());
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    *status = OfferedAt(handle_, buckets[i], n, k, y_dtype, &offered[i]);
+    if (*status != CUBLAS_STATUS_SUCCESS) return nullptr;
+  }
+  // Among the first bucket's algorithms, the one offered at every bucket with the best sum of
+  // ranks (ties: the better rank at m = 1).
+  int best = -1;
+  int64_t best_score = 0;
+  for (size_t c = 0; c < offered[0].size(); ++c) {
+    int64_t score = 0;
+    for (const auto& list : offered) {
+      const int rank = RankIn(list, offered[0][c].algo);
+      if (rank < 0) {
+        score = -1;
+        break;
+      }
+      score += rank;
+    }
+    if (score >= 0 && (best < 0 || score < best_score)) {
+      best = static_cast<int>(c);
+      best_score = score;
     }
   }
+  if (best < 0) {
+    *status = CUBLAS_STATUS_NOT_SUPPORTED;
+    return nullptr;
+  }
+  Pinned pin;
+  pin.algo = offered[0][best].algo;
+  pin.checked_m = buckets.back();
+  return &pinned_.emplace(PinKey{n, k, y_dtype}, pin).first->second;
+}
+
+const LtGemm::Plan* LtGemm::FindOrCreate(int m, int n, int k, DType y_dtype,
+                                         cublasStatus_t* status) {
+  const Pinned* pin = PinLocked(m, n, k, y_dtype, status);
+  if (pin == nullptr) return nullptr;
+  const Key key{m, n, k, y_dtype};
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return &it->second;
+  Plan plan;
+  *status = MakeDescriptors(m, n, k, y_dtype, &plan.desc, &plan.a, &plan.b, &plan.c);
   if (*status != CUBLAS_STATUS_SUCCESS) {
     Destroy(plan);
     return nullptr;
   }
+  plan.algo = pin->algo;
   return &plans_.emplace(key, plan).first->second;
+}
+
+cublasStatus_t LtGemm::Pin(int n, int k, DType y_dtype) {
+  if (!ValidShape(1, n, k, y_dtype)) return CUBLAS_STATUS_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (handle_ == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  cublasStatus_t st;
+  PinLocked(1, n, k, y_dtype, &st);
+  return st;
 }
 
 cublasStatus_t LtGemm::Prepare(int m, int n, int k, DType y_dtype) {
@@ -174,6 +308,24 @@ cublasStatus_t LtGemm::Run(const GemmParams& p, cudaStream_t stream) {
 size_t LtGemm::num_cached_shapes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return plans_.size();
+}
+
+size_t LtGemm::num_pinned() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pinned_.size();
+}
+
+int LtGemm::pinned_algorithm_id(int n, int k, DType y_dtype) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pinned_.find(PinKey{n, k, y_dtype});
+  if (it == pinned_.end()) return -1;
+  int32_t id = -1;
+  size_t written = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&it->second.algo, CUBLASLT_ALGO_CONFIG_ID, &id,
+                                           sizeof(id), &written) != CUBLAS_STATUS_SUCCESS) {
+    return -1;
+  }
+  return id;
 }
 
 const char* GemmStatusString(cublasStatus_t status) { return cublasLtGetStatusString(status); }

@@ -315,6 +315,9 @@ class CudaModelRunner : public ModelRunner {
   // logits; decode attention's split workspace at the model's longest context), at Init: the
   // step path then allocates nothing unless a call is larger.
   void ReserveStepBuffers();
+  // Pins one cuBLASLt algorithm for each GEMM shape of the step (kernels/gemm.cuh: the same
+  // kernel, so the same bits, at every batch size).
+  absl::Status PinGemms();
 
   std::shared_ptr<const ModelWeights> w_;
   const ModelConfig& cfg_;
@@ -394,6 +397,7 @@ absl::Status CudaModelRunner::Init() {
     }
   }
   LoadHeadAndRouters();
+  if (absl::Status st = PinGemms(); !st.ok()) return st;
   CudaCheck(cudaMemGetInfo(&free_bytes, &total), "cudaMemGetInfo");
   if (2 * pool_bytes + (size_t{256} << 20) > free_bytes) {
     return absl::ResourceExhaustedError(
@@ -482,6 +486,24 @@ void CudaModelRunner::LoadHeadAndRouters() {
       tc_mlp_ = LoadHostMlp(r.token_choice, r.token_choice_w2);
     }
   }
+}
+
+absl::Status CudaModelRunner::PinGemms() {
+  std::vector<std::pair<int, int>> shapes;  // (n, k) of every GEMM the step runs
+  for (const DeviceLayer& L : layers_) {
+    for (const DeviceLinear* lin : {&L.qkv, &L.o, &L.gate_up, &L.down})
+      shapes.emplace_back(lin->out, lin->in);
+  }
+  shapes.emplace_back(cfg_.vocab_size, cfg_.hidden_size);
+  if (adapter_.bytes() > 0) shapes.emplace_back(cfg_.hidden_size, 2 * cfg_.hidden_size);
+  for (auto [n, kdim] : shapes) {
+    if (cublasStatus_t st = gemm_.Pin(n, kdim, DType::kF32); st != CUBLAS_STATUS_SUCCESS) {
+      return absl::UnimplementedError(absl::StrCat(
+          "--device cuda: no cuBLASLt algorithm without split-K offered at every batch size for a ",
+          n, " x ", kdim, " projection: ", k::GemmStatusString(st)));
+    }
+  }
+  return absl::OkStatus();
 }
 
 void CudaModelRunner::ReserveStepBuffers() {

@@ -10,17 +10,25 @@
 // - TRANSA/TRANSB N or T; column-major layouts of CUDA_R_16BF or CUDA_R_32F (A and B alike;
 //   C and D alike; fp32 A/B only with fp32 C/D), no batch;
 // - preferences: max workspace, minimum alignments of A/B/C/D, reduction-scheme mask;
-// - one algorithm: no split-K (SPLITK_NUM 1, REDUCTION_SCHEME NONE), no workspace, needing
-//   the alignments the preference promised (default 256 bytes, as cuBLASLt assumes).
+// - three algorithms (CUBLASLT_ALGO_CONFIG_ID 0, 1, 2), none with split-K (SPLITK_NUM 1,
+//   REDUCTION_SCHEME NONE), no workspace, needing the alignments the preference promised
+//   (default 256 bytes, as cuBLASLt assumes). They differ as real kernels do: algorithm i
+//   slices k across 2^i warps (16-wide k tiles dealt round-robin, each slice summed in k order,
+//   the slices added in order at the end), so an element's bits depend on the algorithm. The
+//   heuristic ranks them by the problem's n (D's columns, the engine's token count) as
+//   cuBLASLt favours sliced kernels for narrow problems: n <= 8: 2, 1, 0; n <= 64: 1, 0, 2;
+//   wider: 0, 1, 2. A caller that takes the heuristic's first choice per m therefore gets
+//   m-dependent bits, and only a pinned algorithm gives batch-invariant rows.
 // Validation as cuBLASLt does it: a null or foreign handle is CUBLAS_STATUS_NOT_INITIALIZED;
 // null arguments, ld < rows, shapes that do not chain (op(A) m x k, op(B) k x n, C and D
 // m x n), an in-place C == D with another layout, pointers less aligned than the algorithm
 // needs, a null workspace with a size, are CUBLAS_STATUS_INVALID_VALUE.
 //
 // Arithmetic: D(i, j) = alpha * sum_k op(A)(i, k) op(B)(k, j) + beta * C(i, j) with operands
-// widened to fp32 and the sum one fp32 sequence in k order (multiply, then add: the file is
-// built with -ffp-contract=off), so an element's bits depend only on its own row and column,
-// never on m, n or the blocking: batch invariant, like the no-split-K kernels gemm.cu selects.
+// widened to fp32 and each slice's sum one fp32 sequence in k order (multiply, then add: the
+// file is built with -ffp-contract=off), so for one algorithm an element's bits depend only on
+// its own row and column, never on m, n or the blocking. A null algorithm runs the heuristic's
+// first choice, as cuBLASLt does.
 // beta == 0 reads no C (as cuBLAS). bf16 output rounds to nearest even (NaN -> 0x7FFF, as
 // __float2bfloat16_rn). The GPU's kernels sum in another order, so results agree with a GPU to
 // rounding, not bitwise. The stream is ignored: the product is complete when Matmul returns.
@@ -71,11 +79,22 @@ struct Pref {
   uint32_t scheme_mask = CUBLASLT_REDUCTION_SCHEME_MASK;
 };
 
+constexpr int kAlgorithms = 3;     // ids 0..2: k sliced across 1, 2, 4 warps
+constexpr int64_t kSliceTile = 16;  // the k width dealt to one slice at a time
+
 // The algorithm's record inside cublasLtMatmulAlgo_t::data (the caller copies it around).
 struct AlgoRecord {
   uint64_t magic = kAlgoMagic;
   Alignments align;
+  int32_t id = 0;
 };
+
+// The heuristic's order of the algorithm ids for a problem with n columns.
+const int* HeuristicOrder(int64_t n) {
+  static constexpr int kNarrow[kAlgorithms] = {2, 1, 0}, kMid[kAlgorithms] = {1, 0, 2},
+                       kWide[kAlgorithms] = {0, 1, 2};
+  return n <= 8 ? kNarrow : n <= 64 ? kMid : kWide;
+}
 static_assert(sizeof(AlgoRecord) <= sizeof(cublasLtMatmulAlgo_t::data));
 
 // The object behind an opaque pointer, or nullptr when it is null or not ours.
@@ -195,8 +214,9 @@ int64_t OpIndex(cublasOperation_t op, int64_t row, int64_t col, int64_t ld) {
 // stays one sequence in k).
 constexpr int64_t kPanel = 64;
 
-void Compute(const Problem& pr, float alpha, const void* a, const void* b, float beta,
-             const void* c, void* d) {
+void Compute(const Problem& pr, int algo_id, float alpha, const void* a, const void* b,
+             float beta, const void* c, void* d) {
+  const int slices = 1 << algo_id;
   const int64_t m = pr.m, n = pr.n, k = pr.k;
   std::vector<float> bcols(static_cast<size_t>(n * k));  // op(B) column j at j * k
   for (int64_t j = 0; j < n; ++j) {
@@ -214,15 +234,18 @@ void Compute(const Problem& pr, float alpha, const void* a, const void* b, float
       }
     }
     for (int64_t j = 0; j < n; ++j) {
-      float acc[kPanel] = {};
+      float acc[1 << (kAlgorithms - 1)][kPanel] = {};
       const float* bj = &bcols[j * k];
       for (int64_t p = 0; p < k; ++p) {
         const float bv = bj[p];
         const float* row = &panel[p * kPanel];
-        for (int64_t r = 0; r < kPanel; ++r) acc[r] += row[r] * bv;
+        float* slice = acc[(p / kSliceTile) % slices];
+        for (int64_t r = 0; r < kPanel; ++r) slice[r] += row[r] * bv;
       }
       for (int64_t r = 0; r < rows; ++r) {
-        float v = alpha * acc[r];
+        float sum = acc[0][r];
+        for (int s = 1; s < slices; ++s) sum += acc[s][r];
+        float v = alpha * sum;
         if (beta != 0.0f) v += beta * LoadF32(pr.c->type, c, (i0 + r) + j * pr.c->ld);
         StoreF32(pr.d->type, d, (i0 + r) + j * pr.d->ld, v);
       }
@@ -384,8 +407,9 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulPreferenceSetAttribute(
   }
 }
 
-// One algorithm for every supported problem: no split-K (so every reduction-scheme mask lets
-// it through), no workspace, the preference's alignments.
+// The three algorithms for every supported problem, in the order HeuristicOrder gives for its
+// n: no split-K (so every reduction-scheme mask lets them through), no workspace, the
+// preference's alignments.
 cublasStatus_t CUBLASWINAPI cublasLtMatmulAlgoGetHeuristic(
     cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t operationDesc, cublasLtMatrixLayout_t Adesc,
     cublasLtMatrixLayout_t Bdesc, cublasLtMatrixLayout_t Cdesc, cublasLtMatrixLayout_t Ddesc,
@@ -403,19 +427,24 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulAlgoGetHeuristic(
   emu::Problem pr;
   const cublasStatus_t st = emu::MakeProblem(operationDesc, Adesc, Bdesc, Cdesc, Ddesc, &pr);
   if (st != CUBLAS_STATUS_SUCCESS) return st;
-  emu::AlgoRecord rec;
-  rec.align = pref->align;
-  cublasLtMatmulHeuristicResult_t& r = heuristicResultsArray[0];
-  r = cublasLtMatmulHeuristicResult_t{};
-  std::memcpy(r.algo.data, &rec, sizeof(rec));
-  r.workspaceSize = 0;
-  r.state = CUBLAS_STATUS_SUCCESS;
-  r.wavesCount = 1.0f;
-  *returnAlgoCount = 1;
+  const int* order = emu::HeuristicOrder(pr.n);
+  const int count = std::min(requestedAlgoCount, emu::kAlgorithms);
+  for (int i = 0; i < count; ++i) {
+    emu::AlgoRecord rec;
+    rec.align = pref->align;
+    rec.id = order[i];
+    cublasLtMatmulHeuristicResult_t& r = heuristicResultsArray[i];
+    r = cublasLtMatmulHeuristicResult_t{};
+    std::memcpy(r.algo.data, &rec, sizeof(rec));
+    r.workspaceSize = 0;
+    r.state = CUBLAS_STATUS_SUCCESS;
+    r.wavesCount = 1.0f;
+  }
+  *returnAlgoCount = count;
   return CUBLAS_STATUS_SUCCESS;
 }
 
-// ID (int32_t, 0), SPLITK_NUM (int32_t, 1) and REDUCTION_SCHEME (uint32_t, NONE). Size 0 with
+// ID (int32_t, 0..2), SPLITK_NUM (int32_t, 1) and REDUCTION_SCHEME (uint32_t, NONE). Size 0 with
 // sizeWritten asks for the size, as in cuBLASLt.
 cublasStatus_t CUBLASWINAPI cublasLtMatmulAlgoConfigGetAttribute(
     const cublasLtMatmulAlgo_t* algo, cublasLtMatmulAlgoConfigAttributes_t attr, void* buf,
@@ -425,7 +454,7 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulAlgoConfigGetAttribute(
   uint32_t value;
   switch (attr) {
     case CUBLASLT_ALGO_CONFIG_ID:
-      value = 0;
+      value = static_cast<uint32_t>(rec.id);
       break;
     case CUBLASLT_ALGO_CONFIG_SPLITK_NUM:
       value = 1;
@@ -472,13 +501,17 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(
   }
   emu::AlgoRecord rec;  // no algorithm: cuBLASLt runs its heuristic; any pointer works here
   rec.align = emu::Alignments{{1, 1, 1, 1}};
-  if (algo != nullptr && !emu::DecodeAlgo(algo, &rec)) return CUBLAS_STATUS_INVALID_VALUE;
+  rec.id = emu::HeuristicOrder(pr.n)[0];
+  if (algo != nullptr && (!emu::DecodeAlgo(algo, &rec) || rec.id < 0 ||
+                          rec.id >= emu::kAlgorithms)) {
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
   const void* ptrs[4] = {A, B, C, D};
   for (int i = 0; i < 4; ++i) {
     if (ptrs[i] != nullptr && !emu::AlignedTo(ptrs[i], rec.align.bytes[i])) {
       return CUBLAS_STATUS_INVALID_VALUE;
     }
   }
-  emu::Compute(pr, a_scale, A, B, b_scale, C, D);
+  emu::Compute(pr, rec.id, a_scale, A, B, b_scale, C, D);
   return CUBLAS_STATUS_SUCCESS;
 }

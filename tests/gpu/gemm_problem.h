@@ -95,16 +95,27 @@ void ForEachEngineGemmShape(CheckFn check) {
   ASSERT_NO_FATAL_FAILURE(check(200, 64, 8));     // tiny k
 }
 
-// On a freshly initialised LtGemm: one cached algorithm per (m, n, k, y dtype), and a second
-// Init is refused.
+// On a freshly initialised LtGemm: descriptors cached per (m, n, k, y dtype), one algorithm
+// pinned per (n, k, y dtype) whatever m, and a second Init refused.
 inline void CheckAlgorithmsAreCachedPerShape(kernels::LtGemm& gemm) {
   EXPECT_EQ(gemm.num_cached_shapes(), 0u);
+  EXPECT_EQ(gemm.num_pinned(), 0u);
+  EXPECT_EQ(gemm.pinned_algorithm_id(960, 960, DType::kBF16), -1);
   MORSERVE_LT_EXPECT_OK(gemm.Prepare(8, 960, 960, DType::kBF16));
   MORSERVE_LT_EXPECT_OK(gemm.Prepare(8, 960, 960, DType::kBF16));
   EXPECT_EQ(gemm.num_cached_shapes(), 1u);
+  EXPECT_EQ(gemm.num_pinned(), 1u);
+  const int id = gemm.pinned_algorithm_id(960, 960, DType::kBF16);
+  EXPECT_GE(id, 0);
   MORSERVE_LT_EXPECT_OK(gemm.Prepare(8, 960, 960, DType::kF32));
   MORSERVE_LT_EXPECT_OK(gemm.Prepare(16, 960, 960, DType::kBF16));
   EXPECT_EQ(gemm.num_cached_shapes(), 3u);
+  EXPECT_EQ(gemm.num_pinned(), 2u);
+  EXPECT_EQ(gemm.pinned_algorithm_id(960, 960, DType::kBF16), id);
+  MORSERVE_LT_EXPECT_OK(gemm.Pin(2560, 960, DType::kBF16));
+  EXPECT_EQ(gemm.num_pinned(), 3u);
+  EXPECT_EQ(gemm.num_cached_shapes(), 3u);
+  EXPECT_EQ(gemm.Pin(12, 960, DType::kBF16), CUBLAS_STATUS_INVALID_VALUE);  // n % 8 != 0
   EXPECT_EQ(gemm.Init(), CUBLAS_STATUS_INVALID_VALUE);  // a second Init
 }
 

@@ -6,8 +6,10 @@
 //   (Gemm on x + begin * k, the LoRA-variant path of CudaModelRunner::Linear);
 // - the algorithm cache; validation before the library;
 // - the emulation's own contract, called directly: every transpose pair, alpha/beta with C and
-//   padded leading dimensions against a double reference; the k-order fp32 sum bit for bit;
-//   the heuristic's one no-split-K algorithm; and the errors a runner bug would get from
+//   padded leading dimensions against a double reference; each algorithm's fp32 slice order
+//   bit for bit; the heuristic's three no-split-K algorithms and its order by n, which gives a
+//   row m-dependent bits unless LtGemm pins the algorithm (and the pin, which does not); and
+//   the errors a runner bug would get from
 //   cuBLASLt (bad ld, shapes that do not chain, null and misaligned pointers, unsupported types
 //   and attributes), as statuses, not crashes.
 // Needs no device and links no CUDA library.
@@ -19,6 +21,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -268,14 +271,48 @@ TEST(CublasLtEmuTest, EveryTransposeWithScalesAndPaddedLdMatchesDouble) {
   }
 }
 
-// The documented arithmetic, bit for bit: each output is ((0 + p_0) + p_1) + ... in fp32 with
-// p_i = a_i * b_i rounded to fp32 (this file is built with -ffp-contract=off), then rounded to
-// nearest even for bf16 output. fp32 inputs show the order; bf16 output shows the rounding.
-TEST(CublasLtEmuTest, SumIsFp32InKOrderThenRoundedToNearestEven) {
+// The heuristic's algorithms for D = op_T(A) op(B) with the given layouts, in its order, for
+// operands aligned to 4 bytes.
+std::vector<cublasLtMatmulAlgo_t> HeuristicAlgorithms(const LtProblem& lt) {
+  cublasLtMatmulPreference_t pref = nullptr;
+  EXPECT_EQ(cublasLtMatmulPreferenceCreate(&pref), CUBLAS_STATUS_SUCCESS);
+  const uint32_t align = 4;
+  for (auto attr :
+       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
+    EXPECT_EQ(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align)),
+              CUBLAS_STATUS_SUCCESS);
+  }
+  cublasLtMatmulHeuristicResult_t results[8] = {};
+  int found = 0;
+  EXPECT_EQ(cublasLtMatmulAlgoGetHeuristic(lt.handle, lt.desc, lt.a, lt.b, lt.c, lt.c, pref, 8,
+                                           results, &found),
+            CUBLAS_STATUS_SUCCESS);
+  cublasLtMatmulPreferenceDestroy(pref);
+  std::vector<cublasLtMatmulAlgo_t> out;
+  for (int i = 0; i < found; ++i) out.push_back(results[i].algo);
+  return out;
+}
+
+int AlgorithmId(const cublasLtMatmulAlgo_t& algo) {
+  int32_t id = -1;
+  size_t written = 0;
+  EXPECT_EQ(cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id),
+                                                 &written),
+            CUBLAS_STATUS_SUCCESS);
+  return id;
+}
+
+// The documented arithmetic, bit for bit, for each of the three algorithms: algorithm i deals
+// 16-wide k tiles round-robin to 2^i slices; each output is, per slice, ((0 + p_a) + p_b) + ...
+// in fp32 over its k in order with p = a * b rounded to fp32 (this file is built with
+// -ffp-contract=off), the slices added in order, then rounded to nearest even for bf16 output.
+// fp32 inputs show the order; bf16 output shows the rounding.
+TEST(CublasLtEmuTest, SumIsFp32InTheAlgorithmsSliceOrderThenRoundedToNearestEven) {
   const uint64_t seed = FreshSeed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  const int m = 70, n = 3, k = 257;  // m over one 64-row panel
+  const int m = 70, n = 3, k = 257;  // m over one 64-row panel; k ends in a partial tile
   struct Types {
     cudaDataType_t ab, cd;
   };
@@ -292,31 +329,119 @@ TEST(CublasLtEmuTest, SumIsFp32InKOrderThenRoundedToNearestEven) {
     MORSERVE_LT_EXPECT_OK(cublasLtMatrixLayoutCreate(&lt.a, types.ab, k, m, k));
     MORSERVE_LT_EXPECT_OK(cublasLtMatrixLayoutCreate(&lt.b, types.ab, k, n, k));
     MORSERVE_LT_EXPECT_OK(cublasLtMatrixLayoutCreate(&lt.c, types.cd, m, n, m));
+    const std::vector<cublasLtMatmulAlgo_t> algos = HeuristicAlgorithms(lt);
+    ASSERT_EQ(algos.size(), 3u);
     const float alpha = 1.0f, beta = 0.0f;
-    MORSERVE_LT_EXPECT_OK(cublasLtMatmul(lt.handle, lt.desc, &alpha, A.bytes.data(), lt.a,
-                                         B.bytes.data(), lt.b, &beta, nullptr, lt.c, D.bytes.data(),
-                                         lt.c, nullptr, nullptr, 0, nullptr));
-    for (int j = 0; j < n; ++j) {
-      for (int i = 0; i < m; ++i) {
-        float acc = 0.0f;
-        for (int p = 0; p < k; ++p) {
-          const float prod = A.At(p, i) * B.At(p, j);
-          acc = acc + prod;
+    // nullptr: the heuristic's first choice (here algorithm 2, n = 3 being narrow).
+    for (const cublasLtMatmulAlgo_t* algo : {&algos[0], &algos[1], &algos[2],
+                                             static_cast<const cublasLtMatmulAlgo_t*>(nullptr)}) {
+      const int id = algo != nullptr ? AlgorithmId(*algo) : AlgorithmId(algos[0]);
+      SCOPED_TRACE("algorithm " + std::to_string(id) + (algo == nullptr ? " (null)" : ""));
+      MORSERVE_LT_EXPECT_OK(cublasLtMatmul(lt.handle, lt.desc, &alpha, A.bytes.data(), lt.a,
+                                           B.bytes.data(), lt.b, &beta, nullptr, lt.c,
+                                           D.bytes.data(), lt.c, algo, nullptr, 0, nullptr));
+      const int slices = 1 << id;
+      for (int j = 0; j < n; ++j) {
+        for (int i = 0; i < m; ++i) {
+          float part[4] = {};
+          for (int p = 0; p < k; ++p) {
+            const float prod = A.At(p, i) * B.At(p, j);
+            part[(p / 16) % slices] = part[(p / 16) % slices] + prod;
+          }
+          float acc = part[0];
+          for (int q = 1; q < slices; ++q) acc = acc + part[q];
+          const float want = types.cd == CUDA_R_16BF ? Bf16ToF32(F32ToBf16(acc)) : acc;
+          const float got = D.Read(i, j);
+          uint32_t want_bits, got_bits;
+          std::memcpy(&want_bits, &want, 4);
+          std::memcpy(&got_bits, &got, 4);
+          ASSERT_EQ(got_bits, want_bits) << "D(" << i << ", " << j << ") = " << got << ", want "
+                                         << want << " (fp32 sum " << acc << ")";
         }
-        const float want = types.cd == CUDA_R_16BF ? Bf16ToF32(F32ToBf16(acc)) : acc;
-        const float got = D.Read(i, j);
-        uint32_t want_bits, got_bits;
-        std::memcpy(&want_bits, &want, 4);
-        std::memcpy(&got_bits, &got, 4);
-        ASSERT_EQ(got_bits, want_bits) << "D(" << i << ", " << j << ") = " << got << ", want "
-                                       << want << " (fp32 sum " << acc << ")";
       }
     }
   }
 }
 
-// gemm.cu's heuristic request: one algorithm, no split-K, no workspace, and its config reads.
-TEST(CublasLtEmuTest, HeuristicGivesOneNoSplitKAlgorithm) {
+// The trap the pin exists for: taking the heuristic's first choice for each m (as gemm.cu did
+// before pinning) gives a row different bits at m = 1, 32 and 256, as cuBLASLt's kernels would;
+// LtGemm's pinned algorithm gives it the same bits at every m.
+TEST(CublasLtEmuTest, PerMHeuristicChoiceChangesARowsBitsAndThePinDoesNot) {
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  const int n = 960, k = 960;
+  const GemmProblem pr = GemmProblem::Make(seed, 256, n, k);
+  std::vector<std::vector<float>> row0;  // row 0 of y at each m, per-m heuristic choice
+  std::vector<int> ids;
+  for (int m : {1, 32, 256}) {
+    LtProblem lt;
+    MORSERVE_LT_EXPECT_OK(cublasLtCreate(&lt.handle));
+    MORSERVE_LT_EXPECT_OK(cublasLtMatmulDescCreate(&lt.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    ASSERT_NO_FATAL_FAILURE(SetOps(lt.desc, CUBLAS_OP_T, CUBLAS_OP_N));
+    MORSERVE_LT_EXPECT_OK(cublasLtMatrixLayoutCreate(&lt.a, CUDA_R_16BF, k, n, k));
+    MORSERVE_LT_EXPECT_OK(cublasLtMatrixLayoutCreate(&lt.b, CUDA_R_16BF, k, m, k));
+    MORSERVE_LT_EXPECT_OK(cublasLtMatrixLayoutCreate(&lt.c, CUDA_R_32F, n, m, n));
+    const std::vector<cublasLtMatmulAlgo_t> algos = HeuristicAlgorithms(lt);
+    ASSERT_FALSE(algos.empty());
+    ids.push_back(AlgorithmId(algos[0]));
+    std::vector<float> y(static_cast<size_t>(m) * n);
+    const float alpha = 1.0f, beta = 0.0f;
+    MORSERVE_LT_EXPECT_OK(cublasLtMatmul(lt.handle, lt.desc, &alpha, pr.w.bits.data(), lt.a,
+                                         pr.x.bits.data(), lt.b, &beta, nullptr, lt.c, y.data(),
+                                         lt.c, &algos[0], nullptr, 0, nullptr));
+    row0.emplace_back(y.begin(), y.begin() + n);
+  }
+  EXPECT_EQ(ids, (std::vector<int>{2, 1, 0}));
+  EXPECT_NE(0, std::memcmp(row0[0].data(), row0[2].data(), n * sizeof(float)))
+      << "the heuristic's choices at m = 1 and m = 256 gave row 0 the same bits";
+  EXPECT_NE(0, std::memcmp(row0[1].data(), row0[2].data(), n * sizeof(float)))
+      << "the heuristic's choices at m = 32 and m = 256 gave row 0 the same bits";
+
+  LtGemm gemm;
+  MORSERVE_LT_EXPECT_OK(gemm.Init());
+  MORSERVE_LT_EXPECT_OK(gemm.Pin(n, k, DType::kF32));
+  // Ranks over the 14 buckets 1..8192 (4 narrow, 3 mid, 7 wide): id 2 has 0 x 4 + 2 x 3 +
+  // 2 x 7 = 20; id 1 has 1 x 4 + 0 x 3 + 1 x 7 = 11; id 0 has 2 x 4 + 1 x 3 + 0 x 7 = 11: a
+  // tie that m = 1's order breaks (id 1 before id 0).
+  EXPECT_EQ(gemm.pinned_algorithm_id(n, k, DType::kF32), 1);
+  std::vector<float> full(static_cast<size_t>(256) * n), part;
+  const GemmParams p{.x = pr.x.bits.data(), .w = pr.w.bits.data(), .y = full.data(),
+                     .y_dtype = DType::kF32, .m = 256, .n = n, .k = k};
+  MORSERVE_LT_EXPECT_OK(gemm.Run(p, nullptr));
+  for (int m : {1, 2, 8, 9, 32, 64, 65, 200}) {
+    part.assign(static_cast<size_t>(m) * n, -1.0f);
+    GemmParams q = p;
+    q.y = part.data();
+    q.m = m;
+    MORSERVE_LT_EXPECT_OK(gemm.Run(q, nullptr));
+    ASSERT_EQ(0, std::memcmp(part.data(), full.data(), part.size() * sizeof(float)))
+        << "rows 0.." << m - 1 << " differ between m = " << m << " and m = 256 when pinned";
+  }
+  EXPECT_EQ(gemm.num_pinned(), 1u);
+}
+
+// A Run over the pinned buckets (m > LtGemm::kPinMaxM) checks the pinned algorithm at the new
+// buckets and keeps it.
+TEST(CublasLtEmuTest, RunOverThePinnedBucketsKeepsTheAlgorithm) {
+  LtGemm gemm;
+  MORSERVE_LT_EXPECT_OK(gemm.Init());
+  MORSERVE_LT_EXPECT_OK(gemm.Pin(8, 8, DType::kF32));
+  const int id = gemm.pinned_algorithm_id(8, 8, DType::kF32);
+  ASSERT_GE(id, 0);
+  const int m = LtGemm::kPinMaxM + 3;
+  std::vector<uint16_t> x(static_cast<size_t>(m) * 8, 0x3f80), w(64, 0x3f80);  // bf16 1.0
+  std::vector<float> y(static_cast<size_t>(m) * 8, 0.0f);
+  const GemmParams p{.x = x.data(), .w = w.data(), .y = y.data(), .y_dtype = DType::kF32,
+                     .m = m, .n = 8, .k = 8};
+  MORSERVE_LT_EXPECT_OK(gemm.Run(p, nullptr));
+  EXPECT_EQ(y.back(), 8.0f);
+  EXPECT_EQ(gemm.pinned_algorithm_id(8, 8, DType::kF32), id);
+  EXPECT_EQ(gemm.num_pinned(), 1u);
+}
+
+// gemm.cu's heuristic request: three algorithms in the narrow problem's order (ids 2, 1, 0),
+// none with split-K or a workspace, and their config reads.
+TEST(CublasLtEmuTest, HeuristicGivesThreeNoSplitKAlgorithms) {
   LtProblem lt;
   MORSERVE_LT_EXPECT_OK(cublasLtCreate(&lt.handle));
   MORSERVE_LT_EXPECT_OK(cublasLtMatmulDescCreate(&lt.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -334,9 +459,12 @@ TEST(CublasLtEmuTest, HeuristicGivesOneNoSplitKAlgorithm) {
   int found = -1;
   MORSERVE_LT_EXPECT_OK(cublasLtMatmulAlgoGetHeuristic(lt.handle, lt.desc, lt.a, lt.b, lt.c, lt.c,
                                                        lt.pref, 4, results, &found));
-  ASSERT_EQ(found, 1);
-  EXPECT_EQ(results[0].state, CUBLAS_STATUS_SUCCESS);
-  EXPECT_EQ(results[0].workspaceSize, 0u);
+  ASSERT_EQ(found, 3);
+  for (int i = 0; i < found; ++i) {
+    EXPECT_EQ(results[i].state, CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(results[i].workspaceSize, 0u);
+    EXPECT_EQ(AlgorithmId(results[i].algo), 2 - i);
+  }
   int32_t splits = 0;
   uint32_t scheme = 99;
   size_t written = 0;
