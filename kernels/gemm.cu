@@ -1,9 +1,9 @@
 // cuBLASLt GEMM wrapper; the contract is in gemm.cuh. Host code only (compiled by nvcc with
 // the rest of the kernels library).
-#include "kernels/gemm.cuh"
-
 #include <algorithm>
 #include <vector>
+
+#include "kernels/gemm.cuh"
 
 namespace morserve::kernels {
 namespace {
@@ -119,10 +119,14 @@ cublasStatus_t OfferedAt(cublasLtHandle_t handle, int m, int n, int k, DType y_d
 // True when two algorithms are one kernel configuration: every configuration attribute reads
 // the same (an attribute neither can report counts as equal).
 constexpr cublasLtMatmulAlgoConfigAttributes_t kConfigAttributes[] = {
-    CUBLASLT_ALGO_CONFIG_ID,           CUBLASLT_ALGO_CONFIG_TILE_ID,
-    CUBLASLT_ALGO_CONFIG_SPLITK_NUM,   CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
-    CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION,
-    CUBLASLT_ALGO_CONFIG_STAGES_ID,    CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID,
+    CUBLASLT_ALGO_CONFIG_ID,
+    CUBLASLT_ALGO_CONFIG_TILE_ID,
+    CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+    CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+    CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING,
+    CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION,
+    CUBLASLT_ALGO_CONFIG_STAGES_ID,
+    CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID,
     CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID};
 
 bool SameAlgorithm(const cublasLtMatmulAlgo_t& x, const cublasLtMatmulAlgo_t& y) {
@@ -198,7 +202,7 @@ cublasStatus_t LtGemm::Init() {
 }
 
 const LtGemm::Pinned* LtGemm::PinLocked(int m, int n, int k, DType y_dtype,
-                                         cublasStatus_t* status) {
+                                        cublasStatus_t* status) {
   *status = CUBLAS_STATUS_SUCCESS;
   auto it = pinned_.find(PinKey{n, k, y_dtype});
   if (it != pinned_.end() && it->second.checked_m >= m) return &it->second;

@@ -85,8 +85,8 @@ class LtGemm {
   int pinned_algorithm_id(int n, int k, DType y_dtype) const;
 
  private:
-  using Key = std::tuple<int, int, int, DType>;      // m, n, k, y dtype
-  using PinKey = std::tuple<int, int, DType>;         // n, k, y dtype
+  using Key = std::tuple<int, int, int, DType>;  // m, n, k, y dtype
+  using PinKey = std::tuple<int, int, DType>;    // n, k, y dtype
   struct Plan {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;

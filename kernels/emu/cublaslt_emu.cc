@@ -79,7 +79,7 @@ struct Pref {
   uint32_t scheme_mask = CUBLASLT_REDUCTION_SCHEME_MASK;
 };
 
-constexpr int kAlgorithms = 3;     // ids 0..2: k sliced across 1, 2, 4 warps
+constexpr int kAlgorithms = 3;      // ids 0..2: k sliced across 1, 2, 4 warps
 constexpr int64_t kSliceTile = 16;  // the k width dealt to one slice at a time
 
 // The algorithm's record inside cublasLtMatmulAlgo_t::data (the caller copies it around).
@@ -214,8 +214,8 @@ int64_t OpIndex(cublasOperation_t op, int64_t row, int64_t col, int64_t ld) {
 // stays one sequence in k).
 constexpr int64_t kPanel = 64;
 
-void Compute(const Problem& pr, int algo_id, float alpha, const void* a, const void* b,
-             float beta, const void* c, void* d) {
+void Compute(const Problem& pr, int algo_id, float alpha, const void* a, const void* b, float beta,
+             const void* c, void* d) {
   const int slices = 1 << algo_id;
   const int64_t m = pr.m, n = pr.n, k = pr.k;
   std::vector<float> bcols(static_cast<size_t>(n * k));  // op(B) column j at j * k
@@ -502,8 +502,8 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(
   emu::AlgoRecord rec;  // no algorithm: cuBLASLt runs its heuristic; any pointer works here
   rec.align = emu::Alignments{{1, 1, 1, 1}};
   rec.id = emu::HeuristicOrder(pr.n)[0];
-  if (algo != nullptr && (!emu::DecodeAlgo(algo, &rec) || rec.id < 0 ||
-                          rec.id >= emu::kAlgorithms)) {
+  if (algo != nullptr &&
+      (!emu::DecodeAlgo(algo, &rec) || rec.id < 0 || rec.id >= emu::kAlgorithms)) {
     return CUBLAS_STATUS_INVALID_VALUE;
   }
   const void* ptrs[4] = {A, B, C, D};

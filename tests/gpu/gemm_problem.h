@@ -116,7 +116,7 @@ inline void CheckAlgorithmsAreCachedPerShape(kernels::LtGemm& gemm) {
   EXPECT_EQ(gemm.num_pinned(), 3u);
   EXPECT_EQ(gemm.num_cached_shapes(), 3u);
   EXPECT_EQ(gemm.Pin(12, 960, DType::kBF16), CUBLAS_STATUS_INVALID_VALUE);  // n % 8 != 0
-  EXPECT_EQ(gemm.Init(), CUBLAS_STATUS_INVALID_VALUE);  // a second Init
+  EXPECT_EQ(gemm.Init(), CUBLAS_STATUS_INVALID_VALUE);                      // a second Init
 }
 
 }  // namespace morserve::testing

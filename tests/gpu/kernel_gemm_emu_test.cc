@@ -294,6 +294,13 @@ std::vector<cublasLtMatmulAlgo_t> HeuristicAlgorithms(const LtProblem& lt) {
   return out;
 }
 
+// The bit patterns of fp32 values.
+std::vector<uint32_t> Bits(const std::vector<float>& v) {
+  std::vector<uint32_t> out(v.size());
+  std::memcpy(out.data(), v.data(), v.size() * sizeof(float));
+  return out;
+}
+
 int AlgorithmId(const cublasLtMatmulAlgo_t& algo) {
   int32_t id = -1;
   size_t written = 0;
@@ -333,8 +340,8 @@ TEST(CublasLtEmuTest, SumIsFp32InTheAlgorithmsSliceOrderThenRoundedToNearestEven
     ASSERT_EQ(algos.size(), 3u);
     const float alpha = 1.0f, beta = 0.0f;
     // nullptr: the heuristic's first choice (here algorithm 2, n = 3 being narrow).
-    for (const cublasLtMatmulAlgo_t* algo : {&algos[0], &algos[1], &algos[2],
-                                             static_cast<const cublasLtMatmulAlgo_t*>(nullptr)}) {
+    for (const cublasLtMatmulAlgo_t* algo :
+         {&algos[0], &algos[1], &algos[2], static_cast<const cublasLtMatmulAlgo_t*>(nullptr)}) {
       const int id = algo != nullptr ? AlgorithmId(*algo) : AlgorithmId(algos[0]);
       SCOPED_TRACE("algorithm " + std::to_string(id) + (algo == nullptr ? " (null)" : ""));
       MORSERVE_LT_EXPECT_OK(cublasLtMatmul(lt.handle, lt.desc, &alpha, A.bytes.data(), lt.a,
@@ -392,9 +399,9 @@ TEST(CublasLtEmuTest, PerMHeuristicChoiceChangesARowsBitsAndThePinDoesNot) {
     row0.emplace_back(y.begin(), y.begin() + n);
   }
   EXPECT_EQ(ids, (std::vector<int>{2, 1, 0}));
-  EXPECT_NE(0, std::memcmp(row0[0].data(), row0[2].data(), n * sizeof(float)))
+  EXPECT_NE(Bits(row0[0]), Bits(row0[2]))
       << "the heuristic's choices at m = 1 and m = 256 gave row 0 the same bits";
-  EXPECT_NE(0, std::memcmp(row0[1].data(), row0[2].data(), n * sizeof(float)))
+  EXPECT_NE(Bits(row0[1]), Bits(row0[2]))
       << "the heuristic's choices at m = 32 and m = 256 gave row 0 the same bits";
 
   LtGemm gemm;
@@ -405,8 +412,13 @@ TEST(CublasLtEmuTest, PerMHeuristicChoiceChangesARowsBitsAndThePinDoesNot) {
   // tie that m = 1's order breaks (id 1 before id 0).
   EXPECT_EQ(gemm.pinned_algorithm_id(n, k, DType::kF32), 1);
   std::vector<float> full(static_cast<size_t>(256) * n), part;
-  const GemmParams p{.x = pr.x.bits.data(), .w = pr.w.bits.data(), .y = full.data(),
-                     .y_dtype = DType::kF32, .m = 256, .n = n, .k = k};
+  const GemmParams p{.x = pr.x.bits.data(),
+                     .w = pr.w.bits.data(),
+                     .y = full.data(),
+                     .y_dtype = DType::kF32,
+                     .m = 256,
+                     .n = n,
+                     .k = k};
   MORSERVE_LT_EXPECT_OK(gemm.Run(p, nullptr));
   for (int m : {1, 2, 8, 9, 32, 64, 65, 200}) {
     part.assign(static_cast<size_t>(m) * n, -1.0f);
@@ -414,7 +426,7 @@ TEST(CublasLtEmuTest, PerMHeuristicChoiceChangesARowsBitsAndThePinDoesNot) {
     q.y = part.data();
     q.m = m;
     MORSERVE_LT_EXPECT_OK(gemm.Run(q, nullptr));
-    ASSERT_EQ(0, std::memcmp(part.data(), full.data(), part.size() * sizeof(float)))
+    ASSERT_EQ(Bits(part), Bits({full.begin(), full.begin() + static_cast<ptrdiff_t>(part.size())}))
         << "rows 0.." << m - 1 << " differ between m = " << m << " and m = 256 when pinned";
   }
   EXPECT_EQ(gemm.num_pinned(), 1u);
@@ -431,8 +443,8 @@ TEST(CublasLtEmuTest, RunOverThePinnedBucketsKeepsTheAlgorithm) {
   const int m = LtGemm::kPinMaxM + 3;
   std::vector<uint16_t> x(static_cast<size_t>(m) * 8, 0x3f80), w(64, 0x3f80);  // bf16 1.0
   std::vector<float> y(static_cast<size_t>(m) * 8, 0.0f);
-  const GemmParams p{.x = x.data(), .w = w.data(), .y = y.data(), .y_dtype = DType::kF32,
-                     .m = m, .n = 8, .k = 8};
+  const GemmParams p{
+      .x = x.data(), .w = w.data(), .y = y.data(), .y_dtype = DType::kF32, .m = m, .n = 8, .k = 8};
   MORSERVE_LT_EXPECT_OK(gemm.Run(p, nullptr));
   EXPECT_EQ(y.back(), 8.0f);
   EXPECT_EQ(gemm.pinned_algorithm_id(8, 8, DType::kF32), id);
