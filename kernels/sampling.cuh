@@ -1,6 +1,8 @@
-// Sampling on the device with the CPU sampler's semantics (engine/runtime/sampler.h), for
-// rows whose logits are already penalised (repetition / presence / frequency penalties are
-// not applied here). One CTA per row, per-row parameters in device arrays (graph-friendly):
+// Sampling on the device with the CPU sampler's semantics (engine/runtime/sampler.h) from
+// the stage after penalties on: a row chooses from its raw logits, or from its processed copy
+// (allowed ids, bias, min_tokens ban and penalties applied by logit_process.cuh) when
+// processed_row names one; its reported logit is always the raw one. One CTA per row,
+// per-row parameters in device arrays (graph-friendly):
 //
 //   greedy (temperature < kSamplingGreedyTemperature): argmax, ties to the lowest id
 //   otherwise: x = logits / temperature (fp32) -> top_k (exactly k, ties to the lowest ids)
@@ -49,6 +51,10 @@ struct DeviceSamplingParams {
   // Optional [rows]: the chosen token's raw logit (before temperature; NaN for token -1), from
   // which the caller forms its logprob with the row's log-partition.
   float* chosen_logit = nullptr;
+  // Optional: processed rows [*, vocab] (logit_process_forward's out) and, per row, the
+  // processed row it chooses from (-1: its raw logits). Both or neither.
+  const float* processed = nullptr;
+  const int32_t* processed_row = nullptr;
 };
 
 // Launches on `stream`. Returns cudaErrorInvalidValue for a null pointer, a non-positive

@@ -252,7 +252,9 @@ struct Args {
   const uint64_t* seed;
   const uint64_t* step;
   int32_t* token;
-  float* chosen_logit;  // optional
+  float* chosen_logit;               // optional
+  const float* processed = nullptr;  // optional [*, vocab]: rows chosen from (processed_row)
+  const int32_t* processed_row = nullptr;
 };
 
 // Thread 0 writes the row's token and, when asked, its raw logit (NaN for token -1).
@@ -268,14 +270,17 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const Args a) {
   const int row_index = blockIdx.x;
   const int per = (a.vocab + kThreads - 1) / kThreads;
   Row r;
-  r.logits = a.logits + static_cast<int64_t>(row_index) * a.stride;
+  const float* raw = a.logits + static_cast<int64_t>(row_index) * a.stride;
+  const int32_t processed =
+      a.processed_row != nullptr ? a.processed_row[row_index] : static_cast<int32_t>(-1);
+  r.logits = processed >= 0 ? a.processed + static_cast<int64_t>(processed) * a.vocab : raw;
   r.temperature = a.temperature[row_index];
   r.lo = min(a.vocab, static_cast<int>(threadIdx.x) * per);
   r.hi = min(a.vocab, r.lo + per);
   const float top_p = a.top_p[row_index];
   const float min_p = a.min_p[row_index];
   if (isnan(r.temperature) || isnan(top_p) || isnan(min_p)) {
-    WriteToken(a, r.logits, row_index, -1);
+    WriteToken(a, raw, row_index, -1);
     return;
   }
 
@@ -298,7 +303,7 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const Args a) {
     __syncthreads();
     int c = 0x7fffffff;
     for (int w = 0; w < kWarps; ++w) c = min(c, s.scratch_i[w]);
-    WriteToken(a, r.logits, row_index, c == 0x7fffffff ? 0 : c);
+    WriteToken(a, raw, row_index, c == 0x7fffffff ? 0 : c);
     return;
   }
 
@@ -311,7 +316,7 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const Args a) {
   Walk(r, f, 1, [&](int, float x, float) { local_max = fmaxf(local_max, x); });
   f.m = BlockMax(local_max, s);
   if (!(f.m > -INFINITY)) {  // every surviving logit is -inf (or NaN)
-    WriteToken(a, r.logits, row_index, -1);
+    WriteToken(a, raw, row_index, -1);
     return;
   }
 
@@ -352,7 +357,7 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(const Args a) {
     s.token = chosen >= 0 ? chosen : last_positive;  // rounding can end the walk at the target
   }
   __syncthreads();
-  WriteToken(a, r.logits, row_index, s.token);
+  WriteToken(a, raw, row_index, s.token);
 }
 
 }  // namespace

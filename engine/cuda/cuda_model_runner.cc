@@ -30,6 +30,7 @@
 #include "engine/core/check.h"
 #include "engine/cuda/device_buffer.h"
 #include "engine/cuda/recurrent_staging.h"
+#include "engine/cuda/sample_staging.h"
 #include "engine/cuda/step_staging.h"
 #include "engine/cuda/weight_packing.h"
 #include "engine/model/huginn_state.h"
@@ -41,6 +42,7 @@
 #include "kernels/expert_router.cuh"
 #include "kernels/gemm.cuh"
 #include "kernels/kv_copy.cuh"
+#include "kernels/logit_process.cuh"
 #include "kernels/lora_expand.cuh"
 #include "kernels/lora_shrink.cuh"
 #include "kernels/paged_attention.cuh"
@@ -149,6 +151,7 @@ size_t SampleBytes(size_t rows);
 struct Scratch {
   DeviceBuffer h, a, qkv, q, k_tmp, v_tmp, attn, proj, gu, act, lora_t, logits, attn_ws, router_f,
       router_i, sample_io;
+  DeviceBuffer processed;  // rows of logits after the sampler's pre-temperature stages
 };
 
 class CudaModelRunner : public ModelRunner {
@@ -516,6 +519,7 @@ void CudaModelRunner::ReserveStepBuffers() {
   Ensure(scratch_.router_f, rows * router_cols * sizeof(float));
   Ensure(scratch_.router_i, rows * sizeof(int32_t));
   Ensure(scratch_.logits, logit_rows * vocab * sizeof(float));
+  Ensure(scratch_.processed, logit_rows * vocab * sizeof(float));
   scratch_.sample_io.Reserve(SampleBytes(logit_rows));
   pinned_out_.Reserve(std::max(logit_rows * vocab, 2 * rows * hs) * sizeof(float));
   int lora_rank = 0;
@@ -1315,7 +1319,7 @@ namespace {
 // Sample's per-row device arrays in one buffer (one upload, one download): inputs first, then
 // the outputs, each array 8-byte aligned.
 struct SampleLayout {
-  size_t temperature, top_k, top_p, min_p, seed, step, threshold, slots;  // inputs
+  size_t temperature, top_k, top_p, min_p, seed, step, threshold, slots, processed_row;  // inputs
   size_t token, chosen, max_logit, argmax, max_prob, exit;                // outputs
   size_t inputs_end, end;
   explicit SampleLayout(size_t n) {
@@ -1333,6 +1337,7 @@ struct SampleLayout {
     min_p = take(4);
     threshold = take(4);
     slots = take(4);
+    processed_row = take(4);
     inputs_end = at;
     max_prob = take(8);
     token = take(4);
@@ -1353,18 +1358,23 @@ T* Field(void* base, size_t offset) {
 
 size_t SampleBytes(size_t rows) { return SampleLayout(rows).end; }
 
-// The rows' logits stay on the device: the sampling kernel draws each row's token (and its raw
-// logit), argmax and exit_confidence give the row's max and 1 / sum exp(x - max), so
-// logprob = x_token - log_z with log_z = max - log(max_prob); one upload of the parameters,
-// one download of the results.
+// The rows' logits stay on the device: rows whose request changes its logits before
+// temperature (Sampler::ChangesLogits) get a processed copy (logit_process: their per-id
+// operations, staged by StageLogitOps, ride in a second upload); the sampling kernel draws
+// each row's token from its raw or processed row (and reports the raw logit), argmax and
+// exit_confidence give the raw row's max and 1 / sum exp(x - max), so logprob = x_token -
+// log_z with log_z = max - log(max_prob); one upload of the parameters, one download of the
+// results.
 void CudaModelRunner::Sample(const int32_t* slots, absl::Span<const SampleInput> rows,
                              SampleResult* out) {
   FlushEmbeds();
   const int n = static_cast<int>(rows.size());
   if (n == 0) return;
   const SampleLayout L(rows.size());
-  std::vector<uint64_t> blob((L.inputs_end + 7) / 8);
-  void* host = blob.data();
+  std::vector<uint64_t> inputs((L.inputs_end + 7) / 8);
+  void* host = inputs.data();
+  std::vector<k::LogitOp> ops;
+  std::vector<k::LogitRowProcess> processed;
   for (int i = 0; i < n; ++i) {
     const SamplingParams& p = *rows[i].params;
     Field<uint64_t>(host, L.seed)[i] = rows[i].seed;
@@ -1375,13 +1385,38 @@ void CudaModelRunner::Sample(const int32_t* slots, absl::Span<const SampleInput>
     Field<float>(host, L.min_p)[i] = p.min_p;
     Field<float>(host, L.threshold)[i] = 0.0f;
     Field<int32_t>(host, L.slots)[i] = slots[i];
+    Field<int32_t>(host, L.processed_row)[i] = -1;
+    if (Sampler::ChangesLogits(rows[i])) {
+      Field<int32_t>(host, L.processed_row)[i] = static_cast<int32_t>(processed.size());
+      processed.emplace_back();
+      StageLogitOps(rows[i], cfg_.vocab_size, i, &ops, &processed.back());
+    }
+  }
+  // One blob: the operations, then the rows (16-byte aligned LogitOps first).
+  const size_t ops_bytes = ops.size() * sizeof(k::LogitOp),
+               blob_bytes = ops_bytes + processed.size() * sizeof(k::LogitRowProcess);
+  std::vector<char> blob(blob_bytes);
+  if (!ops.empty()) std::memcpy(blob.data(), ops.data(), ops_bytes);
+  if (!processed.empty()) {
+    std::memcpy(blob.data() + ops_bytes, processed.data(), blob_bytes - ops_bytes);
   }
   EnsureStates(slots, n);
   void* dev = scratch_.sample_io.Reserve(L.end);
-  BeginUploads({L.inputs_end});
+  BeginUploads({L.inputs_end, blob_bytes});
   Stage(host, L.inputs_end, dev);
+  char* blob_dev = processed.empty() ? nullptr : static_cast<char*>(Stage(blob.data(), blob_bytes));
   LogitsOnDevice(Field<int32_t>(dev, L.slots), n);
   const float* logits = scratch_.logits.as<float>();
+  if (!processed.empty()) {
+    k::LogitProcessParams lp;
+    lp.logits = logits;
+    lp.vocab = cfg_.vocab_size;
+    lp.out = scratch_.processed.as<float>();
+    lp.rows = reinterpret_cast<const k::LogitRowProcess*>(blob_dev + ops_bytes);
+    lp.n_rows = static_cast<int>(processed.size());
+    lp.ops = ops.empty() ? nullptr : reinterpret_cast<const k::LogitOp*>(blob_dev);
+    Launched(k::logit_process_forward(lp, stream_), "logit_process");
+  }
   k::DeviceSamplingParams sp;
   sp.logits = logits;
   sp.rows = n;
@@ -1394,6 +1429,10 @@ void CudaModelRunner::Sample(const int32_t* slots, absl::Span<const SampleInput>
   sp.step = Field<uint64_t>(dev, L.step);
   sp.token = Field<int32_t>(dev, L.token);
   sp.chosen_logit = Field<float>(dev, L.chosen);
+  if (!processed.empty()) {
+    sp.processed = scratch_.processed.as<float>();
+    sp.processed_row = Field<int32_t>(dev, L.processed_row);
+  }
   Launched(k::sampling_forward(sp, stream_), "sampling");
   k::ArgmaxParams ap;
   ap.logits = logits;

@@ -624,7 +624,7 @@ void ModelExecutor::Tail(std::vector<Row>* rows) {
   for (Row* r : sampled) {
     const Sequence& s = *r->seq;
     const bool runner =
-        !s.request.return_logits && RunnerSamples(s.request.params, s.num_generated());
+        !s.request.return_logits && RunnerSamples(s.request.params);
     (runner ? by_runner : with_logits).push_back(r);
   }
   SampleOnRunner(by_runner);

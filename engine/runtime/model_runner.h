@@ -118,10 +118,11 @@ class ModelRunner {
   // lm_head(RMSNorm_final(h)): [n, vocab].
   virtual void Logits(const int32_t* slots, int n, float* logits) = 0;
   // The next token of rows.size() rows sampled from lm_head(RMSNorm_final(h)) by the sampler's
-  // rule (sampler.h) for rows whose request needs no logits on the host (RunnerSamples in
-  // sampling_params.h: no penalty, bias, mask, min_tokens ban or alternatives): out[i]'s token
-  // and its raw logprob; rows[i].logits is ignored (the runner's own). The CUDA runner
-  // samples on the device and downloads only the results.
+  // rule (sampler.h), every stage, for rows whose request needs no logits on the host
+  // (RunnerSamples in sampling_params.h: no top-n alternatives): out[i]'s token and its raw
+  // logprob; rows[i].logits is ignored (the runner's own). The CUDA runner samples on the
+  // device (penalties, bias, allowed ids and min_tokens bans applied there too) and downloads
+  // only the results.
   virtual void Sample(const int32_t* slots, absl::Span<const SampleInput> rows,
                       SampleResult* out) = 0;
   // Huginn-0125's input injection before each recurrence (docs/models.md#huginn-0125):

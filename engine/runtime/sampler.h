@@ -90,10 +90,11 @@ class Sampler {
   // repetition, frequency and presence penalties (greedy takes its argmax). The view is into
   // scratch memory and is valid until the next call on this object.
   absl::Span<const float> ProcessLogits(const SampleInput& in);
+  // Whether ProcessLogits would change any logit of `in` (allowed ids, bias, a min_tokens ban
+  // at this step, a penalty).
+  static bool ChangesLogits(const SampleInput& in);
 
  private:
-  // Whether Constrain or Penalize would change any logit of `in`.
-  static bool ChangesLogits(const SampleInput& in);
   void Constrain(const SampleInput& in);
   void Penalize(const SampleInput& in);
   int Argmax() const;

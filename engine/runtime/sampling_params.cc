@@ -134,11 +134,7 @@ absl::Status ValidateMinTokens(const SamplingParams& p, absl::Span<const int> eo
 
 }  // namespace
 
-bool RunnerSamples(const SamplingParams& p, int generated) {
-  return p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
-         p.frequency_penalty == 0.0f && p.logit_bias.empty() && !p.allowed_token_ids &&
-         generated >= p.min_tokens && p.logprobs == 0;
-}
+bool RunnerSamples(const SamplingParams& p) { return p.logprobs == 0; }
 
 absl::Status Validate(const SamplingParams& params, int vocab_size, absl::Span<const int> eos_ids) {
   if (absl::Status s = ValidateFilters(params); !s.ok()) return s;

@@ -60,11 +60,11 @@ struct SamplingParams {
   bool greedy() const { return temperature < kGreedyTemperature; }
 };
 
-// True when the next token needs nothing of the sampler but temperature, top_k, top_p, min_p
-// and the seeded draw, and only the chosen token's logprob: what ModelRunner::Sample computes
-// where the logits are (no penalty, logit bias, allowed ids, min_tokens ban at `generated`
-// output tokens, nor top-n alternatives).
-bool RunnerSamples(const SamplingParams& params, int generated);
+// True when the next token needs only the chosen token's logprob (no top-n alternatives):
+// what ModelRunner::Sample computes where the logits are, every other sampler stage included
+// (allowed ids, logit bias, min_tokens, penalties, temperature, top_k/top_p/min_p, the seeded
+// draw).
+bool RunnerSamples(const SamplingParams& params);
 
 // INVALID_ARGUMENT naming the first offending field, OK otherwise. `eos_ids` are the
 // model's end-of-sequence ids: with min_tokens > 0, allowed_token_ids made only of them and

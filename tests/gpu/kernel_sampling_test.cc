@@ -116,6 +116,22 @@ TEST(SamplingParamsTest, RejectsBadParams) {
   bad = p;
   bad.rows = 1;  // null pointers
   EXPECT_EQ(sampling_forward(bad, nullptr), cudaErrorInvalidValue);
+  // Processed rows and their per-row index come together (checked before any launch, so
+  // these host pointers are never read).
+  float f = 0.0f;
+  int32_t i = 0;
+  uint64_t u = 0;
+  bad = p;
+  bad.rows = 1;
+  bad.logits = bad.temperature = bad.top_p = bad.min_p = &f;
+  bad.top_k = &i;
+  bad.token = &i;
+  bad.seed = bad.step = &u;
+  bad.processed = &f;
+  EXPECT_EQ(sampling_forward(bad, nullptr), cudaErrorInvalidValue);
+  bad.processed = nullptr;
+  bad.processed_row = &i;
+  EXPECT_EQ(sampling_forward(bad, nullptr), cudaErrorInvalidValue);
 }
 
 }  // namespace

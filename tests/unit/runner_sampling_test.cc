@@ -3,8 +3,8 @@
 // engine's host sampler bit for bit (the same requests asking for logits), in both batching
 // modes and for plain, MoR and adaptive Huginn models; the runner counts exactly the rows it
 // sampled (with Huginn, the tokens whose row ran every recurrence: an exit check leaves its
-// logits on the host already): none for requests with a penalty or alternatives, and only the
-// tokens after a min_tokens ban ends.
+// logits on the host already): every row but those asking for top-n alternatives, penalties,
+// logit bias, allowed ids and min_tokens bans included.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -84,7 +84,7 @@ TEST(RunnerSamplingTest, EqualsTheHostSamplerBitwise) {
   }
 }
 
-TEST(RunnerSamplingTest, HostSamplesWhatTheRunnerCannot) {
+TEST(RunnerSamplingTest, TheRunnerSamplesEveryRowButAlternatives) {
   testing::TempDir dir;
   auto w = testing::MakeModel(testing::F32Spec("vanilla"), &dir);
   ASSERT_NE(w, nullptr);
@@ -95,19 +95,19 @@ TEST(RunnerSamplingTest, HostSamplesWhatTheRunnerCannot) {
   EXPECT_EQ(sampled_by_runner(base), 8);
   GenerateRequest penalty = base;
   penalty.params.repetition_penalty = 1.2f;
-  EXPECT_EQ(sampled_by_runner(penalty), 0);
+  EXPECT_EQ(sampled_by_runner(penalty), 8);
   GenerateRequest alternatives = base;
   alternatives.params.logprobs = 2;
   EXPECT_EQ(sampled_by_runner(alternatives), 0);
   GenerateRequest bias = base;
   bias.params.logit_bias = {{3, 1.5f}};
-  EXPECT_EQ(sampled_by_runner(bias), 0);
+  EXPECT_EQ(sampled_by_runner(bias), 8);
   GenerateRequest allowed = base;
   allowed.params.allowed_token_ids = std::vector<int>{1, 2, 3};
-  EXPECT_EQ(sampled_by_runner(allowed), 0);
+  EXPECT_EQ(sampled_by_runner(allowed), 8);
   GenerateRequest min_tokens = base;
-  min_tokens.params.min_tokens = 3;  // tokens 0..2 ban EOS on the host, 3..7 on the runner
-  EXPECT_EQ(sampled_by_runner(min_tokens), 5);
+  min_tokens.params.min_tokens = 3;  // tokens 0..2 ban EOS, on the runner too
+  EXPECT_EQ(sampled_by_runner(min_tokens), 8);
 }
 
 }  // namespace
