@@ -33,7 +33,8 @@ __global__ void __launch_bounds__(kThreads)
     const LogitRowProcess row = rows[i];
     const float* raw = logits + static_cast<int64_t>(row.src_row) * stride;
     float* dst = out + i * vocab;
-    for (int v = threadIdx.x; v < vocab; v += kThreads) dst[v] = row.masked != 0 ? -INFINITY : raw[v];
+    for (int v = threadIdx.x; v < vocab; v += kThreads)
+      dst[v] = row.masked != 0 ? -INFINITY : raw[v];
     __syncthreads();  // the ops overwrite entries another thread copied
     for (int j = row.op_begin + static_cast<int>(threadIdx.x); j < row.op_end; j += kThreads) {
       const LogitOp op = ops[j];

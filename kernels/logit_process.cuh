@@ -31,13 +31,13 @@
 namespace morserve::kernels {
 
 struct LogitProcessParams {
-  const float* logits = nullptr;        // [*, row_stride] fp32, raw
-  int64_t row_stride = 0;               // 0 means vocab
+  const float* logits = nullptr;  // [*, row_stride] fp32, raw
+  int64_t row_stride = 0;         // 0 means vocab
   int vocab = 0;
-  float* out = nullptr;                 // [rows, vocab] fp32
+  float* out = nullptr;                   // [rows, vocab] fp32
   const LogitRowProcess* rows = nullptr;  // [n_rows] device
-  int n_rows = 0;                       // 0 is allowed (nothing is launched)
-  const LogitOp* ops = nullptr;         // device; may be null when no row has ops
+  int n_rows = 0;                         // 0 is allowed (nothing is launched)
+  const LogitOp* ops = nullptr;           // device; may be null when no row has ops
 };
 
 // Launches on `stream`. cudaErrorInvalidValue for a negative n_rows, a non-positive vocab, a

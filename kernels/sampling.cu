@@ -17,8 +17,8 @@ cudaError_t sampling_forward(const DeviceSamplingParams& p, cudaStream_t stream)
     return cudaErrorInvalidValue;
   }
   if ((p.processed == nullptr) != (p.processed_row == nullptr)) return cudaErrorInvalidValue;
-  Args a{p.logits, stride, p.vocab, p.temperature, p.top_k,       p.top_p,
-         p.min_p,  p.seed, p.step,  p.token,       p.chosen_logit, p.processed, p.processed_row};
+  Args a{p.logits, stride, p.vocab, p.temperature,  p.top_k,     p.top_p,        p.min_p,
+         p.seed,   p.step, p.token, p.chosen_logit, p.processed, p.processed_row};
   MORSERVE_LAUNCH(p.rows, kThreads, 0, stream, SampleKernel)(a);
   return cudaGetLastError();
 }

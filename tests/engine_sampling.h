@@ -45,8 +45,7 @@ inline std::vector<GenerateRequest> RunnerSampledRequests(int vocab, int count) 
         break;
       }
       case 4:
-        r.params.allowed_token_ids =
-            std::vector<int>{at(0), at(1), at(2), (at(0) + 7) % vocab, 1};
+        r.params.allowed_token_ids = std::vector<int>{at(0), at(1), at(2), (at(0) + 7) % vocab, 1};
         break;
       case 5:
         r.params.min_tokens = 6;

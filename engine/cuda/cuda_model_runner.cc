@@ -1320,7 +1320,7 @@ namespace {
 // the outputs, each array 8-byte aligned.
 struct SampleLayout {
   size_t temperature, top_k, top_p, min_p, seed, step, threshold, slots, processed_row;  // inputs
-  size_t token, chosen, max_logit, argmax, max_prob, exit;                // outputs
+  size_t token, chosen, max_logit, argmax, max_prob, exit;                               // outputs
   size_t inputs_end, end;
   explicit SampleLayout(size_t n) {
     size_t at = 0;

@@ -2,7 +2,8 @@
 // temperature (allowed ids, logit bias, a min_tokens ban, repetition / frequency / presence
 // penalties): the row's per-id operations for kernels/logit_process.cuh, built from the same
 // SampleInput the CPU sampler reads, so the device's processed row equals
-// Sampler::ProcessLogits bit for bit (kernel_logit_process_test). Plain C++. Which rows need it: Sampler::ChangesLogits.
+// Sampler::ProcessLogits bit for bit (kernel_logit_process_test). Plain C++. Which rows need it:
+// Sampler::ChangesLogits.
 #pragma once
 
 #include <vector>

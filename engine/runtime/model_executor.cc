@@ -623,8 +623,7 @@ void ModelExecutor::Tail(std::vector<Row>* rows) {
   std::vector<Row*> with_logits, by_runner;
   for (Row* r : sampled) {
     const Sequence& s = *r->seq;
-    const bool runner =
-        !s.request.return_logits && RunnerSamples(s.request.params);
+    const bool runner = !s.request.return_logits && RunnerSamples(s.request.params);
     (runner ? by_runner : with_logits).push_back(r);
   }
   SampleOnRunner(by_runner);

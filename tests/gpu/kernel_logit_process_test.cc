@@ -143,8 +143,8 @@ std::vector<float> RunProcess(const std::vector<float>& logits, const Launch& l)
 }
 
 // Processed row i of `out` against Sampler::ProcessLogits of its source row, bitwise.
-void ExpectEqualsSampler(const std::vector<float>& logits, const std::vector<float>& out,
-                         int i, int src_row, const Case& c) {
+void ExpectEqualsSampler(const std::vector<float>& logits, const std::vector<float>& out, int i,
+                         int src_row, const Case& c) {
   SCOPED_TRACE(c.name + ", processed row " + std::to_string(i));
   SampleInput in = InputOf(c);
   in.logits = absl::MakeConstSpan(&logits[static_cast<size_t>(src_row) * kVocab], kVocab);
@@ -173,7 +173,8 @@ TEST_F(LogitProcessTest, EveryStageEqualsTheCpuSamplerBitwise) {
     StageLogitOps(InputOf(cases[i]), kVocab, src[i], &l.ops, &l.rows.back());
   }
   const std::vector<float> out = RunProcess(logits, l);
-  for (int i = 0; i < n; ++i) ASSERT_NO_FATAL_FAILURE(ExpectEqualsSampler(logits, out, i, src[i], cases[i]));
+  for (int i = 0; i < n; ++i)
+    ASSERT_NO_FATAL_FAILURE(ExpectEqualsSampler(logits, out, i, src[i], cases[i]));
 }
 
 // 5000 rows: more than the launcher's 4096 CTAs, so some CTAs process two rows.
@@ -191,8 +192,7 @@ TEST_F(LogitProcessTest, MoreRowsThanCtas) {
   }
   const std::vector<float> out = RunProcess(logits, l);
   for (int i : {0, 1, 4095, 4096, 4097, 4999}) {
-    ASSERT_NO_FATAL_FAILURE(
-        ExpectEqualsSampler(logits, out, i, i % 64, cases[i % cases.size()]));
+    ASSERT_NO_FATAL_FAILURE(ExpectEqualsSampler(logits, out, i, i % 64, cases[i % cases.size()]));
   }
 }
 
