@@ -83,8 +83,8 @@ void Configure(int mb) {
 }
 
 // One block of mb rows (a: bf16 rows of kp values) times one group of 64 columns (b: the group's
-// tiles, kblocks x 4 x 1 KiB): out[mb][64] fp32.
-void GroupBlock(const uint16_t* a, int kp, const uint8_t* b, float* out) {
+// tiles, kblocks x 4 x 1 KiB): out[mb][64] fp32, rows `ldo` floats apart.
+void GroupBlock(const uint16_t* a, int kp, const uint8_t* b, float* out, int64_t ldo) {
   const int kblocks = kp / kKBlock;
   _tile_zero(0);
   _tile_zero(1);
@@ -102,10 +102,10 @@ void GroupBlock(const uint16_t* a, int kp, const uint8_t* b, float* out) {
     _tile_loadd(5, bt + 3 * kTileBytes, 64);
     _tile_dpbf16ps(3, 4, 5);
   }
-  _tile_stored(0, out, kGroupCols * 4);
-  _tile_stored(1, out + 16, kGroupCols * 4);
-  _tile_stored(2, out + 32, kGroupCols * 4);
-  _tile_stored(3, out + 48, kGroupCols * 4);
+  _tile_stored(0, out, ldo * 4);
+  _tile_stored(1, out + 16, ldo * 4);
+  _tile_stored(2, out + 32, ldo * 4);
+  _tile_stored(3, out + 48, ldo * 4);
 }
 
 void RunAmx(const LinearArgs& a, int n0, int n1) {
@@ -128,8 +128,14 @@ void RunAmx(const LinearArgs& a, int n0, int n1) {
   for (int j0 = n0; j0 < n1; j0 += kGroupCols) {
     const int cols = std::min(kGroupCols, n1 - j0);
     for (int i0 = 0; i0 < mrows; i0 += mb) {
-      GroupBlock(xa.data() + static_cast<int64_t>(i0) * kp, kp,
-                 tiles + (j0 / kGroupCols) * group_bytes, out.data());
+      const uint16_t* xb = xa.data() + static_cast<int64_t>(i0) * kp;
+      const uint8_t* group = tiles + (j0 / kGroupCols) * group_bytes;
+      if (!a.accumulate && cols == kGroupCols && a.m - i0 >= mb) {
+        // Whole block, nothing to add: the tiles store straight into y's rows.
+        GroupBlock(xb, kp, group, a.y + i0 * a.ldy + j0, a.ldy);
+        continue;
+      }
+      GroupBlock(xb, kp, group, out.data(), kGroupCols);
       for (int i = 0; i < std::min(mb, a.m - i0); ++i) {
         float* y = a.y + (i0 + i) * a.ldy + j0;
         const float* s = out.data() + i * kGroupCols;
