@@ -44,6 +44,7 @@ constexpr char kUsage[] =
     "         [--std-tokens 64] [--prompt-len 1] [--batches 32,256] [--modes depth,sequence]\n"
     "         [--warmup 32] [--seed 1] [--repeats 1] [--out bench.json]\n"
     "         [--temperature T (0: greedy; > 0: each request samples with its own seed)]\n"
+    "         [--repetition-penalty R (1: off; every request, over its prompt and output)]\n"
     "         [--membw-mb 1024 (read-bandwidth buffer; 0: skip)] [--membw-passes 5]\n"
     "         [--prefill P (time one P-token prompt's prefill per model)]\n"
     "         [engine flags: --device cpu|cuda --weights auto|f32|bf16|f16|int8\n"
@@ -58,6 +59,7 @@ struct Workload {
   std::vector<std::vector<int>> prompts;
   std::vector<int> output_lengths;
   float temperature = 0.0f;
+  float repetition_penalty = 1.0f;
   uint64_t seed = 0;
 };
 
@@ -90,6 +92,7 @@ void RunRequests(Engine* engine, const Workload& w, int count, int fixed_length 
     GenerateRequest r;
     r.prompt = w.prompts[i % n];
     r.params.temperature = w.temperature;
+    r.params.repetition_penalty = w.repetition_penalty;
     r.params.seed = w.seed + i;
     r.params.max_tokens = fixed_length > 0 ? fixed_length : w.output_lengths[i % n];
     r.params.ignore_eos = true;
@@ -324,7 +327,7 @@ int BenchCommand(const Args& args) {
   std::set<std::string> value_flags = {"models",       "requests", "mean-tokens", "std-tokens",
                                        "prompt-len",   "batches",  "modes",       "warmup",
                                        "seed",         "out",      "repeats",     "membw-mb",
-                                       "membw-passes", "prefill",  "temperature"};
+                                       "membw-passes", "prefill",  "temperature", "repetition-penalty"};
   value_flags.insert(EngineFlagNames().begin(), EngineFlagNames().end());
   auto flags = Flags::Parse(args, value_flags, {"help"});
   if (!flags.ok() || flags->Has("help") || !flags->Has("models")) {
@@ -347,6 +350,12 @@ int BenchCommand(const Args& args) {
   if (flags->Has("temperature") &&
       (!absl::SimpleAtof(flags->Get("temperature", "0"), &temperature) || temperature < 0)) {
     return Fail("--temperature: a number >= 0 (0: greedy)");
+  }
+  float repetition_penalty = 1.0f;
+  if (flags->Has("repetition-penalty") &&
+      (!absl::SimpleAtof(flags->Get("repetition-penalty", "1"), &repetition_penalty) ||
+       !(repetition_penalty > 0))) {
+    return Fail("--repetition-penalty: a number > 0 (1: off)");
   }
   for (const absl::Status& s :
        {requests.status(), mean.status(), stddev.status(), prompt_len.status(), warmup.status(),
@@ -417,6 +426,7 @@ int BenchCommand(const Args& args) {
           {"repeats", *repeats},
           {"prefill", *prefill},
           {"temperature", temperature},
+          {"repetition_penalty", repetition_penalty},
           {"distinct_prompts", true},
           {"weights", CpuWeightsName(base->weights)},
           {"device", base->device == Device::kCuda ? "cuda" : "cpu"}}},
@@ -433,9 +443,10 @@ int BenchCommand(const Args& args) {
   for (const std::string& dir : flags->GetList("models")) {
     auto weights = LoadModel(dir);
     if (!weights.ok()) return Fail(std::string(weights.status().message()));
-    const Workload w = MakeWorkload(*requests, *mean, *stddev, *prompt_len,
-                                    (*weights)->config.max_position_embeddings,
-                                    (*weights)->config.vocab_size, temperature, *seed);
+    Workload w = MakeWorkload(*requests, *mean, *stddev, *prompt_len,
+                              (*weights)->config.max_position_embeddings,
+                              (*weights)->config.vocab_size, temperature, *seed);
+    w.repetition_penalty = repetition_penalty;
     for (int batch : batches) {
       // Modes alternate within each repeat, and each mode keeps its fastest repeat, so a
       // burst of load from other processes on a shared machine hits both sides alike.

@@ -139,6 +139,34 @@ TEST(CliTest, BenchTemperatureSamples) {
   EXPECT_THAT(bad.output, HasSubstr("--temperature"));
 }
 
+// --repetition-penalty applies to every request: recorded in the protocol; a greedy run's
+// tokens change with it (the same prompts, another first repeated token), and 0 is refused by
+// name.
+TEST(CliTest, BenchRepetitionPenaltyAppliesToEveryRequest) {
+  testing::TempDir dir;
+  const std::string mor = MakeModelDir(dir, "mor-ec");
+  auto run = [&](const std::string& extra, const std::string& out) {
+    auto r = testing::RunCommand(testing::MorserveBinary() + " bench --models " + mor +
+                                 " --requests 8 --mean-tokens 24 --std-tokens 0 --batches 8"
+                                 " --modes depth --warmup 0 --kv-cache-mb 16 --membw-mb 0" +
+                                 extra + " --out " + out);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return json::parse(testing::ReadFile(out));
+  };
+  const json plain = run("", dir.File("plain.json"));
+  const json penalised = run(" --repetition-penalty 3", dir.File("penalised.json"));
+  EXPECT_EQ(plain["protocol"]["repetition_penalty"].get<double>(), 1.0);
+  EXPECT_EQ(penalised["protocol"]["repetition_penalty"].get<double>(), 3.0);
+  EXPECT_NE(plain["runs"][0]["stats"]["exits_per_loop"],
+            penalised["runs"][0]["stats"]["exits_per_loop"])
+      << "a strong repetition penalty changed no token's depth";
+  auto bad = testing::RunCommand(testing::MorserveBinary() + " bench --models " + mor +
+                                 " --repetition-penalty 0 --membw-mb 0 --out " +
+                                 dir.File("bad.json"));
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_THAT(bad.output, HasSubstr("--repetition-penalty"));
+}
+
 // The JSON is rewritten after every batch setting: a run that fails on its second model (a
 // directory that does not exist) leaves the first model's runs and ratios, marked incomplete.
 TEST(CliTest, BenchKeepsWhatItMeasuredWhenCutShort) {
