@@ -324,10 +324,11 @@ int Fail(const std::string& msg) {
 }  // namespace
 
 int BenchCommand(const Args& args) {
-  std::set<std::string> value_flags = {"models",       "requests", "mean-tokens", "std-tokens",
-                                       "prompt-len",   "batches",  "modes",       "warmup",
-                                       "seed",         "out",      "repeats",     "membw-mb",
-                                       "membw-passes", "prefill",  "temperature", "repetition-penalty"};
+  std::set<std::string> value_flags = {
+      "models",       "requests", "mean-tokens", "std-tokens",
+      "prompt-len",   "batches",  "modes",       "warmup",
+      "seed",         "out",      "repeats",     "membw-mb",
+      "membw-passes", "prefill",  "temperature", "repetition-penalty"};
   value_flags.insert(EngineFlagNames().begin(), EngineFlagNames().end());
   auto flags = Flags::Parse(args, value_flags, {"help"});
   if (!flags.ok() || flags->Has("help") || !flags->Has("models")) {

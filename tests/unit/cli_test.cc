@@ -160,9 +160,9 @@ TEST(CliTest, BenchRepetitionPenaltyAppliesToEveryRequest) {
   EXPECT_NE(plain["runs"][0]["stats"]["exits_per_loop"],
             penalised["runs"][0]["stats"]["exits_per_loop"])
       << "a strong repetition penalty changed no token's depth";
-  auto bad = testing::RunCommand(testing::MorserveBinary() + " bench --models " + mor +
-                                 " --repetition-penalty 0 --membw-mb 0 --out " +
-                                 dir.File("bad.json"));
+  auto bad =
+      testing::RunCommand(testing::MorserveBinary() + " bench --models " + mor +
+                          " --repetition-penalty 0 --membw-mb 0 --out " + dir.File("bad.json"));
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_THAT(bad.output, HasSubstr("--repetition-penalty"));
 }
