@@ -8,7 +8,8 @@
 namespace morserve::kernels {
 namespace {
 
-constexpr int kHeuristicResults = 16;
+// Wide lists, so that an algorithm offered at every M bucket (Pin) is found when one exists.
+constexpr int kHeuristicResults = 64;
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
