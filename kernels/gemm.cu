@@ -301,11 +301,6 @@ cublasStatus_t LtGemm::Run(const GemmParams& p, cudaStream_t stream) {
   const Plan* plan = FindOrCreate(p.m, p.n, p.k, p.y_dtype, &st);
   if (plan == nullptr) return st;
   const float alpha = 1.0f, beta = 0.0f;
-#ifdef MORSERVE_CUDA_EMU
-  // The emulated cuBLASLt computes when called: first the work queued before it on the
-  // stream (kernels/emu/cuda_emu.h), as the GPU would order it.
-  cuda_emu::SyncStream(stream);
-#endif
   return cublasLtMatmul(handle_, plan->desc, &alpha, p.w, plan->a, p.x, plan->b, &beta, p.y,
                         plan->c, p.y, plan->c, &plan->algo, workspace_, kWorkspaceBytes, stream);
 }

@@ -23,11 +23,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/check.h"
+#include "engine/cuda/cuda_step_graphs.h"
 #include "engine/cuda/device_buffer.h"
 #include "engine/cuda/recurrent_staging.h"
 #include "engine/cuda/sample_staging.h"
@@ -59,6 +61,9 @@ namespace morserve {
 namespace {
 
 namespace k = morserve::kernels;
+
+// The largest batch a segment pass is captured at (CUDA graphs, cuda_step_graphs.h).
+constexpr int kMaxGraphRows = 256;
 
 // Split-KV chunk of the attention kernel, in tokens (fixed: batch invariance).
 constexpr int kAttentionChunk = 256;
@@ -157,9 +162,10 @@ struct Scratch {
 class CudaModelRunner : public ModelRunner {
  public:
   // Step buffers are reserved at Init for `rows` rows per call and `logit_rows` rows of logits.
+  // Segment passes of up to graph_rows rows are captured in CUDA graphs (0: none).
   CudaModelRunner(std::shared_ptr<const ModelWeights> w, int num_blocks, int block_size,
                   RecurrentPrefill recurrent_prefill, int64_t initial_states, int rows,
-                  int logit_rows)
+                  int logit_rows, int graph_rows)
       : w_(std::move(w)),
         cfg_(w_->config),
         num_blocks_(num_blocks),
@@ -167,9 +173,13 @@ class CudaModelRunner : public ModelRunner {
         recurrent_prefill_(recurrent_prefill),
         initial_states_(initial_states),
         reserve_rows_(rows),
-        reserve_logit_rows_(logit_rows) {}
+        reserve_logit_rows_(logit_rows),
+        graph_rows_(graph_rows) {}
   ~CudaModelRunner() override {
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    if (stream_ == nullptr) return;
+    cudaStreamSynchronize(stream_);  // no graph is running when it is destroyed
+    graphs_.Invalidate();
+    cudaStreamDestroy(stream_);
   }
 
   absl::Status Init();
@@ -196,6 +206,20 @@ class CudaModelRunner : public ModelRunner {
   }
 
  private:
+  // RunSegment's pass over full rows as a replay of its captured graph (cuda_step_graphs.h);
+  // false when the batch is beyond what graphs take (then it runs eagerly).
+  bool RunSegmentGraphed(const SegmentBatch& b);
+  // Every layer of the segment over nk K/V-only rows then nf full rows staged in kv_only and
+  // full, whose states are the slots at Meta(slots_at): gathered, run, the full rows' scattered
+  // back.
+  void SegmentPass(const Segment& seg, const std::vector<StagedRows>& kv_only,
+                   const std::vector<StagedRows>& full, size_t slots_at, int nk, int nf);
+  // True when a layer of seg has per-loop weights (a GEMM or norm per loop group).
+  bool SegmentHasLoopWeights(const Segment& seg) const;
+  // body's launches captured on stream_ (nothing runs) and instantiated.
+  StepGraph Capture(const std::function<void()>& body);
+  // The bound of graph_meta_, in int32 values, at Init.
+  size_t GraphMetaInts() const;
   // One recurrent layer, its rows' h on the host before and after (see RunSegment).
   void RunRecurrentLayer(const LayerBatch& b);
   // Full rows: attention and MLP, h updated (uploaded and downloaded around the layer).
@@ -351,6 +375,12 @@ class CudaModelRunner : public ModelRunner {
   DeviceBuffer states_;
   int64_t state_rows_ = 0, initial_states_ = 0, state_allocations_ = 0;
   int reserve_rows_ = 0, reserve_logit_rows_ = 0;
+  // Captured segment passes; their rows' metadata at a fixed address (graph_meta_); they are
+  // valid while StepAllocations() == graph_generation_.
+  int graph_rows_ = 0;
+  StepGraphs graphs_{64};
+  DeviceBuffer graph_meta_;
+  int64_t graph_generation_ = -1;
   std::vector<int32_t> pending_ids_, pending_slots_;  // embeddings not yet run (Embed)
   RunnerCounters counters_;  // since construction (device.allocations: StepAllocations)
 };
@@ -536,6 +566,7 @@ void CudaModelRunner::ReserveStepBuffers() {
                                                      cfg_.max_position_embeddings, /*extra=*/false,
                                                      kAttentionChunk);
   if (ws > 0) scratch_.attn_ws.Reserve(ws * sizeof(float));
+  if (graph_rows_ > 0) graph_meta_.Reserve(GraphMetaInts() * sizeof(int32_t));
 }
 
 void CudaModelRunner::EnsureLayerScratch(size_t rows, bool full) {
@@ -709,9 +740,10 @@ void CudaModelRunner::GatedAdd(const int32_t* base, const int32_t* slots, const 
 int64_t CudaModelRunner::StepAllocations() const {
   const Scratch& x = scratch_;
   int64_t n = state_allocations_;
-  for (const DeviceBuffer* b : {&x.h, &x.a, &x.qkv, &x.q, &x.k_tmp, &x.v_tmp, &x.attn, &x.proj,
-                                &x.gu, &x.act, &x.lora_t, &x.logits, &x.attn_ws, &x.router_f,
-                                &x.router_i, &x.sample_io, &rec_ml_, &rec_acc_, &arena_dev_}) {
+  for (const DeviceBuffer* b :
+       {&x.h,        &x.a,         &x.qkv,   &x.q,      &x.k_tmp,    &x.v_tmp,    &x.attn,
+        &x.proj,     &x.gu,        &x.act,   &x.lora_t, &x.logits,   &x.attn_ws,  &x.router_f,
+        &x.router_i, &x.sample_io, &rec_ml_, &rec_acc_, &arena_dev_, &graph_meta_}) {
     n += b->allocations();
   }
   for (const PinnedBuffer* b : {&pinned_out_, &arena_host_}) n += b->allocations();
@@ -980,6 +1012,7 @@ void CudaModelRunner::RunSegment(const SegmentBatch& b) {
     WriteStates(b.slots, b.n, h.data());
     return;
   }
+  if (graph_rows_ > 0 && b.num_kv_only == 0 && RunSegmentGraphed(b)) return;
   const Segment& seg = w_->plan.segments[b.segment];
   const int nk = b.num_kv_only, nf = b.n - nk;
   StagedRows all;
@@ -1007,21 +1040,142 @@ void CudaModelRunner::RunSegment(const SegmentBatch& b) {
   UploadRows(nullptr, b.n, &all);
   if (embeds > 0) EmbedStaged(Meta(embeds_at), Meta(embeds_at) + embeds, embeds);
   Ensure(scratch_.h, b.n * hs * sizeof(float));
+  counters_.kv_only_rows += int64_t{nk} * num_layers;
+  counters_.full_rows += int64_t{nf} * num_layers;
+  SegmentPass(seg, kv_only, full, slots_at, nk, nf);
+}
+
+void CudaModelRunner::SegmentPass(const Segment& seg, const std::vector<StagedRows>& kv_only,
+                                  const std::vector<StagedRows>& full, size_t slots_at, int nk,
+                                  int nf) {
+  const size_t hs = static_cast<size_t>(cfg_.hidden_size);
   float* h = scratch_.h.as<float>();
-  GatherStates(Meta(slots_at), b.n, h);
+  GatherStates(Meta(slots_at), nk + nf, h);
   float* h_full = h + static_cast<size_t>(nk) * hs;
-  for (int k = 0; k < num_layers; ++k) {
+  for (size_t k = 0; k < full.size(); ++k) {
     const DeviceLayer& L = layers_[seg.first_layer_slot + k];
-    if (nk > 0) {
-      counters_.kv_only_rows += nk;
-      KvFromHidden(L, kv_only[k], kv_only[k], h, /*begin=*/0, nk);
-    }
-    if (nf > 0) {
-      counters_.full_rows += nf;
-      FullRowsOnDevice(L, full[k], h_full, nf, /*recurrent=*/false);
-    }
+    if (nk > 0) KvFromHidden(L, kv_only[k], kv_only[k], h, /*begin=*/0, nk);
+    if (nf > 0) FullRowsOnDevice(L, full[k], h_full, nf, /*recurrent=*/false);
   }
   if (nf > 0) ScatterStates(h_full, Meta(slots_at) + nk, nf);
+}
+
+// The batch padded to its row bucket, every layer's metadata at the fixed layout of the
+// key's bounds in graph_meta_ (one upload; the waiting embeddings ride after it and run
+// before the replay), then one graph launch. The padding rows' slots are -1: row_copy
+// neither reads nor writes them.
+bool CudaModelRunner::RunSegmentGraphed(const SegmentBatch& b) {
+  const int rows = GraphRows(b.n, graph_rows_);
+  if (rows == 0) return false;
+  const Segment& seg = w_->plan.segments[b.segment];
+  const int num_layers = static_cast<int>(b.layers.size());
+  size_t blocks = 1;
+  int max_kv_len = 0;
+  for (const SegmentLayerKv& layer : b.layers) {
+    blocks = std::max(blocks, layer.full.table_blocks.size());
+    for (int32_t len : layer.full.kv_len) max_kv_len = std::max(max_kv_len, static_cast<int>(len));
+  }
+  StepGraphKey key;
+  key.segment = b.segment;
+  key.rows = rows;
+  key.table_blocks = Pow2Bucket(static_cast<int64_t>(blocks), 1, 0);
+  key.max_kv_len = static_cast<int>(
+      Pow2Bucket(max_kv_len, kAttentionChunk, std::max(cfg_.max_position_embeddings, 1)));
+  if (max_kv_len > key.max_kv_len) return false;  // beyond the reserved attention workspace
+  StagedRows all;
+  std::vector<StagedRows> full(num_layers);
+  for (int k = 0; k < num_layers; ++k) {
+    auto staged = StagePaddedLayerBatch(FullLayer(b, k, nullptr), seg.loops, block_size_, rows,
+                                        static_cast<size_t>(key.table_blocks));
+    MORSERVE_CHECK(staged.ok(), std::string(staged.status().message()).c_str());
+    staged->max_kv_len = key.max_kv_len;
+    full[k] = AppendStaged(*std::move(staged), &all);
+  }
+  while (all.data.size() % 4 != 0) all.data.push_back(0);
+  const size_t slots_at = all.data.size();
+  all.data.insert(all.data.end(), b.slots, b.slots + b.n);
+  all.data.resize(slots_at + rows, -1);
+  const size_t embeds_at = all.data.size();
+  const int embeds = static_cast<int>(pending_ids_.size());
+  if ((embeds_at + 2 * pending_ids_.size()) * sizeof(int32_t) > graph_meta_.bytes()) return false;
+  if (SegmentHasLoopWeights(seg)) {  // each group's GEMMs are their own launches
+    for (const LoopGroup& g : full[0].groups)
+      key.groups.insert(key.groups.end(), {g.count, g.loop});
+  } else {
+    key.groups.push_back(static_cast<int32_t>(full[0].groups.size()));
+  }
+  all.data.insert(all.data.end(), pending_ids_.begin(), pending_ids_.end());
+  all.data.insert(all.data.end(), pending_slots_.begin(), pending_slots_.end());
+  pending_ids_.clear();
+  pending_slots_.clear();
+  EnsureStates(b.slots, b.n);
+  EnsureLayerScratch(static_cast<size_t>(rows), /*full=*/true);
+  Ensure(scratch_.h, static_cast<size_t>(rows) * cfg_.hidden_size * sizeof(float));
+  const size_t ws = k::PagedAttentionWorkspaceFloats(rows, cfg_.num_heads, cfg_.head_dim,
+                                                     key.max_kv_len, false, kAttentionChunk);
+  if (ws > 0) scratch_.attn_ws.Reserve(ws * sizeof(float));
+  const size_t bytes = all.data.size() * sizeof(int32_t);
+  BeginUploads({bytes});
+  if (StepAllocations() != graph_generation_) {  // a buffer a graph uses may have moved
+    graphs_.Invalidate();
+    graph_generation_ = StepAllocations();
+  }
+  meta_ = static_cast<const int32_t*>(Stage(all.data.data(), bytes, graph_meta_.as<void>()));
+  if (embeds > 0) EmbedStaged(Meta(embeds_at), Meta(embeds_at) + embeds, embeds);
+  const StepGraph* g = graphs_.Find(key);
+  if (g == nullptr) {
+    g = graphs_.Insert(key, Capture([&] { SegmentPass(seg, {}, full, slots_at, 0, rows); }));
+  }
+  CudaCheck(cudaGraphLaunch(g->exec, stream_), "cudaGraphLaunch");
+  ++counters_.device.graph_launches;
+  counters_.weight_bytes += g->weight_bytes;
+  counters_.full_rows += int64_t{b.n} * num_layers;
+  return true;
+}
+
+bool CudaModelRunner::SegmentHasLoopWeights(const Segment& seg) const {
+  for (int k = 0; k < seg.num_layers; ++k) {
+    const DeviceLayer& L = layers_[seg.first_layer_slot + k];
+    for (const DeviceLinear* lin : {&L.qkv, &L.o, &L.gate_up, &L.down}) {
+      if (lin->variants.size() > 1) return true;
+    }
+    for (const DeviceNorm* n : {&L.in_norm, &L.post_norm, &L.attn_out_norm, &L.mlp_out_norm}) {
+      if (n->variants.size() > 1) return true;
+    }
+  }
+  return false;
+}
+
+// Rows of the largest bucket at the model's longest context (tables padded to a power of
+// two) for the largest segment, and the waiting embeddings of a call of reserve_rows_; at
+// most 16 Mi values (larger passes run eagerly).
+size_t CudaModelRunner::GraphMetaInts() const {
+  if (graph_rows_ == 0) return 0;
+  int layers = 0;
+  for (const Segment& seg : w_->plan.segments) layers = std::max(layers, seg.num_layers);
+  const int64_t rows = graph_rows_;
+  const int64_t row_blocks = cfg_.max_position_embeddings / block_size_ + 2;
+  const int64_t per_layer = 8 * (rows + 4) + Pow2Bucket(rows * row_blocks, 1, 0);
+  const int64_t ints = layers * per_layer + rows + 4 + 2 * int64_t{reserve_rows_};
+  return static_cast<size_t>(std::min<int64_t>(ints, int64_t{16} << 20));
+}
+
+StepGraph CudaModelRunner::Capture(const std::function<void()>& body) {
+  const int64_t launches = counters_.device.launches, weight_bytes = counters_.weight_bytes;
+  CudaCheck(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
+            "cudaStreamBeginCapture");
+  body();
+  cudaGraph_t graph = nullptr;
+  CudaCheck(cudaStreamEndCapture(stream_, &graph), "cudaStreamEndCapture");
+  StepGraph g;
+  CudaCheck(cudaGraphInstantiate(&g.exec, graph, 0), "cudaGraphInstantiate");
+  cudaGraphDestroy(graph);
+  g.kernel_launches = counters_.device.launches - launches;
+  g.weight_bytes = counters_.weight_bytes - weight_bytes;
+  counters_.device.launches = launches;  // they run at the replays
+  counters_.weight_bytes = weight_bytes;
+  ++counters_.device.graph_captures;
+  return g;
 }
 
 // A recurrent layer by the tiled schedule (RunRecurrentTiled), or with --recurrent-prefill
@@ -1492,9 +1646,12 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> CreateCudaModelRunner(
   // chunk of 64.
   const int rows = 2 * config.max_batch_rows + config.max_step_tokens;
   const int logit_rows = std::max({config.max_batch_rows, config.max_running, 64});
-  auto runner =
-      std::make_unique<CudaModelRunner>(std::move(weights), num_kv_blocks, config.block_size,
-                                        config.recurrent_prefill, states, rows, logit_rows);
+  // Decode-sized passes are captured in CUDA graphs (cuda_step_graphs.h); larger ones (prefill)
+  // launch eagerly, as vLLM's do beyond its largest captured batch.
+  const int graph_rows = config.cuda_graphs ? std::min(kMaxGraphRows, config.max_batch_rows) : 0;
+  auto runner = std::make_unique<CudaModelRunner>(std::move(weights), num_kv_blocks,
+                                                  config.block_size, config.recurrent_prefill,
+                                                  states, rows, logit_rows, graph_rows);
   if (absl::Status st = runner->Init(); !st.ok()) return st;
   return std::unique_ptr<ModelRunner>(std::move(runner));
 }

@@ -16,6 +16,12 @@ size_t Append(std::vector<int32_t>* data, const int32_t* v, size_t n) {
   return at;
 }
 
+// A layer batch's arrays grown by padding rows (StagePaddedLayerBatch).
+struct PaddedRows {
+  std::vector<int> loops, positions;
+  LayerKvPlan kv;
+};
+
 }  // namespace
 
 StagedRows StageLoops(const int* loops, int n) {
@@ -34,7 +40,8 @@ StagedRows StageLoops(const int* loops, int n) {
   return s;
 }
 
-absl::StatusOr<StagedRows> StageLayerBatch(const LayerBatch& b, int num_loops, int block_size) {
+absl::StatusOr<StagedRows> StageLayerBatch(const LayerBatch& b, int num_loops, int block_size,
+                                           size_t table_capacity) {
   const int n = b.n;
   if (n < 0 || b.kv == nullptr || b.loops == nullptr || b.positions == nullptr) {
     return absl::InvalidArgumentError("layer batch: missing rows, loops, positions or KV plan");
@@ -67,9 +74,41 @@ absl::StatusOr<StagedRows> StageLayerBatch(const LayerBatch& b, int num_loops, i
   s.positions = Append(&s.data, b.positions, n);
   s.write_slot = Append(&s.data, kv.write_slot.data(), n);
   s.table_indptr = Append(&s.data, kv.table_indptr.data(), n + 1);
+  if (kv.table_blocks.size() > table_capacity && table_capacity > 0) {
+    return absl::InvalidArgumentError(absl::StrCat("layer batch: ", kv.table_blocks.size(),
+                                                   " table blocks beyond ", table_capacity));
+  }
   s.table_blocks = Append(&s.data, kv.table_blocks.data(), kv.table_blocks.size());
+  s.data.resize(s.table_blocks + std::max(table_capacity, kv.table_blocks.size()), 0);
   s.kv_len = Append(&s.data, kv.kv_len.data(), n);
   return s;
+}
+
+absl::StatusOr<StagedRows> StagePaddedLayerBatch(const LayerBatch& b, int num_loops, int block_size,
+                                                 int rows, size_t table_capacity) {
+  if (b.n < 1 || b.n > rows || b.kv == nullptr || b.loops == nullptr || b.positions == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("padded layer batch: ", b.n, " rows do not fit ", rows));
+  }
+  const LayerKvPlan& kv = *b.kv;
+  if (static_cast<int>(kv.table_indptr.size()) != b.n + 1) {
+    return absl::InvalidArgumentError("padded layer batch: table_indptr does not match its rows");
+  }
+  PaddedRows pad;
+  pad.loops.assign(b.loops, b.loops + b.n);
+  pad.loops.resize(rows, b.loops[b.n - 1]);  // the last group grows: the group count stays
+  pad.positions.assign(b.positions, b.positions + b.n);
+  pad.positions.resize(rows, 0);
+  pad.kv = kv;
+  pad.kv.write_slot.resize(rows, -1);
+  pad.kv.kv_len.resize(rows, 0);
+  pad.kv.table_indptr.resize(rows + 1, kv.table_indptr[b.n]);
+  LayerBatch padded = b;
+  padded.n = rows;
+  padded.loops = pad.loops.data();
+  padded.positions = pad.positions.data();
+  padded.kv = &pad.kv;
+  return StageLayerBatch(padded, num_loops, block_size, table_capacity);
 }
 
 StagedRows AppendStaged(StagedRows part, StagedRows* into) {

@@ -28,8 +28,19 @@ struct StagedRows {
 // Stages a layer batch. Errors (never a crash) when the plan's arrays do not match n rows,
 // indptr is not non-decreasing from 0 to table_blocks.size(), a loop is outside
 // [0, num_loops), or a kv_len is negative or beyond the row's table capacity
-// (blocks * block_size).
-absl::StatusOr<StagedRows> StageLayerBatch(const LayerBatch& b, int num_loops, int block_size);
+// (blocks * block_size). table_capacity > 0: table_blocks takes that many entries (zeros
+// after the rows' blocks; more blocks than that is an error), so the offsets after it do not
+// depend on the rows' tables.
+absl::StatusOr<StagedRows> StageLayerBatch(const LayerBatch& b, int num_loops, int block_size,
+                                           size_t table_capacity = 0);
+
+// A layer batch of 1..rows rows staged as `rows` rows with a table of table_capacity blocks,
+// for a captured step (engine/cuda/cuda_step_graphs.h): the offsets then depend only on (rows,
+// the number of loop groups, table_capacity). The padding rows take the last row's loop (so
+// the group count is the batch's), position 0, no cache write (write_slot -1) and no entry
+// (kv_len 0, no block): their outputs are never read, and no live row reads them.
+absl::StatusOr<StagedRows> StagePaddedLayerBatch(const LayerBatch& b, int num_loops, int block_size,
+                                                 int rows, size_t table_capacity);
 
 // Stages only loops (router calls) or nothing but groups; `loops` may be null (all loop 0).
 StagedRows StageLoops(const int* loops, int n);

@@ -52,6 +52,9 @@ struct EngineConfig {
   // new prompt (engine/runtime/prefix_cache.h).
   bool prefix_cache = true;
   Device device = Device::kCpu;
+  // --device cuda: replay decode-sized segment passes from CUDA graphs (engine/cuda/
+  // cuda_step_graphs.h); off: every kernel launched from the host (the same bits).
+  bool cuda_graphs = true;
 };
 
 }  // namespace morserve

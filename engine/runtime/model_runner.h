@@ -93,13 +93,14 @@ struct RunnerCounters {
   int64_t weight_bytes = 0;
   // Rows whose next token the runner sampled (Sample): their logits never left it.
   int64_t sampled_rows = 0;
-  // The CUDA runner's step path (zero on the CPU): kernel launcher calls (a cuBLASLt GEMM, or
-  // split attention with its combine, counts one), host<->device copies and their bytes, stream
+  // The CUDA runner's step path (zero on the CPU): kernel launcher calls made directly (a
+  // cuBLASLt GEMM, or split attention with its combine, counts one; those inside a CUDA graph
+  // do not), CUDA graph launches and captures, host<->device copies and their bytes, stream
   // synchronisations, and allocations of its step buffers (they grow on demand), since the runner
   // was made.
   struct Device {
-    int64_t launches = 0, h2d_copies = 0, h2d_bytes = 0, d2h_copies = 0, d2h_bytes = 0, syncs = 0,
-            allocations = 0;
+    int64_t launches = 0, graph_launches = 0, graph_captures = 0, h2d_copies = 0, h2d_bytes = 0,
+            d2h_copies = 0, d2h_bytes = 0, syncs = 0, allocations = 0;
   } device;
 };
 

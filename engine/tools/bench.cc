@@ -129,13 +129,16 @@ json WeightTraffic(const EngineStats& a, const EngineStats& b, double seconds, d
           {"weight_bw_fraction", read_gbs > 0 ? json(gbs / read_gbs) : json(nullptr)}};
 }
 
-// The CUDA runner's launches, copies, synchronisations and allocations between two stats, per
-// engine step (all zero on the CPU).
+// The CUDA runner's launches (direct, and CUDA graph launches), copies, synchronisations and
+// allocations between two stats, per engine step, and the graphs captured in between (all
+// zero on the CPU).
 json DevicePerStep(const EngineStats& a, const EngineStats& b) {
   const RunnerCounters::Device& x = a.layer_rows.device;
   const RunnerCounters::Device& y = b.layer_rows.device;
   const double steps = std::max<int64_t>(1, b.steps - a.steps);
   return {{"launches", (y.launches - x.launches) / steps},
+          {"graph_launches", (y.graph_launches - x.graph_launches) / steps},
+          {"graph_captures", y.graph_captures - x.graph_captures},
           {"h2d_copies", (y.h2d_copies - x.h2d_copies) / steps},
           {"h2d_bytes", (y.h2d_bytes - x.h2d_bytes) / steps},
           {"d2h_copies", (y.d2h_copies - x.d2h_copies) / steps},

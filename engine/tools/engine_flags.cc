@@ -7,8 +7,9 @@ namespace morserve {
 
 const std::set<std::string>& EngineFlagNames() {
   static const std::set<std::string> names = {
-      "mode",      "weights",     "max-batch", "max-step-tokens",   "max-running", "block-size",
-      "kv-blocks", "kv-cache-mb", "threads",   "recurrent-prefill", "device",      "prefix-cache"};
+      "mode",       "weights",      "max-batch",   "max-step-tokens", "max-running",
+      "block-size", "kv-blocks",    "kv-cache-mb", "threads",         "recurrent-prefill",
+      "device",     "prefix-cache", "cuda-graphs"};
   return names;
 }
 
@@ -78,6 +79,11 @@ absl::StatusOr<EngineConfig> EngineConfigFromFlags(const Flags& flags) {
         absl::StrCat("--prefix-cache: on or off, got '", prefix_cache, "'"));
   }
   c.prefix_cache = prefix_cache == "on";
+  const std::string graphs = flags.Get("cuda-graphs", "on");
+  if (graphs != "on" && graphs != "off") {
+    return absl::InvalidArgumentError(absl::StrCat("--cuda-graphs: on or off, got '", graphs, "'"));
+  }
+  c.cuda_graphs = graphs == "on";
   struct IntFlag {
     const char* name;
     int* out;

@@ -3,6 +3,7 @@
 //   --max-running N  --block-size N  --kv-blocks N  --kv-cache-mb N  --threads N
 //   --device cpu|cuda (cuda: builds with MORSERVE_CUDA on a machine with a Hopper GPU)
 //   --recurrent-prefill tiled|naive  --prefix-cache on|off (default on)
+//   --cuda-graphs on|off (default on: decode-sized passes replay captured CUDA graphs)
 #pragma once
 
 #include <set>

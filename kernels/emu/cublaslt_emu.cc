@@ -31,7 +31,15 @@
 // first choice, as cuBLASLt does.
 // beta == 0 reads no C (as cuBLAS). bf16 output rounds to nearest even (NaN -> 0x7FFF, as
 // __float2bfloat16_rn). The GPU's kernels sum in another order, so results agree with a GPU to
-// rounding, not bitwise. The stream is ignored: the product is complete when Matmul returns.
+// rounding, not bitwise.
+//
+// Stream order as cuBLASLt's kernels: cublasLtMatmul validates at once (the statuses above)
+// and then submits the product to its stream (kernels/emu/stream_emu.h): on a created stream
+// it runs at the stream's next synchronisation, after the work queued before it, or is
+// recorded in the stream's graph capture; on the legacy stream it runs at once. The problem's
+// layouts, transposes, algorithm and alpha/beta are copied at the call, so the descriptors may
+// be destroyed or changed before the product runs. A call into an invalidated capture is
+// CUBLAS_STATUS_EXECUTION_FAILED.
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -41,6 +49,7 @@
 #include <vector>
 
 #include "engine/cuda/cublaslt_loader.h"
+#include "kernels/emu/stream_emu.h"
 
 // The handle type cublasLt.h leaves incomplete.
 struct cublasLtContext {
@@ -128,9 +137,10 @@ bool ReadAttr(const void* buf, size_t size, T* out) {
   return true;
 }
 
-// A product's dimensions once the four layouts are checked against each other.
+// A product's dimensions once the four layouts are checked against each other (copies of the
+// layouts: the product may run after their descriptors are gone).
 struct Problem {
-  const Layout *a = nullptr, *b = nullptr, *c = nullptr, *d = nullptr;
+  Layout a, b, c, d;
   cublasOperation_t trans_a = CUBLAS_OP_N, trans_b = CUBLAS_OP_N;
   int64_t m = 0, n = 0, k = 0;
 };
@@ -142,31 +152,32 @@ cublasStatus_t MakeProblem(cublasLtMatmulDesc_t desc_p, cublasLtMatrixLayout_t a
                            cublasLtMatrixLayout_t b_p, cublasLtMatrixLayout_t c_p,
                            cublasLtMatrixLayout_t d_p, Problem* pr) {
   const Desc* desc = Get<Desc>(desc_p, kDescMagic);
-  pr->a = Get<Layout>(a_p, kLayoutMagic);
-  pr->b = Get<Layout>(b_p, kLayoutMagic);
-  pr->c = Get<Layout>(c_p, kLayoutMagic);
-  pr->d = Get<Layout>(d_p, kLayoutMagic);
-  if (desc == nullptr || pr->a == nullptr || pr->b == nullptr || pr->c == nullptr ||
-      pr->d == nullptr) {
+  const Layout* layouts[4] = {Get<Layout>(a_p, kLayoutMagic), Get<Layout>(b_p, kLayoutMagic),
+                              Get<Layout>(c_p, kLayoutMagic), Get<Layout>(d_p, kLayoutMagic)};
+  if (desc == nullptr || std::count(layouts, layouts + 4, nullptr) > 0) {
     return CUBLAS_STATUS_INVALID_VALUE;
   }
-  if (pr->a->type != pr->b->type || pr->c->type != pr->d->type ||
-      (pr->a->type == CUDA_R_32F && pr->d->type != CUDA_R_32F)) {
+  pr->a = *layouts[0];
+  pr->b = *layouts[1];
+  pr->c = *layouts[2];
+  pr->d = *layouts[3];
+  if (pr->a.type != pr->b.type || pr->c.type != pr->d.type ||
+      (pr->a.type == CUDA_R_32F && pr->d.type != CUDA_R_32F)) {
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
-  for (const Layout* l : {pr->a, pr->b, pr->c, pr->d}) {
+  for (const Layout* l : layouts) {
     if (l->ld < 1 || static_cast<uint64_t>(l->ld) < l->rows) return CUBLAS_STATUS_INVALID_VALUE;
   }
   pr->trans_a = desc->trans_a;
   pr->trans_b = desc->trans_b;
-  pr->m = static_cast<int64_t>(pr->d->rows);
-  pr->n = static_cast<int64_t>(pr->d->cols);
+  pr->m = static_cast<int64_t>(pr->d.rows);
+  pr->n = static_cast<int64_t>(pr->d.cols);
   const bool ta = pr->trans_a == CUBLAS_OP_T, tb = pr->trans_b == CUBLAS_OP_T;
-  const uint64_t a_m = ta ? pr->a->cols : pr->a->rows, a_k = ta ? pr->a->rows : pr->a->cols;
-  const uint64_t b_k = tb ? pr->b->cols : pr->b->rows, b_n = tb ? pr->b->rows : pr->b->cols;
+  const uint64_t a_m = ta ? pr->a.cols : pr->a.rows, a_k = ta ? pr->a.rows : pr->a.cols;
+  const uint64_t b_k = tb ? pr->b.cols : pr->b.rows, b_n = tb ? pr->b.rows : pr->b.cols;
   pr->k = static_cast<int64_t>(a_k);
-  if (pr->c->rows != pr->d->rows || pr->c->cols != pr->d->cols || a_m != pr->d->rows ||
-      b_n != pr->d->cols || b_k != a_k) {
+  if (pr->c.rows != pr->d.rows || pr->c.cols != pr->d.cols || a_m != pr->d.rows ||
+      b_n != pr->d.cols || b_k != a_k) {
     return CUBLAS_STATUS_INVALID_VALUE;
   }
   return CUBLAS_STATUS_SUCCESS;
@@ -221,7 +232,7 @@ void Compute(const Problem& pr, int algo_id, float alpha, const void* a, const v
   std::vector<float> bcols(static_cast<size_t>(n * k));  // op(B) column j at j * k
   for (int64_t j = 0; j < n; ++j) {
     for (int64_t p = 0; p < k; ++p) {
-      bcols[j * k + p] = LoadF32(pr.b->type, b, OpIndex(pr.trans_b, p, j, pr.b->ld));
+      bcols[j * k + p] = LoadF32(pr.b.type, b, OpIndex(pr.trans_b, p, j, pr.b.ld));
     }
   }
   std::vector<float> panel(static_cast<size_t>(k * kPanel));
@@ -230,7 +241,7 @@ void Compute(const Problem& pr, int algo_id, float alpha, const void* a, const v
     for (int64_t r = 0; r < kPanel; ++r) {  // row by row: contiguous reads for op T
       for (int64_t p = 0; p < k; ++p) {
         panel[p * kPanel + r] =
-            r < rows ? LoadF32(pr.a->type, a, OpIndex(pr.trans_a, i0 + r, p, pr.a->ld)) : 0.0f;
+            r < rows ? LoadF32(pr.a.type, a, OpIndex(pr.trans_a, i0 + r, p, pr.a.ld)) : 0.0f;
       }
     }
     for (int64_t j = 0; j < n; ++j) {
@@ -246,8 +257,8 @@ void Compute(const Problem& pr, int algo_id, float alpha, const void* a, const v
         float sum = acc[0][r];
         for (int s = 1; s < slices; ++s) sum += acc[s][r];
         float v = alpha * sum;
-        if (beta != 0.0f) v += beta * LoadF32(pr.c->type, c, (i0 + r) + j * pr.c->ld);
-        StoreF32(pr.d->type, d, (i0 + r) + j * pr.d->ld, v);
+        if (beta != 0.0f) v += beta * LoadF32(pr.c.type, c, (i0 + r) + j * pr.c.ld);
+        StoreF32(pr.d.type, d, (i0 + r) + j * pr.d.ld, v);
       }
     }
   }
@@ -480,7 +491,7 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(
     const void* A, cublasLtMatrixLayout_t Adesc, const void* B, cublasLtMatrixLayout_t Bdesc,
     const void* beta, const void* C, cublasLtMatrixLayout_t Cdesc, void* D,
     cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t* algo, void* workspace,
-    size_t workspaceSizeInBytes, cudaStream_t /*stream: the product is done on return*/) {
+    size_t workspaceSizeInBytes, cudaStream_t stream) {
   if (emu::Get<cublasLtContext>(lightHandle, emu::kHandleMagic) == nullptr) {
     return CUBLAS_STATUS_NOT_INITIALIZED;
   }
@@ -496,7 +507,7 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(
   std::memcpy(&b_scale, beta, sizeof(float));
   if (b_scale != 0.0f && C == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
   // In place (C == D) needs one layout for both, as in cuBLASLt.
-  if (C == D && (pr.c->ld != pr.d->ld || pr.c->type != pr.d->type)) {
+  if (C == D && (pr.c.ld != pr.d.ld || pr.c.type != pr.d.type)) {
     return CUBLAS_STATUS_INVALID_VALUE;
   }
   emu::AlgoRecord rec;  // no algorithm: cuBLASLt runs its heuristic; any pointer works here
@@ -512,6 +523,8 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(
       return CUBLAS_STATUS_INVALID_VALUE;
     }
   }
-  emu::Compute(pr, rec.id, a_scale, A, B, b_scale, C, D);
-  return CUBLAS_STATUS_SUCCESS;
+  const int id = rec.id;
+  const cudaError_t e =
+      cuda_emu::Submit(stream, [=] { emu::Compute(pr, id, a_scale, A, B, b_scale, C, D); });
+  return e == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
 }

@@ -21,9 +21,10 @@
 // GPU. Static __shared__ memory over 48 KiB is not checked here: ptxas rejects it when nvcc
 // builds morserve_kernels (CI's CUDA build).
 //
-// Launches and async copies on a created stream are deferred to the next synchronisation
-// (stream order, see Submit below); everything else is synchronous. What it does not model:
-// timing, concurrency between blocks or streams, memory ordering beyond the barriers, fast-math
+// Launches and async copies on a created stream are deferred to the next synchronisation, or
+// recorded while the stream captures a CUDA graph, which cudaGraphLaunch replays (stream_emu.h:
+// stream order and capture); everything else is synchronous. What it does not model: timing,
+// concurrency between blocks or streams, memory ordering beyond the barriers, fast-math
 // intrinsics' exact rounding (host libm is used). Include it before a kernel header; it defines
 // MORSERVE_CUDA_EMU.
 #pragma once
@@ -51,7 +52,10 @@
 #include <vector>
 
 #include "engine/model/dtype.h"
+#include "kernels/emu/stream_emu.h"
 
+// CUDA's own (reserved) names, defined here for the host.
+// NOLINTBEGIN(bugprone-reserved-identifier)
 #undef __global__
 #undef __device__
 #undef __host__
@@ -66,6 +70,7 @@
 #define __launch_bounds__(...)
 #define __shared__ static
 #define __align__(n) __attribute__((aligned(n)))
+// NOLINTEND(bugprone-reserved-identifier)
 
 struct EmuDim3 {
   unsigned x = 1, y = 1, z = 1;
@@ -125,10 +130,10 @@ inline void Switch(Context* save, const Context& load) { cuda_emu_switch(&save->
 // cuda_emu_switch pops, then entry as the return address, with the stack aligned as at a call.
 inline Context MakeContext(char* stack, size_t bytes, void (*entry)()) {
   auto top = reinterpret_cast<uintptr_t>(stack + bytes) & ~uintptr_t{15};
-  auto* sp = reinterpret_cast<uint64_t*>(top);
-  *--sp = 0;                                  // entry's own (never used) return address
-  *--sp = reinterpret_cast<uint64_t>(entry);  // where cuda_emu_switch's ret goes
-  for (int i = 0; i < 6; ++i) *--sp = 0;      // rbp, rbx, r12..r15
+  auto* sp = reinterpret_cast<uint64_t*>(top);  // NOLINT(performance-no-int-to-ptr)
+  *--sp = 0;                                    // entry's own (never used) return address
+  *--sp = reinterpret_cast<uint64_t>(entry);    // where cuda_emu_switch's ret goes
+  for (int i = 0; i < 6; ++i) *--sp = 0;        // rbp, rbx, r12..r15
   return Context{sp};
 }
 #else
@@ -346,62 +351,11 @@ inline cudaError_t Run(EmuDim3 grid, int threads, const std::function<void()>& b
   return Run(grid, EmuDim3(static_cast<unsigned>(threads)), 0, body);
 }
 
-// Stream order. Work on a created stream (launches, async copies: kernels/emu/
-// cuda_runtime_emu.cc) waits in that stream's queue and runs, in order, at the next
-// synchronisation that covers it (cudaStreamSynchronize, cudaDeviceSynchronize, cudaFree,
-// a legacy-stream call for blocking streams, an emulated cuBLASLt call on the stream). So
-// host code that reads a result, or refills a pinned buffer an async copy still has to read,
-// before synchronising gets the stale bytes a GPU may give it, instead of working by luck.
-// Work on the legacy stream (nullptr) runs at once.
-struct StreamQueues {
-  std::mutex mu;
-  std::map<cudaStream_t, std::vector<std::function<void()>>> pending;
-};
-
-inline StreamQueues& Queues() {
-  static StreamQueues* q = new StreamQueues;  // never destroyed: used by static destructors
-  return *q;
-}
-
-inline void Submit(cudaStream_t stream, std::function<void()> op) {
-  if (stream == nullptr) {
-    op();
-    return;
-  }
-  StreamQueues& q = Queues();
-  std::lock_guard<std::mutex> lock(q.mu);
-  q.pending[stream].push_back(std::move(op));
-}
-
-// Runs the work queued on `stream` (nothing for the legacy stream, which never queues).
-inline void SyncStream(cudaStream_t stream) {
-  StreamQueues& q = Queues();
-  std::vector<std::function<void()>> ops;
-  {
-    std::lock_guard<std::mutex> lock(q.mu);
-    auto it = q.pending.find(stream);
-    if (it == q.pending.end()) return;
-    ops.swap(it->second);
-    q.pending.erase(it);
-  }
-  for (auto& op : ops) op();
-}
-
-// Runs the work queued on every stream.
-inline void SyncAll() {
-  std::vector<cudaStream_t> streams;
-  {
-    StreamQueues& q = Queues();
-    std::lock_guard<std::mutex> lock(q.mu);
-    for (const auto& [s, ops] : q.pending) streams.push_back(s);
-  }
-  for (cudaStream_t s : streams) SyncStream(s);
-}
-
 // What MORSERVE_LAUNCH(grid, block, smem, stream, kernel)(args...) builds: the launch
 // configuration and a callable that calls the kernel; operator() checks the configuration
 // (a refused launch is cudaGetLastError's error at once, as on a GPU), copies the arguments (a
-// kernel takes them by value, as a launch does) and runs the grid in stream order (Submit).
+// kernel takes them by value, as a launch does, so a graph replays the captured values) and
+// runs the grid in stream order or records it in the stream's capture (Submit).
 template <typename Kernel>
 struct Launcher {
   EmuDim3 grid, block;
@@ -414,10 +368,16 @@ struct Launcher {
       LastError() = e;
       return;
     }
-    Submit(stream, [grid = grid, block = block, smem = smem, kernel = kernel,
-                    copy = std::tuple<std::decay_t<Args>...>(std::forward<Args>(args)...)] {
-      Run(grid, block, smem, [&] { std::apply(kernel, copy); });
-    });
+    const cudaError_t e =
+        Submit(stream, [grid = grid, block = block, smem = smem, kernel = kernel,
+                        copy = std::tuple<std::decay_t<Args>...>(std::forward<Args>(args)...)] {
+          Run(grid, block, smem, [&] { std::apply(kernel, copy); });
+        });
+    if (e != cudaSuccess) {
+      LastError() = e;  // a launch into an invalidated capture
+      return;
+    }
+    Counts().kernel_launches.fetch_add(1, std::memory_order_relaxed);
   }
 };
 
@@ -447,6 +407,8 @@ T Shuffle(T v, int src_lane_xor, bool is_xor, int up) {
 
 }  // namespace cuda_emu
 
+// The device intrinsics (CUDA's reserved names) on the emulator.
+// NOLINTBEGIN(bugprone-reserved-identifier)
 inline void __syncthreads() { cuda_emu::Park(cuda_emu::Fiber::kBlockBarrier); }
 inline void __syncwarp(unsigned = 0xffffffffu) { cuda_emu::Park(cuda_emu::Fiber::kWarpBarrier); }
 template <typename T>
@@ -479,6 +441,7 @@ inline double __dadd_rn(double a, double b) { return a + b; }
 inline double __dsub_rn(double a, double b) { return a - b; }
 inline double __dmul_rn(double a, double b) { return a * b; }
 inline float __double2float_rn(double d) { return static_cast<float>(d); }
+// NOLINTEND(bugprone-reserved-identifier)
 // Fibers switch only at barriers, so an atomic is a plain read-modify-write here.
 template <typename T, typename U>
 T atomicAdd(T* p, U v) {

@@ -7,12 +7,20 @@
 //   - every copy and memset must lie inside one live allocation on its device side (an
 //     out-of-bounds copy is cudaErrorInvalidValue, as on a GPU), and cudaFree of a pointer
 //     cudaMalloc did not return is an error;
-//   - stream order as on a GPU (cuda_emu.h's Submit): launches and cudaMemcpyAsync on a
+//   - stream order as on a GPU (stream_emu.h's Submit): launches and async copies on a
 //     created stream wait until a synchronisation covers them (cudaStreamSynchronize,
 //     cudaDeviceSynchronize, cudaFree and cudaFreeHost, which synchronise the device, and for
 //     streams created without cudaStreamNonBlocking, the legacy-stream calls cudaMemcpy and
 //     cudaMemset); the legacy stream (nullptr) runs at once. A missing synchronisation shows
 //     up as stale bytes, not as luck;
+//   - CUDA graphs by stream capture (stream_emu.h): cudaStreamBeginCapture on a created stream
+//     records its launches, async copies and memsets and cuBLASLt matmuls (a copy reads its
+//     source when the graph runs); cudaStreamEndCapture returns them as a graph;
+//     cudaGraphInstantiate copies it; cudaGraphLaunch queues the copy on a stream as one unit.
+//     What a GPU refuses during a capture is cudaErrorStreamCaptureUnsupported and invalidates
+//     it (cudaStreamEndCapture: cudaErrorStreamCaptureInvalidated): synchronising the
+//     capturing stream or the device, and, unless the capture is Relaxed, cudaMalloc, cudaFree,
+//     cudaMallocHost, cudaFreeHost and the synchronous cudaMemcpy and cudaMemset;
 //   - one device, reported as an H100 (compute capability 9.0, 80 GiB, 132 SMs).
 // The launch error a bad configuration leaves (cuda_emu::LastError) is what cudaGetLastError
 // returns and clears.
@@ -21,12 +29,22 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "kernels/emu/cuda_emu.h"
+
+// The handle types driver_types.h leaves incomplete.
+struct CUgraph_st {
+  std::vector<cuda_emu::Op> ops;  // in capture order
+};
+struct CUgraphExec_st {
+  std::shared_ptr<const std::vector<cuda_emu::Op>> ops;  // shared with launches still queued
+};
 
 namespace {
 
@@ -39,6 +57,8 @@ struct Memory {
   size_t device_bytes = 0;
   std::set<void*> pinned;
   std::map<cudaStream_t, unsigned> streams;  // handle -> creation flags
+  std::set<cudaGraph_t> graphs;
+  std::set<cudaGraphExec_t> execs;
 };
 
 Memory& Mem() {
@@ -73,6 +93,57 @@ void SyncBlockingStreams() {
   for (cudaStream_t s : blocking) cuda_emu::SyncStream(s);
 }
 
+// True when capture `c` refuses a potentially unsafe call (cudaMalloc, a synchronous copy, ...)
+// from this thread: a Global capture always, a ThreadLocal one begun on this thread.
+bool Prohibits(const cuda_emu::Capture& c) {
+  return c.mode == cudaStreamCaptureModeGlobal ||
+         (c.mode == cudaStreamCaptureModeThreadLocal && c.thread == std::this_thread::get_id());
+}
+
+// Invalidates the captures refuses(stream, capture) selects; true when there was one (the call
+// is then cudaErrorStreamCaptureUnsupported).
+template <typename Refuses>
+bool RefusedByCapture(Refuses refuses) {
+  cuda_emu::StreamQueues& q = cuda_emu::Queues();
+  std::lock_guard<std::mutex> lock(q.mu);
+  bool refused = false;
+  for (auto& [s, c] : q.captures) {
+    if (refuses(s, c)) {
+      c.invalidated = true;
+      refused = true;
+    }
+  }
+  return refused;
+}
+
+// A potentially unsafe call during a capture that prohibits it.
+bool UnsafeDuringCapture() {
+  return RefusedByCapture([](cudaStream_t, const cuda_emu::Capture& c) { return Prohibits(c); });
+}
+
+// The capture of `stream`, taken out of the queues; `error` says why there is none.
+bool TakeCapture(cudaStream_t stream, cuda_emu::Capture* out, cudaError_t* error) {
+  cuda_emu::StreamQueues& q = cuda_emu::Queues();
+  std::lock_guard<std::mutex> lock(q.mu);
+  auto it = q.captures.find(stream);
+  if (it == q.captures.end()) {
+    *error = cudaErrorIllegalState;  // not capturing
+    return false;
+  }
+  if (it->second.mode != cudaStreamCaptureModeRelaxed &&
+      it->second.thread != std::this_thread::get_id()) {
+    *error = cudaErrorStreamCaptureWrongThread;
+    return false;
+  }
+  *out = std::move(it->second);
+  q.captures.erase(it);
+  return true;
+}
+
+// Instantiation flags that change nothing here (no memory nodes, no priorities).
+constexpr unsigned long long kInstantiateFlags =
+    cudaGraphInstantiateFlagAutoFreeOnLaunch | cudaGraphInstantiateFlagUseNodePriority;
+
 // The device sides a copy of `kind` must have inside allocations.
 cudaError_t CheckCopy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
   if (count == 0) return cudaSuccess;
@@ -95,6 +166,7 @@ cudaError_t CheckCopy(void* dst, const void* src, size_t count, cudaMemcpyKind k
 cudaError_t cudaMalloc(void** devPtr, size_t size) {
   if (devPtr == nullptr) return cudaErrorInvalidValue;
   *devPtr = nullptr;
+  if (UnsafeDuringCapture()) return cudaErrorStreamCaptureUnsupported;
   if (size == 0) return cudaSuccess;
   Memory& m = Mem();
   const size_t rounded = (size + kAlignment - 1) / kAlignment * kAlignment;
@@ -116,6 +188,7 @@ cudaError_t cudaMalloc(void** devPtr, size_t size) {
 
 cudaError_t cudaFree(void* devPtr) {
   if (devPtr == nullptr) return cudaSuccess;
+  if (UnsafeDuringCapture()) return cudaErrorStreamCaptureUnsupported;
   cuda_emu::SyncAll();  // cudaFree synchronises the device
   Memory& m = Mem();
   std::lock_guard<std::mutex> lock(m.mu);
@@ -129,6 +202,7 @@ cudaError_t cudaFree(void* devPtr) {
 
 cudaError_t cudaMallocHost(void** ptr, size_t size) {
   if (ptr == nullptr) return cudaErrorInvalidValue;
+  if (UnsafeDuringCapture()) return cudaErrorStreamCaptureUnsupported;
   *ptr = std::malloc(size == 0 ? 1 : size);
   if (*ptr == nullptr) return cudaErrorMemoryAllocation;
   Memory& m = Mem();
@@ -139,6 +213,7 @@ cudaError_t cudaMallocHost(void** ptr, size_t size) {
 
 cudaError_t cudaFreeHost(void* ptr) {
   if (ptr == nullptr) return cudaSuccess;
+  if (UnsafeDuringCapture()) return cudaErrorStreamCaptureUnsupported;
   cuda_emu::SyncAll();  // as cudaFree
   Memory& m = Mem();
   std::lock_guard<std::mutex> lock(m.mu);
@@ -149,6 +224,7 @@ cudaError_t cudaFreeHost(void* ptr) {
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
   if (cudaError_t e = CheckCopy(dst, src, count, kind); e != cudaSuccess) return e;
+  if (UnsafeDuringCapture()) return cudaErrorStreamCaptureUnsupported;
   SyncBlockingStreams();
   if (count > 0) std::memmove(dst, src, count);
   return cudaSuccess;
@@ -159,8 +235,8 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpy
                             cudaStream_t stream) {
   if (!KnownStream(Mem(), stream)) return cudaErrorInvalidResourceHandle;
   if (cudaError_t e = CheckCopy(dst, src, count, kind); e != cudaSuccess) return e;
-  if (count > 0) cuda_emu::Submit(stream, [=] { std::memmove(dst, src, count); });
-  return cudaSuccess;
+  if (count == 0) return cudaSuccess;
+  return cuda_emu::Submit(stream, [=] { std::memmove(dst, src, count); });
 }
 
 cudaError_t cudaMemset(void* devPtr, int value, size_t count) {
@@ -170,6 +246,7 @@ cudaError_t cudaMemset(void* devPtr, int value, size_t count) {
     std::lock_guard<std::mutex> lock(m.mu);
     if (!InDevice(m, devPtr, count)) return cudaErrorInvalidValue;
   }
+  if (UnsafeDuringCapture()) return cudaErrorStreamCaptureUnsupported;
   SyncBlockingStreams();
   std::memset(devPtr, value, count);
   return cudaSuccess;
@@ -184,8 +261,7 @@ cudaError_t cudaMemsetAsync(void* devPtr, int value, size_t count, cudaStream_t 
     std::lock_guard<std::mutex> lock(m.mu);
     if (!InDevice(m, devPtr, count)) return cudaErrorInvalidValue;
   }
-  cuda_emu::Submit(stream, [=] { std::memset(devPtr, value, count); });
-  return cudaSuccess;
+  return cuda_emu::Submit(stream, [=] { std::memset(devPtr, value, count); });
 }
 
 cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
@@ -214,7 +290,12 @@ cudaError_t cudaStreamCreate(cudaStream_t* pStream) {
 
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   if (stream == nullptr || !KnownStream(Mem(), stream)) return cudaErrorInvalidResourceHandle;
-  cuda_emu::SyncStream(stream);  // its work still completes
+  {
+    cuda_emu::StreamQueues& q = cuda_emu::Queues();
+    std::lock_guard<std::mutex> lock(q.mu);
+    q.captures.erase(stream);  // a capture in progress is dropped
+  }
+  cuda_emu::SyncStream(stream);  // its queued work still completes
   Memory& m = Mem();
   std::lock_guard<std::mutex> lock(m.mu);
   if (m.streams.erase(stream) == 0) return cudaErrorInvalidResourceHandle;
@@ -226,14 +307,112 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   if (!KnownStream(Mem(), stream)) return cudaErrorInvalidResourceHandle;
   if (stream == nullptr) {
     SyncBlockingStreams();
-  } else {
-    cuda_emu::SyncStream(stream);
+    return cudaSuccess;
   }
+  if (RefusedByCapture([&](cudaStream_t s, const cuda_emu::Capture&) { return s == stream; })) {
+    return cudaErrorStreamCaptureUnsupported;
+  }
+  cuda_emu::SyncStream(stream);
   return cudaSuccess;
 }
 
 cudaError_t cudaDeviceSynchronize(void) {
+  if (RefusedByCapture([](cudaStream_t, const cuda_emu::Capture&) { return true; })) {
+    return cudaErrorStreamCaptureUnsupported;
+  }
   cuda_emu::SyncAll();
+  return cudaSuccess;
+}
+
+// ---- Stream capture and graphs ----
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode) {
+  if (stream == nullptr) return cudaErrorStreamCaptureUnsupported;  // the legacy stream
+  if (!KnownStream(Mem(), stream)) return cudaErrorInvalidResourceHandle;
+  if (mode != cudaStreamCaptureModeGlobal && mode != cudaStreamCaptureModeThreadLocal &&
+      mode != cudaStreamCaptureModeRelaxed) {
+    return cudaErrorInvalidValue;
+  }
+  cuda_emu::StreamQueues& q = cuda_emu::Queues();
+  std::lock_guard<std::mutex> lock(q.mu);
+  if (q.captures.count(stream) > 0) return cudaErrorIllegalState;
+  cuda_emu::Capture& c = q.captures[stream];
+  c.mode = mode;
+  c.thread = std::this_thread::get_id();
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* pGraph) {
+  if (pGraph == nullptr) return cudaErrorInvalidValue;
+  if (!KnownStream(Mem(), stream)) return cudaErrorInvalidResourceHandle;
+  cuda_emu::Capture c;
+  cudaError_t error = cudaSuccess;
+  if (!TakeCapture(stream, &c, &error)) return error;
+  if (c.invalidated) {
+    *pGraph = nullptr;
+    return cudaErrorStreamCaptureInvalidated;
+  }
+  *pGraph = new CUgraph_st{std::move(c.ops)};
+  Memory& m = Mem();
+  std::lock_guard<std::mutex> lock(m.mu);
+  m.graphs.insert(*pGraph);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream,
+                                  enum cudaStreamCaptureStatus* pCaptureStatus) {
+  if (pCaptureStatus == nullptr) return cudaErrorInvalidValue;
+  if (!KnownStream(Mem(), stream)) return cudaErrorInvalidResourceHandle;
+  cuda_emu::StreamQueues& q = cuda_emu::Queues();
+  std::lock_guard<std::mutex> lock(q.mu);
+  auto it = q.captures.find(stream);
+  *pCaptureStatus = it == q.captures.end()   ? cudaStreamCaptureStatusNone
+                    : it->second.invalidated ? cudaStreamCaptureStatusInvalidated
+                                             : cudaStreamCaptureStatusActive;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* pGraphExec, cudaGraph_t graph,
+                                 unsigned long long flags) {
+  if (pGraphExec == nullptr || (flags & ~kInstantiateFlags) != 0) return cudaErrorInvalidValue;
+  Memory& m = Mem();
+  std::lock_guard<std::mutex> lock(m.mu);
+  if (m.graphs.count(graph) == 0) return cudaErrorInvalidValue;
+  *pGraphExec = new CUgraphExec_st{std::make_shared<const std::vector<cuda_emu::Op>>(graph->ops)};
+  m.execs.insert(*pGraphExec);
+  return cudaSuccess;
+}
+
+// The graph's work in order, as one unit of the stream's work.
+cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream) {
+  std::shared_ptr<const std::vector<cuda_emu::Op>> ops;
+  {
+    Memory& m = Mem();
+    std::lock_guard<std::mutex> lock(m.mu);
+    if (m.execs.count(graphExec) == 0) return cudaErrorInvalidValue;
+    ops = graphExec->ops;
+  }
+  if (!KnownStream(Mem(), stream)) return cudaErrorInvalidResourceHandle;
+  const cudaError_t e = cuda_emu::Submit(stream, [ops] {
+    for (const cuda_emu::Op& op : *ops) op();
+  });
+  if (e == cudaSuccess) cuda_emu::Counts().graph_launches.fetch_add(1, std::memory_order_relaxed);
+  return e;
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec) {
+  Memory& m = Mem();
+  std::lock_guard<std::mutex> lock(m.mu);
+  if (m.execs.erase(graphExec) == 0) return cudaErrorInvalidValue;
+  delete graphExec;  // a launch still queued keeps the work alive
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  Memory& m = Mem();
+  std::lock_guard<std::mutex> lock(m.mu);
+  if (m.graphs.erase(graph) == 0) return cudaErrorInvalidValue;
+  delete graph;
   return cudaSuccess;
 }
 
@@ -282,6 +461,14 @@ const char* cudaGetErrorString(cudaError_t error) {
       return "invalid copy direction for memcpy";
     case cudaErrorInvalidResourceHandle:
       return "invalid resource handle";
+    case cudaErrorIllegalState:
+      return "the operation cannot be performed in the present state";
+    case cudaErrorStreamCaptureUnsupported:
+      return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated:
+      return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureWrongThread:
+      return "attempt to terminate a thread-local capture sequence from another thread";
     default:
       return "unrecognized error code (CUDA emulator)";
   }

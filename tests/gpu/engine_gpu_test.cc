@@ -27,8 +27,8 @@
 // the same four (a request that starts from cached KV, shared full blocks and partial ones copied
 // on the device, equals the same request on an engine without the cache, bit for bit), sampling
 // on the device equal to the host sampler's, a 32-layer decode step's launch, copy and
-// synchronisation counts, every KV block back in the pool at the end, and the clear error for a
-// shape the kernels do not take.
+// synchronisation counts with and without CUDA graphs, graphs on and off bitwise equal, every KV
+// block back in the pool at the end, and the clear error for a shape the kernels do not take.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -294,20 +294,28 @@ INSTANTIATE_TEST_SUITE_P(Families, EngineGpuSamplingTest,
                                            FamilyCase{"mor_ec", Spec("mor-ec")}),
                          [](const auto& info) { return info.param.name; });
 
-// What one decode step of a 32-layer model costs the host today, counted by the runner
-// (RunnerCounters::device): per layer a launch per op (11), the row's h and metadata up, h back
-// down and a synchronisation; the embedding and the device sampling add a few. This is the
-// host-driven step issue 21 replaces (target: one graph launch, at most 2 copies each way, one
-// synchronisation); the figures change with it, on purpose. No allocation in a steady step.
-TEST(EngineGpuStepTest, DecodeStepLaunchesCopiesAndSyncs) {
-  MORSERVE_SKIP_WITHOUT_GPU();
+// What one decode step of a 32-layer model costs the host, counted by the runner
+// (RunnerCounters::device). With CUDA graphs (the default) the segment's 32 layers are one
+// graph launch, replayed (captured by an earlier step of the same shape); the embedding and
+// the device sampling launch a few kernels of their own. Without graphs every layer launches
+// its 11 kernels from the host. Either way: two uploads, the sampled token down, one
+// synchronisation, no allocation.
+class EngineGpuStepTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override { MORSERVE_SKIP_WITHOUT_GPU(); }
+};
+
+TEST_P(EngineGpuStepTest, DecodeStepLaunchesCopiesAndSyncs) {
+  const bool graphs = GetParam();
   constexpr int kLayers = 32;
   TinyModelSpec spec = Spec("vanilla");
   spec.layers = kLayers;
   testing::TempDir dir;
   auto weights = testing::MakeModel(spec, &dir);
   ASSERT_NE(weights, nullptr);
-  auto engine = Engine::Create(weights, GpuConfig(BatchingMode::kDepthWise));
+  EngineConfig cfg = GpuConfig(BatchingMode::kDepthWise);
+  cfg.cuda_graphs = graphs;
+  auto engine = Engine::Create(weights, cfg);
   ASSERT_TRUE(engine.ok()) << engine.status();
   GenerateRequest r = Greedy(testing::MakePrompts(1, 8, 8, weights->config.vocab_size, 5)[0], 8);
   r.return_logits = false;  // sampled on the device
@@ -322,17 +330,29 @@ TEST(EngineGpuStepTest, DecodeStepLaunchesCopiesAndSyncs) {
   const RunnerCounters::Device& a = after.device;
   const RunnerCounters::Device& b = before.device;
   std::printf(
-      "decode step, %d layers: %lld launches, %lld + %lld copies (%lld + %lld bytes), "
-      "%lld syncs, %lld allocations\n",
-      kLayers, static_cast<long long>(a.launches - b.launches),
+      "decode step, %d layers, graphs %s: %lld launches + %lld graph launches (%lld captured), "
+      "%lld + %lld copies (%lld + %lld bytes), %lld syncs, %lld allocations\n",
+      kLayers, graphs ? "on" : "off", static_cast<long long>(a.launches - b.launches),
+      static_cast<long long>(a.graph_launches - b.graph_launches),
+      static_cast<long long>(a.graph_captures - b.graph_captures),
       static_cast<long long>(a.h2d_copies - b.h2d_copies),
       static_cast<long long>(a.d2h_copies - b.d2h_copies),
       static_cast<long long>(a.h2d_bytes - b.h2d_bytes),
       static_cast<long long>(a.d2h_bytes - b.d2h_bytes), static_cast<long long>(a.syncs - b.syncs),
       static_cast<long long>(a.allocations - b.allocations));
-  // + the embedding and its scatter into the row's state, the segment's gather and scatter of
-  // the states, the sampling's gather and its 5.
-  EXPECT_EQ(a.launches - b.launches, 11 * kLayers + 2 + 2 + 1 + 5);
+  // Outside the layers: the embedding and its scatter into the row's state, the sampling's
+  // gather and its 5 (final norm, lm_head, sampling, argmax, exit confidence). The layers: the
+  // segment's gather, 11 per layer and its scatter, or one replay of their graph.
+  const int64_t outside = 2 + 1 + 5;
+  if (graphs) {
+    EXPECT_EQ(a.launches - b.launches, outside);
+    EXPECT_EQ(a.graph_launches - b.graph_launches, 1);
+    EXPECT_EQ(a.graph_captures - b.graph_captures, 0);  // the earlier decode steps' graph
+    EXPECT_GE(a.graph_captures, 1);
+  } else {
+    EXPECT_EQ(a.launches - b.launches, outside + 11 * kLayers + 2);
+    EXPECT_EQ(a.graph_launches, 0);
+  }
   // The row's state stays on the device from the embedding to the sampling: two uploads (the
   // token's id and every layer's metadata with the segment, the sampling parameters), each
   // with the slots, the sampled token down, one synchronisation.
@@ -344,13 +364,71 @@ TEST(EngineGpuStepTest, DecodeStepLaunchesCopiesAndSyncs) {
   EXPECT_LE(a.d2h_bytes - b.d2h_bytes, 64);
 }
 
+INSTANTIATE_TEST_SUITE_P(Graphs, EngineGpuStepTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "on" : "off"; });
+
+// CUDA graphs change no bit: a staggered workload (prefill chunks, decode batches of every
+// size up to the bucket limit, rows joining and leaving) gives the same tokens and bitwise
+// the same logits with graphs on and off, for shared weights (vanilla, MoR: loop groups of
+// mixed depth), per-loop weights and LoRA (Relaxed r13: the groups' GEMMs are in the key),
+// adaptive Ouro (K/V-only rows: those passes launch eagerly) and adaptive Huginn; and the
+// graphs ran (replays outnumber captures).
+class EngineGpuGraphTest : public ::testing::TestWithParam<FamilyCase> {
+ protected:
+  void SetUp() override { MORSERVE_SKIP_WITHOUT_GPU(); }
+};
+
+TEST_P(EngineGpuGraphTest, GraphsOnAndOffAreBitwiseEqual) {
+  testing::TempDir dir;
+  auto weights = testing::MakeModel(GetParam().spec, &dir);
+  ASSERT_NE(weights, nullptr);
+  const Workload w = MakeWorkload(weights->config.vocab_size, 10);
+  auto run = [&](bool graphs, RunnerCounters::Device* device) {
+    EngineConfig cfg = GpuConfig(BatchingMode::kDepthWise);
+    cfg.cuda_graphs = graphs;
+    auto engine = Engine::Create(weights, cfg);
+    EXPECT_TRUE(engine.ok()) << engine.status();
+    auto got = testing::RunStaggered(engine->get(), w.requests, w.arrivals);
+    *device = (*engine)->runner().counters().device;
+    return got;
+  };
+  RunnerCounters::Device on, off;
+  const std::vector<RunResult> eager = run(false, &off);
+  const std::vector<RunResult> graphed = run(true, &on);
+  ASSERT_EQ(eager.size(), graphed.size());
+  for (size_t i = 0; i < eager.size(); ++i) {
+    EXPECT_EQ(graphed[i].tokens, eager[i].tokens) << "request " << i;
+    EXPECT_EQ(graphed[i].loops, eager[i].loops) << "request " << i;
+    ASSERT_EQ(graphed[i].logits.size(), eager[i].logits.size()) << "request " << i;
+    for (size_t t = 0; t < eager[i].logits.size(); ++t) {
+      EXPECT_EQ(graphed[i].logits[t], eager[i].logits[t]) << "request " << i << " token " << t;
+    }
+  }
+  std::printf("%s: %lld graph launches, %lld captures; %lld vs %lld direct launches\n",
+              GetParam().name.c_str(), static_cast<long long>(on.graph_launches),
+              static_cast<long long>(on.graph_captures), static_cast<long long>(on.launches),
+              static_cast<long long>(off.launches));
+  EXPECT_EQ(off.graph_launches, 0);
+  EXPECT_GT(on.graph_captures, 0);
+  EXPECT_GT(on.graph_launches, 2 * on.graph_captures);
+  EXPECT_LT(on.launches, off.launches / 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, EngineGpuGraphTest,
+                         ::testing::Values(GpuFamily("vanilla", "vanilla"),
+                                           GpuFamily("mor-ec", "mor_ec"),
+                                           FamilyCase{"relaxed_lora_r13", RelaxedEveryProjection()},
+                                           FamilyCase{"ouro_adaptive", OuroAdaptive()},
+                                           GpuFamily("huginn-adaptive", "huginn_adaptive")),
+                         [](const auto& info) { return info.param.name; });
+
 // A looped model's decode token (Recursive middle-cycle: unique first layer, shared middle
 // block run num_recursions times, unique last layer) in depth-wise mode takes num_recursions
 // steps and these runner calls: the embedding, the segment before the loop, one pass per loop,
 // the segment after it, the sampling. Each uploads once (the embedding's ids ride with the
 // segment before the loop); the state never leaves the device and only the sampled token comes
 // back.
-TEST(EngineGpuStepTest, LoopedDecodeTokenRoundTrips) {
+TEST(EngineGpuLoopedStepTest, LoopedDecodeTokenRoundTrips) {
   MORSERVE_SKIP_WITHOUT_GPU();
   testing::TempDir dir;
   auto weights = testing::MakeModel(Spec("recursive-middle-cycle"), &dir);

@@ -11,8 +11,11 @@
 //   row m-dependent bits unless LtGemm pins the algorithm (and the pin, which does not); and
 //   the errors a runner bug would get from
 //   cuBLASLt (bad ld, shapes that do not chain, null and misaligned pointers, unsupported types
-//   and attributes), as statuses, not crashes.
-// Needs no device and links no CUDA library.
+//   and attributes), as statuses, not crashes;
+// - stream order: a matmul on a created stream runs at the stream's synchronisation, after the
+//   work queued before it, with the descriptors of the call even if they are gone by then; and
+//   in a CUDA graph captured on the stream, on each replay, with the buffers' current contents.
+// Needs no device and links no CUDA library (the emulated cudart, kernels/emu).
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -28,21 +31,6 @@
 #include "engine/cuda/cublaslt_loader.h"
 #include "kernels/gemm.cuh"
 #include "tests/gpu/gemm_problem.h"
-
-// gemm.cu's own CUDA runtime calls are Init's workspace cudaMalloc and the destructor's
-// cudaFree. This test links no cudart; until the emulated one (kernels/emu, branch emurun) is
-// linked here, these two stand in over host memory (the emulated algorithm needs no workspace,
-// so nothing reads it).
-extern "C" cudaError_t CUDARTAPI cudaMalloc(void** devPtr, size_t size) {
-  if (devPtr == nullptr) return cudaErrorInvalidValue;
-  *devPtr = std::aligned_alloc(256, (size + 255) / 256 * 256);
-  return *devPtr != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
-}
-
-extern "C" cudaError_t CUDARTAPI cudaFree(void* devPtr) {
-  std::free(devPtr);
-  return cudaSuccess;
-}
 
 namespace morserve::kernels {
 namespace {
@@ -600,6 +588,111 @@ TEST(CublasLtEmuTest, BadArgumentsGetErrorStatuses) {
             CUBLAS_STATUS_NOT_SUPPORTED);
   EXPECT_EQ(cublasLtCreate(nullptr), CUBLAS_STATUS_INVALID_VALUE);
   EXPECT_EQ(cublasLtDestroy(nullptr), CUBLAS_STATUS_NOT_INITIALIZED);
+}
+
+// D = A B (fp32, column-major, N and N) on `stream` with descriptors made for the call and
+// destroyed on return, as cuBLASLt allows: the matmul copies what it needs.
+cublasStatus_t MatmulOnStream(cublasLtHandle_t handle, int m, int n, int k, const float* a,
+                              const float* b, float* d, cudaStream_t stream) {
+  LtProblem lt;
+  cublasStatus_t st = cublasLtMatmulDescCreate(&lt.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&lt.a, CUDA_R_32F, m, k, m);
+  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&lt.b, CUDA_R_32F, k, n, k);
+  if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&lt.d, CUDA_R_32F, m, n, m);
+  const float alpha = 1.0f, beta = 0.0f;
+  if (st != CUBLAS_STATUS_SUCCESS) return st;
+  return cublasLtMatmul(handle, lt.desc, &alpha, a, lt.a, b, lt.b, &beta, nullptr, lt.d, d, lt.d,
+                        nullptr, nullptr, 0, stream);
+}
+
+// A (m x k) B (k x n), column-major, in double (small integers: exact in fp32 too).
+std::vector<float> Product(int m, int n, int k, const std::vector<float>& a,
+                           const std::vector<float>& b) {
+  std::vector<float> d(static_cast<size_t>(m) * n);
+  for (int j = 0; j < n; ++j) {
+    for (int i = 0; i < m; ++i) {
+      double sum = 0;
+      for (int p = 0; p < k; ++p) sum += double{a[i + p * m]} * b[p + j * k];
+      d[i + j * m] = static_cast<float>(sum);
+    }
+  }
+  return d;
+}
+
+// Device buffers of the emulated cudart for the stream tests.
+struct DeviceFloats {
+  explicit DeviceFloats(size_t n) : count(n) {
+    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&ptr), n * sizeof(float)), cudaSuccess);
+  }
+  ~DeviceFloats() { cudaFree(ptr); }
+  DeviceFloats(const DeviceFloats&) = delete;
+  DeviceFloats& operator=(const DeviceFloats&) = delete;
+  std::vector<float> Read() const {  // synchronous; waits for no non-blocking stream
+    std::vector<float> h(count);
+    EXPECT_EQ(cudaMemcpy(h.data(), ptr, count * sizeof(float), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    return h;
+  }
+  float* ptr = nullptr;
+  size_t count;
+};
+
+class CublasLtStreamEmuTest : public ::testing::Test {
+ protected:
+  static constexpr int kM = 8, kN = 4, kK = 16;
+  void SetUp() override {
+    MORSERVE_LT_EXPECT_OK(cublasLtCreate(&handle_));
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), cudaSuccess);
+    for (size_t i = 0; i < a_.size(); ++i) a_[i] = static_cast<float>(static_cast<int>(i % 7) - 3);
+    for (size_t i = 0; i < b_.size(); ++i) b_[i] = static_cast<float>(static_cast<int>(i % 5) - 2);
+    ASSERT_EQ(cudaMemcpy(b_dev_.ptr, b_.data(), b_.size() * 4, cudaMemcpyHostToDevice),
+              cudaSuccess);
+  }
+  void TearDown() override {
+    EXPECT_EQ(cudaStreamDestroy(stream_), cudaSuccess);
+    cublasLtDestroy(handle_);
+  }
+  // The matmul on the stream, after A's upload queued on it.
+  cublasStatus_t UploadAndMatmul() {
+    EXPECT_EQ(
+        cudaMemcpyAsync(a_dev_.ptr, a_.data(), a_.size() * 4, cudaMemcpyHostToDevice, stream_),
+        cudaSuccess);
+    return MatmulOnStream(handle_, kM, kN, kK, a_dev_.ptr, b_dev_.ptr, d_dev_.ptr, stream_);
+  }
+
+  cublasLtHandle_t handle_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  std::vector<float> a_ = std::vector<float>(kM * kK), b_ = std::vector<float>(kK * kN);
+  DeviceFloats a_dev_{kM * kK}, b_dev_{kK * kN}, d_dev_{kM * kN};
+};
+
+// D is written at the synchronisation, from the A uploaded before the matmul (queued first).
+TEST_F(CublasLtStreamEmuTest, MatmulRunsInStreamOrder) {
+  MORSERVE_LT_EXPECT_OK(UploadAndMatmul());
+  for (float v : d_dev_.Read()) ASSERT_TRUE(std::isnan(v)) << "D written before the sync";
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  EXPECT_EQ(d_dev_.Read(), Product(kM, kN, kK, a_, b_));
+}
+
+// Captured with its upload, not run; each replay computes from A's current host contents.
+TEST_F(CublasLtStreamEmuTest, MatmulCapturedInAGraph) {
+  ASSERT_EQ(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  const cublasStatus_t st = UploadAndMatmul();
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(stream_, &graph), cudaSuccess);
+  MORSERVE_LT_EXPECT_OK(st);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  for (float v : d_dev_.Read()) ASSERT_TRUE(std::isnan(v)) << "the captured matmul ran";
+  for (int replay = 0; replay < 2; ++replay) {
+    for (float& v : a_) v += 1.0f;
+    ASSERT_EQ(cudaGraphLaunch(exec, stream_), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    EXPECT_EQ(d_dev_.Read(), Product(kM, kN, kK, a_, b_)) << "replay " << replay;
+  }
+  EXPECT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+  EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
 }
 
 TEST(CublasLtEmuTest, VersionStatusStringsAndLoader) {

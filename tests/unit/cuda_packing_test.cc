@@ -242,6 +242,51 @@ TEST(CudaStagingTest, LayerBatchIsOneAlignedArray) {
   EXPECT_EQ(at(s->seg_loop, 2), (std::vector<int32_t>{0, 1}));
 }
 
+// A captured pass's layout (StagePaddedLayerBatch): padded to 8 rows and a table of 16
+// blocks, a batch of 3 rows and one of 2 (different tables) put every array at the same
+// offsets; the padding rows join the last loop group, write nothing and see nothing.
+TEST(CudaStagingTest, PaddedLayerBatchHasAFixedLayout) {
+  Batch three = ThreeRows();
+  auto s = StagePaddedLayerBatch(Bind(three), 2, 4, /*rows=*/8, /*table_capacity=*/16);
+  ASSERT_TRUE(s.ok()) << s.status();
+  Batch two = ThreeRows();
+  two.loops = {1, 1};
+  two.positions = {3, 4};
+  two.kv.write_slot = {20, 21};
+  two.kv.table_indptr = {0, 2, 4};
+  two.kv.table_blocks = {5, 6, 5, 6};
+  two.kv.kv_len = {7, 8};
+  two.b.n = 2;
+  auto t = StagePaddedLayerBatch(Bind(two), 2, 4, 8, 16);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(s->data.size(), t->data.size());
+  for (auto field : {&StagedRows::loops, &StagedRows::positions, &StagedRows::write_slot,
+                     &StagedRows::table_indptr, &StagedRows::table_blocks, &StagedRows::kv_len,
+                     &StagedRows::seg_indptr, &StagedRows::seg_loop}) {
+    EXPECT_EQ((*s).*field, (*t).*field);
+  }
+  auto at = [&](size_t off, size_t n) {
+    return std::vector<int32_t>(s->data.begin() + off, s->data.begin() + off + n);
+  };
+  EXPECT_EQ(at(s->loops, 8), (std::vector<int32_t>{0, 1, 1, 1, 1, 1, 1, 1}));
+  EXPECT_EQ(at(s->positions, 8), (std::vector<int32_t>{5, 0, 1, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(at(s->write_slot, 8), (std::vector<int32_t>{9, 16, 17, -1, -1, -1, -1, -1}));
+  EXPECT_EQ(at(s->table_indptr, 9), (std::vector<int32_t>{0, 3, 4, 5, 5, 5, 5, 5, 5}));
+  EXPECT_EQ(at(s->table_blocks, 16),
+            (std::vector<int32_t>{7, 1, 2, 4, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(at(s->kv_len, 8), (std::vector<int32_t>{10, 1, 2, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(s->max_kv_len, 10);
+  ASSERT_EQ(s->groups.size(), 2u);  // the padding rows joined loop 1's group
+  EXPECT_EQ(s->groups[1].count, 7);
+  ASSERT_EQ(t->groups.size(), 1u);
+  EXPECT_EQ(t->groups[0].count, 8);
+  // More rows than the bucket, or more blocks than the capacity: errors.
+  EXPECT_FALSE(StagePaddedLayerBatch(Bind(three), 2, 4, 2, 16).ok());
+  auto small = StagePaddedLayerBatch(Bind(three), 2, 4, 8, 4);
+  ASSERT_FALSE(small.ok());
+  EXPECT_THAT(std::string(small.status().message()), HasSubstr("5 table blocks beyond 4"));
+}
+
 TEST(CudaStagingTest, BadPlansAreErrors) {
   {
     Batch t = ThreeRows();

@@ -1,0 +1,66 @@
+// The engine's on|off flags (every command that takes the engine flags: serve, generate,
+// bench, morserve_grpc_bench): `--prefix-cache` (EngineConfig::prefix_cache) and
+// `--cuda-graphs` (EngineConfig::cuda_graphs), both on by default; any other value is an error
+// naming the flag.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "engine/tools/engine_flags.h"
+
+namespace morserve {
+namespace {
+
+using ::testing::HasSubstr;
+
+absl::StatusOr<EngineConfig> Parse(const std::vector<std::string>& args) {
+  auto flags = Flags::Parse(args, EngineFlagNames(), {});
+  if (!flags.ok()) return flags.status();
+  return EngineConfigFromFlags(*flags);
+}
+
+struct OnOffFlag {
+  const char* name;
+  bool EngineConfig::*field;
+};
+
+class OnOffFlagTest : public ::testing::TestWithParam<OnOffFlag> {};
+
+TEST_P(OnOffFlagTest, OnByDefaultAndParsesOnAndOff) {
+  const OnOffFlag f = GetParam();
+  const std::string flag = std::string("--") + f.name;
+  EXPECT_TRUE(EngineFlagNames().count(f.name));
+  auto def = Parse({});
+  ASSERT_TRUE(def.ok()) << def.status();
+  EXPECT_TRUE((*def).*f.field);
+  auto on = Parse({flag, "on"});
+  ASSERT_TRUE(on.ok()) << on.status();
+  EXPECT_TRUE((*on).*f.field);
+  auto off = Parse({flag + "=off"});
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_FALSE((*off).*f.field);
+}
+
+TEST_P(OnOffFlagTest, BadValuesNameTheFlag) {
+  const std::string flag = std::string("--") + GetParam().name;
+  for (const char* bad : {"yes", "true", "1", "", "ON"}) {
+    auto r = Parse({flag, bad});
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr(flag)) << bad;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Flags, OnOffFlagTest,
+                         ::testing::Values(OnOffFlag{"prefix-cache", &EngineConfig::prefix_cache},
+                                           OnOffFlag{"cuda-graphs", &EngineConfig::cuda_graphs}),
+                         [](const auto& info) {
+                           std::string name = info.param.name;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
+
+}  // namespace
+}  // namespace morserve
