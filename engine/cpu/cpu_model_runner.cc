@@ -208,6 +208,23 @@ class CpuModelRunner : public ModelRunner {
     ScaleAddRows(h.data(), b.data(), scale, n, cfg_.hidden_size);
     WriteStates(slots, n, h.data());
   }
+  // Each row normed into its new state (docs/models.md#ouro), then Ouro's gate logit in fp64
+  // from b in index order, the reference's sum.
+  void NormBetweenLoops(const int32_t* src, const int32_t* dst, int n,
+                        double* gate_logit) override {
+    const int hs = cfg_.hidden_size;
+    for (int i = 0; i < n; ++i) {
+      State(dst[i]);  // grows the pool first: both pointers below stay valid
+      float* out = State(dst[i]);
+      RmsNormRows(State(src[i]), final_norm_.data(), 1, hs, cfg_.rms_norm_eps, out);
+      if (gate_logit == nullptr) continue;
+      MORSERVE_CHECK(!exit_gate_w_.empty(),
+                     "NormBetweenLoops: a gate logit without Ouro's exit gate");
+      double dot = exit_gate_b_;
+      for (int c = 0; c < hs; ++c) dot += static_cast<double>(exit_gate_w_[c]) * out[c];
+      gate_logit[i] = dot;
+    }
+  }
   void CopyStates(const int32_t* src, const int32_t* dst, int n) override {
     const size_t hs = static_cast<size_t>(cfg_.hidden_size);
     for (int i = 0; i < n; ++i) {
@@ -270,6 +287,8 @@ class CpuModelRunner : public ModelRunner {
   PagedKvPool kv_;
   std::vector<CpuLayer> layers_;  // by layer slot
   Vec final_norm_;
+  Vec exit_gate_w_;  // Ouro's exit gate [H] (docs/models.md#ouro); empty for other models
+  double exit_gate_b_ = 0;
   std::unique_ptr<CpuLinear> lm_head_;
   std::unique_ptr<CpuLinear> adapter_;  // Huginn's input injection [H, 2H]; null otherwise
   // Expert-choice routers per loop (w1, and w2 for mlp), aux routers, token-choice router.
@@ -374,6 +393,10 @@ WeightFormat CpuModelRunner::FormatFor(DType stored, bool quantizable) const {
 
 void CpuModelRunner::LoadHeadAndRouters() {
   final_norm_ = w_->final_norm.ToF32Vector();
+  if (cfg_.recursion.exit_rule == LoopExitRule::kOuroGate) {
+    exit_gate_w_ = w_->exit_gate_w.ToF32Vector();
+    exit_gate_b_ = w_->exit_gate_b.ToF32Vector()[0];
+  }
   lm_head_ = Linear(w_->lm_head, /*quantizable=*/true);
   if (!w_->adapter.empty()) adapter_ = Linear(w_->adapter, /*quantizable=*/true);
   auto load = [&](const TensorView& t) -> std::unique_ptr<CpuLinear> {

@@ -196,6 +196,7 @@ class CudaModelRunner : public ModelRunner {
   void WriteStates(const int32_t* slots, int n, const float* h) override;
   void CopyStates(const int32_t* src, const int32_t* dst, int n) override;
   void GatedAdd(const int32_t* base, const int32_t* slots, const float* scale, int n) override;
+  void NormBetweenLoops(const int32_t* src, const int32_t* dst, int n, double* gate_logit) override;
   // One cache entry read back as fp32 (tests).
   void ReadKv(int32_t slot, float* k, float* v) const override;
   void CopyKv(const KvCopy* copies, int n) override;
@@ -359,6 +360,10 @@ class CudaModelRunner : public ModelRunner {
   const uint16_t* lm_head_ptr_ = nullptr;  // lm_head_, or embed_ when tied
   // Linear routers, stacked per loop (fp32), or mlp routers on the host.
   DeviceBuffer ec_w_, aux_w_, tc_w_, capacity_zero_;
+  // Ouro's exit gate [H] fp32, its bias, and the zero capacity of its one "loop"
+  // (NormBetweenLoops).
+  DeviceBuffer exit_gate_w_, exit_gate_capacity_;
+  double exit_gate_b_ = 0;
   std::vector<HostMlp> ec_mlp_, aux_mlp_;
   HostMlp tc_mlp_;
   bool ec_linear_ = true, tc_linear_ = true;
@@ -493,6 +498,11 @@ void CudaModelRunner::LoadHeadAndRouters() {
   embed_ = UploadVector(ToBf16Bits(w_->embed));
   if (w_->adapter.data != nullptr) adapter_ = UploadVector(ToBf16Bits(w_->adapter));
   final_norm_ = UploadVector(w_->final_norm.ToF32Vector());
+  if (cfg_.recursion.exit_rule == LoopExitRule::kOuroGate) {
+    exit_gate_w_ = UploadVector(w_->exit_gate_w.ToF32Vector());
+    exit_gate_b_ = w_->exit_gate_b.ToF32Vector()[0];
+    exit_gate_capacity_ = UploadVector(std::vector<float>{0.0f});
+  }
   if (w_->lm_head.data == w_->embed.data && w_->lm_head.dtype == w_->embed.dtype) {
     lm_head_ptr_ = embed_.as<uint16_t>();  // tied: one table serves both
   } else {
@@ -735,6 +745,62 @@ void CudaModelRunner::GatedAdd(const int32_t* base, const int32_t* slots, const 
   p.b_dtype = DType::kF32;
   Launched(k::scale_add_forward(p, stream_), "scale_add gate");
   ScatterStates(scratch_.proj.as<float>(), dev + n, n);
+}
+
+// The rows' states gathered, RMSNorm'd in fp32 with the final norm's weights into scratch
+// proj and scattered to dst; with gate_logit, the gate's w · normed by the expert_router
+// kernel (a linear router of one loop: fp32 sums in a fixed order, one CTA per row) and one
+// download. One upload (the slots), no synchronisation without a gate.
+void CudaModelRunner::NormBetweenLoops(const int32_t* src, const int32_t* dst, int n,
+                                       double* gate_logit) {
+  FlushEmbeds();
+  if (n == 0) return;
+  const size_t hs = static_cast<size_t>(cfg_.hidden_size);
+  StagedRows s = StageLoops(nullptr, n);  // loop 0: the gate's one router
+  while (s.data.size() % 4 != 0) s.data.push_back(0);
+  const size_t src_at = s.data.size();
+  s.data.insert(s.data.end(), src, src + n);
+  const size_t dst_at = s.data.size();
+  s.data.insert(s.data.end(), dst, dst + n);
+  EnsureStates(src, n);
+  EnsureStates(dst, n);
+  Ensure(scratch_.h, n * hs * sizeof(float));
+  Ensure(scratch_.proj, n * hs * sizeof(float));
+  UploadRows(nullptr, n, &s);
+  GatherStates(Meta(src_at), n, scratch_.h.as<float>());
+  k::RmsNormParams p;
+  p.x = scratch_.h.as<float>();
+  p.weight = final_norm_.as<float>();
+  p.out = scratch_.proj.as<void>();
+  p.rows = n;
+  p.dim = cfg_.hidden_size;
+  p.eps = cfg_.rms_norm_eps;
+  p.x_dtype = DType::kF32;
+  p.weight_dtype = DType::kF32;
+  p.out_dtype = DType::kF32;
+  Launched(k::rmsnorm_forward(p, stream_), "loop rmsnorm");
+  ScatterStates(scratch_.proj.as<float>(), Meta(dst_at), n);
+  if (gate_logit == nullptr) return;
+  MORSERVE_CHECK(exit_gate_w_.bytes() > 0,
+                 "NormBetweenLoops: a gate logit without Ouro's exit gate");
+  Ensure(scratch_.router_f, 2 * static_cast<size_t>(n) * sizeof(float));
+  Ensure(scratch_.router_i, static_cast<size_t>(n) * sizeof(int32_t));
+  k::ExpertRouterParams g;
+  g.h = scratch_.proj.as<float>();
+  g.router_w = exit_gate_w_.as<void>();
+  g.w_dtype = DType::kF32;
+  g.loops = Meta(s.loops);
+  g.capacity = exit_gate_capacity_.as<float>();
+  g.score_out = scratch_.router_f.as<float>();
+  g.active = scratch_.router_i.as<int32_t>();
+  g.gate = scratch_.router_f.as<float>() + n;
+  g.rows = n;
+  g.hidden = cfg_.hidden_size;
+  g.num_loops = 1;
+  Launched(k::expert_router_forward(g, stream_), "exit gate");
+  std::vector<float> score(n);
+  Download(scratch_.router_f.as<void>(), score.size() * sizeof(float), score.data());
+  for (int i = 0; i < n; ++i) gate_logit[i] = exit_gate_b_ + static_cast<double>(score[i]);
 }
 
 int64_t CudaModelRunner::StepAllocations() const {

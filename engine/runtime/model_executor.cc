@@ -41,11 +41,6 @@ ModelExecutor::ModelExecutor(std::shared_ptr<const ModelWeights> weights, ModelR
       runner_(runner),
       pool_(pool),
       host_pool_(host_pool) {
-  if (cfg_.recursion.norm_between_loops) loop_norm_ = weights_->final_norm.ToF32Vector();
-  if (cfg_.recursion.exit_rule == LoopExitRule::kOuroGate) {
-    exit_gate_w_ = weights_->exit_gate_w.ToF32Vector();
-    exit_gate_b_ = weights_->exit_gate_b.ToF32Vector()[0];
-  }
   if (cfg_.huginn.input_injection) ln_f_ = weights_->final_norm.ToF32Vector();
 }
 
@@ -357,22 +352,50 @@ void ModelExecutor::ExitByConfidence(std::vector<Row*>& rows) {
   }
 }
 
+// Only generated tokens of adaptive requests of an Ouro model ask its exit gate.
+bool ModelExecutor::AsksOuroGate(const Row& row) const {
+  return cfg_.recursion.exit_rule == LoopExitRule::kOuroGate && row.seq->adaptive_loops &&
+         row.position >= row.seq->num_prompt;
+}
+
 // Ouro's exit rule (docs/models.md#serving-looped-checkpoints) after a loop that is not the
-// last, on the normed state h_t: lambda = sigmoid(w . h_t + b), c += lambda * S, S *= 1 -
-// lambda; exit iff c >= the threshold. Only generated tokens of adaptive requests ask; the
-// sums run in fp64 over the fp32 state, as the reference computes them.
-bool ModelExecutor::OuroGateExits(Row* row, const float* normed) const {
-  if (exit_gate_w_.empty() || !row->seq->adaptive_loops || row->position < row->seq->num_prompt)
-    return false;
-  double dot = exit_gate_b_;
-  for (size_t i = 0; i < exit_gate_w_.size(); ++i)
-    dot += static_cast<double>(exit_gate_w_[i]) * normed[i];
-  const double lambda = Sigmoid(dot);
+// last, on the gate's logit w . h_t + b over the normed state h_t (ModelRunner::NormBetweenLoops):
+// lambda = sigmoid(logit), c += lambda * S, S *= 1 - lambda; exit iff c >= the threshold.
+bool ModelExecutor::OuroGateExits(Row* row, double logit) const {
+  const double lambda = Sigmoid(logit);
   row->exit_cumulative += lambda * row->exit_survive;
   row->exit_survive *= 1.0 - lambda;
   const double threshold =
       row->seq->request.exit_threshold.value_or(cfg_.recursion.loop_exit_threshold);
   return row->exit_cumulative >= threshold;
+}
+
+// docs/models.md#nanbeige42 and #ouro: the final norm between loops, by the runner into a new
+// state of each row (no state leaves it). Ouro's gate reads the normed state: a row that exits
+// keeps the state before the norm (the tail norms it once) and goes to `exited`; the others
+// take the normed state. Only the gate's logits come back, when a row asks for them.
+void ModelExecutor::NormAfterLoop(const std::vector<Row*>& rows, std::vector<Row*>* exited) {
+  if (rows.empty()) return;
+  const int n = static_cast<int>(rows.size());
+  std::vector<StateSlot> normed(n);
+  std::vector<int32_t> dst(n);
+  bool gate = false;
+  for (int i = 0; i < n; ++i) {
+    normed[i] = slots_.Acquire();
+    dst[i] = normed[i].id();
+    gate = gate || AsksOuroGate(*rows[i]);
+  }
+  std::vector<double> logit(gate ? n : 0);
+  runner_->NormBetweenLoops(Slots(rows).data(), dst.data(), n, gate ? logit.data() : nullptr);
+  for (int i = 0; i < n; ++i) {
+    Row& r = *rows[i];
+    if (AsksOuroGate(r) && OuroGateExits(&r, logit[i])) {
+      r.exited = true;
+      exited->push_back(&r);
+    } else {
+      r.h = std::move(normed[i]);
+    }
+  }
 }
 
 // The loops row `row` runs: the plan's, or a Huginn request's num_steps.
@@ -515,20 +538,13 @@ void ModelExecutor::BlockPass(std::vector<Row>* rows, std::vector<Row>* kv_only,
     to.push_back(h_in[i].id());
   }
   if (!from.empty()) runner_->CopyStates(from.data(), to.data(), static_cast<int>(from.size()));
-  const int hs = cfg_.hidden_size;
   // K/V-only rows keep their exit state through every layer (the runner leaves their h
   // alone): it is the input of each skipped layer (docs/models.md#early-exit).
   RunLayers(looped, ptrs, Slots(ptrs), writes);
   GatedResiduals(ptrs, h_in);
-  // The norm between loops and Ouro's gate are computed here, on the states read back.
-  const bool host_math = !loop_norm_.empty();
-  std::vector<float> h = host_math ? Read(ptrs) : std::vector<float>();
-
-  std::vector<Row*> undecided, copy_on_exit, kl_check;
-  std::vector<float> normed(hs);
+  std::vector<Row*> undecided, copy_on_exit, kl_check, norm;
   for (size_t i = 0; i < ptrs.size(); ++i) {
     Row& r = *ptrs[i];
-    float* out = host_math ? &h[i * hs] : nullptr;
     if (r.kv_only) {
       r.exited = ++r.loop == LoopsOf(r);
       continue;
@@ -544,20 +560,9 @@ void ModelExecutor::BlockPass(std::vector<Row>* rows, std::vector<Row>* kv_only,
                r.position >= r.seq->num_prompt) {
       kl_check.push_back(&r);  // generated tokens of adaptive requests only
     }
-    // docs/models.md#nanbeige42 and #ouro: the final norm between loops, on the host state
-    // every backend hands back (the runners need no op for it). Ouro's gate reads the normed
-    // state; a row that exits keeps the state before the norm (the tail norms it once).
-    if (!loop_norm_.empty() && !r.exited) {
-      RmsNormRows(out, loop_norm_.data(), 1, hs, cfg_.rms_norm_eps, normed.data());
-      if (OuroGateExits(&r, normed.data())) {
-        r.exited = true;
-        copy_on_exit.push_back(&r);
-      } else {
-        std::copy(normed.begin(), normed.end(), out);
-      }
-    }
+    if (rc.norm_between_loops && !r.exited) norm.push_back(&r);
   }
-  if (host_math) Write(ptrs, h);
+  NormAfterLoop(norm, &copy_on_exit);
   if (!kl_check.empty()) HuginnKlExits(kl_check, &copy_on_exit, writes);
   for (Row* r : copy_on_exit) {  // rides the later loops, copying its exit loop's entries
     Row ghost;

@@ -54,7 +54,9 @@ class ModelExecutor {
   void EntryRouting(std::vector<Row*>& rows);
   void DecideExpert(std::vector<Row*>& rows);
   void ExitByConfidence(std::vector<Row*>& rows);
-  bool OuroGateExits(Row* row, const float* normed) const;
+  bool AsksOuroGate(const Row& row) const;
+  bool OuroGateExits(Row* row, double logit) const;
+  void NormAfterLoop(const std::vector<Row*>& rows, std::vector<Row*>* exited);
   int LoopsOf(const Row& row) const;
   void StartHuginnState(std::vector<Row>* rows);
   void InjectInput(std::vector<Row*>& rows);
@@ -80,9 +82,6 @@ class ModelExecutor {
   // Declared first of the executor's state and outliving every Row (the engine destroys the
   // scheduler, which holds rows, before the executor).
   StateSlots slots_;
-  std::vector<float> loop_norm_;    // model.norm as fp32 when the model norms between loops
-  std::vector<float> exit_gate_w_;  // Ouro's exit gate [H] as fp32 (docs/models.md#ouro)
-  double exit_gate_b_ = 0;
   std::vector<float> ln_f_;  // Huginn's ln_f as fp32: on the state before the coda
 };
 

@@ -140,6 +140,13 @@ class ModelRunner {
   // same bits on both backends): MoR's gated residual after a pass, h_in + g * Block(h_in), and
   // token choice's output, x0 + p * h.
   virtual void GatedAdd(const int32_t* base, const int32_t* slots, const float* scale, int n) = 0;
+  // The norm between loops (docs/models.md#ouro, #nanbeige42), for models that norm there:
+  // states[dst[i]] = RMSNorm(states[src[i]]) with the final norm's weights (no dst is a src);
+  // with gate_logit set, also Ouro's exit gate logit b + w · normed of each row in fp64 (the
+  // CPU in index order from b, as the reference; the CUDA runner sums w · normed in fp32 in a
+  // fixed order). Only a call with gate_logit returns data (the CUDA runner's one download).
+  virtual void NormBetweenLoops(const int32_t* src, const int32_t* dst, int n,
+                                double* gate_logit) = 0;
   virtual int block_size() const = 0;
   virtual RunnerCounters counters() const = 0;
   // Copies the K and V ([kv_dim] each, keys after RoPE) stored at a flat KV slot (block *

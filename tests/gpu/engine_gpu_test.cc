@@ -462,6 +462,42 @@ TEST(EngineGpuLoopedStepTest, LoopedDecodeTokenRoundTrips) {
   EXPECT_EQ(after.allocations - before.allocations, 0);
 }
 
+// The norm between loops stays on the device (ModelRunner::NormBetweenLoops): a Nanbeige
+// decode token (norm after each loop, no gate) downloads only its sampled token and
+// synchronises once; an adaptive Ouro token adds its gate logits (4 bytes per row and loop),
+// never a state (hidden 256: 1 KiB per row).
+TEST(EngineGpuLoopedStepTest, NormBetweenLoopsStaysOnTheDevice) {
+  MORSERVE_SKIP_WITHOUT_GPU();
+  for (const FamilyCase& c :
+       {GpuFamily("nanbeige", "nanbeige"), FamilyCase{"ouro_adaptive", OuroAdaptive()}}) {
+    SCOPED_TRACE(c.name);
+    testing::TempDir dir;
+    auto weights = testing::MakeModel(c.spec, &dir);
+    ASSERT_NE(weights, nullptr);
+    ASSERT_TRUE(weights->config.recursion.norm_between_loops);
+    auto engine = Engine::Create(weights, GpuConfig(BatchingMode::kDepthWise));
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    GenerateRequest r = Greedy(testing::MakePrompts(1, 8, 8, weights->config.vocab_size, 11)[0], 8);
+    r.return_logits = false;
+    ASSERT_TRUE((*engine)->Submit(r).ok());
+    while ((*engine)->stats().tokens_generated < 3) ASSERT_TRUE((*engine)->Step());
+    const RunnerCounters::Device before = (*engine)->runner().counters().device;
+    while ((*engine)->stats().tokens_generated < 4) ASSERT_TRUE((*engine)->Step());
+    const RunnerCounters::Device after = (*engine)->runner().counters().device;
+    const int64_t loops = weights->config.recursion.num_recursions;
+    std::printf("%s decode token: %lld + %lld copies (%lld bytes down), %lld syncs\n",
+                c.name.c_str(), static_cast<long long>(after.h2d_copies - before.h2d_copies),
+                static_cast<long long>(after.d2h_copies - before.d2h_copies),
+                static_cast<long long>(after.d2h_bytes - before.d2h_bytes),
+                static_cast<long long>(after.syncs - before.syncs));
+    const bool gate = c.name == "ouro_adaptive";
+    EXPECT_LE(after.syncs - before.syncs, gate ? loops : 1);
+    EXPECT_LE(after.d2h_copies - before.d2h_copies, gate ? loops : 1);
+    EXPECT_LE(after.d2h_bytes - before.d2h_bytes, 64 + (gate ? 4 * loops : 0));
+    EXPECT_EQ(after.allocations - before.allocations, 0);
+  }
+}
+
 // Every step buffer is reserved when the engine is made (ReserveStepBuffers): a staggered
 // workload of mixed prompt lengths, half of it asking for host logits, allocates nothing on
 // the device or in pinned memory, for families with routers, LoRA and K/V-only rows.
