@@ -221,8 +221,8 @@ class CudaModelRunner : public ModelRunner {
   StepGraph Capture(const std::function<void()>& body);
   // The bound of graph_meta_, in int32 values, at Init.
   size_t GraphMetaInts() const;
-  // One recurrent layer, its rows' h on the host before and after (see RunSegment).
-  void RunRecurrentLayer(const LayerBatch& b);
+  // One recurrent layer by the naive schedule, its rows' h on the host (see RunSegment).
+  void RunRecurrentNaive(const LayerBatch& b);
   // Full rows: attention and MLP, h updated (uploaded and downloaded around the layer).
   void RunFullRows(const LayerBatch& b);
   // The same on the device: n rows staged in s (their metadata uploaded), h their device
@@ -231,8 +231,9 @@ class CudaModelRunner : public ModelRunner {
   // Recurrent layers by the exact tiled schedule (engine/runtime/recurrent_schedule.h): the
   // batch reordered into waves of positions; q and the temporary pairs for all rows at once;
   // per wave, key-tile merges into pending queries' softmax state, the wave's finish, then
-  // RecurrentRowsTail. h stays on the device for the whole layer.
-  void RunRecurrentTiled(const LayerBatch& b);
+  // RecurrentRowsTail. The rows' states (slots, in b's row order) are gathered in wave order
+  // and scattered back: one upload, no synchronisation.
+  void RunRecurrentTiled(const LayerBatch& b, const int32_t* slots);
   // Merge (finish = false) or finish items [begin, begin + count) staged at items_at.
   void RecurrentAttend(bool finish, const StagedRows& s, int rows, size_t items_at, int begin,
                        int count);
@@ -1063,8 +1064,8 @@ void CudaModelRunner::InjectInput(const int32_t* s, const int32_t* e, int n) {
 // staged rows and the slots, the states gathered into scratch h, K/V-only rows' entries
 // (RMSNorm_in, QKV projection, RoPE from their frozen h) then the full rows at each layer, the
 // full rows' states scattered back. No synchronisation. Recurrent layers reorder their rows
-// per layer (waves of positions): they go layer by layer through RunRecurrentLayer, h through
-// the host.
+// per layer (waves of positions): they go layer by layer (RunRecurrentTiled: one upload each,
+// the states on the device; with --recurrent-prefill naive, h through the host).
 void CudaModelRunner::RunSegment(const SegmentBatch& b) {
   if (b.n == 0) return;
   const int num_layers = static_cast<int>(b.layers.size());
@@ -1072,9 +1073,14 @@ void CudaModelRunner::RunSegment(const SegmentBatch& b) {
   if (num_layers > 0 && b.layers[0].full.recurrent) {
     FlushEmbeds();
     MORSERVE_CHECK(b.num_kv_only == 0, "K/V-only rows on a recurrent layer");
+    EnsureStates(b.slots, b.n);
+    if (recurrent_prefill_ == RecurrentPrefill::kTiled) {
+      for (int k = 0; k < num_layers; ++k) RunRecurrentTiled(FullLayer(b, k, nullptr), b.slots);
+      return;
+    }
     std::vector<float> h(b.n * hs);
     ReadStates(b.slots, b.n, h.data());
-    for (int k = 0; k < num_layers; ++k) RunRecurrentLayer(FullLayer(b, k, h.data()));
+    for (int k = 0; k < num_layers; ++k) RunRecurrentNaive(FullLayer(b, k, h.data()));
     WriteStates(b.slots, b.n, h.data());
     return;
   }
@@ -1244,12 +1250,10 @@ StepGraph CudaModelRunner::Capture(const std::function<void()>& body) {
   return g;
 }
 
-// A recurrent layer by the tiled schedule (RunRecurrentTiled), or with --recurrent-prefill
-// naive one position per wave, each wave a sub-batch through RunFullRows (every wave's
-// attention re-reads all earlier entries).
-void CudaModelRunner::RunRecurrentLayer(const LayerBatch& b) {
+// A recurrent layer with --recurrent-prefill naive: one position per wave, each wave a
+// sub-batch through RunFullRows (every wave's attention re-reads all earlier entries).
+void CudaModelRunner::RunRecurrentNaive(const LayerBatch& b) {
   const LayerKvPlan& kv = *b.kv;
-  if (recurrent_prefill_ == RecurrentPrefill::kTiled) return RunRecurrentTiled(b);
   if (kv.chunk_indptr.empty()) return RunFullRows(b);
   MORSERVE_CHECK(static_cast<int>(kv.chunk_indptr.size()) >= 1 && kv.chunk_indptr.front() == 0 &&
                      kv.chunk_indptr.back() == b.n,
@@ -1261,7 +1265,7 @@ void CudaModelRunner::RunRecurrentLayer(const LayerBatch& b) {
 }
 
 // Recurrent layer, tiled: see the declaration and engine/runtime/recurrent_schedule.h.
-void CudaModelRunner::RunRecurrentTiled(const LayerBatch& b) {
+void CudaModelRunner::RunRecurrentTiled(const LayerBatch& b, const int32_t* slots) {
   const int n = b.n;
   if (n == 0) return;
   const int hs = cfg_.hidden_size, qd = cfg_.q_dim();
@@ -1271,13 +1275,18 @@ void CudaModelRunner::RunRecurrentTiled(const LayerBatch& b) {
   MORSERVE_CHECK(StageRecurrentLayer(b, seg.loops, block_size_, hs, &st, &error), error.c_str());
   const RecurrentSchedule& sched = st.sched;
   const StagedRows& s = st.rows;
+  while (st.rows.data.size() % 4 != 0) st.rows.data.push_back(0);
+  const size_t slots_at = st.rows.data.size();  // the states in wave-major order
+  for (int r : sched.order) st.rows.data.push_back(slots[r]);
   counters_.full_rows += n;
   const DeviceLayer& L = layers_[seg.first_layer_slot + b.k];
   const size_t rows = static_cast<size_t>(n);
   EnsureLayerScratch(rows, /*full=*/true);
   Ensure(rec_ml_, rows * cfg_.num_heads * 2 * sizeof(float));
   Ensure(rec_acc_, rows * qd * sizeof(float));
-  UploadRows(st.sub.h.data(), n, &s);
+  UploadRows(nullptr, n, &s);
+  Ensure(scratch_.h, rows * hs * sizeof(float));
+  GatherStates(Meta(slots_at), n, scratch_.h.as<float>());
 
   // q and the temporary pairs of every row come from the layer input: one batch.
   Norm(L.in_norm, s, scratch_.h.as<float>(), scratch_.a.as<uint16_t>());
@@ -1290,8 +1299,7 @@ void CudaModelRunner::RunRecurrentTiled(const LayerBatch& b) {
     RecurrentAttend(/*finish=*/true, s, n, st.finish_at, wb, m);
     RecurrentRowsTail(L, s, st.waves[w], wb, m);
   }
-  Download(scratch_.h.as<float>(), rows * hs * sizeof(float), st.sub.h.data());
-  ScatterSubBatch(st.sub, sched.order, hs, b.h);
+  ScatterStates(scratch_.h.as<float>(), Meta(slots_at), n);
 }
 
 void CudaModelRunner::RecurrentAttend(bool finish, const StagedRows& s, int rows, size_t items_at,

@@ -154,8 +154,10 @@ void MakeSubBatch(const LayerBatch& b, const std::vector<int>& rows, int hidden,
   for (int r : rows) {
     s.loops.push_back(b.loops[r]);
     s.positions.push_back(b.positions[r]);
-    s.h.insert(s.h.end(), b.h + static_cast<size_t>(r) * hidden,
-               b.h + static_cast<size_t>(r + 1) * hidden);
+    if (b.h != nullptr) {
+      s.h.insert(s.h.end(), b.h + static_cast<size_t>(r) * hidden,
+                 b.h + static_cast<size_t>(r + 1) * hidden);
+    }
     s.kv.write_slot.push_back(kv.write_slot[r]);
     s.kv.kv_len.push_back(kv.kv_len[r]);
     s.kv.table_blocks.insert(s.kv.table_blocks.end(), kv.table_blocks.begin() + kv.table_indptr[r],
@@ -166,7 +168,7 @@ void MakeSubBatch(const LayerBatch& b, const std::vector<int>& rows, int hidden,
   s.b.n = static_cast<int>(rows.size());
   s.b.loops = s.loops.data();
   s.b.positions = s.positions.data();
-  s.b.h = s.h.data();
+  s.b.h = b.h == nullptr ? nullptr : s.h.data();
   s.b.kv = &s.kv;
 }
 

@@ -57,7 +57,8 @@ StagedRows AppendStaged(StagedRows part, StagedRows* into);
 std::vector<std::vector<int>> RecurrentWaves(const std::vector<int32_t>& chunk_indptr, int n);
 
 // Some rows of a layer batch as a batch of their own (copies of their loops, positions, h
-// and KV plan, tables re-based), and the copy of their h back into the full batch.
+// (none when b.h is null) and KV plan, tables re-based), and the copy of their h back into
+// the full batch.
 struct SubBatch {
   LayerKvPlan kv;
   std::vector<int> loops, positions;

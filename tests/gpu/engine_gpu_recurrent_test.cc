@@ -22,7 +22,8 @@
 //     chunking of its prompt) gives the same tokens and bitwise-equal logits (as
 //     engine_gpu_test's invariance test, this rests on cuBLASLt's row invariance:
 //     GemmTest.RowsAreBatchInvariantAcrossM);
-//   - every KV block back in the pool.
+//   - every KV block back in the pool;
+//   - a tiled decode token's state stays on the device (one download: the sampled token).
 // Skips with "no CUDA device: kernel test skipped" where no sm_90 device is present.
 #include <gtest/gtest.h>
 
@@ -191,6 +192,37 @@ TEST(EngineGpuRecurrentInvarianceTest, AloneAndInMixedBatchesAreBitwiseEqual) {
       EXPECT_EQ(mixed.logits[t], alone.logits[t]) << "variant " << variant << " token " << t;
     }
   }
+}
+
+// A recurrent decode token by the tiled schedule keeps its state on the device: every layer
+// uploads its metadata once and gathers and scatters the states there, so the token's step
+// downloads only its sampled token and synchronises once (with --recurrent-prefill naive, h
+// goes through the host at every layer).
+TEST(EngineGpuRecurrentStepTest, DecodeTokenStateStaysOnTheDevice) {
+  MORSERVE_SKIP_WITHOUT_GPU();
+  testing::TempDir dir;
+  auto weights = testing::MakeModel(testing::GpuModelSpec("recurrent"), &dir);
+  ASSERT_NE(weights, nullptr);
+  auto engine = Engine::Create(weights, Config(RecurrentPrefill::kTiled, 64));
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  GenerateRequest r = Greedy(testing::MakePrompts(1, 20, 20, weights->config.vocab_size, 3)[0], 8);
+  r.return_logits = false;  // sampled on the device
+  ASSERT_TRUE((*engine)->Submit(r).ok());
+  while ((*engine)->stats().tokens_generated < 3) ASSERT_TRUE((*engine)->Step());
+  const RunnerCounters before = (*engine)->runner().counters();
+  while ((*engine)->stats().tokens_generated < 4) ASSERT_TRUE((*engine)->Step());
+  const RunnerCounters after = (*engine)->runner().counters();
+  const RunnerCounters::Device& a = after.device;
+  const RunnerCounters::Device& b = before.device;
+  std::printf("recurrent decode token: %lld + %lld copies (%lld bytes down), %lld syncs\n",
+              static_cast<long long>(a.h2d_copies - b.h2d_copies),
+              static_cast<long long>(a.d2h_copies - b.d2h_copies),
+              static_cast<long long>(a.d2h_bytes - b.d2h_bytes),
+              static_cast<long long>(a.syncs - b.syncs));
+  EXPECT_GT(after.full_rows - before.full_rows, 0);
+  EXPECT_EQ(a.d2h_copies - b.d2h_copies, 1);
+  EXPECT_LE(a.d2h_bytes - b.d2h_bytes, 64);
+  EXPECT_EQ(a.syncs - b.syncs, 1);
 }
 
 }  // namespace
