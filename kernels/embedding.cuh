@@ -1,8 +1,10 @@
 // Embedding gather: out[r, :] = table[ids[r], :] for a bf16 table [vocab, dim] (a checkpoint's
-// embed_tokens, uploaded as is), into an fp32 or bf16 activation [rows, dim].
+// embed_tokens, uploaded as is), into an fp32 or bf16 activation [rows, dim]; fp32 output may
+// be scaled: float(double(x) * scale) (Huginn-0125's sqrt(H), ScaleEmbedding's rounding).
 //
-// Exact: bf16 -> fp32 widening is exact and bf16 -> bf16 is a copy, so results are bitwise
-// equal to the CPU backend's EmbeddingGather and trivially batch invariant.
+// Exact: bf16 -> fp32 widening is exact, bf16 -> bf16 is a copy and the scale is one fp64
+// product rounded once, so results are bitwise equal to the CPU backend's EmbeddingGather (and
+// ScaleEmbedding) and trivially batch invariant.
 //
 // Ids are validated where requests enter the engine; an id outside [0, vocab) that still
 // reaches the kernel fills its output row with NaN (a device kernel cannot report an error
@@ -28,10 +30,12 @@ struct EmbeddingParams {
   int dim = 0;
   int64_t vocab = 0;
   DType out_dtype = DType::kF32;
+  double scale = 1.0;  // kF32 output only
 };
 
-// Launches on `stream`. Returns cudaErrorInvalidValue for an unsupported out_dtype, a null
-// pointer or a non-positive dim/vocab, else the launch's error.
+// Launches on `stream`. Returns cudaErrorInvalidValue for an unsupported out_dtype, a scale
+// other than 1 with bf16 output, a null pointer or a non-positive dim/vocab, else the launch's
+// error.
 cudaError_t embedding_forward(const EmbeddingParams& p, cudaStream_t stream);
 
 }  // namespace morserve::kernels

@@ -8,9 +8,9 @@
 // over all of the batch's loops (segmented shrink into fp32 t, expand-and-add), whatever the
 // number of loops in the batch.
 // Huginn-0125 (docs/models.md#huginn-0125): the QKV epilogue adds the qk bias and rotates
-// adjacent pairs; each residual sum is normed in place (fp32); the embedding's sqrt(H) scale
-// is applied on the host in fp64 as the CPU does; the input injection is one bf16 GEMM over
-// concat(s, e), rounded to bf16 on the host.
+// adjacent pairs; each residual sum is normed in place (fp32); the embedding kernel applies the
+// sqrt(H) scale in fp64 as the CPU does (the same bits); the input injection is one bf16 GEMM
+// over concat(s, e), joined and rounded to bf16 by state_join.
 // Row states live in a device pool by slot (states_); each call gathers its rows' states into
 // scratch h (row_copy) and scatters the results back, so a state stays on the device from the
 // embedding to the sampling. Each call's uploads go through one pinned arena in one copy and
@@ -35,7 +35,6 @@
 #include "engine/cuda/sample_staging.h"
 #include "engine/cuda/step_staging.h"
 #include "engine/cuda/weight_packing.h"
-#include "engine/model/huginn_state.h"
 #include "engine/runtime/cuda_runner_registry.h"
 #include "engine/runtime/recurrent_schedule.h"
 #include "kernels/argmax.cuh"
@@ -54,6 +53,7 @@
 #include "kernels/row_copy.cuh"
 #include "kernels/sampling.cuh"
 #include "kernels/scale_add.cuh"
+#include "kernels/state_join.cuh"
 #include "kernels/swiglu.cuh"
 #include "kernels/token_choice_router.cuh"
 
@@ -989,20 +989,12 @@ void CudaModelRunner::KvFromHidden(const DeviceLayer& L, const StagedRows& s, co
 }
 
 // Embeddings wait until the next call that needs states (FlushEmbeds); RunSegment takes their
-// ids and slots into its own upload. Huginn's sqrt(H) scale is applied on the host in fp64, as
-// the CPU does (a round trip, at once).
+// ids and slots into its own upload (Huginn's sqrt(H) scale too, in the embedding kernel).
 void CudaModelRunner::Embed(const int* tokens, int n, const int32_t* slots) {
   if (n == 0) return;
   EnsureStates(slots, n);
   pending_ids_.insert(pending_ids_.end(), tokens, tokens + n);
   pending_slots_.insert(pending_slots_.end(), slots, slots + n);
-  if (cfg_.huginn.embed_scale == 1.0) return;
-  FlushEmbeds();
-  const size_t h_bytes = static_cast<size_t>(n) * cfg_.hidden_size * sizeof(float);
-  std::vector<float> h(static_cast<size_t>(n) * cfg_.hidden_size);
-  ReadStates(slots, n, h.data());
-  ScaleEmbedding(cfg_.huginn.embed_scale, h.data(), h_bytes / sizeof(float));
-  WriteStates(slots, n, h.data());
 }
 
 void CudaModelRunner::FlushEmbeds() {
@@ -1027,12 +1019,14 @@ void CudaModelRunner::EmbedStaged(const int32_t* dev_ids, const int32_t* dev_slo
   p.dim = cfg_.hidden_size;
   p.vocab = cfg_.vocab_size;
   p.out_dtype = DType::kF32;
+  p.scale = cfg_.huginn.embed_scale;  // Huginn's sqrt(H), rounded as ScaleEmbedding does
   Launched(k::embedding_forward(p, stream_), "embedding");
   ScatterStates(scratch_.h.as<float>(), dev_slots, n);
 }
 
-// s = adapter . concat(s, e): the states read back, joined and rounded to bf16 here (the GEMM's
-// input dtype, as RMSNorm's output is for the other linears), one GEMM, s's states written.
+// s = adapter . concat(s, e): the two states of each row joined and rounded to bf16 on the
+// device (state_join: the GEMM's input dtype, as RMSNorm's output is for the other linears),
+// one GEMM, s's states written. One upload (both slot arrays), no synchronisation.
 void CudaModelRunner::InjectInput(const int32_t* s, const int32_t* e, int n) {
   FlushEmbeds();
   MORSERVE_CHECK(adapter_.bytes() > 0, "InjectInput: the model has no Huginn adapter");
@@ -1040,21 +1034,20 @@ void CudaModelRunner::InjectInput(const int32_t* s, const int32_t* e, int n) {
   const size_t hs = static_cast<size_t>(cfg_.hidden_size);
   std::vector<int32_t> both(s, s + n);
   both.insert(both.end(), e, e + n);
-  std::vector<float> se(2 * n * hs);  // s rows, then e rows
-  ReadStates(both.data(), 2 * n, se.data());
-  std::vector<uint16_t> joined(static_cast<size_t>(n) * 2 * hs);
-  for (size_t i = 0; i < static_cast<size_t>(n); ++i) {
-    for (size_t c = 0; c < hs; ++c) {
-      joined[i * 2 * hs + c] = F32ToBf16(se[i * hs + c]);
-      joined[i * 2 * hs + hs + c] = F32ToBf16(se[(n + i) * hs + c]);
-    }
-  }
-  const size_t in_bytes = joined.size() * sizeof(uint16_t);
-  Ensure(scratch_.a, in_bytes);
+  EnsureStates(both.data(), 2 * n);
+  Ensure(scratch_.a, static_cast<size_t>(n) * 2 * hs * sizeof(uint16_t));
   Ensure(scratch_.proj, static_cast<size_t>(n) * hs * sizeof(float));
-  BeginUploads({in_bytes, n * sizeof(int32_t)});
-  Stage(joined.data(), in_bytes, scratch_.a.as<void>());
-  const int32_t* dev = UploadSlots(s, n);
+  BeginUploads({both.size() * sizeof(int32_t)});
+  const int32_t* dev = UploadSlots(both.data(), 2 * n);
+  k::StateJoinParams p;
+  p.states = states_.as<float>();
+  p.capacity = state_rows_;
+  p.s_rows = dev;
+  p.e_rows = dev + n;
+  p.out = scratch_.a.as<uint16_t>();
+  p.n = n;
+  p.dim = cfg_.hidden_size;
+  Launched(k::state_join_forward(p, stream_), "state_join");
   Gemm(scratch_.a.as<uint16_t>(), adapter_.as<uint16_t>(), scratch_.proj.as<void>(), DType::kF32, n,
        static_cast<int>(hs), static_cast<int>(2 * hs));
   ScatterStates(scratch_.proj.as<float>(), dev, n);

@@ -8,7 +8,6 @@
 #include <set>
 
 #include "engine/core/check.h"
-#include "engine/cpu/cpu_ops.h"
 #include "engine/model/huginn_state.h"
 #include "engine/runtime/layer_batch.h"
 #include "engine/runtime/prompt_logprobs.h"
@@ -40,22 +39,12 @@ ModelExecutor::ModelExecutor(std::shared_ptr<const ModelWeights> weights, ModelR
       plan_(weights_->plan),
       runner_(runner),
       pool_(pool),
-      host_pool_(host_pool) {
-  if (cfg_.huginn.input_injection) ln_f_ = weights_->final_norm.ToF32Vector();
-}
+      host_pool_(host_pool) {}
 
 std::vector<int32_t> ModelExecutor::Slots(const std::vector<Row*>& rows, StateSlot Row::*state) {
   std::vector<int32_t> ids(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) ids[i] = (rows[i]->*state).id();
   return ids;
-}
-
-// The rows' states on the host, for the math the executor does there.
-std::vector<float> ModelExecutor::Read(const std::vector<Row*>& rows, StateSlot Row::*state) {
-  std::vector<float> h(rows.size() * static_cast<size_t>(cfg_.hidden_size));
-  if (!rows.empty())
-    runner_->ReadStates(Slots(rows, state).data(), static_cast<int>(rows.size()), h.data());
-  return h;
 }
 
 void ModelExecutor::Write(const std::vector<Row*>& rows, const std::vector<float>& h) {
@@ -459,9 +448,18 @@ void ModelExecutor::GatedResiduals(const std::vector<Row*>& rows,
     runner_->GatedAdd(base.data(), slots.data(), scale.data(), static_cast<int>(slots.size()));
 }
 
-// ln_f on states entering the coda (Huginn), in place.
-void ModelExecutor::CodaInput(std::vector<float>* h, int n) const {
-  RmsNormRows(h->data(), ln_f_.data(), n, cfg_.hidden_size, cfg_.rms_norm_eps, h->data());
+// ln_f (the final norm) on states entering the coda (Huginn), by the runner: each row takes
+// its normed state.
+void ModelExecutor::CodaInput(const std::vector<Row*>& rows) {
+  const int n = static_cast<int>(rows.size());
+  std::vector<StateSlot> normed(n);
+  std::vector<int32_t> dst(n);
+  for (int i = 0; i < n; ++i) {
+    normed[i] = slots_.Acquire();
+    dst[i] = normed[i].id();
+  }
+  runner_->NormBetweenLoops(Slots(rows).data(), dst.data(), n, nullptr);
+  for (int i = 0; i < n; ++i) rows[i]->h = std::move(normed[i]);
 }
 
 // Huginn's exit rule after a recurrence that is not the token's last: ln_f, the coda (writing
@@ -478,9 +476,8 @@ void ModelExecutor::HuginnKlExits(std::vector<Row*>& rows, std::vector<Row*>* ex
     coda[i] = slots_.Acquire();
     coda_slots[i] = coda[i].id();
   }
-  std::vector<float> y = Read(rows), logits(static_cast<size_t>(n) * vocab);
-  CodaInput(&y, n);
-  runner_->WriteStates(coda_slots.data(), n, y.data());
+  std::vector<float> logits(static_cast<size_t>(n) * vocab);
+  runner_->NormBetweenLoops(Slots(rows).data(), coda_slots.data(), n, nullptr);  // ln_f
   for (int s = plan_.looped_segment + 1; s < static_cast<int>(plan_.segments.size()); ++s)
     RunSegmentOn(s, rows, coda_slots, writes);
   runner_->Logits(coda_slots.data(), n, logits.data());
@@ -605,11 +602,7 @@ void ModelExecutor::Tail(std::vector<Row>* rows) {
   }
   const int looped = plan_.looped_segment;
   if (looped >= 0 && !run.empty()) {
-    if (cfg_.huginn.input_injection) {
-      std::vector<float> h = Read(run);
-      CodaInput(&h, static_cast<int>(run.size()));
-      Write(run, h);
-    }
+    if (cfg_.huginn.input_injection) CodaInput(run);
     for (int s = looped + 1; s < static_cast<int>(plan_.segments.size()); ++s) {
       RunSegmentOn(s, run, Slots(run), /*writes=*/nullptr);
     }

@@ -63,13 +63,12 @@ class ModelExecutor {
   void GatedResiduals(const std::vector<Row*>& rows, const std::vector<StateSlot>& h_in);
   void HuginnKlExits(std::vector<Row*>& rows, std::vector<Row*>* exited,
                      std::vector<KvWrite>* writes);
-  void CodaInput(std::vector<float>* h, int n) const;
+  void CodaInput(const std::vector<Row*>& rows);
   void CopyOnExitEntries(int segment, int k, const std::vector<Row*>& rows, const LayerKvPlan& kv,
                          std::vector<KvCopy>* copies) const;
   void ScorePrompt(const std::vector<Row*>& rows);
   void SampleOnRunner(const std::vector<Row*>& rows);
   static std::vector<int32_t> Slots(const std::vector<Row*>& rows, StateSlot Row::*state = &Row::h);
-  std::vector<float> Read(const std::vector<Row*>& rows, StateSlot Row::*state = &Row::h);
   void Write(const std::vector<Row*>& rows, const std::vector<float>& h);
   void CopyState(const std::vector<Row*>& rows, StateSlot Row::*from, StateSlot Row::*state);
 
@@ -82,7 +81,6 @@ class ModelExecutor {
   // Declared first of the executor's state and outliving every Row (the engine destroys the
   // scheduler, which holds rows, before the executor).
   StateSlots slots_;
-  std::vector<float> ln_f_;  // Huginn's ln_f as fp32: on the state before the coda
 };
 
 }  // namespace morserve

@@ -140,7 +140,8 @@ class ModelRunner {
   // same bits on both backends): MoR's gated residual after a pass, h_in + g * Block(h_in), and
   // token choice's output, x0 + p * h.
   virtual void GatedAdd(const int32_t* base, const int32_t* slots, const float* scale, int n) = 0;
-  // The norm between loops (docs/models.md#ouro, #nanbeige42), for models that norm there:
+  // The norm between loops (docs/models.md#ouro, #nanbeige42), and Huginn's ln_f before the
+  // coda (docs/models.md#huginn-0125), for models that norm there:
   // states[dst[i]] = RMSNorm(states[src[i]]) with the final norm's weights (no dst is a src);
   // with gate_logit set, also Ouro's exit gate logit b + w · normed of each row in fp64 (the
   // CPU in index order from b, as the reference; the CUDA runner sums w · normed in fp32 in a

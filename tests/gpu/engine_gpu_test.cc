@@ -462,19 +462,21 @@ TEST(EngineGpuLoopedStepTest, LoopedDecodeTokenRoundTrips) {
   EXPECT_EQ(after.allocations - before.allocations, 0);
 }
 
-// The norm between loops stays on the device (ModelRunner::NormBetweenLoops): a Nanbeige
-// decode token (norm after each loop, no gate) downloads only its sampled token and
-// synchronises once; an adaptive Ouro token adds its gate logits (4 bytes per row and loop),
+// The looped models' per-loop math stays on the device: a Nanbeige decode token (the norm
+// between loops, ModelRunner::NormBetweenLoops) and a Huginn one (the scaled embedding, the
+// input injection's join, ln_f before the coda) download only their sampled token and
+// synchronise once; an adaptive Ouro token adds its gate logits (4 bytes per row and loop),
 // never a state (hidden 256: 1 KiB per row).
 TEST(EngineGpuLoopedStepTest, NormBetweenLoopsStaysOnTheDevice) {
   MORSERVE_SKIP_WITHOUT_GPU();
-  for (const FamilyCase& c :
-       {GpuFamily("nanbeige", "nanbeige"), FamilyCase{"ouro_adaptive", OuroAdaptive()}}) {
+  for (const FamilyCase& c : {GpuFamily("nanbeige", "nanbeige"), GpuFamily("huginn-full", "huginn"),
+                              FamilyCase{"ouro_adaptive", OuroAdaptive()}}) {
     SCOPED_TRACE(c.name);
     testing::TempDir dir;
     auto weights = testing::MakeModel(c.spec, &dir);
     ASSERT_NE(weights, nullptr);
-    ASSERT_TRUE(weights->config.recursion.norm_between_loops);
+    ASSERT_TRUE(weights->config.recursion.norm_between_loops ||
+                weights->config.huginn.input_injection);
     auto engine = Engine::Create(weights, GpuConfig(BatchingMode::kDepthWise));
     ASSERT_TRUE(engine.ok()) << engine.status();
     GenerateRequest r = Greedy(testing::MakePrompts(1, 8, 8, weights->config.vocab_size, 11)[0], 8);

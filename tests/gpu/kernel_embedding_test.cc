@@ -4,6 +4,7 @@
 // the same checks on the emulated kernels and CUDA runtime (kernels/emu), without a GPU.
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/model/dtype.h"
@@ -23,11 +24,14 @@ class EmbeddingTest : public ::testing::Test {
 };
 
 TEST_F(EmbeddingTest, GathersExactly) {
-  for (DType out_dtype : {DType::kF32, DType::kBF16}) {
+  // fp32, bf16, and fp32 scaled by Huginn-0125's sqrt(H) (not exact in fp32).
+  for (auto [out_dtype, scale] : {std::pair{DType::kF32, 1.0}, std::pair{DType::kBF16, 1.0},
+                                  std::pair{DType::kF32, std::sqrt(5280.0)}}) {
     for (int dim : {64, 100, 4096}) {  // 100: not a multiple of 8, scalar path
       const uint64_t seed = FreshSeed();
       SCOPED_TRACE("out=" + std::string(out_dtype == DType::kBF16 ? "bf16" : "f32") +
-                   " dim=" + std::to_string(dim) + " seed=" + std::to_string(seed));
+                   " scale=" + std::to_string(scale) + " dim=" + std::to_string(dim) +
+                   " seed=" + std::to_string(seed));
       std::mt19937_64 rng(seed);
       const int vocab = 301, rows = 37;
       std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -54,6 +58,7 @@ TEST_F(EmbeddingTest, GathersExactly) {
       p.dim = dim;
       p.vocab = vocab;
       p.out_dtype = out_dtype;
+      p.scale = scale;
       MORSERVE_CUDA_OK(embedding_forward(p, nullptr));
       MORSERVE_CUDA_OK(cudaDeviceSynchronize());
 
@@ -69,7 +74,9 @@ TEST_F(EmbeddingTest, GathersExactly) {
         } else {
           float got;
           std::memcpy(&got, raw.data() + 4 * i, 4);
-          ASSERT_EQ(FloatBits(got), FloatBits(Bf16ToF32(want))) << "element " << i;
+          // ScaleEmbedding's rounding (engine/model/huginn_state.cc): one fp64 product.
+          const float host = static_cast<float>(Bf16ToF32(want) * scale);
+          ASSERT_EQ(FloatBits(got), FloatBits(host)) << "element " << i;
         }
       }
     }
@@ -119,6 +126,10 @@ TEST(EmbeddingParamsTest, RejectsBadParams) {
   EXPECT_EQ(embedding_forward(p, nullptr), cudaSuccess);  // rows 0
   p.out_dtype = DType::kF16;
   EXPECT_EQ(embedding_forward(p, nullptr), cudaErrorInvalidValue);
+  p.out_dtype = DType::kBF16;
+  p.scale = 2.0;  // a scale needs fp32 output
+  EXPECT_EQ(embedding_forward(p, nullptr), cudaErrorInvalidValue);
+  p.scale = 1.0;
   p.out_dtype = DType::kF32;
   p.rows = 2;  // null pointers
   EXPECT_EQ(embedding_forward(p, nullptr), cudaErrorInvalidValue);
