@@ -215,6 +215,10 @@ class CudaModelRunner : public ModelRunner {
   // back.
   void SegmentPass(const Segment& seg, const std::vector<StagedRows>& kv_only,
                    const std::vector<StagedRows>& full, size_t slots_at, int nk, int nf);
+  // Linear router scores of n rows (see the definition).
+  void LinearRouterScores(const float* h, const DeviceBuffer& w, const int32_t* loops,
+                          const DeviceBuffer& capacity, int num_loops, float temperature, int n,
+                          float* score);
   // True when a layer of seg has per-loop weights (a GEMM or norm per loop group).
   bool SegmentHasLoopWeights(const Segment& seg) const;
   // body's launches captured on stream_ (nothing runs) and instantiated.
@@ -784,24 +788,35 @@ void CudaModelRunner::NormBetweenLoops(const int32_t* src, const int32_t* dst, i
   if (gate_logit == nullptr) return;
   MORSERVE_CHECK(exit_gate_w_.bytes() > 0,
                  "NormBetweenLoops: a gate logit without Ouro's exit gate");
-  Ensure(scratch_.router_f, 2 * static_cast<size_t>(n) * sizeof(float));
-  Ensure(scratch_.router_i, static_cast<size_t>(n) * sizeof(int32_t));
-  k::ExpertRouterParams g;
-  g.h = scratch_.proj.as<float>();
-  g.router_w = exit_gate_w_.as<void>();
-  g.w_dtype = DType::kF32;
-  g.loops = Meta(s.loops);
-  g.capacity = exit_gate_capacity_.as<float>();
-  g.score_out = scratch_.router_f.as<float>();
-  g.active = scratch_.router_i.as<int32_t>();
-  g.gate = scratch_.router_f.as<float>() + n;
-  g.rows = n;
-  g.hidden = cfg_.hidden_size;
-  g.num_loops = 1;
-  Launched(k::expert_router_forward(g, stream_), "exit gate");
+  Ensure(scratch_.router_f, 3 * static_cast<size_t>(n) * sizeof(float));
+  LinearRouterScores(scratch_.proj.as<float>(), exit_gate_w_, Meta(s.loops), exit_gate_capacity_,
+                     /*num_loops=*/1, /*temperature=*/1.0f, n, scratch_.router_f.as<float>());
   std::vector<float> score(n);
   Download(scratch_.router_f.as<void>(), score.size() * sizeof(float), score.data());
   for (int i = 0; i < n; ++i) gate_logit[i] = exit_gate_b_ + static_cast<double>(score[i]);
+}
+
+// score[i] = w[loops[i]] · (h[i] / temperature) by the expert_router kernel (fp32 sums in a
+// fixed order, one CTA per row); its continue flags and gates go to scratch (router_i, and
+// router_f from 2n: the caller reserves 3n floats there).
+void CudaModelRunner::LinearRouterScores(const float* h, const DeviceBuffer& w,
+                                         const int32_t* loops, const DeviceBuffer& capacity,
+                                         int num_loops, float temperature, int n, float* score) {
+  Ensure(scratch_.router_i, static_cast<size_t>(n) * sizeof(int32_t));
+  k::ExpertRouterParams p;
+  p.h = h;
+  p.router_w = w.as<void>();
+  p.w_dtype = DType::kF32;
+  p.loops = loops;
+  p.capacity = capacity.as<float>();
+  p.score_out = score;
+  p.active = scratch_.router_i.as<int32_t>();
+  p.gate = scratch_.router_f.as<float>() + 2 * n;
+  p.rows = n;
+  p.hidden = cfg_.hidden_size;
+  p.num_loops = num_loops;
+  p.temperature = temperature;
+  Launched(k::expert_router_forward(p, stream_), "expert_router");
 }
 
 int64_t CudaModelRunner::StepAllocations() const {
@@ -1446,26 +1461,13 @@ void CudaModelRunner::ExpertRouter(const int* loops, const int32_t* slots, int n
   GatherStates(Meta(slots_at), n, scratch_.h.as<float>());
   const int num_loops = static_cast<int>(w_->router.expert.size());
   Ensure(scratch_.router_f, static_cast<size_t>(n) * 3 * sizeof(float));
-  Ensure(scratch_.router_i, static_cast<size_t>(n) * sizeof(int32_t));
   float* out = scratch_.router_f.as<float>();  // [score | decide | gate]
-  auto run = [&](const DeviceBuffer& w, float* score_out) {
-    k::ExpertRouterParams p;
-    p.h = scratch_.h.as<float>();
-    p.router_w = w.as<void>();
-    p.w_dtype = DType::kF32;
-    p.loops = Meta(s.loops);
-    p.capacity = capacity_zero_.as<float>();
-    p.score_out = score_out;
-    p.active = scratch_.router_i.as<int32_t>();
-    p.gate = out + 2 * n;
-    p.rows = n;
-    p.hidden = hs;
-    p.num_loops = num_loops;
-    p.temperature = temperature;
-    Launched(k::expert_router_forward(p, stream_), "expert_router");
-  };
-  run(ec_w_, out);
-  if (aux_w_.bytes() > 0) run(aux_w_, out + n);
+  const float* h = scratch_.h.as<float>();
+  LinearRouterScores(h, ec_w_, Meta(s.loops), capacity_zero_, num_loops, temperature, n, out);
+  if (aux_w_.bytes() > 0) {
+    LinearRouterScores(h, aux_w_, Meta(s.loops), capacity_zero_, num_loops, temperature, n,
+                       out + n);
+  }
   std::vector<float> host(2 * static_cast<size_t>(n));
   Download(out, host.size() * sizeof(float), host.data());
   std::copy(host.begin(), host.begin() + n, score);

@@ -35,6 +35,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <utility>
 
 #include "engine/reference/reference_model.h"
 #include "tests/engine_harness.h"
@@ -114,6 +115,19 @@ EngineConfig GpuConfig(BatchingMode mode) {
   cfg.block_size = 4;
   cfg.num_kv_blocks = 4096;
   return cfg;
+}
+
+// The runner's counters before and after the steps that generate the 4th token of a greedy
+// request with an 8-token prompt (a decode token), sampled on the device.
+std::pair<RunnerCounters, RunnerCounters> FourthTokenCounters(Engine* engine, int vocab,
+                                                              uint64_t seed) {
+  GenerateRequest r = Greedy(testing::MakePrompts(1, 8, 8, vocab, seed)[0], 8);
+  r.return_logits = false;
+  EXPECT_TRUE(engine->Submit(r).ok());
+  while (engine->stats().tokens_generated < 3) EXPECT_TRUE(engine->Step());
+  const RunnerCounters before = engine->runner().counters();
+  while (engine->stats().tokens_generated < 4) EXPECT_TRUE(engine->Step());
+  return {before, engine->runner().counters()};
 }
 
 class EngineGpuTest : public ::testing::TestWithParam<FamilyCase> {
@@ -317,14 +331,8 @@ TEST_P(EngineGpuStepTest, DecodeStepLaunchesCopiesAndSyncs) {
   cfg.cuda_graphs = graphs;
   auto engine = Engine::Create(weights, cfg);
   ASSERT_TRUE(engine.ok()) << engine.status();
-  GenerateRequest r = Greedy(testing::MakePrompts(1, 8, 8, weights->config.vocab_size, 5)[0], 8);
-  r.return_logits = false;  // sampled on the device
-  auto channel = (*engine)->Submit(r);
-  ASSERT_TRUE(channel.ok());
-  while ((*engine)->stats().tokens_generated < 3) ASSERT_TRUE((*engine)->Step());
-  const RunnerCounters before = (*engine)->runner().counters();
-  ASSERT_TRUE((*engine)->Step());  // one decode row through every layer, then sampled
-  const RunnerCounters after = (*engine)->runner().counters();
+  // One step: one decode row through every layer, then sampled.
+  const auto [before, after] = FourthTokenCounters(engine->get(), weights->config.vocab_size, 5);
   ASSERT_EQ(after.full_rows - before.full_rows, kLayers);
   ASSERT_EQ(after.sampled_rows - before.sampled_rows, 1);
   const RunnerCounters::Device& a = after.device;
@@ -443,13 +451,9 @@ TEST(EngineGpuLoopedStepTest, LoopedDecodeTokenRoundTrips) {
   }
   auto engine = Engine::Create(weights, GpuConfig(BatchingMode::kDepthWise));
   ASSERT_TRUE(engine.ok()) << engine.status();
-  GenerateRequest r = Greedy(testing::MakePrompts(1, 8, 8, weights->config.vocab_size, 7)[0], 8);
-  r.return_logits = false;
-  ASSERT_TRUE((*engine)->Submit(r).ok());
-  while ((*engine)->stats().tokens_generated < 3) ASSERT_TRUE((*engine)->Step());
-  const RunnerCounters::Device before = (*engine)->runner().counters().device;
-  while ((*engine)->stats().tokens_generated < 4) ASSERT_TRUE((*engine)->Step());
-  const RunnerCounters::Device after = (*engine)->runner().counters().device;
+  const auto counters = FourthTokenCounters(engine->get(), weights->config.vocab_size, 7);
+  const RunnerCounters::Device& before = counters.first.device;
+  const RunnerCounters::Device& after = counters.second.device;
   std::printf(
       "looped decode token, %lld runner calls: %lld launches, %lld + %lld copies, %lld syncs\n",
       static_cast<long long>(calls), static_cast<long long>(after.launches - before.launches),
@@ -479,13 +483,9 @@ TEST(EngineGpuLoopedStepTest, NormBetweenLoopsStaysOnTheDevice) {
                 weights->config.huginn.input_injection);
     auto engine = Engine::Create(weights, GpuConfig(BatchingMode::kDepthWise));
     ASSERT_TRUE(engine.ok()) << engine.status();
-    GenerateRequest r = Greedy(testing::MakePrompts(1, 8, 8, weights->config.vocab_size, 11)[0], 8);
-    r.return_logits = false;
-    ASSERT_TRUE((*engine)->Submit(r).ok());
-    while ((*engine)->stats().tokens_generated < 3) ASSERT_TRUE((*engine)->Step());
-    const RunnerCounters::Device before = (*engine)->runner().counters().device;
-    while ((*engine)->stats().tokens_generated < 4) ASSERT_TRUE((*engine)->Step());
-    const RunnerCounters::Device after = (*engine)->runner().counters().device;
+    const auto counters = FourthTokenCounters(engine->get(), weights->config.vocab_size, 11);
+    const RunnerCounters::Device& before = counters.first.device;
+    const RunnerCounters::Device& after = counters.second.device;
     const int64_t loops = weights->config.recursion.num_recursions;
     std::printf("%s decode token: %lld + %lld copies (%lld bytes down), %lld syncs\n",
                 c.name.c_str(), static_cast<long long>(after.h2d_copies - before.h2d_copies),
