@@ -502,7 +502,9 @@ TEST(EngineGpuLoopedStepTest, NormBetweenLoopsStaysOnTheDevice) {
 
 // Every step buffer is reserved when the engine is made (ReserveStepBuffers): a staggered
 // workload of mixed prompt lengths, half of it asking for host logits, allocates nothing on
-// the device or in pinned memory, for families with routers, LoRA and K/V-only rows.
+// the device or in pinned memory, for families with routers, LoRA, K/V-only rows, the norm
+// between loops, Ouro's gate and Huginn's injection and exit checks (CUDA graphs captured
+// meanwhile: their metadata buffer is reserved too).
 class EngineGpuAllocationTest : public ::testing::TestWithParam<FamilyCase> {
  protected:
   void SetUp() override { MORSERVE_SKIP_WITHOUT_GPU(); }
@@ -527,7 +529,10 @@ INSTANTIATE_TEST_SUITE_P(Families, EngineGpuAllocationTest,
                                            GpuFamily("mor-ec", "mor_ec"),
                                            GpuFamily("mor-tc", "mor_tc"),
                                            FamilyCase{"relaxed_lora_r13", RelaxedEveryProjection()},
-                                           GpuFamily("early-exit-propagate", "early_exit")),
+                                           GpuFamily("early-exit-propagate", "early_exit"),
+                                           GpuFamily("nanbeige", "nanbeige"),
+                                           FamilyCase{"ouro_adaptive", OuroAdaptive()},
+                                           GpuFamily("huginn-adaptive", "huginn_adaptive")),
                          [](const auto& info) { return info.param.name; });
 
 TEST(EngineGpuErrorTest, UnsupportedHeadDimIsAClearError) {
