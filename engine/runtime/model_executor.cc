@@ -362,7 +362,8 @@ bool ModelExecutor::OuroGateExits(Row* row, double logit) const {
 // docs/models.md#nanbeige42 and #ouro: the final norm between loops, by the runner into a new
 // state of each row (no state leaves it). Ouro's gate reads the normed state: a row that exits
 // keeps the state before the norm (the tail norms it once) and goes to `exited`; the others
-// take the normed state. Only the gate's logits come back, when a row asks for them.
+// take the normed state. Only the gate's logits come back, when a row asks for them. `exited`
+// may be null when no row can ask (Huginn's ln_f before the coda).
 void ModelExecutor::NormAfterLoop(const std::vector<Row*>& rows, std::vector<Row*>* exited) {
   if (rows.empty()) return;
   const int n = static_cast<int>(rows.size());
@@ -446,20 +447,6 @@ void ModelExecutor::GatedResiduals(const std::vector<Row*>& rows,
   }
   if (!slots.empty())
     runner_->GatedAdd(base.data(), slots.data(), scale.data(), static_cast<int>(slots.size()));
-}
-
-// ln_f (the final norm) on states entering the coda (Huginn), by the runner: each row takes
-// its normed state.
-void ModelExecutor::CodaInput(const std::vector<Row*>& rows) {
-  const int n = static_cast<int>(rows.size());
-  std::vector<StateSlot> normed(n);
-  std::vector<int32_t> dst(n);
-  for (int i = 0; i < n; ++i) {
-    normed[i] = slots_.Acquire();
-    dst[i] = normed[i].id();
-  }
-  runner_->NormBetweenLoops(Slots(rows).data(), dst.data(), n, nullptr);
-  for (int i = 0; i < n; ++i) rows[i]->h = std::move(normed[i]);
 }
 
 // Huginn's exit rule after a recurrence that is not the token's last: ln_f, the coda (writing
@@ -602,7 +589,8 @@ void ModelExecutor::Tail(std::vector<Row>* rows) {
   }
   const int looped = plan_.looped_segment;
   if (looped >= 0 && !run.empty()) {
-    if (cfg_.huginn.input_injection) CodaInput(run);
+    // Huginn's ln_f (the final norm) on the states entering the coda: no gate, so no row exits.
+    if (cfg_.huginn.input_injection) NormAfterLoop(run, /*exited=*/nullptr);
     for (int s = looped + 1; s < static_cast<int>(plan_.segments.size()); ++s) {
       RunSegmentOn(s, run, Slots(run), /*writes=*/nullptr);
     }

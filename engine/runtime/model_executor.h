@@ -63,7 +63,6 @@ class ModelExecutor {
   void GatedResiduals(const std::vector<Row*>& rows, const std::vector<StateSlot>& h_in);
   void HuginnKlExits(std::vector<Row*>& rows, std::vector<Row*>* exited,
                      std::vector<KvWrite>* writes);
-  void CodaInput(const std::vector<Row*>& rows);
   void CopyOnExitEntries(int segment, int k, const std::vector<Row*>& rows, const LayerKvPlan& kv,
                          std::vector<KvCopy>* copies) const;
   void ScorePrompt(const std::vector<Row*>& rows);
