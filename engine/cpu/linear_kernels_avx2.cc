@@ -98,6 +98,23 @@ struct Q8Format {
   }
 };
 
+// bf16-quads (linear_weights.h): a row's block of 8 is its 32-byte half of the quad's block,
+// shifted left by 16 (the low 16 bits of each word) or masked to the high 16 bits: exact fp32
+// with no shuffle. The row's two neighbours in a tile share the load from L1.
+struct QuadFormat {
+  static constexpr bool kGrouped = false;
+  static constexpr int kBytes = 2;
+  static __m256 Load(const WeightRow& r, int k0, __m256) {
+    const __m256i v = _mm256_loadu_si256(
+        reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(r.data) + (k0 / 8) * 32));
+    return _mm256_castsi256_ps(
+        r.high ? _mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u)))
+               : _mm256_slli_epi32(v, 16));
+  }
+  // The quads hold zeros past k, so the whole block is there to read.
+  static __m256 LoadTail(const WeightRow& r, int k0, int, __m256 s) { return Load(r, k0, s); }
+};
+
 // ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)).
 float HorizontalSum(__m256 acc) {
   const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
@@ -239,6 +256,7 @@ void DirectAs(const LinearArgs& a, int n0, int n1) {
 }
 
 void Direct(const LinearArgs& a, int n0, int n1) {
+  if (a.w->format() == WeightFormat::kBF16Quads) return DirectAs<QuadFormat>(a, n0, n1);
   VisitWeightFormat<F32Format, Half16Format<true>, Half16Format<false>, Q8Format>(
       a.w->format(), [&](auto tag) { DirectAs<typename decltype(tag)::type>(a, n0, n1); });
 }
@@ -264,6 +282,8 @@ void DecodeRowAs(const WeightRow& r, int k, float* out, int stride) {
 }
 
 void DecodeRow(const LinearWeights& w, int j, float* out, int stride) {
+  if (w.format() == WeightFormat::kBF16Quads)
+    return DecodeRowAs<QuadFormat>(w.row(j), w.k(), out, stride);
   VisitWeightFormat<F32Format, Half16Format<true>, Half16Format<false>, Q8Format>(
       w.format(),
       [&](auto tag) { DecodeRowAs<typename decltype(tag)::type>(w.row(j), w.k(), out, stride); });

@@ -7,8 +7,10 @@
 // with one fused multiply-add, and each half is reduced by the same fixed tree at the end: an
 // element's order is the L8 order whatever the tile. Twice the multiply-adds per instruction of
 // the AVX2 set and 32 registers: tiles of MB rows x NP column pairs (1 x 8, 2 x 8, 3 x 6, 4 x 6).
-// Needs AVX-512 F, BW, DQ and VL (every AVX-512 CPU since Skylake-SP). Compiled with
-// -ffp-contract=off (the FMAs are the written intrinsics).
+// bf16-quads (linear_weights.h) have their own tiles of whole quads (QuadTile): one 64-byte
+// load gives two such registers with a shift and a mask. Needs AVX-512 F, BW, DQ and VL (every
+// AVX-512 CPU since Skylake-SP). Compiled with -ffp-contract=off (the FMAs are the written
+// intrinsics).
 #include <algorithm>
 #include <vector>
 
@@ -284,7 +286,116 @@ void DirectAs(const LinearArgs& a, int n0, int n1) {
   }
 }
 
+// bf16-quads (linear_weights.h): one 64-byte load holds a block of 8 of four columns; a shift
+// left by 16 gives the quad's columns 0 and 2 in the halves of one register, a mask of the high
+// halves columns 1 and 3: exact fp32 values in the L8 lanes, no shuffle.
+__m512 QuadCols02(__m512i v) { return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)); }
+__m512 QuadCols13(__m512i v) {
+  return _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+
+// MB rows of x times the NQ quads from `quad` on (quad q at quad + q * stride), columns
+// [0, ncols) written (ncols <= 4 * NQ). next: the first byte of a later tile's quads (stored
+// one after another), prefetched at the pace this tile reads its own, or nullptr.
+template <int MB, int NQ>
+void QuadTile(const float* x, int64_t ldx, const uint16_t* quad, int64_t stride, int ncols, int k,
+              float* y, int64_t ldy, bool accumulate, const char* next) {
+  constexpr int kStep = NQ * 64;  // bytes of the next tile per block of 8
+  __m512 acc[MB][2 * NQ];
+  for (int i = 0; i < MB; ++i) {
+    for (int c = 0; c < 2 * NQ; ++c) acc[i][c] = _mm512_setzero_ps();
+  }
+  auto block = [&](int b, int count) {
+    if (next != nullptr) {
+      for (int o = 0; o < kStep; o += 64) _mm_prefetch(next + b * kStep + o, _MM_HINT_T1);
+    }
+    __m512 xv[MB];
+    for (int i = 0; i < MB; ++i) xv[i] = BroadcastX(x + i * ldx, 8 * b, count);
+    for (int q = 0; q < NQ; ++q) {
+      const __m512i v = _mm512_loadu_si512(quad + q * stride + b * 32);
+      const __m512 w02 = QuadCols02(v), w13 = QuadCols13(v);
+      for (int i = 0; i < MB; ++i) {
+        acc[i][2 * q] = _mm512_fmadd_ps(xv[i], w02, acc[i][2 * q]);
+        acc[i][2 * q + 1] = _mm512_fmadd_ps(xv[i], w13, acc[i][2 * q + 1]);
+      }
+    }
+  };
+  const int kfull = k / 8;
+  for (int b = 0; b < kfull; ++b) block(b, 8);
+  if (k % 8 != 0) block(kfull, k % 8);  // the quads hold zeros past k; x is masked there
+  for (int i = 0; i < MB; ++i) {
+    for (int q = 0; q < NQ; ++q) {
+      // Register 2q holds columns 4q and 4q + 2, register 2q + 1 columns 4q + 1 and 4q + 3.
+      const float s[4] = {HorizontalSum(_mm512_castps512_ps256(acc[i][2 * q])),
+                          HorizontalSum(_mm512_castps512_ps256(acc[i][2 * q + 1])),
+                          HorizontalSum(_mm512_extractf32x8_ps(acc[i][2 * q], 1)),
+                          HorizontalSum(_mm512_extractf32x8_ps(acc[i][2 * q + 1], 1))};
+      for (int c = 0; c < 4 && 4 * q + c < ncols; ++c) {
+        float& out = y[i * ldy + 4 * q + c];
+        out = accumulate ? out + s[c] : s[c];
+      }
+    }
+  }
+}
+
+// Columns [n0, n1) of MB rows (n0 a multiple of 4): tiles of NQ quads, then single quads.
+template <int MB, int NQ>
+void QuadRows(const float* x, int64_t ldx, const LinearWeights& w, float* y, int64_t ldy,
+              bool accumulate, int n0, int n1, int prefetch_end) {
+  const int64_t stride = QuadStride(w.k());
+  const uint16_t* quads = w.quads();
+  constexpr int kCols = 4 * NQ;
+  int j = n0;
+  for (; j + kCols <= n1; j += kCols) {
+    const int ahead = j + kPrefetchTiles * kCols;
+    const char* next = ahead < prefetch_end
+                           ? reinterpret_cast<const char*>(quads + (ahead / 4) * stride)
+                           : nullptr;
+    QuadTile<MB, NQ>(x, ldx, quads + (j / 4) * stride, stride, kCols, w.k(), y + j, ldy, accumulate,
+                     next);
+  }
+  for (; j < n1; j += 4) {
+    QuadTile<MB, 1>(x, ldx, quads + (j / 4) * stride, stride, std::min(4, n1 - j), w.k(), y + j,
+                    ldy, accumulate, nullptr);
+  }
+}
+
+// 1..4 rows: 4 quads (16 columns) for 1 and 2 rows, 3 quads for 3 and 4 (24 accumulators).
+void QuadFewRows(const float* x, int64_t ldx, int m, const LinearWeights& w, float* y, int64_t ldy,
+                 bool accumulate, int n0, int n1, int prefetch_end) {
+  switch (m) {
+    case 1:
+      return QuadRows<1, 4>(x, ldx, w, y, ldy, accumulate, n0, n1, prefetch_end);
+    case 2:
+      return QuadRows<2, 4>(x, ldx, w, y, ldy, accumulate, n0, n1, prefetch_end);
+    case 3:
+      return QuadRows<3, 3>(x, ldx, w, y, ldy, accumulate, n0, n1, prefetch_end);
+    default:
+      return QuadRows<4, 3>(x, ldx, w, y, ldy, accumulate, n0, n1, prefetch_end);
+  }
+}
+
+// The quads' DirectAs: 1..4 rows over the range; 5..16 rows: for every 3 quads (12 columns),
+// every block of 4 rows in turn (the first block reads memory and prefetches, the others L1).
+void DirectQuads(const LinearArgs& a, int n0, int n1) {
+  MORSERVE_CHECK(n0 % LinearWeights::kQuadCols == 0, "bf16-quads: a column range starts mid-quad");
+  if (a.m <= 4) return QuadFewRows(a.x, a.ldx, a.m, *a.w, a.y, a.ldy, a.accumulate, n0, n1, n1);
+  int j = n0;
+  for (; j + kWideCols <= n1; j += kWideCols) {
+    for (int i = 0; i < a.m; i += 4) {
+      QuadFewRows(a.x + i * a.ldx, a.ldx, std::min(4, a.m - i), *a.w, a.y + i * a.ldy, a.ldy,
+                  a.accumulate, j, j + kWideCols,
+                  i == 0 ? std::min(n1, j + kWideCols * (1 + kPrefetchTiles)) : 0);
+    }
+  }
+  for (int i = 0; i < a.m && j < n1; i += 4) {
+    QuadFewRows(a.x + i * a.ldx, a.ldx, std::min(4, a.m - i), *a.w, a.y + i * a.ldy, a.ldy,
+                a.accumulate, j, n1, 0);
+  }
+}
+
 void Direct(const LinearArgs& a, int n0, int n1) {
+  if (a.w->format() == WeightFormat::kBF16Quads) return DirectQuads(a, n0, n1);
   VisitWeightFormat<F32Format, Half16Format<true>, Half16Format<false>, Q8Format>(
       a.w->format(), [&](auto tag) { DirectAs<typename decltype(tag)::type>(a, n0, n1); });
 }
@@ -324,7 +435,25 @@ void DecodePairsAs(const LinearWeights& w, int j0, int ncols, float* out, int st
   }
 }
 
+// DecodePairsAs for bf16-quads (j0 even): a pair is half of a quad, put back in column order.
+void DecodeQuadPairs(const LinearWeights& w, int j0, int ncols, float* out, int stride) {
+  const int64_t qstride = QuadStride(w.k());
+  const int blocks = (w.k() + 7) / 8;
+  for (int p = 0; 2 * p < ncols; ++p) {
+    const int j = j0 + 2 * p;
+    const uint16_t* quad = w.quads() + (j / 4) * qstride;
+    const bool high = j % 4 == 2;  // columns 2 and 3 of the quad
+    for (int b = 0; b < blocks; ++b) {
+      const __m512i v = _mm512_loadu_si512(quad + b * 32);
+      const __m512 w02 = QuadCols02(v), w13 = QuadCols13(v);
+      _mm512_storeu_ps(out + p * 16 + b * stride, high ? _mm512_shuffle_f32x4(w02, w13, 0xEE)
+                                                       : _mm512_shuffle_f32x4(w02, w13, 0x44));
+    }
+  }
+}
+
 void DecodePairs(const LinearWeights& w, int j0, int ncols, float* out, int stride) {
+  if (w.format() == WeightFormat::kBF16Quads) return DecodeQuadPairs(w, j0, ncols, out, stride);
   VisitWeightFormat<F32Format, Half16Format<true>, Half16Format<false>, Q8Format>(
       w.format(),
       [&](auto tag) { DecodePairsAs<typename decltype(tag)::type>(w, j0, ncols, out, stride); });

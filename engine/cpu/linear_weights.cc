@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/check.h"
+#include "engine/io/mapped_file.h"
 #include "engine/model/dtype.h"
 
 namespace morserve {
@@ -41,6 +42,8 @@ std::string_view WeightFormatName(WeightFormat f) {
       return "amx-bf16";
     case WeightFormat::kW8A8:
       return "w8a8";
+    case WeightFormat::kBF16Quads:
+      return "bf16-quads";
   }
   return "?";
 }
@@ -59,6 +62,8 @@ int64_t WeightRowBytes(WeightFormat format, int k) {
     }
     case WeightFormat::kAmxBf16:
       return int64_t{2} * RoundUp(k, LinearWeights::kAmxKBlock);
+    case WeightFormat::kBF16Quads:
+      return int64_t{2} * RoundUp(k, 8);
   }
   return 0;
 }
@@ -76,6 +81,12 @@ int64_t AmxTileIndex(int k, int j, int p) {
   const int64_t g = j / LinearWeights::kAmxGroupCols, t = (j % LinearWeights::kAmxGroupCols) / 16;
   const int64_t kb = p / LinearWeights::kAmxKBlock;
   return ((g * kblocks + kb) * 4 + t) * 16 * 32 + AmxInTile(j % 16, p % LinearWeights::kAmxKBlock);
+}
+
+int64_t QuadIndex(int k, int j, int p) {
+  const int64_t q = j / LinearWeights::kQuadCols, c = j % LinearWeights::kQuadCols;
+  const int64_t word = (c / 2) * 8 + p % 8;  // the 32-bit word of the block
+  return q * QuadStride(k) + (p / 8) * 32 + word * 2 + c % 2;
 }
 
 int64_t W8A8ValueIndex(int k, int j, int p) {
@@ -128,8 +139,9 @@ void DecodeWeightRow(WeightFormat format, const WeightRow& row, int k, float* ou
     }
     case WeightFormat::kAmxBf16:
     case WeightFormat::kW8A8:
+    case WeightFormat::kBF16Quads:
       MORSERVE_CHECK(false,
-                     "DecodeWeightRow: amx-bf16 and w8a8 rows are not contiguous "
+                     "DecodeWeightRow: amx-bf16, w8a8 and bf16-quads rows are not contiguous "
                      "(LinearWeights::DecodeRow)");
   }
 }
@@ -144,6 +156,11 @@ void LinearWeights::DecodeRow(int i, float* out) const {
       const int q = static_cast<int>(values[W8A8ValueIndex(k_, i, p)]) - 128;
       out[p] = static_cast<float>(q) * F16ToF32(scales[W8A8ScaleIndex(k_, i, p)]);
     }
+    return;
+  }
+  if (format_ == WeightFormat::kBF16Quads) {
+    const uint16_t* values = quads();
+    for (int p = 0; p < k_; ++p) out[p] = Bf16ToF32(values[QuadIndex(k_, i, p)]);
     return;
   }
   if (format_ != WeightFormat::kAmxBf16) return DecodeWeightRow(format_, rows_[i], k_, out);
@@ -179,6 +196,59 @@ void LinearWeights::PackW8A8(const float* w) {
   }
   rows_.assign(n_, WeightRow{owned_.data(), scales});
   fill_ = owned_.size();
+}
+
+const uint16_t* LinearWeights::quads() const {
+  return format_ == WeightFormat::kBF16Quads ? reinterpret_cast<const uint16_t*>(owned_.data())
+                                             : nullptr;
+}
+
+// owned_ holds round_up(n_, 4) columns x round_up(k_, 8) bf16 values, zero where W has none;
+// row j's WeightRow points at its half of the quad (see WeightRow).
+void LinearWeights::StartQuads() {
+  const int np = RoundUp(n_, kQuadCols);
+  owned_.assign(static_cast<size_t>(np / kQuadCols) * QuadStride(k_) * 2, 0);
+  fill_ = owned_.size();
+  rows_.clear();
+  for (int j = 0; j < n_; ++j) {
+    const uint16_t* half = quads() + QuadIndex(k_, j, 0) - j % 2;
+    rows_.push_back(WeightRow{half, nullptr, j % 2 == 1});
+  }
+}
+
+// Rows [j0, j0 + n) as bf16 bits (`rows`, [n, k] row-major) into their quads.
+void LinearWeights::PutQuadRows(int j0, int n, const uint16_t* rows) {
+  auto* values = reinterpret_cast<uint16_t*>(owned_.data());
+  for (int r = 0; r < n; ++r) {
+    uint16_t* dst = values + QuadIndex(k_, j0 + r, 0);
+    const uint16_t* src = rows + static_cast<size_t>(r) * k_;
+    for (int p = 0; p < k_; ++p) dst[(p / 8) * 32 + (p % 8) * 2] = src[p];
+  }
+}
+
+void LinearWeights::PackQuads(const float* w) {
+  StartQuads();
+  std::vector<uint16_t> row(k_);
+  for (int j = 0; j < n_; ++j) {
+    const float* src = w + static_cast<size_t>(j) * k_;
+    for (int p = 0; p < k_; ++p) row[p] = F32ToBf16(src[p]);
+    PutQuadRows(j, 1, row.data());
+  }
+}
+
+// A part's rows as bf16 bits: copied from a bf16 tensor, rounded from any other dtype; then
+// its mapped pages are released.
+void LinearWeights::PackQuadPart(int j0, const TensorView& t) {
+  const int n = static_cast<int>(t.shape[0]);
+  if (t.dtype == DType::kBF16) {
+    PutQuadRows(j0, n, static_cast<const uint16_t*>(t.data));
+  } else {
+    const std::vector<float> f = t.ToF32Vector();
+    std::vector<uint16_t> bits(f.size());
+    for (size_t i = 0; i < f.size(); ++i) bits[i] = F32ToBf16(f[i]);
+    PutQuadRows(j0, n, bits.data());
+  }
+  ReleaseMappedPages(t.data, t.nbytes());
 }
 
 const uint16_t* LinearWeights::amx_tiles() const {
@@ -236,7 +306,8 @@ void LinearWeights::PackRows(const float* w, int n) {
       }
       case WeightFormat::kAmxBf16:
       case WeightFormat::kW8A8:
-        MORSERVE_CHECK(false, "PackRows: amx-bf16 and w8a8 weights are packed whole");
+      case WeightFormat::kBF16Quads:
+        MORSERVE_CHECK(false, "PackRows: amx-bf16, w8a8 and bf16-quads weights are packed whole");
     }
     rows_.push_back(row);
     fill_ += static_cast<size_t>(row_bytes);
@@ -255,6 +326,10 @@ LinearWeights LinearWeights::FromF32(const float* w, int n, int k, WeightFormat 
   }
   if (format == WeightFormat::kW8A8) {
     out.PackW8A8(w);
+    return out;
+  }
+  if (format == WeightFormat::kBF16Quads) {
+    out.PackQuads(w);
     return out;
   }
   out.owned_.resize(static_cast<size_t>(WeightRowBytes(format, k)) * n);
@@ -282,6 +357,15 @@ absl::StatusOr<LinearWeights> LinearWeights::FromViews(std::span<const TensorVie
     out.n_ += static_cast<int>(t->shape[0]);
     if (!ReadsInPlace(format, t->dtype)) owned_rows += t->shape[0];
   }
+  if (format == WeightFormat::kBF16Quads) {  // part by part: no fp32 copy of the whole
+    out.StartQuads();
+    int j0 = 0;
+    for (const TensorView* t : parts) {
+      out.PackQuadPart(j0, *t);
+      j0 += static_cast<int>(t->shape[0]);
+    }
+    return out;
+  }
   if (format == WeightFormat::kAmxBf16 || format == WeightFormat::kW8A8) {
     std::vector<float> all;
     all.reserve(static_cast<size_t>(out.n_) * out.k_);
@@ -294,6 +378,7 @@ absl::StatusOr<LinearWeights> LinearWeights::FromViews(std::span<const TensorVie
     } else {
       out.PackW8A8(all.data());
     }
+    for (const TensorView* t : parts) ReleaseMappedPages(t->data, t->nbytes());
     return out;
   }
   out.owned_.resize(static_cast<size_t>(WeightRowBytes(format, out.k_) * owned_rows));
@@ -306,6 +391,7 @@ absl::StatusOr<LinearWeights> LinearWeights::FromViews(std::span<const TensorVie
         out.rows_.push_back(WeightRow{base + r * in_place_row, nullptr});
     } else {
       out.PackRows(t->ToF32Vector().data(), rows);
+      ReleaseMappedPages(t->data, t->nbytes());
     }
   }
   return out;

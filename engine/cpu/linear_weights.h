@@ -9,6 +9,15 @@
 // times an 11-bit significand is exact in fp32, so every format decodes to exact fp32 values
 // and the kernels compute the same fp32 products for every format.
 //
+// BF16Quads holds bf16 values (the same numbers as bf16) in one owned copy laid out for the
+// AVX2 and AVX-512 sets' decode loop: columns in quads of kQuadCols (n padded with zero
+// columns), k in blocks of 8 (zero-padded); per quad, its blocks one after another (a quad is
+// one contiguous stream), each block 64 bytes: 32-bit word e (0..15) holds column
+// 2 * (e / 8) of the quad in its low 16 bits and column 2 * (e / 8) + 1 in its high 16 bits,
+// both at k = 8 * block + e % 8. A shift left by 16 and a mask of the high halves turn 32 bytes
+// into two columns' exact fp32 values, with no shuffle; rows stored in place need a widening
+// shuffle per 16 bytes, and short row streams keep fewer misses in flight (docs/benchmarks.md).
+//
 // AmxBf16 is for the AMX kernel set (linear_kernels.h): bf16 values in AMX B-tile order, one
 // owned copy: columns in groups of kAmxGroupCols (n padded with zero columns), k in blocks of
 // kAmxKBlock (zero-padded); per group and k block, 4 tiles of 16 columns, each tile 16 rows of
@@ -35,14 +44,17 @@
 
 namespace morserve {
 
-enum class WeightFormat { kF32, kBF16, kF16, kQ8, kAmxBf16, kW8A8 };
+enum class WeightFormat { kF32, kBF16, kF16, kQ8, kAmxBf16, kW8A8, kBF16Quads };
 
-std::string_view WeightFormatName(WeightFormat f);  // "f32", ..., "amx-bf16", "w8a8"
+std::string_view WeightFormatName(WeightFormat f);  // "f32", ..., "w8a8", "bf16-quads"
 
 // One output row: its k values (format-specific bytes) and, for Q8, its group scales (f16).
+// bf16-quads: data is the row's 32-byte half of its quad's first block, and high says whether
+// the row is the high 16 bits of each 32-bit word there.
 struct WeightRow {
   const void* data = nullptr;
   const uint16_t* scales = nullptr;
+  bool high = false;
 };
 
 class LinearWeights {
@@ -51,10 +63,12 @@ class LinearWeights {
   static constexpr int kAmxGroupCols = 64;
   static constexpr int kAmxKBlock = 32;
   static constexpr int kW8A8GroupCols = 16;
+  static constexpr int kQuadCols = 4;
 
   // The rows of `parts` stacked in order (every part [rows_i, k], the same k), in `format`:
   // read in place when a part's dtype is that format, converted (bf16 rounds to nearest even,
-  // f16 likewise) or quantized into one owned copy otherwise.
+  // f16 likewise) or quantized into one owned copy otherwise. A part copied out of a mapped
+  // checkpoint has its pages released (ReleaseMappedPages), so the weights stay resident once.
   static absl::StatusOr<LinearWeights> FromViews(std::span<const TensorView* const> parts,
                                                  WeightFormat format);
   // w: [n, k] row-major fp32, always copied.
@@ -79,6 +93,9 @@ class LinearWeights {
   void DecodeRow(int i, float* out) const;
   // kAmxBf16: the tiles (see above); nullptr for the other formats.
   const uint16_t* amx_tiles() const;
+  // kBF16Quads: the quads (see above); nullptr for the other formats. Quad q starts at
+  // quads() + q * QuadStride(k()); row(j) is set up as WeightRow says.
+  const uint16_t* quads() const;
   // kW8A8: the values (q + 128) and the scales (see above); nullptr for the other formats.
   const uint8_t* w8a8_values() const;
   const uint16_t* w8a8_scales() const;
@@ -87,6 +104,10 @@ class LinearWeights {
   void PackRows(const float* w, int n);  // appends n rows given as fp32, converted to format_
   void PackAmx(const float* w);          // all n_ rows given as fp32, rounded to bf16 tiles
   void PackW8A8(const float* w);         // all n_ rows given as fp32, quantized to VNNI order
+  void PackQuads(const float* w);        // all n_ rows given as fp32, rounded to bf16 quads
+  void StartQuads();                     // zeroed quads for n_ x k_, and the rows' views
+  void PutQuadRows(int j0, int n, const uint16_t* rows);
+  void PackQuadPart(int j0, const TensorView& t);
 
   int n_ = 0;
   int k_ = 0;
@@ -103,12 +124,17 @@ int64_t WeightRowBytes(WeightFormat format, int k);
 // Index (uint16 units) of W[j, p] in the AmxBf16 tiles of a weight with k columns.
 int64_t AmxTileIndex(int k, int j, int p);
 
+// Index (uint16 units) of W[j, p] in the BF16Quads values of a weight with k columns, and the
+// uint16 units of one quad (4 columns x k rounded up to 8).
+int64_t QuadIndex(int k, int j, int p);
+inline int64_t QuadStride(int k) { return int64_t{4} * ((k + 7) & ~7); }
+
 // Index (bytes) of W[j, p] in the W8A8 values of a weight with k columns; its scale is at
 // W8A8ScaleIndex(k, j, p) in the scales.
 int64_t W8A8ValueIndex(int k, int j, int p);
 int64_t W8A8ScaleIndex(int k, int j, int p);
 
-// Decodes one row of `format` (k values, not kAmxBf16 or kW8A8) to exact fp32.
+// Decodes one row of `format` (k values, not kAmxBf16, kW8A8 or kBF16Quads) to exact fp32.
 void DecodeWeightRow(WeightFormat format, const WeightRow& row, int k, float* out);
 
 // Quantizes one row to Q8: q[round_up(k, 32)] and scales[round_up(k, 32) / 32] (f16 bits).

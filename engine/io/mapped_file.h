@@ -1,6 +1,11 @@
 // A read-only memory map of a whole file. The mapping lives as long as the MappedFile, so
 // TensorViews into it stay valid while the owning TensorStore keeps it (TensorStore::Own).
 // An empty file maps to data() == nullptr, size() == 0.
+//
+// ReleaseMappedPages lets a reader that has copied tensors out of a mapping (the CPU runner's
+// packed weight formats) drop those pages from the process's resident set: madvise(DONTNEED)
+// on the whole pages of the range that lie inside a live MappedFile (touched again, they are
+// read back from the file); memory outside every live mapping is left alone.
 #pragma once
 
 #include <cstddef>
@@ -33,5 +38,9 @@ class MappedFile {
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;
 };
+
+// Returns the bytes released (whole pages inside one live mapping; 0 when the range lies in
+// none).
+size_t ReleaseMappedPages(const void* data, size_t bytes);
 
 }  // namespace morserve

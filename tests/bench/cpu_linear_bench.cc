@@ -7,7 +7,9 @@
 // exceed 256 MiB and twice the L3, so every call reads W from memory as a real model's step does
 // (the whole 360M model is far larger than the caches). amx-bf16 runs too where the host has AMX,
 // w8a8 where it has AVX-512 VNNI. Prints one JSON object.
-// Usage: cpu_linear_bench [--quick] [--formats f32,bf16,int8,amx-bf16,w8a8]
+// Usage: cpu_linear_bench [--quick] [--formats f32,bf16,bf16-quads,int8,amx-bf16,w8a8]
+//        cpu_linear_bench --side-by-side --formats bf16,bf16-quads [--m 1,8]: the formats' calls
+//        alternate one by one; medians per call and each format's speed-up over the first.
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,20 +59,147 @@ double SecondsPerCall(double budget_s, Fn&& fn) {
   return elapsed / reps;
 }
 
+// The rotation of copies of one shape's weight in one format (see RotationBytes).
+struct Rotation {
+  std::vector<std::unique_ptr<CpuLinear>> copies;
+  size_t next = 0;
+  const CpuLinear& Next() {
+    const CpuLinear& lin = *copies[next];
+    next = (next + 1) % copies.size();
+    return lin;
+  }
+};
+
+Rotation MakeRotation(const std::vector<float>& w, const Shape& s, WeightFormat f,
+                      ThreadPool* pool) {
+  Rotation r;
+  int64_t total = 0;
+  do {
+    r.copies.push_back(std::make_unique<CpuLinear>(w.data(), s.n, s.k, f, pool));
+    total += r.copies.back()->weights().bytes();
+  } while (total < RotationBytes());
+  return r;
+}
+
+// --side-by-side: the formats' calls alternate one by one (kCalls each per shape and m), so a
+// neighbour's load on a shared machine falls on every format alike; reports the median and
+// 10th-percentile time per call and each format's median against the first one's.
+void SideBySide(const std::vector<WeightFormat>& formats, const std::vector<int>& ms,
+                ThreadPool* pool, const MachineLimits& limits) {
+  constexpr int kCalls = 300;
+  bool first = true;
+  for (const Shape& s : kShapes) {
+    const auto w = testing::UniformRandom(static_cast<size_t>(s.n) * s.k, 1);
+    // Copies made in turn (one of each format, then the next), so that every format's copies lie
+    // in the same stretches of memory: on a VM, memory allocated at different times can differ
+    // in speed by 2x (measured here), which would otherwise land on one format.
+    std::vector<Rotation> rot(formats.size());
+    for (int64_t total = 0; total < RotationBytes();) {
+      for (size_t f = 0; f < formats.size(); ++f) {
+        rot[f].copies.push_back(std::make_unique<CpuLinear>(w.data(), s.n, s.k, formats[f], pool));
+        if (f == 0) total += rot[f].copies.back()->weights().bytes();
+      }
+    }
+    for (int m : ms) {
+      const auto x = testing::UniformRandom(static_cast<size_t>(m) * s.k, 2);
+      std::vector<float> y(static_cast<size_t>(m) * s.n);
+      std::vector<std::vector<double>> us(formats.size());
+      for (int call = -1; call < kCalls; ++call) {  // call -1 warms up
+        for (size_t f = 0; f < formats.size(); ++f) {
+          const CpuLinear& lin = rot[f].Next();
+          const auto t0 = std::chrono::steady_clock::now();
+          lin.Forward(x.data(), m, y.data());
+          const auto t1 = std::chrono::steady_clock::now();
+          if (call >= 0)
+            us[f].push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+        }
+      }
+      double base = 0;
+      for (size_t f = 0; f < formats.size(); ++f) {
+        std::sort(us[f].begin(), us[f].end());
+        const double med = us[f][us[f].size() / 2], p10 = us[f][us[f].size() / 10];
+        if (f == 0) base = med;
+        const double gbs = rot[f].copies[0]->weights().bytes() / med / 1e3;
+        std::printf(
+            "%s  {\"format\": \"%s\", \"shape\": \"%s\", \"n\": %d, \"k\": %d, \"m\": %d, "
+            "\"median_us\": %.1f, \"p10_us\": %.1f, \"weight_gbs\": %.2f, \"bw_fraction\": %.3f, "
+            "\"speedup_vs_first\": %.3f}",
+            first ? "" : ",\n", std::string(WeightFormatName(formats[f])).c_str(), s.name, s.n, s.k,
+            m, med, p10, gbs, gbs / limits.read_gbs, base / med);
+        first = false;
+      }
+      std::fflush(stdout);
+    }
+  }
+}
+
+std::optional<WeightFormat> ParseWeightFormat(const std::string& name) {
+  for (WeightFormat f :
+       {WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kF16, WeightFormat::kQ8,
+        WeightFormat::kAmxBf16, WeightFormat::kW8A8, WeightFormat::kBF16Quads}) {
+    if (WeightFormatName(f) == name) return f;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> SplitCommas(const std::string& s) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at <= s.size()) {
+    const size_t end = std::min(s.find(',', at), s.size());
+    if (end > at) out.push_back(s.substr(at, end - at));
+    at = end + 1;
+  }
+  return out;
+}
+
+int Usage() {
+  std::fprintf(stderr,
+               "usage: cpu_linear_bench [--quick] [--formats f32,bf16,...]\n"
+               "       cpu_linear_bench --side-by-side --formats A,B[,...] [--m 1,8,...]\n");
+  return 2;
+}
+
 int Main(int argc, char** argv) {
-  bool quick = false;
+  bool quick = false, side_by_side = false;
   std::string only;  // --formats: a comma-separated list of format names; empty for all
+  std::string m_list = "1,8";
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
+    } else if (std::strcmp(argv[i], "--side-by-side") == 0) {
+      side_by_side = true;
     } else if (std::strcmp(argv[i], "--formats") == 0 && i + 1 < argc) {
       only = std::string(",") + argv[++i] + ",";
+    } else if (std::strcmp(argv[i], "--m") == 0 && i + 1 < argc) {
+      m_list = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: cpu_linear_bench [--quick] [--formats f32,bf16,...]\n");
-      return 2;
+      return Usage();
     }
   }
   ThreadPool* pool = DefaultThreadPool();
+  if (side_by_side) {
+    std::vector<WeightFormat> formats;
+    for (const std::string& name : SplitCommas(only)) {
+      const auto f = ParseWeightFormat(name);
+      if (!f) {
+        std::fprintf(stderr, "cpu_linear_bench: unknown format '%s'\n", name.c_str());
+        return 2;
+      }
+      formats.push_back(*f);
+    }
+    std::vector<int> ms;
+    for (const std::string& m : SplitCommas(m_list)) ms.push_back(std::atoi(m.c_str()));
+    if (formats.size() < 2 || ms.empty()) return Usage();
+    const MachineLimits limits = MeasureMachineLimits(pool, 1024);
+    std::printf("{\"kernels\": \"%s\", \"threads\": %d, \"read_gbs\": %.2f, \"runs\": [\n",
+                std::string(BestLinearKernels().name).c_str(), pool->num_threads(),
+                limits.read_gbs);
+    SideBySide(formats, ms, pool, limits);
+    const MachineLimits after = MeasureMachineLimits(pool, 1024);
+    std::printf("\n], \"read_gbs_after\": %.2f}\n", after.read_gbs);
+    return 0;
+  }
   const MachineLimits limits = MeasureMachineLimits(pool, quick ? 256 : 1024);
   std::printf(
       "{\"kernels\": \"%s\", \"threads\": %d, \"read_gbs\": %.2f, \"fma_gflops\": %.1f,\n "
@@ -77,7 +207,9 @@ int Main(int argc, char** argv) {
       std::string(BestLinearKernels().name).c_str(), pool->num_threads(), limits.read_gbs,
       limits.fma_gflops);
   bool first = true;
-  std::vector<WeightFormat> formats = {WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kQ8};
+  // bf16-quads: the engine's default for bf16 weights on AVX2 and AVX-512 hosts.
+  std::vector<WeightFormat> formats = {WeightFormat::kF32, WeightFormat::kBF16,
+                                       WeightFormat::kBF16Quads, WeightFormat::kQ8};
   // amx-bf16 (bf16 inputs on the AMX tile unit) where the host has it; its fma_fraction is still
   // against the fp32 FMA peak.
   if (AmxLinearKernels() != nullptr) formats.push_back(WeightFormat::kAmxBf16);
@@ -88,22 +220,14 @@ int Main(int argc, char** argv) {
       continue;
     for (const Shape& s : kShapes) {
       const auto w = testing::UniformRandom(static_cast<size_t>(s.n) * s.k, 1);
-      std::vector<std::unique_ptr<CpuLinear>> copies;
-      int64_t total = 0;
-      do {
-        copies.push_back(std::make_unique<CpuLinear>(w.data(), s.n, s.k, f, pool));
-        total += copies.back()->weights().bytes();
-      } while (total < RotationBytes());
-      const CpuLinear& lin = *copies[0];
-      size_t next = 0;
+      Rotation rot = MakeRotation(w, s, f, pool);
+      const CpuLinear& lin = *rot.copies[0];
       for (int m : {1, 2, 4, 8, 16, 32, 64, 128, 512}) {
         if (quick && m > 32) continue;
         const auto x = testing::UniformRandom(static_cast<size_t>(m) * s.k, 2);
         std::vector<float> y(static_cast<size_t>(m) * s.n);
-        const double sec = SecondsPerCall(quick ? 0.05 : 0.3, [&] {
-          copies[next]->Forward(x.data(), m, y.data());
-          next = (next + 1) % copies.size();
-        });
+        const double sec =
+            SecondsPerCall(quick ? 0.05 : 0.3, [&] { rot.Next().Forward(x.data(), m, y.data()); });
         const double gbs = lin.weights().bytes() / sec / 1e9;
         const double gflops = 2.0 * m * s.n * s.k / sec / 1e9;
         std::printf(

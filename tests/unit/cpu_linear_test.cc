@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -22,7 +23,8 @@ using testing::UniformRandom;
 // The weights a format stores, decoded: the values the kernels multiply.
 std::vector<float> Decoded(const CpuLinear& lin) {
   std::vector<float> w(static_cast<size_t>(lin.n()) * lin.k());
-  for (int j = 0; j < lin.n(); ++j) lin.weights().DecodeRow(j, &w[static_cast<size_t>(j) * lin.k()]);
+  for (int j = 0; j < lin.n(); ++j)
+    lin.weights().DecodeRow(j, &w[static_cast<size_t>(j) * lin.k()]);
   return w;
 }
 
@@ -87,19 +89,22 @@ TEST_P(CpuLinearTest, AccumulateAddsToOutput) {
 // Row r computed inside batches of every size 1..64, at different positions, among random
 // neighbours, is bitwise identical to the row computed alone.
 void ExpectBatchInvariant(int n, int k, WeightFormat format, uint32_t seed, ThreadPool* pool) {
-  SCOPED_TRACE("n=" + std::to_string(n) + " k=" + std::to_string(k) + " seed=" + std::to_string(seed));
+  SCOPED_TRACE("n=" + std::to_string(n) + " k=" + std::to_string(k) +
+               " seed=" + std::to_string(seed));
   const int rows = 64;
   const auto w = UniformRandom(static_cast<size_t>(n) * k, seed);
   const auto x = UniformRandom(static_cast<size_t>(rows) * k, 7);
   CpuLinear lin(w.data(), n, k, format, pool);
   std::vector<float> alone(static_cast<size_t>(rows) * n);
-  for (int r = 0; r < rows; ++r) lin.Forward(&x[static_cast<size_t>(r) * k], 1, &alone[static_cast<size_t>(r) * n]);
+  for (int r = 0; r < rows; ++r)
+    lin.Forward(&x[static_cast<size_t>(r) * k], 1, &alone[static_cast<size_t>(r) * n]);
   int checked = 0;
   for (int batch = 1; batch <= rows; ++batch) {
     auto xb = UniformRandom(static_cast<size_t>(batch) * k, 100 + batch, 5.0f);
     std::vector<float> y(static_cast<size_t>(batch) * n);
     const int r = (batch * 7) % rows, pos = (batch * 5) % batch;
-    std::memcpy(&xb[static_cast<size_t>(pos) * k], &x[static_cast<size_t>(r) * k], k * sizeof(float));
+    std::memcpy(&xb[static_cast<size_t>(pos) * k], &x[static_cast<size_t>(r) * k],
+                k * sizeof(float));
     lin.Forward(xb.data(), batch, y.data());
     ASSERT_EQ(0, std::memcmp(&y[static_cast<size_t>(pos) * n], &alone[static_cast<size_t>(r) * n],
                              n * sizeof(float)))
@@ -158,8 +163,13 @@ TEST_P(CpuLinearTest, CountsWeightBytes) {
 
 INSTANTIATE_TEST_SUITE_P(Formats, CpuLinearTest,
                          ::testing::Values(WeightFormat::kF32, WeightFormat::kBF16,
-                                           WeightFormat::kF16, WeightFormat::kQ8),
-                         [](const auto& info) { return std::string(WeightFormatName(info.param)); });
+                                           WeightFormat::kF16, WeightFormat::kQ8,
+                                           WeightFormat::kBF16Quads),
+                         [](const auto& info) {
+                           std::string name(WeightFormatName(info.param));
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace morserve

@@ -2,7 +2,8 @@
 // (linear_weights.h): every kernel set the host runs equals the scalar set bit for bit (same
 // L8 order by design) for every format, odd shapes, m = 1..64 and both write modes; the scalar
 // set follows the order as written (checked against a hand-written L8 sum); int8 quantization
-// stays within its bound; bf16/f16 checkpoint rows are read in place.
+// stays within its bound; bf16/f16 checkpoint rows are read in place; bf16-quads hold the bf16
+// values in their documented layout and give in-place bf16's bits on every set.
 #include "engine/cpu/linear_kernels.h"
 
 #include <cpuid.h>
@@ -206,6 +207,73 @@ TEST(LinearKernelsTest, FromViewsReadsInPlaceAndPacksTheRest) {
   auto err = LinearWeights::FromViews(bad, WeightFormat::kBF16);
   ASSERT_FALSE(err.ok());
   EXPECT_NE(std::string(err.status().message()).find("v_proj.weight"), std::string::npos);
+}
+
+// bf16-quads: W[j, p] at QuadIndex (the layout of linear_weights.h, spelled out here), zero
+// padding past n and k, rounded to nearest even like bf16, and fused parts in order.
+TEST(LinearKernelsTest, Bf16QuadsHoldTheBf16ValuesInTheirLayout) {
+  const int n = 7, k = 13;
+  const auto wf = UniformRandom(n * k, 9);
+  const LinearWeights q = LinearWeights::FromF32(wf.data(), n, k, WeightFormat::kBF16Quads);
+  EXPECT_EQ(q.owned_bytes(), 8 * 16 * 2);  // 2 quads x 4 columns x 16 (k rounded up to 8)
+  EXPECT_EQ(q.bytes(), n * 16 * 2);
+  for (int j = 0; j < 8; ++j) {
+    for (int p = 0; p < 16; ++p) {
+      // Quad j / 4, block p / 8, 32-bit word (j % 4 / 2) * 8 + p % 8, half j % 2.
+      const int64_t at = (j / 4) * 4 * 16 + (p / 8) * 32 + ((j % 4) / 2 * 8 + p % 8) * 2 + j % 2;
+      ASSERT_EQ(QuadIndex(k, j, p), at) << j << "," << p;
+      const uint16_t want = j < n && p < k ? F32ToBf16(wf[j * k + p]) : 0;
+      EXPECT_EQ(q.quads()[at], want) << j << "," << p;
+    }
+  }
+  std::vector<float> row(k);
+  q.DecodeRow(5, row.data());
+  for (int p = 0; p < k; ++p) EXPECT_EQ(row[p], Bf16ToF32(F32ToBf16(wf[5 * k + p])));
+  // Fused views: a bf16 part and an f32 part, stacked in order.
+  std::vector<uint16_t> a(3 * k);
+  for (int i = 0; i < 3 * k; ++i) a[i] = F32ToBf16(wf[i]);
+  const TensorView va = View("q_proj.weight", DType::kBF16, 3, k, a.data());
+  const TensorView vb = View("k_proj.weight", DType::kF32, 4, k, wf.data() + 3 * k);
+  const TensorView* parts[] = {&va, &vb};
+  auto fused = LinearWeights::FromViews(parts, WeightFormat::kBF16Quads);
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  EXPECT_EQ(0, std::memcmp(fused->quads(), q.quads(), q.owned_bytes()));
+}
+
+// Every set on bf16-quads gives the scalar set's bits on the same values read in place, for
+// odd shapes, m = 1..64 (register tiles, row blocks and the m >= 17 panels), both write modes
+// and ranges that start at any quad.
+TEST(LinearKernelsTest, Bf16QuadsEqualBf16InPlaceBitwise) {
+  std::vector<const LinearKernelSet*> sets = VectorSets();
+  sets.push_back(&ScalarLinearKernels());
+  struct Shape {
+    int n, k;
+  };
+  int compared = 0;
+  for (const Shape s : {Shape{1, 1}, Shape{13, 7}, Shape{37, 203}, Shape{64, 96}, Shape{29, 33},
+                        Shape{50, 256}, Shape{9, 1000}, Shape{130, 40}}) {
+    const auto wf = UniformRandom(static_cast<size_t>(s.n) * s.k, 31 + s.k);
+    const LinearWeights rows = LinearWeights::FromF32(wf.data(), s.n, s.k, WeightFormat::kBF16);
+    const LinearWeights quads =
+        LinearWeights::FromF32(wf.data(), s.n, s.k, WeightFormat::kBF16Quads);
+    for (int m : {1, 2, 3, 4, 5, 7, 8, 13, 16, 17, 20, 64}) {
+      const auto x = UniformRandom(static_cast<size_t>(m) * s.k, 300 + m);
+      const auto y0 = UniformRandom(static_cast<size_t>(m) * s.n, 400 + m, 4.0f);
+      for (bool acc : {false, true}) {
+        for (auto [n0, n1] : {std::pair{0, s.n}, std::pair{s.n / 3 / 4 * 4, s.n}}) {
+          const auto want = RunSet(ScalarLinearKernels(), rows, x, m, y0, acc, n0, n1);
+          for (const LinearKernelSet* set : sets) {
+            const auto got = RunSet(*set, quads, x, m, y0, acc, n0, n1);
+            ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+                << set->name << " n=" << s.n << " k=" << s.k << " m=" << m << " accumulate=" << acc
+                << " columns " << n0 << ".." << n1;
+            ++compared;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(compared, static_cast<int>(sets.size()) * 8 * 12 * 2 * 2);
 }
 
 }  // namespace
