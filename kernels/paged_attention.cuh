@@ -16,7 +16,8 @@
 //   fp32 online softmax (base 2, scale * log2(e) folded into the scores). head_dim 64, 96 or
 //   128: a key is scored by 8, 16 or 16 lanes of 8 elements each (for 96, 12 lanes hold the
 //   row and 4 add zeros), the same CTA and tile for all three (kernels/attention_tile.cuh).
-// - Combine kernel, grid (rows, n_heads): merges a row's chunk partials in chunk order.
+// - Combine kernel, grid (rows, n_heads): merges a row's chunk partials in chunk order
+//   (kernels/attention_combine.cuh, the code recurrent_attention's finish runs on its ranges).
 //   A row with a single chunk is written directly by the split kernel and skipped here.
 //
 // Batch invariance: a row's bits depend only on its q, its table, kv_len, extra pair, the

@@ -5,12 +5,14 @@
 // is in an anonymous namespace of morserve::kernels (one copy per including file).
 //
 // The per-tile arithmetic (query load, key lookup, scores, online softmax, acc fold) lives in
-// kernels/attention_tile.cuh, shared with the recurrent attention kernel.
+// kernels/attention_tile.cuh, the partials' layout, store and chunk-order combine in
+// kernels/attention_combine.cuh; both are shared with the recurrent attention kernel.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/attention_combine.cuh"
 #include "kernels/attention_tile.cuh"
 #include "kernels/paged_attention.cuh"
 
@@ -20,9 +22,7 @@ namespace {
 // Everything the kernels read, passed by value: the tile fold's fields, then the split's.
 struct Args : TileArgs {
   void* out;
-  float* partial_acc;  // [rows][n_heads][max_chunks][head_dim]
-  float* partial_ml;   // [rows][n_heads][max_chunks][2]: running max (base 2) and sum
-  int max_chunks;
+  PartialArgs partials;  // the chunks' partials (attention_combine.cuh)
   int chunk_len;
 };
 
@@ -43,7 +43,7 @@ __device__ __forceinline__ RowInfo GetRow(const Args& a, int row) {
   const int64_t capacity = static_cast<int64_t>(end - begin) * a.block_size;
   info.ok = begin >= 0 && end >= begin && info.len >= 0 && info.len <= capacity;
   info.nchunks = info.total <= 0 ? 1 : (info.total + a.chunk_len - 1) / a.chunk_len;
-  info.ok = info.ok && info.nchunks <= a.max_chunks;
+  info.ok = info.ok && info.nchunks <= a.partials.max_chunks;
   return info;
 }
 
@@ -96,21 +96,7 @@ __global__ void __launch_bounds__(kThreads) AttnChunkKernel(const Args a) {
     StoreNormalized<HD>(out_row, acc, sh, outs, bad, /*nan_l_is_bad=*/false, tid);
     return;
   }
-#pragma unroll
-  for (int i = 0; i < kOutPerThread; ++i) {
-    const int o = tid + i * kThreads;
-    if (o < outs) {
-      const int g = o / HD;
-      const int d = o % HD;
-      const int64_t idx =
-          (static_cast<int64_t>(row) * a.n_heads + kvh * group + g) * a.max_chunks + chunk;
-      a.partial_acc[idx * HD + d] = acc[i];
-      if (d == 0) {
-        a.partial_ml[2 * idx] = sh.m[g];
-        a.partial_ml[2 * idx + 1] = bad ? QuietNan() : sh.l[g];
-      }
-    }
-  }
+  StorePartial<HD>(a.partials, row, a.n_heads, kvh, group, chunk, acc, sh, bad, tid);
 }
 
 // One CTA of HD threads per (row, head) whose row has several chunks: merges the chunk
@@ -122,23 +108,9 @@ __global__ void __launch_bounds__(HD) AttnCombineKernel(const Args a) {
   const int d = threadIdx.x;
   const RowInfo info = GetRow(a, row);
   if (!info.ok || info.nchunks <= 1) return;
-  const int64_t base = (static_cast<int64_t>(row) * a.n_heads + head) * a.max_chunks;
-  float m_all = -INFINITY;
-  bool bad = false;
-  for (int c = 0; c < info.nchunks; ++c) {
-    m_all = fmaxf(m_all, a.partial_ml[2 * (base + c)]);
-    bad = bad || isnan(a.partial_ml[2 * (base + c) + 1]);
-  }
-  float l_all = 0.0f;
-  float o = 0.0f;
-  for (int c = 0; c < info.nchunks; ++c) {
-    const float w = exp2f(a.partial_ml[2 * (base + c)] - m_all);
-    l_all = fmaf(a.partial_ml[2 * (base + c) + 1], w, l_all);
-    o = fmaf(a.partial_acc[(base + c) * HD + d], w, o);
-  }
   TO* out = static_cast<TO*>(a.out) + static_cast<int64_t>(row) * a.n_heads * HD +
             static_cast<int64_t>(head) * HD;
-  StoreF32(out, d, bad ? QuietNan() : o * (1.0f / l_all));
+  StoreF32(out, d, CombineChunks<HD>(a.partials, row, a.n_heads, head, info.nchunks, d));
 }
 
 // The kernels' argument block for a validated launch (see paged_attention_forward).
@@ -146,10 +118,7 @@ inline Args MakeArgs(const PagedAttentionParams& p, int max_chunks) {
   Args a;
   FillTileArgs(p, a);
   a.out = p.out;
-  const size_t partials = static_cast<size_t>(p.rows) * p.n_heads * max_chunks;
-  a.partial_acc = p.workspace;
-  a.partial_ml = p.workspace == nullptr ? nullptr : p.workspace + partials * p.head_dim;
-  a.max_chunks = max_chunks;
+  a.partials = MakePartialArgs(p.workspace, p.rows, p.n_heads, p.head_dim, max_chunks);
   a.chunk_len = p.chunk_len;
   return a;
 }

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "kernels/launch.cuh"
+#include "kernels/paged_attention.cuh"
 #include "kernels/recurrent_attention.cuh"
 #include "kernels/recurrent_attention_kernels.cuh"
 
@@ -15,13 +16,14 @@ cudaError_t Validate(const RecurrentAttentionParams& p, bool finish) {
   if (p.num_items < 0 || p.rows < 0 || !AttentionHeadDimSupported(p.head_dim) || p.n_heads <= 0 ||
       p.n_kv_heads <= 0 || p.n_heads % p.n_kv_heads != 0 || p.n_heads / p.n_kv_heads > kMaxGroup ||
       p.block_size <= 0 || p.num_blocks <= 0 || !std::isfinite(p.scale) ||
-      (p.out_dtype != DType::kF32 && p.out_dtype != DType::kBF16) || p.n_kv_heads > 65535) {
+      (p.out_dtype != DType::kF32 && p.out_dtype != DType::kBF16) || p.n_kv_heads > 65535 ||
+      p.max_kv_len < 0) {
     return cudaErrorInvalidValue;
   }
   if (p.num_items == 0) return cudaSuccess;
   if (p.q == nullptr || p.k_cache == nullptr || p.v_cache == nullptr || p.table_indptr == nullptr ||
-      p.table_blocks == nullptr || p.kv_len == nullptr || p.state_ml == nullptr ||
-      p.state_acc == nullptr || p.items == nullptr) {
+      p.table_blocks == nullptr || p.kv_len == nullptr || p.workspace == nullptr ||
+      p.items == nullptr) {
     return cudaErrorInvalidValue;
   }
   if (finish && (p.extra_k == nullptr || p.extra_v == nullptr || p.out == nullptr)) {
@@ -67,6 +69,16 @@ cudaError_t Dispatch(const RecurrentAttentionParams& p, cudaStream_t stream) {
 }
 
 }  // namespace
+
+int RecurrentAttentionMaxRanges(int max_kv_len) {
+  return PagedAttentionMaxChunks(max_kv_len, /*extra=*/true, kRecurrentRange);
+}
+
+size_t RecurrentAttentionWorkspaceFloats(int rows, int n_heads, int head_dim, int max_kv_len) {
+  if (rows <= 0 || n_heads <= 0 || head_dim <= 0 || max_kv_len < 0) return 0;
+  return static_cast<size_t>(rows) * n_heads * RecurrentAttentionMaxRanges(max_kv_len) *
+         (head_dim + 2);
+}
 
 cudaError_t recurrent_attention_merge(const RecurrentAttentionParams& p, cudaStream_t stream) {
   return Dispatch<false>(p, stream);

@@ -67,16 +67,12 @@ constexpr int kMaxGraphRows = 256;
 
 // Split-KV chunk of the attention kernel, in tokens (fixed: batch invariance).
 constexpr int kAttentionChunk = 256;
-// Recurrent layers attend in ONE split chunk per row (chunk_len covers kv_len + the extra
-// pair): then the naive path's paged attention and the tiled path's folds
+// Recurrent layers attend in split chunks of kRecurrentRange entries (the extra pair included):
+// the naive path's paged attention with that chunk_len and the tiled path's range partials
 // (kernels/recurrent_attention.cuh) give the same bits, for any batch and any chunking.
-int RecurrentChunkLen(int max_kv_len) {
-  return (max_kv_len + 1 + k::kAttentionTile - 1) / k::kAttentionTile * k::kAttentionTile;
-}
-static_assert(kRecurrentGpuTile == k::kRecurrentTile &&
-                  kRecurrentScheduleFresh == k::kRecurrentFresh &&
+static_assert(kRecurrentGpuTile == k::kRecurrentTile && kRecurrentGpuRange == k::kRecurrentRange &&
                   sizeof(RecurrentFold) == sizeof(k::RecurrentFoldItem),
-              "the recurrent schedule and kernel agree on tiles and items");
+              "the recurrent schedule and kernel agree on tiles, ranges and items");
 
 struct DeviceLinear {
   int out = 0;
@@ -234,13 +230,16 @@ class CudaModelRunner : public ModelRunner {
   void FullRowsOnDevice(const DeviceLayer& L, const StagedRows& s, float* h, int n, bool recurrent);
   // Recurrent layers by the exact tiled schedule (engine/runtime/recurrent_schedule.h): the
   // batch reordered into waves of positions; q and the temporary pairs for all rows at once;
-  // per wave, key-tile merges into pending queries' softmax state, the wave's finish, then
-  // RecurrentRowsTail. The rows' states (slots, in b's row order) are gathered in wave order
-  // and scattered back: one upload, no synchronisation.
+  // per wave, key-tile merges into pending queries' softmax partials (one per range of
+  // kRecurrentRange keys: a decode row's cached prefix is one CTA per range and kv head), the
+  // wave's finish (own tile, then the ranges combined in order), then RecurrentRowsTail. The
+  // rows' states (slots, in b's row order) are gathered in wave order and scattered back: one
+  // upload, no synchronisation.
   void RunRecurrentTiled(const LayerBatch& b, const int32_t* slots);
-  // Merge (finish = false) or finish items [begin, begin + count) staged at items_at.
-  void RecurrentAttend(bool finish, const StagedRows& s, int rows, size_t items_at, int begin,
-                       int count);
+  // Merge (finish = false) or finish items [begin, begin + count) staged at items_at, on the
+  // rows' range partials in `partials` (RecurrentAttentionWorkspaceFloats for s).
+  void RecurrentAttend(bool finish, const StagedRows& s, int rows, float* partials, size_t items_at,
+                       int begin, int count);
   // Rows [begin, begin + m) after their attention: o, MLP, persistent pair to the cache.
   // ws: the rows' own staging (loop runs from 0), appended to s's upload (AppendStaged).
   void RecurrentRowsTail(const DeviceLayer& L, const StagedRows& s, const StagedRows& ws, int begin,
@@ -374,7 +373,6 @@ class CudaModelRunner : public ModelRunner {
   bool ec_linear_ = true, tc_linear_ = true;
   Scratch scratch_;
   RecurrentPrefill recurrent_prefill_ = RecurrentPrefill::kTiled;
-  DeviceBuffer rec_ml_, rec_acc_;  // recurrent folds' softmax state, [rows, n_heads, 2 | hd]
   PinnedBuffer pinned_out_;
   // The step's uploads: host parts and their device copies, bump-allocated, reset by Sync.
   PinnedBuffer arena_host_;
@@ -555,7 +553,7 @@ absl::Status CudaModelRunner::PinGemms() {
 }
 
 void CudaModelRunner::ReserveStepBuffers() {
-  const size_t rows = static_cast<size_t>(reserve_rows_), hs = cfg_.hidden_size, qd = cfg_.q_dim(),
+  const size_t rows = static_cast<size_t>(reserve_rows_), hs = cfg_.hidden_size,
                vocab = cfg_.vocab_size, logit_rows = static_cast<size_t>(reserve_logit_rows_);
   EnsureLayerScratch(rows, /*full=*/true);
   Ensure(scratch_.h, 2 * rows * hs * sizeof(float));     // InjectInput reads s and e together
@@ -573,13 +571,14 @@ void CudaModelRunner::ReserveStepBuffers() {
       lora_rank = std::max(lora_rank, lin->lora_rank);
   }
   if (lora_rank > 0) scratch_.lora_t.Reserve(rows * lora_rank * sizeof(float));
-  if (cfg_.recursion.layer_kind == LayerKind::kRecurrent) {
-    Ensure(rec_ml_, rows * cfg_.num_heads * 2 * sizeof(float));
-    Ensure(rec_acc_, rows * qd * sizeof(float));
+  size_t ws = k::PagedAttentionWorkspaceFloats(reserve_rows_, cfg_.num_heads, cfg_.head_dim,
+                                               cfg_.max_position_embeddings, /*extra=*/false,
+                                               kAttentionChunk);
+  if (cfg_.recursion.layer_kind == LayerKind::kRecurrent) {  // range partials, both schedules
+    ws = std::max(ws,
+                  k::RecurrentAttentionWorkspaceFloats(reserve_rows_, cfg_.num_heads, cfg_.head_dim,
+                                                       cfg_.max_position_embeddings));
   }
-  const size_t ws = k::PagedAttentionWorkspaceFloats(reserve_rows_, cfg_.num_heads, cfg_.head_dim,
-                                                     cfg_.max_position_embeddings, /*extra=*/false,
-                                                     kAttentionChunk);
   if (ws > 0) scratch_.attn_ws.Reserve(ws * sizeof(float));
   if (graph_rows_ > 0) graph_meta_.Reserve(GraphMetaInts() * sizeof(int32_t));
 }
@@ -823,9 +822,8 @@ int64_t CudaModelRunner::StepAllocations() const {
   const Scratch& x = scratch_;
   int64_t n = state_allocations_;
   for (const DeviceBuffer* b :
-       {&x.h,        &x.a,         &x.qkv,   &x.q,      &x.k_tmp,    &x.v_tmp,    &x.attn,
-        &x.proj,     &x.gu,        &x.act,   &x.lora_t, &x.logits,   &x.attn_ws,  &x.router_f,
-        &x.router_i, &x.sample_io, &rec_ml_, &rec_acc_, &arena_dev_, &graph_meta_}) {
+       {&x.h, &x.a, &x.qkv, &x.q, &x.k_tmp, &x.v_tmp, &x.attn, &x.proj, &x.gu, &x.act, &x.lora_t,
+        &x.logits, &x.attn_ws, &x.router_f, &x.router_i, &x.sample_io, &arena_dev_, &graph_meta_}) {
     n += b->allocations();
   }
   for (const PinnedBuffer* b : {&pinned_out_, &arena_host_}) n += b->allocations();
@@ -1276,7 +1274,7 @@ void CudaModelRunner::RunRecurrentNaive(const LayerBatch& b) {
 void CudaModelRunner::RunRecurrentTiled(const LayerBatch& b, const int32_t* slots) {
   const int n = b.n;
   if (n == 0) return;
-  const int hs = cfg_.hidden_size, qd = cfg_.q_dim();
+  const int hs = cfg_.hidden_size;
   const Segment& seg = w_->plan.segments[b.segment];
   RecurrentStaging st;  // rows in wave-major order, items and waves' loop runs: one upload
   std::string error;
@@ -1290,11 +1288,13 @@ void CudaModelRunner::RunRecurrentTiled(const LayerBatch& b, const int32_t* slot
   const DeviceLayer& L = layers_[seg.first_layer_slot + b.k];
   const size_t rows = static_cast<size_t>(n);
   EnsureLayerScratch(rows, /*full=*/true);
-  Ensure(rec_ml_, rows * cfg_.num_heads * 2 * sizeof(float));
-  Ensure(rec_acc_, rows * qd * sizeof(float));
   UploadRows(nullptr, n, &s);
   Ensure(scratch_.h, rows * hs * sizeof(float));
   GatherStates(Meta(slots_at), n, scratch_.h.as<float>());
+  // Every row's range partials, from its first merge to its finish.
+  const size_t ws =
+      k::RecurrentAttentionWorkspaceFloats(n, cfg_.num_heads, cfg_.head_dim, s.max_kv_len);
+  float* partials = static_cast<float*>(scratch_.attn_ws.Reserve(ws * sizeof(float)));
 
   // q and the temporary pairs of every row come from the layer input: one batch.
   Norm(L.in_norm, s, scratch_.h.as<float>(), scratch_.a.as<uint16_t>());
@@ -1303,22 +1303,23 @@ void CudaModelRunner::RunRecurrentTiled(const LayerBatch& b, const int32_t* slot
   for (int w = 0; w < sched.waves(); ++w) {
     const int mb = sched.merge_begin[w], wb = sched.wave_begin[w];
     const int m = sched.wave_begin[w + 1] - wb;
-    RecurrentAttend(/*finish=*/false, s, n, st.merge_at, mb, sched.merge_begin[w + 1] - mb);
-    RecurrentAttend(/*finish=*/true, s, n, st.finish_at, wb, m);
+    RecurrentAttend(/*finish=*/false, s, n, partials, st.merge_at, mb,
+                    sched.merge_begin[w + 1] - mb);
+    RecurrentAttend(/*finish=*/true, s, n, partials, st.finish_at, wb, m);
     RecurrentRowsTail(L, s, st.waves[w], wb, m);
   }
   ScatterStates(scratch_.h.as<float>(), Meta(slots_at), n);
 }
 
-void CudaModelRunner::RecurrentAttend(bool finish, const StagedRows& s, int rows, size_t items_at,
-                                      int begin, int count) {
+void CudaModelRunner::RecurrentAttend(bool finish, const StagedRows& s, int rows, float* partials,
+                                      size_t items_at, int begin, int count) {
   if (count == 0) return;
   k::RecurrentAttentionParams p;
   FillAttention(s, rows, &p);
   p.extra_k = scratch_.k_tmp.as<uint16_t>();
   p.extra_v = scratch_.v_tmp.as<uint16_t>();
-  p.state_ml = rec_ml_.as<float>();
-  p.state_acc = rec_acc_.as<float>();
+  p.workspace = partials;
+  p.max_kv_len = s.max_kv_len;
   p.items = reinterpret_cast<const k::RecurrentFoldItem*>(Meta(items_at)) + begin;
   p.num_items = count;
   Launched(
@@ -1416,7 +1417,7 @@ void CudaModelRunner::FullRowsOnDevice(const DeviceLayer& L, const StagedRows& s
   p.extra_k = recurrent ? scratch_.k_tmp.as<uint16_t>() : nullptr;
   p.extra_v = recurrent ? scratch_.v_tmp.as<uint16_t>() : nullptr;
   p.max_kv_len = s.max_kv_len;
-  const int chunk_len = recurrent ? RecurrentChunkLen(s.max_kv_len) : kAttentionChunk;
+  const int chunk_len = recurrent ? k::kRecurrentRange : kAttentionChunk;
   p.chunk_len = chunk_len;
   const size_t ws = k::PagedAttentionWorkspaceFloats(n, cfg_.num_heads, cfg_.head_dim, s.max_kv_len,
                                                      recurrent, chunk_len);

@@ -25,6 +25,7 @@ bool StageRecurrentLayer(const LayerBatch& b, int num_loops, int block_size, int
                               &r.sched, error)) {
     return false;
   }
+  SplitRecurrentMerges(kRecurrentGpuRange, &r.sched);
   MakeSubBatch(b, r.sched.order, hidden, &r.sub);
   auto staged = StageLayerBatch(r.sub.b, num_loops, block_size);
   if (!staged.ok()) {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <utility>
 
 namespace morserve {
 namespace {
@@ -100,6 +101,27 @@ bool BuildRecurrentSchedule(const std::vector<int32_t>& chunk_indptr, const int3
     s.finish.push_back({static_cast<int32_t>(j), 0, 0, flags});
   }
   return true;
+}
+
+void SplitRecurrentMerges(int range, RecurrentSchedule* s) {
+  std::vector<RecurrentFold> merge;
+  std::vector<int> merge_begin;
+  for (size_t w = 0; w + 1 < s->merge_begin.size(); ++w) {
+    merge_begin.push_back(static_cast<int>(merge.size()));
+    for (int m = s->merge_begin[w]; m < s->merge_begin[w + 1]; ++m) {
+      RecurrentFold piece = s->merge[m];
+      const int32_t end = piece.key_end;
+      while (piece.key_begin < end) {
+        piece.key_end = std::min(end, (piece.key_begin / range + 1) * range);
+        merge.push_back(piece);
+        piece.key_begin = piece.key_end;
+        piece.flags = 0;
+      }
+    }
+  }
+  merge_begin.push_back(static_cast<int>(merge.size()));
+  s->merge = std::move(merge);
+  s->merge_begin = std::move(merge_begin);
 }
 
 }  // namespace morserve

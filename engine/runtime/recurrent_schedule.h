@@ -2,7 +2,8 @@
 // (docs/models.md#recurrent-transformer-layers), one for both backends: which key tiles merge into
 // which pending queries when. The CPU runner runs it with tiles of one KV block
 // (engine/cpu/recurrent_prefill.h, ChunkAttention's key groups), the GPU runner with tiles of
-// kRecurrentGpuTile entries (engine/cuda/recurrent_staging.h, kernels/recurrent_attention.cuh).
+// kRecurrentGpuTile entries (engine/cuda/recurrent_staging.h, kernels/recurrent_attention.cuh),
+// after cutting its merges into ranges of kRecurrentGpuRange keys (SplitRecurrentMerges).
 // Plain C++, unit-tested without a device (tests/unit/recurrent_schedule_test.cc).
 //
 // Rows come in chunks (LayerKvPlan::chunk_indptr): chunk c is n_c consecutive entries
@@ -34,9 +35,10 @@
 
 namespace morserve {
 
-// The item layout of kernels/recurrent_attention.cuh (RecurrentFoldItem, kRecurrentFresh),
-// repeated here because this file is built without CUDA; the GPU runner and the kernel tests
-// static_assert that they agree. `flags` is kRecurrentScheduleFresh on a row's first fold.
+// The item layout of kernels/recurrent_attention.cuh (RecurrentFoldItem), repeated here because
+// this file is built without CUDA; the GPU runner and the kernel tests static_assert that they
+// agree. `flags` is kRecurrentScheduleFresh on a row's first fold (bookkeeping: the GPU kernels
+// do not read it, a range's partial opens at the range's first key).
 inline constexpr int32_t kRecurrentScheduleFresh = 1;
 struct RecurrentFold {
   int32_t row = 0;
@@ -61,5 +63,14 @@ struct RecurrentSchedule {
 // *error set when the chunks do not cover the rows or a chunk's rows are not consecutive entries.
 bool BuildRecurrentSchedule(const std::vector<int32_t>& chunk_indptr, const int32_t* kv_len, int n,
                             int tile, RecurrentSchedule* out, std::string* error);
+
+// Cuts every merge of s at the multiples of `range` (a positive multiple of the tile) into pieces
+// in key order, in the same wave, the first piece keeping the merge's flags. The GPU keeps one
+// softmax partial per (query, range) and combines a query's ranges in range order at its
+// finish (kernels/recurrent_attention.cuh): the pieces of one merge target different partials, so
+// they run as parallel items of one launch (a decode row's cached prefix: one item per range).
+// Each partial still receives its tiles once, in increasing order. The CPU runs the schedule
+// uncut (one running state per query).
+void SplitRecurrentMerges(int range, RecurrentSchedule* s);
 
 }  // namespace morserve

@@ -13,15 +13,17 @@
 //   - tiled against naive: the same tokens and loops up to the first step where the naive
 //     run's own top-1 margin is at most 1e-2, logits within 2e-2 of the row's scale
 //     (testing::MaxScaledDiff, the bf16 rule). The attention of both is bit for bit the same by
-//     construction (one split chunk per row; kernel_recurrent_attention_test checks it); what
-//     remains is the GEMMs' row count (the tiled path projects q and the temporary pairs of a whole
-//     chunk at once, the naive one a wave at a time), so where cuBLASLt is row-invariant
-//     (GemmTest.RowsAreBatchInvariantAcrossM) every logit row is bitwise equal: the count is
-//     printed;
+//     construction (split chunks of 256 keys, kRecurrentRange; kernel_recurrent_attention_test
+//     checks it); what remains is the GEMMs' row count (the tiled path projects q and the
+//     temporary pairs of a whole chunk at once, the naive one a wave at a time), so where
+//     cuBLASLt is row-invariant (GemmTest.RowsAreBatchInvariantAcrossM) every logit row is
+//     bitwise equal: the count is printed;
 //   - batch invariance: a prompt alone and inside mixed batches of recurrent requests (other
 //     chunking of its prompt) gives the same tokens and bitwise-equal logits (as
 //     engine_gpu_test's invariance test, this rests on cuBLASLt's row invariance:
 //     GemmTest.RowsAreBatchInvariantAcrossM);
+//   - a 520-token prompt (three 256-key ranges: range-split decode, the ranges' combine):
+//     tiled, whole or in 200-token steps, and naive give bitwise-equal logits;
 //   - every KV block back in the pool;
 //   - a tiled decode token's state stays on the device (one download: the sampled token).
 // Skips with "no CUDA device: kernel test skipped" where no sm_90 device is present.
@@ -191,6 +193,41 @@ TEST(EngineGpuRecurrentInvarianceTest, AloneAndInMixedBatchesAreBitwiseEqual) {
     for (size_t t = 0; t < alone.logits.size(); ++t) {
       EXPECT_EQ(mixed.logits[t], alone.logits[t]) << "variant " << variant << " token " << t;
     }
+  }
+}
+
+// A 520-token recurrent prompt decoded 6 tokens: its rows' keys span three ranges of 256
+// (kernels/recurrent_attention.cuh kRecurrentRange), so a tiled decode row merges its cached
+// prefix as one item per range (parallel CTAs) and finishes by combining the ranges in order,
+// while the naive path runs paged attention in chunks of the same 256 keys with its combine.
+// Prefilled whole and in steps of 200 (chunks ending inside ranges), tiled and naive: the same
+// tokens and bitwise-equal logits; against the reference by the bf16 rule up to the first
+// unclear step, which must come after the first decode token (at 520 keys a random model's
+// top-1 margins are small, so the usual half of the steps is not asked).
+TEST(EngineGpuRecurrentLongContextTest, RangeSplitDecodeMatchesNaiveBitwise) {
+  MORSERVE_SKIP_WITHOUT_GPU();
+  testing::TempDir dir;
+  TinyModelSpec spec = testing::GpuModelSpec("recurrent");
+  spec.max_pos = 1024;
+  auto weights = testing::MakeModel(spec, &dir);
+  ASSERT_NE(weights, nullptr);
+  const std::vector<GenerateRequest> reqs = {
+      Greedy(testing::MakePrompts(1, 520, 520, weights->config.vocab_size, 41)[0], 6)};
+  const std::vector<testing::RefRun> refs = testing::ReferenceRuns(weights, reqs);
+  const RunResult naive = RunEngine(weights, Config(RecurrentPrefill::kNaive, 2048), reqs, {0})[0];
+  for (int step_tokens : {2048, 200}) {
+    const std::string label = "tiled step " + std::to_string(step_tokens);
+    const std::vector<RunResult> tiled =
+        RunEngine(weights, Config(RecurrentPrefill::kTiled, step_tokens), reqs, {0});
+    ASSERT_EQ(tiled.size(), 1u) << label;
+    testing::Tally tally;
+    testing::CompareWithReference(refs, reqs, tiled, label, &tally);
+    std::printf("%s: %d of %d steps compared\n", label.c_str(), tally.compared, tally.generated);
+    EXPECT_GE(tally.compared, 2) << label << ": no decode step compared";
+    EXPECT_EQ(tiled[0].tokens, naive.tokens) << label;
+    ASSERT_EQ(tiled[0].logits.size(), naive.logits.size()) << label;
+    for (size_t t = 0; t < naive.logits.size(); ++t)
+      EXPECT_EQ(tiled[0].logits[t], naive.logits[t]) << label << " token " << t;
   }
 }
 

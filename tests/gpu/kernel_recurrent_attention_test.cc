@@ -3,8 +3,8 @@
 // NaN in the cache until their position finishes (a premature read fails the test):
 //   - against the double reference: relative error per (row, head) under 1e-2 for bf16 out,
 //     1e-4 for fp32 out (kernel README rule);
-//   - bit for bit against paged_attention_forward with one split chunk per row (the naive GPU
-//     path) on the complete cache: the tiled result is independent of schedule, batch and
+//   - bit for bit against paged_attention_forward with chunk_len kRecurrentRange (the naive
+//     GPU path) on the complete cache: the tiled result is independent of schedule, batch and
 //     chunking exactly when this holds;
 //   - prompt-sized chunks (up to 1100 positions, not powers of two and powers of two) and
 //     decode rows, GQA 1/3/4/5/8, head_dim 64/96/128.
@@ -76,18 +76,16 @@ std::vector<uint8_t> RunTiled(const Problem& p, const Items& it, DType t) {
   DeviceProblem d(p, k, v);
   EXPECT_TRUE(d.ok);
   const size_t esize = t == DType::kBF16 ? 2 : 4;
-  DeviceBuffer<float> ml(static_cast<size_t>(p.rows) * p.shape.n_heads * 2);
-  DeviceBuffer<float> acc(static_cast<size_t>(p.rows) * p.q_dim());
+  DeviceBuffer<float> partials(PartialFloats(p));
   DeviceBuffer<uint8_t> out(static_cast<size_t>(p.rows) * p.q_dim() * esize);
   DeviceBuffer<RecurrentFoldItem> merge(std::max<size_t>(it.merge.size(), 1)),
       finish(it.finish.size());
-  EXPECT_EQ(ml.Poison(), cudaSuccess);
-  EXPECT_EQ(acc.Poison(), cudaSuccess);
+  EXPECT_EQ(partials.Poison(), cudaSuccess);
   EXPECT_EQ(out.Poison(), cudaSuccess);
   if (!it.merge.empty()) EXPECT_EQ(merge.Upload(it.merge), cudaSuccess);
   EXPECT_EQ(finish.Upload(it.finish), cudaSuccess);
   const RecurrentAttentionParams rp =
-      RecurrentLaunchParams(p, d.Inputs(), ml.get(), acc.get(), out.get(), t);
+      RecurrentLaunchParams(p, d.Inputs(), partials.get(), out.get(), t);
   const size_t kvd = p.kv_dim();
   Backend b;
   b.run = [&](bool fin, int begin, int count) {
@@ -110,17 +108,19 @@ std::vector<uint8_t> RunTiled(const Problem& p, const Items& it, DType t) {
   return host;
 }
 
-std::vector<uint8_t> RunPagedOneChunk(const Problem& p, DType t) {
+std::vector<uint8_t> RunPagedRanges(const Problem& p, DType t) {
   DeviceProblem d(p, p.k_cache, p.v_cache);
   EXPECT_TRUE(d.ok);
   const size_t esize = t == DType::kBF16 ? 2 : 4;
   DeviceBuffer<uint8_t> out(static_cast<size_t>(p.rows) * p.q_dim() * esize);
   EXPECT_EQ(out.Poison(), cudaSuccess);
-  PagedAttentionParams pp = PagedOneChunkParams(p, d.Inputs(), t);
+  PagedAttentionParams pp = PagedRangeParams(p, d.Inputs(), t);
   pp.out = out.get();
-  EXPECT_EQ(PagedAttentionWorkspaceFloats(p.rows, p.shape.n_heads, p.shape.head_dim, p.max_kv_len,
-                                          true, pp.chunk_len),
-            0u);
+  DeviceBuffer<float> ws(
+      std::max<size_t>(PagedAttentionWorkspaceFloats(p.rows, p.shape.n_heads, p.shape.head_dim,
+                                                     p.max_kv_len, true, pp.chunk_len),
+                       1));
+  pp.workspace = ws.get();
   EXPECT_EQ(paged_attention_forward(pp, nullptr), cudaSuccess);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   std::vector<uint8_t> host;
@@ -138,7 +138,7 @@ void Check(const Shape& shape, const std::vector<RequestSpec>& reqs) {
   for (DType t : {DType::kBF16, DType::kF32}) {
     SCOPED_TRACE(t == DType::kBF16 ? "out=bf16" : "out=f32");
     const std::vector<uint8_t> tiled = RunTiled(p, it, t);
-    const std::vector<uint8_t> paged = RunPagedOneChunk(p, t);
+    const std::vector<uint8_t> paged = RunPagedRanges(p, t);
     ASSERT_EQ(tiled.size(), paged.size());
     const size_t row_bytes = tiled.size() / p.rows;
     int differ = 0;
@@ -146,7 +146,7 @@ void Check(const Shape& shape, const std::vector<RequestSpec>& reqs) {
       if (std::memcmp(tiled.data() + r * row_bytes, paged.data() + r * row_bytes, row_bytes) != 0 &&
           ++differ <= 5) {
         ADD_FAILURE() << "row " << r << " (entry " << p.kv_len[r]
-                      << ") differs from one-chunk paged attention";
+                      << ") differs from paged attention";
       }
     }
     ASSERT_EQ(differ, 0);

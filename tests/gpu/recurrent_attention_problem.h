@@ -1,9 +1,10 @@
 // Host side of the recurrent-attention kernel tests (GPU and CPU-emulated): a paged-attention
 // problem (tests/gpu/paged_attention_problem.h, extra pair on) read as recurrent prefill
 // chunks, one per request, and the driver that runs the GPU schedule
-// (engine/runtime/recurrent_schedule.h) wave by wave: merges, finishes, then the finished rows'
-// persistent entries are written. Until then a chunk's own entries hold NaN in the cache, so
-// a key read before it exists poisons the output and fails the comparison.
+// (engine/runtime/recurrent_schedule.h, merges cut into kRecurrentRange ranges as the runner
+// cuts them) wave by wave: merges, finishes, then the finished rows' persistent entries are
+// written. Until then a chunk's own entries hold NaN in the cache, so a key read before it
+// exists poisons the output and fails the comparison.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -21,8 +22,6 @@ namespace morserve::kernels::recurrent_test {
 
 using attention_test::Problem;
 
-static_assert(kRecurrentScheduleFresh == kRecurrentFresh,
-              "the schedule and the kernel agree on the flags");
 static_assert(sizeof(RecurrentFold) == sizeof(RecurrentFoldItem), "item layout");
 
 // Rows of request i form chunk i (Build puts them consecutively, entries in order).
@@ -44,12 +43,17 @@ struct Items {
   std::vector<int> merge_begin, wave_begin;
 };
 
-inline Items ScheduleItems(const Problem& p, const std::vector<int32_t>& chunk_indptr) {
+// The GPU runner's items (engine/cuda/recurrent_staging.cc): the schedule with tiles of
+// kRecurrentTile, its merges cut at multiples of `range` (kRecurrentRange; 0: uncut, the
+// schedule as the CPU runs it, which the kernels refuse once a merge crosses a range).
+inline Items ScheduleItems(const Problem& p, const std::vector<int32_t>& chunk_indptr,
+                           int range = kRecurrentRange) {
   RecurrentSchedule s;
   std::string error;
   const bool ok =
       BuildRecurrentSchedule(chunk_indptr, p.kv_len.data(), p.rows, kRecurrentTile, &s, &error);
   EXPECT_TRUE(ok) << error;
+  if (range > 0) SplitRecurrentMerges(range, &s);
   Items it;
   auto map = [&](const RecurrentFold& f) {
     return RecurrentFoldItem{s.order[f.row], f.key_begin, f.key_end, f.flags};
@@ -94,12 +98,17 @@ inline void Drive(const Problem& p, const Items& it, const Backend& b) {
   }
 }
 
+// fp32 elements of the range partials of p's rows (RecurrentAttentionWorkspaceFloats).
+inline size_t PartialFloats(const Problem& p) {
+  return RecurrentAttentionWorkspaceFloats(p.rows, p.shape.n_heads, p.shape.head_dim, p.max_kv_len);
+}
+
 // The recurrent kernels' parameters over `in` (device or host pointers, as the backend holds
-// them) with the fold state and the output; items and num_items are the launch's to set.
+// them) with the range partials (PartialFloats) and the output; items and num_items are the
+// launch's to set.
 inline RecurrentAttentionParams RecurrentLaunchParams(const Problem& p,
                                                       const attention_test::AttentionInputs& in,
-                                                      float* state_ml, float* state_acc, void* out,
-                                                      DType out_dtype) {
+                                                      float* partials, void* out, DType out_dtype) {
   RecurrentAttentionParams rp;
   rp.q = in.q;
   rp.k_cache = in.k_cache;
@@ -109,8 +118,8 @@ inline RecurrentAttentionParams RecurrentLaunchParams(const Problem& p,
   rp.kv_len = in.kv_len;
   rp.extra_k = in.extra_k;
   rp.extra_v = in.extra_v;
-  rp.state_ml = state_ml;
-  rp.state_acc = state_acc;
+  rp.workspace = partials;
+  rp.max_kv_len = p.max_kv_len;
   rp.out = out;
   rp.out_dtype = out_dtype;
   rp.rows = p.rows;
@@ -123,16 +132,17 @@ inline RecurrentAttentionParams RecurrentLaunchParams(const Problem& p,
   return rp;
 }
 
-// Paged attention over the problem with one split chunk per row over the complete cache and
-// each row's extra pair (the naive path the tiled fold must equal bit for bit); out is the
-// launch's to set.
-inline PagedAttentionParams PagedOneChunkParams(const Problem& p,
-                                                const attention_test::AttentionInputs& in,
-                                                DType out_dtype) {
+// Paged attention over the problem with split chunks of kRecurrentRange entries over the
+// complete cache and each row's extra pair (the naive path the tiled fold must equal bit for
+// bit); out and workspace (PagedAttentionWorkspaceFloats, 0 when every row has one chunk) are
+// the launch's to set.
+inline PagedAttentionParams PagedRangeParams(const Problem& p,
+                                             const attention_test::AttentionInputs& in,
+                                             DType out_dtype) {
   PagedAttentionParams pp = attention_test::LaunchParams(p, in, out_dtype);
   pp.extra_k = in.extra_k;  // recurrent rows always attend to their temporary pair
   pp.extra_v = in.extra_v;
-  pp.chunk_len = (p.max_kv_len + 1 + kAttentionTile - 1) / kAttentionTile * kAttentionTile;
+  pp.chunk_len = kRecurrentRange;
   return pp;
 }
 

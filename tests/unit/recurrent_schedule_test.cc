@@ -4,11 +4,15 @@
 // finish; no launch holds two merges into one row (their CTAs would race on its state); the first
 // fold of every row carries the fresh flag and no other does; the waves are a wave-major
 // permutation of the rows. Over many chunk layouts (cached prefixes on and off tile boundaries,
-// lengths that are and are not powers of two, decode rows mixed in).
+// lengths that are and are not powers of two, decode rows mixed in). SplitRecurrentMerges (the
+// GPU's cut into ranges): the pieces of a wave cover its merges' keys, in order, each inside one
+// range, no launch holds two pieces into one (row, range) partial, and a decode row's cached
+// prefix becomes one piece per range.
 #include "engine/runtime/recurrent_schedule.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <set>
 #include <string>
@@ -119,6 +123,71 @@ TEST(RecurrentScheduleTest, RandomLayouts) {
     const int tile = std::vector<int>{kGpuTile, 16, 8, 7}[t % 4];
     ASSERT_NO_FATAL_FAILURE(Replay(MakeLayout(c), tile)) << "layout " << t << " tile " << tile;
   }
+}
+
+// The merges of s cut at `range`: per wave, each merge's pieces in key order, each inside one
+// range, the first keeping the merge's flags; no (row, range) twice in one wave.
+void CheckSplit(const Layout& l, int tile, int range) {
+  const int n = static_cast<int>(l.kv_len.size());
+  RecurrentSchedule s;
+  std::string error;
+  ASSERT_TRUE(BuildRecurrentSchedule(l.indptr, l.kv_len.data(), n, tile, &s, &error)) << error;
+  RecurrentSchedule cut = s;
+  SplitRecurrentMerges(range, &cut);
+  ASSERT_EQ(cut.merge_begin.size(), s.merge_begin.size());
+  EXPECT_EQ(cut.order, s.order);
+  EXPECT_EQ(cut.wave_begin, s.wave_begin);
+  for (int w = 0; w < s.waves(); ++w) {
+    std::set<std::pair<int, int>> partials;  // (row, range) of this launch
+    int piece = cut.merge_begin[w];
+    for (int m = s.merge_begin[w]; m < s.merge_begin[w + 1]; ++m) {
+      const RecurrentFold& f = s.merge[m];
+      for (int key = f.key_begin; key < f.key_end; ++piece) {
+        ASSERT_LT(piece, cut.merge_begin[w + 1]) << "wave " << w << " lost keys";
+        const RecurrentFold& p = cut.merge[piece];
+        const int end = std::min(f.key_end, (key / range + 1) * range);
+        EXPECT_EQ(p.row, f.row);
+        ASSERT_EQ(p.key_begin, key);
+        ASSERT_EQ(p.key_end, end);
+        EXPECT_EQ(p.flags, key == f.key_begin ? f.flags : 0);
+        EXPECT_TRUE(partials.insert({p.row, key / range}).second)
+            << "two pieces into one partial in a launch";
+        key = end;
+      }
+    }
+    EXPECT_EQ(piece, cut.merge_begin[w + 1]) << "wave " << w << " gained pieces";
+  }
+}
+
+TEST(RecurrentScheduleTest, SplitMergesCutAtRanges) {
+  const std::vector<std::vector<std::pair<int, int>>> cases = {
+      {{1100, 1}, {700, 1}, {300, 1}, {40, 1}},  // decode rows
+      {{0, 600}},
+      {{510, 90}, {255, 2}, {256, 1}},
+      {{33, 500}, {0, 33}, {95, 1}, {96, 96}},
+      {{1000, 17}, {3, 1}, {0, 1024}},
+  };
+  for (const auto& c : cases) {
+    for (auto [tile, range] : {std::pair{kGpuTile, 256}, {kGpuTile, 64}, {16, 48}}) {
+      SCOPED_TRACE("tile " + std::to_string(tile) + " range " + std::to_string(range));
+      ASSERT_NO_FATAL_FAILURE(CheckSplit(MakeLayout(c), tile, range));
+    }
+  }
+}
+
+TEST(RecurrentScheduleTest, DecodeRowPrefixIsOnePiecePerRange) {
+  const std::vector<int32_t> kv_len = {1100, 40};
+  RecurrentSchedule s;
+  std::string error;
+  ASSERT_TRUE(BuildRecurrentSchedule({}, kv_len.data(), 2, kGpuTile, &s, &error)) << error;
+  SplitRecurrentMerges(256, &s);
+  ASSERT_EQ(s.merge.size(), 6u);  // [0, 1088) in 5 ranges, then [0, 32)
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(s.merge[i].row, 0);
+    EXPECT_EQ(s.merge[i].key_begin, 256 * i);
+    EXPECT_EQ(s.merge[i].key_end, i < 4 ? 256 * (i + 1) : 1088);
+  }
+  EXPECT_EQ(s.merge[5].key_end, 32);
 }
 
 TEST(RecurrentScheduleTest, NoChunksMeansRowsOfOne) {

@@ -1,8 +1,9 @@
 // StageRecurrentLayer (engine/cuda/recurrent_staging.h), the host half of the GPU's tiled
 // recurrent layer: from the one int32 array the runner uploads, every wave-major row carries
 // its original row's position, h, entry index, table and write slot; the merge and finish
-// items decode at their offsets to the schedule's; each wave's loop runs decode to that
-// wave's rows' loops; all arrays are 16-byte aligned. Malformed chunks are errors.
+// items decode at their offsets to the schedule's (its merges cut into ranges: a long decode
+// row's cached prefix is one item per range); each wave's loop runs decode to that wave's rows'
+// loops; all arrays are 16-byte aligned. Malformed chunks are errors.
 #include "engine/cuda/recurrent_staging.h"
 
 #include <gtest/gtest.h>
@@ -102,6 +103,24 @@ TEST(RecurrentStagingTest, WaveMajorRowsItemsAndWavesDecodeFromOneArray) {
     }
     EXPECT_EQ(covered, m);
     for (int i = 0; i < m; ++i) EXPECT_EQ(d[ws.loops + i], d[s.loops + wb + i]) << w;
+  }
+}
+
+// A decode row at entry 1100 merges its cached prefix [0, 1088) as one item per range of
+// kRecurrentGpuRange keys (parallel CTAs on the GPU), all before its finish.
+TEST(RecurrentStagingTest, LongDecodeRowMergesOneItemPerRange) {
+  Batch t;
+  AddChunk(&t, 1100, 1, 0, 0);
+  RecurrentStaging st;
+  std::string error;
+  ASSERT_TRUE(StageRecurrentLayer(Bind(t), 1, kBlock, kHidden, &st, &error)) << error;
+  ASSERT_EQ(st.sched.waves(), 1);
+  ASSERT_EQ(st.sched.merge.size(), 5u);
+  for (int i = 0; i < 5; ++i) {
+    const int32_t* item = &st.rows.data[st.merge_at + 4 * i];
+    EXPECT_EQ(item[0], 0);
+    EXPECT_EQ(item[1], i * kRecurrentGpuRange);
+    EXPECT_EQ(item[2], i < 4 ? (i + 1) * kRecurrentGpuRange : 1088);
   }
 }
 
