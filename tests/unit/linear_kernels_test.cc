@@ -241,8 +241,8 @@ TEST(LinearKernelsTest, Bf16QuadsHoldTheBf16ValuesInTheirLayout) {
 }
 
 // Every set on bf16-quads gives the scalar set's bits on the same values read in place, for
-// odd shapes, m = 1..64 (register tiles, row blocks and the m >= 17 panels), both write modes
-// and ranges that start at any quad.
+// odd shapes, m = 1..130 (register tiles, blocks of 8 rows, chunks of 64 rows, the AVX2 set's
+// panels), both write modes and ranges that start at any quad.
 TEST(LinearKernelsTest, Bf16QuadsEqualBf16InPlaceBitwise) {
   std::vector<const LinearKernelSet*> sets = VectorSets();
   sets.push_back(&ScalarLinearKernels());
@@ -256,7 +256,7 @@ TEST(LinearKernelsTest, Bf16QuadsEqualBf16InPlaceBitwise) {
     const LinearWeights rows = LinearWeights::FromF32(wf.data(), s.n, s.k, WeightFormat::kBF16);
     const LinearWeights quads =
         LinearWeights::FromF32(wf.data(), s.n, s.k, WeightFormat::kBF16Quads);
-    for (int m : {1, 2, 3, 4, 5, 7, 8, 13, 16, 17, 20, 64}) {
+    for (int m : {1, 2, 3, 4, 5, 7, 8, 13, 16, 17, 20, 64, 71, 130}) {
       const auto x = UniformRandom(static_cast<size_t>(m) * s.k, 300 + m);
       const auto y0 = UniformRandom(static_cast<size_t>(m) * s.n, 400 + m, 4.0f);
       for (bool acc : {false, true}) {
@@ -273,7 +273,7 @@ TEST(LinearKernelsTest, Bf16QuadsEqualBf16InPlaceBitwise) {
       }
     }
   }
-  EXPECT_EQ(compared, static_cast<int>(sets.size()) * 8 * 12 * 2 * 2);
+  EXPECT_EQ(compared, static_cast<int>(sets.size()) * 8 * 14 * 2 * 2);
 }
 
 }  // namespace
