@@ -16,7 +16,8 @@
 // up to 4 rows of x serves every row from one weight load (register blocking), and the weights
 // of a small column chunk stay in cache while each block of 4 rows runs over it; large m
 // (prefill) decodes a panel of weight rows to fp32 once (cache-resident) and runs fp32 tiles
-// over the rows in blocks of 4.
+// over the rows in blocks of 4. The AVX-512 set reads bf16-quads without panels: blocks of 8
+// rows per quad, in chunks of 64 rows, at every m beyond 4.
 #pragma once
 
 #include <cstdint>
