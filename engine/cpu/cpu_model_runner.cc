@@ -108,6 +108,8 @@ class CpuModelRunner : public ModelRunner {
     kv_ = MakePagedKvPool(num_blocks, config.block_size, cfg_.num_kv_heads, cfg_.head_dim);
     LoadLayers();
     LoadHeadAndRouters();
+    if (cfg_.recursion.exit_rule == LoopExitRule::kHuginnKl)
+      huginn_kept_.resize(static_cast<size_t>(config.max_batch_rows));
   }
 
   int block_size() const override { return kv_.block_size; }
@@ -225,6 +227,29 @@ class CpuModelRunner : public ModelRunner {
       gate_logit[i] = dot;
     }
   }
+  // The logits here, then each row's HuginnNormalize and HuginnKl against its kept row,
+  // computed whole by one task (the reference's order, whatever the threads).
+  void HuginnExitKl(const int32_t* slots, const int32_t* prev, const int32_t* has_prev, int n,
+                    double* kl) override {
+    if (n == 0) return;
+    for (int i = 0; i < n; ++i) {
+      MORSERVE_CHECK(prev[i] >= 0 && prev[i] < static_cast<int32_t>(huginn_kept_.size()),
+                     "HuginnExitKl: a previous-logits row outside the runner's");
+    }
+    const size_t vocab = static_cast<size_t>(cfg_.vocab_size);
+    std::vector<float> logits(static_cast<size_t>(n) * vocab);
+    Logits(slots, n, logits.data());
+    static const HuginnLogits kUniform;
+    pool_.ParallelFor(n, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        HuginnLogits cur =
+            HuginnNormalize(std::vector<float>(&logits[i * vocab], &logits[(i + 1) * vocab]));
+        HuginnLogits& kept = huginn_kept_[prev[i]];
+        kl[i] = HuginnKl(has_prev[i] != 0 ? kept : kUniform, cur);
+        kept = std::move(cur);
+      }
+    });
+  }
   void CopyStates(const int32_t* src, const int32_t* dst, int n) override {
     const size_t hs = static_cast<size_t>(cfg_.hidden_size);
     for (int i = 0; i < n; ++i) {
@@ -297,6 +322,8 @@ class CpuModelRunner : public ModelRunner {
   RunnerCounters counters_;
   RowSampler row_sampler_{&pool_};
   Act states_;  // row states by slot, [slots, hidden]
+  // Huginn adaptive: the last exit check's logits of each previous-logits row (HuginnExitKl).
+  std::vector<HuginnLogits> huginn_kept_;
 };
 
 LoopLinear CpuModelRunner::Fused(const LayerWeights& lw, std::initializer_list<Proj> parts,

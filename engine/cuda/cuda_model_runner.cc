@@ -42,6 +42,7 @@
 #include "kernels/exit_confidence.cuh"
 #include "kernels/expert_router.cuh"
 #include "kernels/gemm.cuh"
+#include "kernels/huginn_kl.cuh"
 #include "kernels/kv_copy.cuh"
 #include "kernels/logit_process.cuh"
 #include "kernels/lora_expand.cuh"
@@ -157,11 +158,12 @@ struct Scratch {
 
 class CudaModelRunner : public ModelRunner {
  public:
-  // Step buffers are reserved at Init for `rows` rows per call and `logit_rows` rows of logits.
-  // Segment passes of up to graph_rows rows are captured in CUDA graphs (0: none).
+  // Step buffers are reserved at Init for `rows` rows per call and `logit_rows` rows of logits,
+  // and huginn_rows previous-logits rows (HuginnExitKl). Segment passes of up to graph_rows rows
+  // are captured in CUDA graphs (0: none).
   CudaModelRunner(std::shared_ptr<const ModelWeights> w, int num_blocks, int block_size,
                   RecurrentPrefill recurrent_prefill, int64_t initial_states, int rows,
-                  int logit_rows, int graph_rows)
+                  int logit_rows, int huginn_rows, int graph_rows)
       : w_(std::move(w)),
         cfg_(w_->config),
         num_blocks_(num_blocks),
@@ -170,6 +172,7 @@ class CudaModelRunner : public ModelRunner {
         initial_states_(initial_states),
         reserve_rows_(rows),
         reserve_logit_rows_(logit_rows),
+        huginn_rows_(huginn_rows),
         graph_rows_(graph_rows) {}
   ~CudaModelRunner() override {
     if (stream_ == nullptr) return;
@@ -193,6 +196,8 @@ class CudaModelRunner : public ModelRunner {
   void CopyStates(const int32_t* src, const int32_t* dst, int n) override;
   void GatedAdd(const int32_t* base, const int32_t* slots, const float* scale, int n) override;
   void NormBetweenLoops(const int32_t* src, const int32_t* dst, int n, double* gate_logit) override;
+  void HuginnExitKl(const int32_t* slots, const int32_t* prev, const int32_t* has_prev, int n,
+                    double* kl) override;
   // One cache entry read back as fp32 (tests).
   void ReadKv(int32_t slot, float* k, float* v) const override;
   void CopyKv(const KvCopy* copies, int n) override;
@@ -383,6 +388,10 @@ class CudaModelRunner : public ModelRunner {
   DeviceBuffer states_;
   int64_t state_rows_ = 0, initial_states_ = 0, state_allocations_ = 0;
   int reserve_rows_ = 0, reserve_logit_rows_ = 0;
+  // Huginn adaptive (HuginnExitKl): each previous-logits row's last exit-check logits, fp32
+  // [huginn_rows_, vocab], and log-partition [huginn_rows_]; the checks' statistics [rows].
+  int huginn_rows_ = 0;
+  DeviceBuffer huginn_kept_, huginn_log_z_, huginn_kl_;
   // Captured segment passes; their rows' metadata at a fixed address (graph_meta_); they are
   // valid while StepAllocations() == graph_generation_.
   int graph_rows_ = 0;
@@ -581,6 +590,12 @@ void CudaModelRunner::ReserveStepBuffers() {
   }
   if (ws > 0) scratch_.attn_ws.Reserve(ws * sizeof(float));
   if (graph_rows_ > 0) graph_meta_.Reserve(GraphMetaInts() * sizeof(int32_t));
+  if (huginn_rows_ > 0) {
+    const size_t kept = static_cast<size_t>(huginn_rows_);
+    huginn_kept_.Reserve(kept * vocab * sizeof(float));
+    huginn_log_z_.Reserve(kept * sizeof(double));
+    huginn_kl_.Reserve(kept * sizeof(double));
+  }
 }
 
 void CudaModelRunner::EnsureLayerScratch(size_t rows, bool full) {
@@ -795,6 +810,41 @@ void CudaModelRunner::NormBetweenLoops(const int32_t* src, const int32_t* dst, i
   for (int i = 0; i < n; ++i) gate_logit[i] = exit_gate_b_ + static_cast<double>(score[i]);
 }
 
+// The rows' logits (LogitsOnDevice), then the huginn_kl kernel: each row's log-partition and KL
+// against its kept row, which then keeps these logits. One upload (slots, kept rows, flags), one
+// download of n doubles; the logits never leave the device.
+void CudaModelRunner::HuginnExitKl(const int32_t* slots, const int32_t* prev,
+                                   const int32_t* has_prev, int n, double* kl) {
+  FlushEmbeds();
+  if (n == 0) return;
+  MORSERVE_CHECK(n <= huginn_rows_, "HuginnExitKl: more rows than previous-logits rows");
+  std::vector<int32_t> meta(3 * static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    MORSERVE_CHECK(prev[i] >= 0 && prev[i] < huginn_rows_,
+                   "HuginnExitKl: a previous-logits row outside the runner's");
+    meta[i] = slots[i];
+    meta[n + i] = prev[i];
+    meta[2 * n + i] = has_prev[i];
+  }
+  EnsureStates(slots, n);
+  BeginUploads({meta.size() * sizeof(int32_t)});
+  const int32_t* dev =
+      static_cast<const int32_t*>(Stage(meta.data(), meta.size() * sizeof(int32_t)));
+  LogitsOnDevice(dev, n);
+  k::HuginnKlParams p;
+  p.logits = scratch_.logits.as<float>();
+  p.prev_logits = huginn_kept_.as<float>();
+  p.prev_log_z = huginn_log_z_.as<double>();
+  p.capacity = huginn_rows_;
+  p.prev_rows = dev + n;
+  p.has_prev = dev + 2 * n;
+  p.kl = huginn_kl_.as<double>();
+  p.n = n;
+  p.vocab = cfg_.vocab_size;
+  Launched(k::huginn_kl_forward(p, stream_), "huginn_kl");
+  Download(huginn_kl_.as<void>(), static_cast<size_t>(n) * sizeof(double), kl);
+}
+
 // score[i] = w[loops[i]] · (h[i] / temperature) by the expert_router kernel (fp32 sums in a
 // fixed order, one CTA per row); its continue flags and gates go to scratch (router_i, and
 // router_f from 2n: the caller reserves 3n floats there).
@@ -826,6 +876,7 @@ int64_t CudaModelRunner::StepAllocations() const {
         &x.logits, &x.attn_ws, &x.router_f, &x.router_i, &x.sample_io, &arena_dev_, &graph_meta_}) {
     n += b->allocations();
   }
+  for (const DeviceBuffer* b : {&huginn_kept_, &huginn_log_z_, &huginn_kl_}) n += b->allocations();
   for (const PinnedBuffer* b : {&pinned_out_, &arena_host_}) n += b->allocations();
   return n;
 }
@@ -1719,9 +1770,12 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> CreateCudaModelRunner(
   // Decode-sized passes are captured in CUDA graphs (cuda_step_graphs.h); larger ones (prefill)
   // launch eagerly, as vLLM's do beyond its largest captured batch.
   const int graph_rows = config.cuda_graphs ? std::min(kMaxGraphRows, config.max_batch_rows) : 0;
-  auto runner = std::make_unique<CudaModelRunner>(std::move(weights), num_kv_blocks,
-                                                  config.block_size, config.recurrent_prefill,
-                                                  states, rows, logit_rows, graph_rows);
+  // Huginn adaptive: a previous-logits row per row in the loop (HuginnExitKl).
+  const int huginn_rows =
+      weights->config.recursion.exit_rule == LoopExitRule::kHuginnKl ? config.max_batch_rows : 0;
+  auto runner = std::make_unique<CudaModelRunner>(
+      std::move(weights), num_kv_blocks, config.block_size, config.recurrent_prefill, states, rows,
+      logit_rows, huginn_rows, graph_rows);
   if (absl::Status st = runner->Init(); !st.ok()) return st;
   return std::unique_ptr<ModelRunner>(std::move(runner));
 }

@@ -83,8 +83,7 @@ Engine::Engine(std::shared_ptr<const ModelWeights> weights, const EngineConfig& 
   pool_ = std::make_unique<KvBlockPool>(num_blocks, config_.block_size);
   host_pool_ = std::make_unique<ThreadPool>(config_.threads);
   row_sampler_ = std::make_unique<RowSampler>(host_pool_.get());
-  executor_ =
-      std::make_unique<ModelExecutor>(weights_, runner_.get(), pool_.get(), host_pool_.get());
+  executor_ = std::make_unique<ModelExecutor>(weights_, runner_.get(), pool_.get());
   scheduler_ = std::make_unique<DepthScheduler>(config_, weights_->plan, pool_.get());
   eos_ = weights_->config.eos_token_ids;
   const int loops = std::max(1, weights_->config.recursion.num_recursions);

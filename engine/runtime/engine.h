@@ -109,7 +109,7 @@ class Engine {
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<ModelExecutor> executor_;
   std::unique_ptr<DepthScheduler> scheduler_;
-  std::unique_ptr<ThreadPool> host_pool_;  // host work over a step's rows: sampling, Huginn's KL
+  std::unique_ptr<ThreadPool> host_pool_;  // host work over a step's rows: sampling
   std::unique_ptr<RowSampler> row_sampler_;
   std::vector<int> eos_;
 

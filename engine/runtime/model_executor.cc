@@ -33,13 +33,12 @@ double MaxProb(const float* logits, int vocab) {
 }  // namespace
 
 ModelExecutor::ModelExecutor(std::shared_ptr<const ModelWeights> weights, ModelRunner* runner,
-                             KvBlockPool* pool, ThreadPool* host_pool)
+                             KvBlockPool* pool)
     : weights_(std::move(weights)),
       cfg_(weights_->config),
       plan_(weights_->plan),
       runner_(runner),
-      pool_(pool),
-      host_pool_(host_pool) {}
+      pool_(pool) {}
 
 std::vector<int32_t> ModelExecutor::Slots(const std::vector<Row*>& rows, StateSlot Row::*state) {
   std::vector<int32_t> ids(rows.size());
@@ -451,50 +450,38 @@ void ModelExecutor::GatedResiduals(const std::vector<Row*>& rows,
 
 // Huginn's exit rule after a recurrence that is not the token's last: ln_f, the coda (writing
 // the token's coda entries, rewritten by later checks), the head; the token exits iff KL of the
-// previous check's distribution (uniform at first) to this one is below its threshold. An
-// exiting row keeps its coda entries and, if it is sampled next, these logits (tail_done), and
+// previous check's distribution (uniform at first) to this one is below its threshold. The
+// runner keeps each row's logits from one check to the next (HuginnExitKl, in the row's
+// previous-logits row) and returns only the statistic. An exiting row keeps its coda entries,
+// and its coda output becomes its state, from which the tail only samples it (tail_done); it
 // goes to `exited` to copy its entries into the later recurrences' slots.
 void ModelExecutor::HuginnKlExits(std::vector<Row*>& rows, std::vector<Row*>* exited,
                                   std::vector<KvWrite>* writes) {
-  const int n = static_cast<int>(rows.size()), vocab = cfg_.vocab_size;
+  const int n = static_cast<int>(rows.size());
   std::vector<StateSlot> coda(n);  // the normed states the check runs the coda on
-  std::vector<int32_t> coda_slots(n);
+  std::vector<int32_t> coda_slots(n), prev(n), has_prev(n);
   for (int i = 0; i < n; ++i) {
+    Row& r = *rows[i];
     coda[i] = slots_.Acquire();
     coda_slots[i] = coda[i].id();
+    has_prev[i] = r.huginn_prev.id() >= 0 ? 1 : 0;
+    if (!has_prev[i]) r.huginn_prev = huginn_rows_.Acquire();
+    prev[i] = r.huginn_prev.id();
   }
-  std::vector<float> logits(static_cast<size_t>(n) * vocab);
   runner_->NormBetweenLoops(Slots(rows).data(), coda_slots.data(), n, nullptr);  // ln_f
   for (int s = plan_.looped_segment + 1; s < static_cast<int>(plan_.segments.size()); ++s)
     RunSegmentOn(s, rows, coda_slots, writes);
-  runner_->Logits(coda_slots.data(), n, logits.data());
-  // Each row's statistic is computed whole by one task (the reference's order, whatever the
-  // threads): two fp64 passes over the vocabulary, the costly part of a check on the host.
-  std::vector<HuginnLogits> normalized(n);
   std::vector<double> kl(n);
-  host_pool_->ParallelFor(n, [&](int64_t begin, int64_t end) {  // one row: on this thread
-    for (int64_t i = begin; i < end; ++i) {
-      normalized[i] =
-          HuginnNormalize(std::vector<float>(&logits[i * vocab], &logits[(i + 1) * vocab]));
-      kl[i] = HuginnKl(rows[i]->prev_logits, normalized[i]);
-    }
-  });
+  runner_->HuginnExitKl(coda_slots.data(), prev.data(), has_prev.data(), n, kl.data());
   for (int i = 0; i < n; ++i) {
     Row& r = *rows[i];
-    HuginnLogits& row = normalized[i];
     const double threshold =
         r.seq->request.exit_threshold.value_or(cfg_.recursion.loop_exit_threshold);
-    if (kl[i] < threshold) {
-      r.exited = true;
-      r.tail_done = true;
-      // Sampled only if it is the last known token (a recomputed one's next token is known).
-      if (r.position == static_cast<int>(r.seq->tokens.size()) - 1)
-        r.logits = std::move(row.logits);
-      r.prev_logits = HuginnLogits{};
-      exited->push_back(&r);
-    } else {
-      r.prev_logits = std::move(row);
-    }
+    if (kl[i] >= threshold) continue;
+    r.exited = true;
+    r.tail_done = true;
+    r.h = std::move(coda[i]);  // sampled from it if it is the last known token
+    exited->push_back(&r);
   }
 }
 
@@ -548,6 +535,8 @@ void ModelExecutor::BlockPass(std::vector<Row>* rows, std::vector<Row>* kv_only,
   }
   NormAfterLoop(norm, &copy_on_exit);
   if (!kl_check.empty()) HuginnKlExits(kl_check, &copy_on_exit, writes);
+  for (Row* r : ptrs)  // a row that left the loop checks no more
+    if (r->exited) r->huginn_prev.Reset();
   for (Row* r : copy_on_exit) {  // rides the later loops, copying its exit loop's entries
     Row ghost;
     ghost.seq = r->seq;
@@ -599,7 +588,7 @@ void ModelExecutor::Tail(std::vector<Row>* rows) {
   for (Row* r : ptrs) {
     const Sequence& s = *r->seq;
     const bool last = r->position == static_cast<int>(s.tokens.size()) - 1;
-    if (last && s.request.params.max_tokens > 0 && !r->tail_done) sampled.push_back(r);
+    if (last && s.request.params.max_tokens > 0) sampled.push_back(r);
     if (s.request.params.prompt_logprobs && !s.prompt_logprobs_sent &&
         r->position + 1 < s.num_prompt) {
       scored.push_back(r);

@@ -11,7 +11,6 @@
 #include <memory>
 #include <vector>
 
-#include "engine/cpu/thread_pool.h"
 #include "engine/model/weights.h"
 #include "engine/runtime/kv_block_pool.h"
 #include "engine/runtime/model_runner.h"
@@ -21,9 +20,8 @@ namespace morserve {
 
 class ModelExecutor {
  public:
-  // host_pool: host work over a pass's rows (Huginn's exit statistics).
-  ModelExecutor(std::shared_ptr<const ModelWeights> weights, ModelRunner* runner, KvBlockPool* pool,
-                ThreadPool* host_pool);
+  ModelExecutor(std::shared_ptr<const ModelWeights> weights, ModelRunner* runner,
+                KvBlockPool* pool);
 
   // The plan's entering tokens enter (embedding, the segments before the loop, the entry
   // routing: rows that skip the loop come out in `skipped`); then one pass of the shared
@@ -76,10 +74,12 @@ class ModelExecutor {
   const LayerPlan& plan_;
   ModelRunner* runner_;
   KvBlockPool* pool_;
-  ThreadPool* host_pool_;
   // Declared first of the executor's state and outliving every Row (the engine destroys the
   // scheduler, which holds rows, before the executor).
   StateSlots slots_;
+  // Huginn adaptive: the runner's previous-logits rows (ModelRunner::HuginnExitKl), one per row
+  // between its first exit check and its leaving the loop, so at most max_batch_rows.
+  StateSlots huginn_rows_;
 };
 
 }  // namespace morserve

@@ -148,6 +148,18 @@ class ModelRunner {
   // fixed order). Only a call with gate_logit returns data (the CUDA runner's one download).
   virtual void NormBetweenLoops(const int32_t* src, const int32_t* dst, int n,
                                 double* gate_logit) = 0;
+  // Huginn-0125's adaptive exit statistic (docs/models.md#huginn-0125) after a recurrence, for
+  // n rows whose coda outputs are the states slots[i]: the logits lm_head(RMSNorm_final(h)),
+  // their log-partition in fp64, and kl[i] = KL(P_prev || P) against the logits the runner kept
+  // in its previous-logits row prev[i] (HuginnKl's rule; has_prev[i] == 0: P_prev uniform, the
+  // first check); then this check's logits and log-partition are kept there, the next check's
+  // previous (a row that exits never reads them again). The rows (ids in [0, max_batch_rows),
+  // one per row in the loop, handed out by the executor) are reserved when the runner is made
+  // for models with the KL exit rule. Only the n doubles come back: the logits stay where they are
+  // computed. The CPU computes HuginnNormalize + HuginnKl in index order; the CUDA runner's
+  // huginn_kl kernel sums the same fp64 terms in a fixed tree order (kernels/huginn_kl.cuh).
+  virtual void HuginnExitKl(const int32_t* slots, const int32_t* prev, const int32_t* has_prev,
+                            int n, double* kl) = 0;
   virtual int block_size() const = 0;
   virtual RunnerCounters counters() const = 0;
   // Copies the K and V ([kv_dim] each, keys after RoPE) stored at a flat KV slot (block *

@@ -16,7 +16,6 @@
 #include <optional>
 #include <vector>
 
-#include "engine/model/huginn_state.h"
 #include "engine/runtime/kv_block_pool.h"
 #include "engine/runtime/prefix_cache.h"
 #include "engine/runtime/request.h"
@@ -53,11 +52,12 @@ struct Row {
   // Instead of logits: the next token when the runner sampled it (ModelRunner::Sample).
   std::optional<SampleResult> sample;
   // Huginn (docs/models.md#huginn-0125): the prelude's output e, injected before every
-  // recurrence. Adaptive mode: the last recurrence's exit-check logits (empty: none yet, P
-  // uniform); once the KL rule lets the token leave, `logits` are its exit logits, its coda
-  // entries are written, and the tail only samples it (tail_done).
+  // recurrence. Adaptive mode: the runner's row keeping the last exit check's logits
+  // (ModelRunner::HuginnExitKl; none yet: P uniform), held while the token is in the loop; once
+  // the KL rule lets the token leave, h is its coda output, its coda entries are written, and
+  // the tail only samples it (tail_done).
   StateSlot inject;
-  HuginnLogits prev_logits;
+  StateSlot huginn_prev;
   bool tail_done = false;
   // With prompt logprobs, on rows of prompt positions p < num_prompt - 1: the score of
   // prompt token p + 1 from this row's final hidden state (set by the tail).

@@ -35,6 +35,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <string>
 #include <utility>
 
 #include "engine/reference/reference_model.h"
@@ -497,6 +498,42 @@ TEST(EngineGpuLoopedStepTest, NormBetweenLoopsStaysOnTheDevice) {
     EXPECT_LE(after.d2h_copies - before.d2h_copies, gate ? loops : 1);
     EXPECT_LE(after.d2h_bytes - before.d2h_bytes, 64 + (gate ? 4 * loops : 0));
     EXPECT_EQ(after.allocations - before.allocations, 0);
+  }
+}
+
+// Huginn's adaptive exit check stays on the device too (ModelRunner::HuginnExitKl): each check
+// of a decode token (every recurrence but its last) downloads its KL statistic (8 bytes) and
+// synchronises once for it, never a row of logits (vocab * 4 bytes), and the token is sampled on
+// the device whether it exits early or not (one download of the sampled token). Seeds 13, 5
+// and 3 give a 4th token that runs all 4 recurrences (3 checks), exits at the 2nd check, and
+// exits at the 3rd (before the device check: 3120, 2048 and 3072 bytes down, 4, 2 and 3 syncs).
+TEST(EngineGpuLoopedStepTest, HuginnExitCheckStaysOnTheDevice) {
+  MORSERVE_SKIP_WITHOUT_GPU();
+  testing::TempDir dir;
+  auto weights = testing::MakeModel(GpuFamily("huginn-adaptive", "huginn_adaptive").spec, &dir);
+  ASSERT_NE(weights, nullptr);
+  const int64_t max_checks = weights->config.recursion.num_recursions - 1;
+  for (const auto [seed, checks] : {std::pair<uint64_t, int64_t>{13, 3}, {5, 2}, {3, 3}}) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    ASSERT_LE(checks, max_checks);
+    auto engine = Engine::Create(weights, GpuConfig(BatchingMode::kDepthWise));
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    const auto [before, after] =
+        FourthTokenCounters(engine->get(), weights->config.vocab_size, seed);
+    const RunnerCounters::Device& b = before.device;
+    const RunnerCounters::Device& a = after.device;
+    std::printf(
+        "huginn adaptive decode token (seed %llu): %lld + %lld copies (%lld bytes down), "
+        "%lld syncs\n",
+        static_cast<unsigned long long>(seed), static_cast<long long>(a.h2d_copies - b.h2d_copies),
+        static_cast<long long>(a.d2h_copies - b.d2h_copies),
+        static_cast<long long>(a.d2h_bytes - b.d2h_bytes),
+        static_cast<long long>(a.syncs - b.syncs));
+    EXPECT_EQ(after.sampled_rows - before.sampled_rows, 1);  // early exit or not
+    EXPECT_EQ(a.syncs - b.syncs, 1 + checks);
+    EXPECT_EQ(a.d2h_copies - b.d2h_copies, 1 + checks);
+    EXPECT_LE(a.d2h_bytes - b.d2h_bytes, 64 + 8 * checks);
+    EXPECT_EQ(a.allocations - b.allocations, 0);
   }
 }
 
