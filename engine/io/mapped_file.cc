@@ -48,7 +48,9 @@ size_t ReleaseMappedPages(const void* data, size_t bytes) {
   if (end > it->first + it->second) return 0;  // not inside one mapping
   const uintptr_t first = (begin + page - 1) / page * page, last = end / page * page;
   if (last <= first) return 0;
-  if (::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED) != 0) return 0;
+  // The page-aligned start as an offset from `data` (no integer-to-pointer cast).
+  void* start = const_cast<uint8_t*>(static_cast<const uint8_t*>(data)) + (first - begin);
+  if (::madvise(start, last - first, MADV_DONTNEED) != 0) return 0;
   return last - first;
 }
 

@@ -24,7 +24,7 @@ int64_t ResidentBytes() {
 }
 
 std::string WriteFile(size_t bytes) {
-  const std::string path = ::testing::TempDir() + "/mapped_file_test.bin";
+  std::string path = ::testing::TempDir() + "/mapped_file_test.bin";
   std::vector<char> data(bytes);
   for (size_t i = 0; i < bytes; ++i) data[i] = static_cast<char>(i * 7 + i / 4096);
   std::ofstream(path, std::ios::binary).write(data.data(), static_cast<std::streamsize>(bytes));
