@@ -7,14 +7,14 @@ namespace morserve::kernels {
 
 // Sum over the CTA of one value per thread: a shuffle tree in each warp, then the kNumWarps
 // warps' partials added in warp order, so the result depends only on the launch shape. Every
-// thread gets the result. scratch: kNumWarps floats of shared memory; it may be reused by the
-// next call (the trailing barrier guards it).
-template <int kNumWarps>
-__device__ float BlockSum(float v, float* scratch) {
+// thread gets the result. scratch: kNumWarps values of shared memory (T: float, or double for
+// fp64 sums); it may be reused by the next call (the trailing barrier guards it).
+template <int kNumWarps, typename T>
+__device__ T BlockSum(T v, T* scratch) {
   for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
   if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
   __syncthreads();
-  float total = 0.0f;
+  T total = 0;
   for (int w = 0; w < kNumWarps; ++w) total += scratch[w];
   __syncthreads();  // scratch may be reused by the next call
   return total;

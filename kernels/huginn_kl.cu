@@ -2,6 +2,7 @@
 // huginn_kl.cuh.
 #include <cmath>
 
+#include "kernels/block_reduce.cuh"
 #include "kernels/common.cuh"
 #include "kernels/huginn_kl.cuh"
 #include "kernels/launch.cuh"
@@ -12,17 +13,9 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 
-// Every thread's v summed over the CTA in the fixed order of huginn_kl.cuh; every thread gets
-// the sum. scratch: kWarps doubles of shared memory, free again when it returns.
-__device__ double CtaSum(double v, double* scratch) {
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
-  __syncthreads();
-  double total = 0.0;
-  for (int w = 0; w < kWarps; ++w) total += scratch[w];
-  __syncthreads();
-  return total;
-}
+// Every thread's v summed over the CTA in the fixed order of huginn_kl.cuh (block_reduce.cuh's
+// BlockSum in fp64); every thread gets the sum.
+__device__ double CtaSum(double v, double* scratch) { return BlockSum<kWarps>(v, scratch); }
 
 __device__ float CtaMax(float m, float* scratch) {
   for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));

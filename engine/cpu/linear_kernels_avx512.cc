@@ -12,7 +12,6 @@
 // AVX-512 F, BW, DQ and VL (every AVX-512 CPU since Skylake-SP). Compiled with -ffp-contract=off
 // (the FMAs are the written intrinsics).
 #include <algorithm>
-#include <tuple>
 #include <vector>
 
 #include "engine/cpu/linear_kernels.h"
@@ -379,25 +378,10 @@ void QuadFewRows(const float* x, int64_t ldx, int m, const LinearWeights& w, flo
 // mb = 1..8 rows of x times one quad (4 columns; ncols of them written).
 void QuadColumnTile(int mb, const float* x, int64_t ldx, const uint16_t* quad, int64_t stride,
                     int ncols, int k, float* y, int64_t ldy, bool accumulate, const char* next) {
-  const auto args = std::make_tuple(x, ldx, quad, stride, ncols, k, y, ldy, accumulate, next);
-  switch (mb) {
-    case 1:
-      return std::apply(QuadTile<1, 1>, args);
-    case 2:
-      return std::apply(QuadTile<2, 1>, args);
-    case 3:
-      return std::apply(QuadTile<3, 1>, args);
-    case 4:
-      return std::apply(QuadTile<4, 1>, args);
-    case 5:
-      return std::apply(QuadTile<5, 1>, args);
-    case 6:
-      return std::apply(QuadTile<6, 1>, args);
-    case 7:
-      return std::apply(QuadTile<7, 1>, args);
-    default:
-      return std::apply(QuadTile<8, 1>, args);
-  }
+  static constexpr decltype(&QuadTile<1, 1>) kTiles[] = {
+      &QuadTile<1, 1>, &QuadTile<2, 1>, &QuadTile<3, 1>, &QuadTile<4, 1>,
+      &QuadTile<5, 1>, &QuadTile<6, 1>, &QuadTile<7, 1>, &QuadTile<8, 1>};
+  kTiles[mb - 1](x, ldx, quad, stride, ncols, k, y, ldy, accumulate, next);
 }
 
 // Rows of x per pass over a range's quads when m >= 5: with the range's weights (a few hundred
