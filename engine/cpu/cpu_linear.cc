@@ -14,13 +14,14 @@ CpuLinear::CpuLinear(LinearWeights w, ThreadPool* pool, const LinearKernelSet* k
       kernels_(kernels ? kernels : &BestLinearKernels()),
       bytes_read_(bytes_read) {
   MORSERVE_CHECK(w_.n() > 0 && w_.k() > 0, "CpuLinear needs n > 0 and k > 0");
-  if (w_.format() == WeightFormat::kAmxBf16) {
-    MORSERVE_CHECK(AmxLinearKernels() != nullptr,
-                   "amx-bf16 weights: this CPU has no usable AMX-BF16");
-    kernels_ = AmxLinearKernels();
+  if (w_.format() == WeightFormat::kAmxBf16 && kernels == nullptr) {
+    MORSERVE_CHECK(AmxBf16BestLinearKernels() != nullptr,
+                   "amx-bf16 weights: this CPU has neither a usable AMX-BF16 nor AVX-512 BF16");
+    kernels_ = AmxBf16BestLinearKernels();
   }
-  MORSERVE_CHECK((kernels_ == AmxLinearKernels()) == (w_.format() == WeightFormat::kAmxBf16),
-                 "the AMX kernel set runs amx-bf16 weights, and only it does");
+  const bool bf16_dot_set = kernels_ == AmxLinearKernels() || kernels_ == Avx512Bf16LinearKernels();
+  MORSERVE_CHECK(bf16_dot_set == (w_.format() == WeightFormat::kAmxBf16),
+                 "the AMX and AVX-512 BF16 kernel sets run amx-bf16 weights, and only they do");
   if (w_.format() == WeightFormat::kW8A8 && kernels == nullptr) {
     MORSERVE_CHECK(W8A8BestLinearKernels() != nullptr, "w8a8 weights: this CPU has no AVX2");
     kernels_ = W8A8BestLinearKernels();

@@ -38,7 +38,7 @@ struct LinearArgs {
 };
 
 struct LinearKernelSet {
-  std::string_view name;  // "scalar", "avx2", "avx512"
+  std::string_view name;  // "scalar", "avx2", "avx512", "amx", "avx512-bf16", ...
   // Computes columns [n0, n1) of every row.
   void (*run)(const LinearArgs& args, int n0, int n1) = nullptr;
   // Rows of W one range should hold for m rows: ranges are multiples of it (except the last).
@@ -53,9 +53,16 @@ const LinearKernelSet* Avx512LinearKernels();
 // The AMX set (linear_kernels_amx.cc) runs amx-bf16 weights only, in its own order: x rounded
 // to bf16, products summed by the tile unit (one order for every M, so batch invariance still
 // holds by construction; within a stated tolerance of the exact product, not the L8 bits).
-// CpuLinear picks it for amx-bf16 weights. nullptr when the host lacks AMX-TILE/AMX-BF16 or
-// Linux refuses the tile state.
+// nullptr when the host lacks AMX-TILE/AMX-BF16 or Linux refuses the tile state.
 const LinearKernelSet* AmxLinearKernels();
+// The AVX-512 BF16 set (linear_kernels_avx512_bf16.cc) runs amx-bf16 weights with VDPBF16PS on
+// hosts without AMX (AMD Zen 4/5): the same bf16-rounded inputs, in one documented order per
+// element that the tests hold bit for bit (batch invariant by construction). nullptr without
+// AVX-512 F/BW/VL/BF16.
+const LinearKernelSet* Avx512Bf16LinearKernels();
+// The set CpuLinear picks for amx-bf16 weights: the AMX set, else the AVX-512 BF16 set, else
+// nullptr (the engine refuses amx-bf16 then).
+const LinearKernelSet* AmxBf16BestLinearKernels();
 // The w8a8 sets (linear_kernels_w8a8.cc) run w8a8 weights only: each row of x quantized to int8
 // in groups of 32 and integer dot products per group, scaled in one fixed fp32 order (batch
 // invariant by construction; every set gives the scalar set's bits). CpuLinear picks the best

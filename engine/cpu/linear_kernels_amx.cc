@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "engine/core/check.h"
+#include "engine/cpu/bf16_rows.h"
 #include "engine/cpu/linear_kernels.h"
 #include "engine/cpu/simd_intrinsics.h"
 #include "engine/cpu/simd_target.h"
@@ -47,25 +48,6 @@ struct alignas(64) TileConfig {
 MORSERVE_BEGIN_TARGET("amx-tile,amx-bf16,avx512f,avx512bw")
 
 namespace {
-
-// x rows [m, k] -> bf16 rounded to nearest even, rows of kp values (zero-padded), as integers
-// so every host rounds alike (denormals kept, NaN never reaches a projection).
-void RoundRowsToBf16(const float* x, int64_t ldx, int m, int k, int kp, uint16_t* out) {
-  const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff);
-  for (int i = 0; i < m; ++i) {
-    const float* src = x + i * ldx;
-    uint16_t* dst = out + static_cast<int64_t>(i) * kp;
-    for (int p = 0; p < kp; p += 16) {
-      const int count = std::clamp(k - p, 0, 16);
-      const __mmask16 mask = static_cast<__mmask16>((1u << count) - 1u);
-      const __m512i bits = _mm512_castps_si512(_mm512_maskz_loadu_ps(mask, src + p));
-      const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), one);
-      const __m512i rounded =
-          _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(bias, lsb)), 16);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + p), _mm512_cvtepi32_epi16(rounded));
-    }
-  }
-}
 
 void Configure(int mb) {
   TileConfig cfg;
@@ -122,7 +104,7 @@ void RunAmx(const LinearArgs& a, int n0, int n1) {
   thread_local std::vector<float> out;
   xa.assign(static_cast<size_t>(mrows) * kp, 0);
   out.resize(16 * kGroupCols);
-  RoundRowsToBf16(a.x, a.ldx, a.m, k, kp, xa.data());
+  RoundRowsToBf16Avx512(a.x, a.ldx, a.m, k, kp, xa.data());
   const auto* tiles = reinterpret_cast<const uint8_t*>(w.amx_tiles());
   Configure(mb);
   for (int j0 = n0; j0 < n1; j0 += kGroupCols) {

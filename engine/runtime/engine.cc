@@ -59,11 +59,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Mod
         "--weights: the CUDA backend keeps bf16 weights; auto or bf16 with --device cuda");
   }
   if (config.device == Device::kCpu && config.weights == CpuWeights::kAmxBf16 &&
-      AmxLinearKernels() == nullptr) {
+      AmxBf16BestLinearKernels() == nullptr) {
     return absl::FailedPreconditionError(
-        "--weights amx-bf16: this CPU has no usable AMX-BF16 (Sapphire Rapids or later, and a "
-        "Linux "
-        "that grants the tile state)");
+        "--weights amx-bf16: this CPU has neither a usable AMX-BF16 (Sapphire Rapids or later, "
+        "and a Linux that grants the tile state) nor AVX-512 BF16 (AMD Zen 4 or later, Cooper "
+        "Lake)");
   }
   if (config.device == Device::kCpu && config.weights == CpuWeights::kW8A8 &&
       W8A8BestLinearKernels() == nullptr) {

@@ -20,7 +20,8 @@ enum class CpuWeights {
   kF16,
   kInt8,  // Q8 groups of 32 with an f16 scale, quantized at load; routers and LoRA stay as stored
   kAmxBf16,  // bf16 in AMX tile order; each projection's input rounded to bf16, fp32 sums on the
-             // AMX tile unit (Sapphire Rapids and later); routers and LoRA stay as stored
+             // AMX tile unit (Sapphire Rapids and later) or, without AMX, with AVX-512 BF16's
+             // VDPBF16PS (AMD Zen 4 and later); routers and LoRA stay as stored
   kW8A8,     // int8 as kInt8, in VNNI order; each projection's input quantized to int8 per group
              // of 32, integer dot products (AVX-512 VNNI, or AVX2); routers and LoRA stay as stored
 };

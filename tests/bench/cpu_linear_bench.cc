@@ -5,8 +5,8 @@
 // bandwidth of a buffer far larger than the caches (engine/cpu/machine_limits.h) and the fp32
 // FMA peak of the thread pool. Each shape cycles through copies of its weight that together
 // exceed 256 MiB and twice the L3, so every call reads W from memory as a real model's step does
-// (the whole 360M model is far larger than the caches). amx-bf16 runs too where the host has AMX,
-// w8a8 where it has AVX-512 VNNI. Prints one JSON object.
+// (the whole 360M model is far larger than the caches). amx-bf16 runs too where the host has AMX
+// or AVX-512 BF16, w8a8 where it has AVX-512 VNNI. Prints one JSON object.
 // Usage: cpu_linear_bench [--quick] [--formats f32,bf16,bf16-quads,int8,amx-bf16,w8a8]
 //        cpu_linear_bench --side-by-side --formats bf16,bf16-quads [--m 1,8]: the formats' calls
 //        alternate one by one; medians per call and each format's speed-up over the first.
@@ -207,12 +207,12 @@ int Main(int argc, char** argv) {
       std::string(BestLinearKernels().name).c_str(), pool->num_threads(), limits.read_gbs,
       limits.fma_gflops);
   bool first = true;
-  // bf16-quads: the engine's default for bf16 weights on AVX2 and AVX-512 hosts.
+  // bf16-quads: the engine's default for bf16 weights on AVX-512 hosts.
   std::vector<WeightFormat> formats = {WeightFormat::kF32, WeightFormat::kBF16,
                                        WeightFormat::kBF16Quads, WeightFormat::kQ8};
-  // amx-bf16 (bf16 inputs on the AMX tile unit) where the host has it; its fma_fraction is still
-  // against the fp32 FMA peak.
-  if (AmxLinearKernels() != nullptr) formats.push_back(WeightFormat::kAmxBf16);
+  // amx-bf16 (bf16 inputs on the AMX tile unit, or VDPBF16PS without AMX) where the host has
+  // either; its fma_fraction is still against the fp32 FMA peak.
+  if (AmxBf16BestLinearKernels() != nullptr) formats.push_back(WeightFormat::kAmxBf16);
   if (W8A8VnniLinearKernels() != nullptr) formats.push_back(WeightFormat::kW8A8);
   for (WeightFormat f : formats) {
     if (!only.empty() &&

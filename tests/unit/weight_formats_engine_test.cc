@@ -5,8 +5,9 @@
 //   stated distance of the reference: logits within kInt8Tolerance / kHalfTolerance
 //   (MaxScaledDiff) while tokens and loop counts agree, and at least kMinAgreement of the
 //   generated tokens before a first flip;
-// - amx-bf16 (bf16 weights and bf16-rounded projection inputs on the AMX tile unit, where the
-//   host has AMX) stays within kHalfTolerance likewise; elsewhere the engine refuses it by name;
+// - amx-bf16 (bf16 weights and bf16-rounded projection inputs on the AMX tile unit, or with
+//   AVX-512 BF16 where the host has no AMX) stays within kHalfTolerance likewise; elsewhere the
+//   engine refuses it by name;
 // - w8a8 (int8 weights and int8 projection inputs, where the host has AVX-512 VNNI or AVX2) stays
 // within
 //   kInt8Tolerance likewise; elsewhere the engine refuses it by name;
@@ -110,7 +111,7 @@ TEST_P(WeightFormatsTest, ConvertedFormatsStayCloseAndBatchInvariant) {
       {CpuWeights::kInt8, kInt8Tolerance, "int8"},
       {CpuWeights::kBF16, kHalfTolerance, "bf16"},
       {CpuWeights::kF16, kHalfTolerance, "f16"}};
-  if (AmxLinearKernels() != nullptr)
+  if (AmxBf16BestLinearKernels() != nullptr)
     formats.emplace_back(CpuWeights::kAmxBf16, kHalfTolerance, "amx-bf16");
   if (W8A8BestLinearKernels() != nullptr)
     formats.emplace_back(CpuWeights::kW8A8, kInt8Tolerance, "w8a8");
@@ -138,8 +139,8 @@ TEST_P(WeightFormatsTest, ConvertedFormatsStayCloseAndBatchInvariant) {
 INSTANTIATE_TEST_SUITE_P(Families, WeightFormatsTest, ::testing::ValuesIn(Families(DType::kF32)),
                          testing::FamilyCaseName);
 
-TEST(WeightFormatsTest, AmxBf16NeedsAmx) {
-  if (AmxLinearKernels() != nullptr) GTEST_SKIP() << "this host has AMX: the format runs above";
+TEST(WeightFormatsTest, AmxBf16NeedsAmxOrAvx512Bf16) {
+  if (AmxBf16BestLinearKernels() != nullptr) GTEST_SKIP() << "the format runs above on this host";
   testing::TempDir dir;
   auto weights = testing::MakeModel(testing::F32Spec("vanilla"), &dir);
   auto engine = Engine::Create(weights, Config(CpuWeights::kAmxBf16));
