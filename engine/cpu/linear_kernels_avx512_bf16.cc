@@ -36,6 +36,9 @@ constexpr int kTileBytes = 1024;  // 16 pairs of k x 16 columns x 2 bf16
 constexpr int kPairBytes = 64;    // one tile row
 constexpr int kMaxBlockRows = 6;
 constexpr int kChunkRows = 48;
+// Tiles are read in one stream (a thread's groups lie one after the other): each line is asked
+// for this far ahead of its load. Past the range's end it only touches lines nobody reads.
+constexpr int kPrefetchBytes = 4096;
 
 // One row block of the register tile: MB rows of bf16 x (kp values each, `ldx` apart), one group
 // of tiles, the first `cols` of its 64 columns written to y (rows `ldy` floats apart).
@@ -72,7 +75,11 @@ void DotBlock(const BlockArgs& b) {
     const uint16_t* xk = b.x + kb * kKBlock;
     for (int r = 0; r < kKBlock / 2; ++r) {
       __m512i w[4];
-      for (int v = 0; v < 4; ++v) w[v] = _mm512_load_si512(tiles + v * kTileBytes + r * kPairBytes);
+      for (int v = 0; v < 4; ++v) {
+        const uint8_t* line = tiles + v * kTileBytes + r * kPairBytes;
+        _mm_prefetch(reinterpret_cast<const char*>(line + kPrefetchBytes), _MM_HINT_T0);
+        w[v] = _mm512_load_si512(line);
+      }
       for (int i = 0; i < MB; ++i) {
         const __m512bh xp = reinterpret_cast<__m512bh>(BroadcastPair(xk + i * b.kp + 2 * r));
         for (int v = 0; v < 4; ++v)

@@ -54,6 +54,24 @@ float FmaChains512(int64_t iterations) {
 
 MORSERVE_END_TARGET
 
+MORSERVE_BEGIN_TARGET("avx512f,avx512bf16")
+
+// 10 independent chains of VDPBF16PS (16 lanes, each two bf16 products and two adds).
+float Bf16DotChains(int64_t iterations) {
+  __m512 acc[10];
+  for (int i = 0; i < 10; ++i) acc[i] = _mm512_set1_ps(0.001f * i);
+  const __m512bh a = reinterpret_cast<__m512bh>(_mm512_set1_epi32(0x3f7f3f7f));  // 0.996, 0.996
+  const __m512bh b = reinterpret_cast<__m512bh>(_mm512_set1_epi32(0x33d633d6));  // 1e-7, 1e-7
+  for (int64_t it = 0; it < iterations; ++it) {
+    for (int i = 0; i < 10; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+  }
+  __m512 s = acc[0];
+  for (int i = 1; i < 10; ++i) s = _mm512_add_ps(s, acc[i]);
+  return _mm512_reduce_add_ps(s);
+}
+
+MORSERVE_END_TARGET
+
 bool HasAvx2Fma() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
 
 }  // namespace
@@ -78,6 +96,23 @@ double MeasureFmaPeak(ThreadPool* pool, int tries) {
   return best + 0.0 * sink.load();
 }
 
+double MeasureBf16DotPeak(ThreadPool* pool, int tries) {
+  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bf16")) return 0.0;
+  const int threads = pool->num_threads();
+  const int64_t iterations = 4'000'000;
+  std::atomic<int> sink{0};
+  double best = 0;
+  for (int t = 0; t < tries; ++t) {
+    const double t0 = Now();
+    pool->ParallelFor(threads, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) sink += Bf16DotChains(iterations) > 1e30f;
+    });
+    const double flops = 4.0 * 16 * 10 * static_cast<double>(iterations) * threads;
+    best = std::max(best, flops / (Now() - t0) / 1e9);
+  }
+  return best + 0.0 * sink.load();
+}
+
 MachineLimits MeasureMachineLimits(ThreadPool* pool, int64_t buffer_mb) {
   MachineLimits m;
   m.threads = pool->num_threads();
@@ -86,6 +121,7 @@ MachineLimits MeasureMachineLimits(ThreadPool* pool, int64_t buffer_mb) {
   m.buffer_bytes = read->bytes;
   m.read_gbs = read->gbs;
   m.fma_gflops = MeasureFmaPeak(pool);
+  m.bf16_dot_gflops = MeasureBf16DotPeak(pool);
   return m;
 }
 

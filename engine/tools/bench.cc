@@ -282,7 +282,7 @@ double LinearFlopsPerToken(const ModelWeights& w) {
 
 absl::StatusOr<json> RunPrefill(std::shared_ptr<const ModelWeights> weights,
                                 const EngineConfig& cfg, int prompt_len, double read_gbs,
-                                double fma_gflops) {
+                                double fma_gflops, double bf16_dot_gflops) {
   const int vocab = weights->config.vocab_size;
   const double flops_per_token = LinearFlopsPerToken(*weights);
   if (prompt_len >= weights->config.max_position_embeddings) {
@@ -314,6 +314,9 @@ absl::StatusOr<json> RunPrefill(std::shared_ptr<const ModelWeights> weights,
       {"linear_gflops", flops_per_token * prompt_len / secs / 1e9},
       {"fma_fraction", fma_gflops > 0 ? json(flops_per_token * prompt_len / secs / 1e9 / fma_gflops)
                                       : json(nullptr)},
+      {"bf16_dot_fraction", bf16_dot_gflops > 0
+                                ? json(flops_per_token * prompt_len / secs / 1e9 / bf16_dot_gflops)
+                                : json(nullptr)},
       {"max_step_tokens", cfg.max_step_tokens}};
   out.update(WeightTraffic(before, after, secs, read_gbs));
   return out;
@@ -392,7 +395,7 @@ int BenchCommand(const Args& args) {
   if (!flags->Has("kv-cache-mb") && !flags->Has("kv-blocks")) base->kv_cache_bytes = 2048ll << 20;
 
   json bandwidth = nullptr;
-  double read_gbs = 0, fma_gflops = 0;
+  double read_gbs = 0, fma_gflops = 0, bf16_dot_gflops = 0;
   if (*membw_mb > 0) {
     ThreadPool pool(base->threads);
     auto bw = MeasureReadBandwidth(*membw_mb, *membw_passes, &pool);
@@ -400,8 +403,12 @@ int BenchCommand(const Args& args) {
     read_gbs = bw->gbs;
     fma_gflops = MeasureFmaPeak(&pool);
     std::printf("fp32 FMA peak: %.1f GFLOP/s (%d threads)\n", fma_gflops, pool.num_threads());
+    bf16_dot_gflops = MeasureBf16DotPeak(&pool);
+    if (bf16_dot_gflops > 0)
+      std::printf("bf16 dot-product peak (VDPBF16PS): %.1f GFLOP/s\n", bf16_dot_gflops);
     bandwidth = {{"read_bandwidth_gbs", bw->gbs},
                  {"fma_gflops", fma_gflops},
+                 {"bf16_dot_gflops", bf16_dot_gflops},
                  {"buffer_bytes", bw->bytes},
                  {"threads", bw->threads},
                  {"passes", bw->passes}};
@@ -486,7 +493,7 @@ int BenchCommand(const Args& args) {
       cfg.mode = modes[0];
       json best;
       for (int rep = 0; rep < *repeats; ++rep) {
-        auto p = RunPrefill(*weights, cfg, *prefill, read_gbs, fma_gflops);
+        auto p = RunPrefill(*weights, cfg, *prefill, read_gbs, fma_gflops, bf16_dot_gflops);
         if (!p.ok()) return Fail(std::string(p.status().message()));
         if (best.is_null() || (*p)["prefill_tokens_per_s"] > best["prefill_tokens_per_s"])
           best = *p;

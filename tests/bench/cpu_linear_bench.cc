@@ -203,9 +203,10 @@ int Main(int argc, char** argv) {
   const MachineLimits limits = MeasureMachineLimits(pool, quick ? 256 : 1024);
   std::printf(
       "{\"kernels\": \"%s\", \"threads\": %d, \"read_gbs\": %.2f, \"fma_gflops\": %.1f,\n "
+      "\"bf16_dot_gflops\": %.1f, "
       "\"runs\": [\n",
       std::string(BestLinearKernels().name).c_str(), pool->num_threads(), limits.read_gbs,
-      limits.fma_gflops);
+      limits.fma_gflops, limits.bf16_dot_gflops);
   bool first = true;
   // bf16-quads: the engine's default for bf16 weights on AVX-512 hosts.
   std::vector<WeightFormat> formats = {WeightFormat::kF32, WeightFormat::kBF16,

@@ -216,7 +216,18 @@ TEST(CliTest, BenchWritesConsistentJson) {
     EXPECT_NEAR(p["prefill_tokens_per_s"].get<double>(), 24 / p["seconds"].get<double>(), 1e-6);
     EXPECT_GT(p["weight_bytes_read"].get<int64_t>(), 0) << "the CPU runner counts its weight reads";
     EXPECT_GT(p["linear_gflops"].get<double>(), 0.0);
+    // Against the VDPBF16PS peak where the host has one (the amx-bf16 roof without AMX).
+    const double bf16_peak = report["read_bandwidth"]["bf16_dot_gflops"].get<double>();
+    if (bf16_peak > 0) {
+      EXPECT_NEAR(p["bf16_dot_fraction"].get<double>(),
+                  p["linear_gflops"].get<double>() / bf16_peak, 1e-9);
+    } else {
+      EXPECT_TRUE(p["bf16_dot_fraction"].is_null());
+    }
   }
+  // The bf16 dot-product peak is measured where the host has AVX-512 BF16, and only there.
+  EXPECT_EQ(report["read_bandwidth"]["bf16_dot_gflops"].get<double>() > 0,
+            __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16"));
   // The FMA peak is measured beside the read bandwidth (0 only on a host without AVX2+FMA).
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
     EXPECT_GT(report["read_bandwidth"]["fma_gflops"].get<double>(), 0.0);
