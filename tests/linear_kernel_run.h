@@ -22,6 +22,7 @@ inline std::vector<float> RunLinearKernelSet(const LinearKernelSet& set, const L
   a.y = y.data();
   a.ldy = w.n();
   a.accumulate = accumulate;
+  if (set.prepare != nullptr) set.prepare(a);
   set.run(a, n0, n1);
   return y;
 }

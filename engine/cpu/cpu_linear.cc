@@ -52,6 +52,7 @@ void CpuLinear::Run(const float* x, int m, float* y, bool accumulate) const {
   args.ldy = w_.n();
   args.accumulate = accumulate;
   if (bytes_read_ != nullptr) *bytes_read_ += w_.bytes();
+  if (kernels_->prepare != nullptr) kernels_->prepare(args);
   const int n = w_.n();
   const int chunk = std::max(1, kernels_->chunk_rows(m, w_.k()));
   const int64_t chunks = (n + chunk - 1) / chunk;

@@ -35,6 +35,9 @@ struct LinearArgs {
   float* y = nullptr;  // [m, ldy], row-major; columns n0..n1 written
   int64_t ldy = 0;
   bool accumulate = false;
+  // x converted once per call by the set's `prepare` (nullptr for sets without one), on the
+  // calling thread before the ranges run; it lives until that thread's next call.
+  const void* prepared = nullptr;
 };
 
 struct LinearKernelSet {
@@ -43,6 +46,9 @@ struct LinearKernelSet {
   void (*run)(const LinearArgs& args, int n0, int n1) = nullptr;
   // Rows of W one range should hold for m rows: ranges are multiples of it (except the last).
   int (*chunk_rows)(int m, int k) = nullptr;
+  // Sets whose products read x in another form (bf16-rounded rows): converts x once per call
+  // into args.prepared, so the ranges of one call do not each convert it again. nullptr: none.
+  void (*prepare)(LinearArgs& args) = nullptr;
 };
 
 const LinearKernelSet& ScalarLinearKernels();

@@ -15,8 +15,9 @@
 //
 // Register tile: up to 6 rows of x by one group of 64 columns (4 accumulators per row, 24 of the
 // 32 registers); each 64-byte tile row (16 columns, one pair of k) is loaded once for every row
-// of the block. Rows run in chunks of 48 so a group's tiles (kp x 64 bf16 values, 120-320 KiB at
-// the 360M shapes) come from memory once per chunk and from L2 for the chunk's later blocks.
+// of the block. x is rounded once per call (PrepareAvx512Bf16), not once per range. Rows run in
+// chunks of 48 so a group's tiles (kp x 64 bf16 values, 120-320 KiB at the 360M shapes) come
+// from memory once per chunk and from L2 for the chunk's later blocks.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -104,16 +105,26 @@ using BlockFn = void (*)(const BlockArgs&);
 constexpr BlockFn kBlocks[kMaxBlockRows] = {&DotBlock<1>, &DotBlock<2>, &DotBlock<3>,
                                             &DotBlock<4>, &DotBlock<5>, &DotBlock<6>};
 
+int PaddedK(int k) { return (k + kKBlock - 1) / kKBlock * kKBlock; }
+
+// x's rows rounded to bf16 once per call (kp values each), for every range of the call.
+void PrepareAvx512Bf16(LinearArgs& a) {
+  const int k = a.w->k(), kp = PaddedK(k);
+  thread_local std::vector<uint16_t> xa;
+  xa.resize(static_cast<size_t>(a.m) * kp);
+  RoundRowsToBf16Avx512(a.x, a.ldx, a.m, k, kp, xa.data());
+  a.prepared = xa.data();
+}
+
 void RunAvx512Bf16(const LinearArgs& a, int n0, int n1) {
   const LinearWeights& w = *a.w;
   MORSERVE_CHECK(w.format() == WeightFormat::kAmxBf16,
                  "the AVX-512 BF16 kernel set reads amx-bf16 weights only");
   MORSERVE_CHECK(n0 % kGroupCols == 0, "AVX-512 BF16 column ranges start on a group of 64");
-  const int k = w.k(), kp = (k + kKBlock - 1) / kKBlock * kKBlock;
+  MORSERVE_CHECK(a.prepared != nullptr, "the AVX-512 BF16 kernel set runs after its prepare");
+  const int kp = PaddedK(w.k());
   const int64_t group_bytes = static_cast<int64_t>(kp / kKBlock) * 4 * kTileBytes;
-  thread_local std::vector<uint16_t> xa;
-  xa.resize(static_cast<size_t>(a.m) * kp);
-  RoundRowsToBf16Avx512(a.x, a.ldx, a.m, k, kp, xa.data());
+  const auto* xa = static_cast<const uint16_t*>(a.prepared);
   const auto* tiles = reinterpret_cast<const uint8_t*>(w.amx_tiles());
   for (int c0 = 0; c0 < a.m; c0 += kChunkRows) {
     const int c1 = std::min(a.m, c0 + kChunkRows);
@@ -125,7 +136,7 @@ void RunAvx512Bf16(const LinearArgs& a, int n0, int n1) {
       for (int i0 = c0; i0 < c1;) {
         const int left = c1 - i0, blocks = (left + kMaxBlockRows - 1) / kMaxBlockRows;
         const int rows = (left + blocks - 1) / blocks;
-        b.x = xa.data() + static_cast<int64_t>(i0) * kp;
+        b.x = xa + static_cast<int64_t>(i0) * kp;
         b.y = a.y + i0 * a.ldy + j0;
         kBlocks[rows - 1](b);
         i0 += rows;
@@ -147,7 +158,8 @@ int Avx512Bf16ChunkRows(int, int) { return kGroupCols; }
 const LinearKernelSet* Avx512Bf16LinearKernels() {
   static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
-  static const LinearKernelSet set{"avx512-bf16", &RunAvx512Bf16, &Avx512Bf16ChunkRows};
+  static const LinearKernelSet set{"avx512-bf16", &RunAvx512Bf16, &Avx512Bf16ChunkRows,
+                                   &PrepareAvx512Bf16};
   return ok ? &set : nullptr;
 }
 
