@@ -81,11 +81,16 @@ void Store(const LinearArgs& a, int i, int j0, int cols, const float* s) {
   for (int c = 0; c < cols; ++c) y[c] = a.accumulate ? y[c] + s[c] : s[c];
 }
 
+// x quantized once per call by the set's prepare (PrepareW8A8), for every range of the call.
+const QuantizedRows& Prepared(const LinearArgs& a) {
+  MORSERVE_CHECK(a.prepared != nullptr, "the w8a8 kernel sets run after their prepare");
+  return *static_cast<const QuantizedRows*>(a.prepared);
+}
+
 void RunW8A8Scalar(const LinearArgs& a, int n0, int n1) {
   const LinearWeights& w = *a.w;
   MORSERVE_CHECK(w.format() == WeightFormat::kW8A8, "the w8a8 kernel sets read w8a8 weights only");
-  QuantizedRows xq;
-  QuantizeRowsScalar(a, &xq);
+  const QuantizedRows& xq = Prepared(a);
   const uint8_t* values = w.w8a8_values();
   const uint16_t* scales = w.w8a8_scales();
   for (int j = n0; j < n1; ++j) {
@@ -106,21 +111,27 @@ void RunW8A8Scalar(const LinearArgs& a, int n0, int n1) {
   }
 }
 
-// One vector path: its quantization of x and its tiles of 1..tile_rows rows x one column group.
+// One vector path: its tiles of 1..tile_rows rows x one column group.
 using QuantizeFn = void (*)(const LinearArgs&, QuantizedRows*);
 using TileFn = void (*)(const QuantizedRows&, int, const uint8_t*, const uint16_t*, float*);
 struct VectorPath {
-  QuantizeFn quantize;
   const TileFn* tiles;  // tiles[r] for r rows
   int tile_rows;
 };
+
+// A set's prepare: x quantized by `kQuantize` into the calling thread's buffer.
+template <QuantizeFn kQuantize>
+void PrepareW8A8(LinearArgs& a) {
+  thread_local QuantizedRows xq;
+  kQuantize(a, &xq);
+  a.prepared = &xq;
+}
 
 void RunVectorPath(const VectorPath& path, const LinearArgs& a, int n0, int n1) {
   const LinearWeights& w = *a.w;
   MORSERVE_CHECK(w.format() == WeightFormat::kW8A8, "the w8a8 kernel sets read w8a8 weights only");
   MORSERVE_CHECK(n0 % kCols == 0, "w8a8 column ranges start on a group of 16");
-  thread_local QuantizedRows xq;
-  path.quantize(a, &xq);
+  const QuantizedRows& xq = Prepared(a);
   const int64_t group_values = static_cast<int64_t>(xq.kg) * kQuads * 64;
   alignas(64) float out[kTileRows * kCols];
   for (int j0 = n0; j0 < n1; j0 += kCols) {
@@ -276,11 +287,11 @@ constexpr int kAvx2TileRows = 2;
 constexpr TileFn kAvx2Tiles[kAvx2TileRows + 1] = {nullptr, &TileAvx2<1>, &TileAvx2<2>};
 
 void RunW8A8Vnni(const LinearArgs& a, int n0, int n1) {
-  RunVectorPath(VectorPath{&QuantizeRowsVnni, kVnniTiles, kTileRows}, a, n0, n1);
+  RunVectorPath(VectorPath{kVnniTiles, kTileRows}, a, n0, n1);
 }
 
 void RunW8A8Avx2(const LinearArgs& a, int n0, int n1) {
-  RunVectorPath(VectorPath{&QuantizeRowsScalar, kAvx2Tiles, kAvx2TileRows}, a, n0, n1);
+  RunVectorPath(VectorPath{kAvx2Tiles, kAvx2TileRows}, a, n0, n1);
 }
 
 // Ranges of 64 columns (4 groups): enough pieces for the pool at the model's widths.
@@ -289,20 +300,23 @@ int W8A8ChunkRows(int, int) { return 4 * kCols; }
 }  // namespace
 
 const LinearKernelSet& W8A8ScalarLinearKernels() {
-  static const LinearKernelSet set{"w8a8-scalar", &RunW8A8Scalar, &W8A8ChunkRows};
+  static const LinearKernelSet set{"w8a8-scalar", &RunW8A8Scalar, &W8A8ChunkRows,
+                                   &PrepareW8A8<&QuantizeRowsScalar>};
   return set;
 }
 
 const LinearKernelSet* W8A8VnniLinearKernels() {
   static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                          __builtin_cpu_supports("avx512vnni");
-  static const LinearKernelSet set{"avx512-vnni", &RunW8A8Vnni, &W8A8ChunkRows};
+  static const LinearKernelSet set{"avx512-vnni", &RunW8A8Vnni, &W8A8ChunkRows,
+                                   &PrepareW8A8<&QuantizeRowsVnni>};
   return ok ? &set : nullptr;
 }
 
 const LinearKernelSet* W8A8Avx2LinearKernels() {
   static const bool ok = Avx2LinearKernels() != nullptr;  // AVX2, FMA and F16C
-  static const LinearKernelSet set{"w8a8-avx2", &RunW8A8Avx2, &W8A8ChunkRows};
+  static const LinearKernelSet set{"w8a8-avx2", &RunW8A8Avx2, &W8A8ChunkRows,
+                                   &PrepareW8A8<&QuantizeRowsScalar>};
   return ok ? &set : nullptr;
 }
 
