@@ -10,7 +10,8 @@
 //
 // Tiles: C 0..3 (mb rows x 16 fp32 columns each: a group of 64 output columns), A 4 (mb rows x 32
 // bf16 values of k), B 5..7 in turn (16 k pairs x 16 columns x 2). Rows of x run in blocks of up
-// to 16 inside each group of 64 columns; a block sums over every k block, then stores.
+// to 16 inside each group of 64 columns; a block sums over every k block, then stores. x is
+// rounded once per call (PrepareAmx), not once per range of the pool.
 #include <asm/prctl.h>
 #include <cpuid.h>
 #include <sys/syscall.h>
@@ -90,27 +91,41 @@ void GroupBlock(const uint16_t* a, int kp, const uint8_t* b, float* out, int64_t
   _tile_stored(3, out + 48, ldo * 4);
 }
 
+int PaddedK(int k) { return (k + kKBlock - 1) / kKBlock * kKBlock; }
+
+// m <= 16 rows run as one block of m rows; more run in blocks of 16, x zero-padded to whole
+// blocks.
+int PaddedRows(int m) { return m <= 16 ? m : (m + 15) / 16 * 16; }
+
+// x's rows rounded to bf16 once per call (kp values each, padded rows zero), for every range.
+void PrepareAmx(LinearArgs& a) {
+  const int k = a.w->k(), kp = PaddedK(k);
+  thread_local std::vector<uint16_t> xa;
+  xa.assign(static_cast<size_t>(PaddedRows(a.m)) * kp, 0);
+  RoundRowsToBf16Avx512(a.x, a.ldx, a.m, k, kp, xa.data());
+  a.prepared = xa.data();
+}
+
 void RunAmx(const LinearArgs& a, int n0, int n1) {
   const LinearWeights& w = *a.w;
   MORSERVE_CHECK(w.format() == WeightFormat::kAmxBf16,
                  "the AMX kernel set reads amx-bf16 weights only");
   MORSERVE_CHECK(n0 % kGroupCols == 0, "AMX column ranges start on a group of 64");
-  const int k = w.k(), kp = (k + kKBlock - 1) / kKBlock * kKBlock;
+  MORSERVE_CHECK(a.prepared != nullptr, "the AMX kernel set runs after its prepare");
+  const int kp = PaddedK(w.k());
   const int64_t group_bytes = static_cast<int64_t>(kp / kKBlock) * 4 * kTileBytes;
-  // m <= 16: one block of m rows. More: blocks of 16 (x zero-padded to whole blocks) inside each
-  // group of columns, so the group's tiles come from memory once and from L2 for later blocks.
-  const int mb = std::min(16, a.m), mrows = a.m <= 16 ? a.m : (a.m + 15) / 16 * 16;
-  thread_local std::vector<uint16_t> xa;
+  // Blocks of rows inside each group of columns, so the group's tiles come from memory once and
+  // from L2 for later blocks.
+  const int mb = std::min(16, a.m), mrows = PaddedRows(a.m);
+  const auto* xa = static_cast<const uint16_t*>(a.prepared);
   thread_local std::vector<float> out;
-  xa.assign(static_cast<size_t>(mrows) * kp, 0);
   out.resize(16 * kGroupCols);
-  RoundRowsToBf16Avx512(a.x, a.ldx, a.m, k, kp, xa.data());
   const auto* tiles = reinterpret_cast<const uint8_t*>(w.amx_tiles());
   Configure(mb);
   for (int j0 = n0; j0 < n1; j0 += kGroupCols) {
     const int cols = std::min(kGroupCols, n1 - j0);
     for (int i0 = 0; i0 < mrows; i0 += mb) {
-      const uint16_t* xb = xa.data() + static_cast<int64_t>(i0) * kp;
+      const uint16_t* xb = xa + static_cast<int64_t>(i0) * kp;
       const uint8_t* group = tiles + (j0 / kGroupCols) * group_bytes;
       if (!a.accumulate && cols == kGroupCols && a.m - i0 >= mb) {
         // Whole block, nothing to add: the tiles store straight into y's rows.
@@ -152,7 +167,7 @@ bool AmxUsable() {
 
 const LinearKernelSet* AmxLinearKernels() {
   static const bool ok = AmxUsable();
-  static const LinearKernelSet set{"amx", &RunAmx, &AmxChunkRows};
+  static const LinearKernelSet set{"amx", &RunAmx, &AmxChunkRows, &PrepareAmx};
   return ok ? &set : nullptr;
 }
 
