@@ -418,14 +418,12 @@ int BenchCommand(const Args& args) {
 
   json runs = json::array();
   json prefills = json::array();
-  std::printf("%-28s %-8s %6s %10s %12s %7s %9s %6s %8s %7s  %s\n", "model", "mode", "batch",
-              "tok/s", "block rows/s", "fill", "rows/pass", "preempt", "wt GB/s", "bw frac",
-              "rows per loop");
   // The report as it stands, rewritten after every batch and prefill (through a temporary file
   // renamed over --out): a run cut short (a time limit, a failure) leaves what it measured,
   // marked "complete": false.
   const std::string out = flags->Get("out", "bench.json");
-  auto write_report = [&](bool complete) {
+  // False when the report cannot be written (a missing directory, no permission).
+  auto write_report = [&](bool complete) -> bool {
     const json report = {
         {"protocol",
          {{"requests", *requests},
@@ -448,9 +446,17 @@ int BenchCommand(const Args& args) {
         {"prefill", prefills},
         {"ratios", Ratios(runs)}};
     const std::string tmp = out + ".partial";
-    std::ofstream(tmp) << report.dump(2) << "\n";
-    std::rename(tmp.c_str(), out.c_str());
+    std::ofstream file(tmp);
+    file << report.dump(2) << "\n";
+    file.close();
+    return file.good() && std::rename(tmp.c_str(), out.c_str()) == 0;
   };
+  const std::string cannot_write = "--out: cannot write " + out;
+  // Written once before the runs, so a path that cannot hold the report fails now, not after them.
+  if (!write_report(/*complete=*/false)) return Fail(cannot_write);
+  std::printf("%-28s %-8s %6s %10s %12s %7s %9s %6s %8s %7s  %s\n", "model", "mode", "batch",
+              "tok/s", "block rows/s", "fill", "rows/pass", "preempt", "wt GB/s", "bw frac",
+              "rows per loop");
   for (const std::string& dir : flags->GetList("models")) {
     auto weights = LoadModel(dir);
     if (!weights.ok()) return Fail(std::string(weights.status().message()));
@@ -486,7 +492,7 @@ int BenchCommand(const Args& args) {
         std::fflush(stdout);
         runs.push_back(run);
       }
-      write_report(/*complete=*/false);
+      if (!write_report(/*complete=*/false)) return Fail(cannot_write);
     }
     if (*prefill > 0) {
       EngineConfig cfg = *base;
@@ -506,10 +512,10 @@ int BenchCommand(const Args& args) {
           best["weight_gbs"].get<double>(), best["linear_gflops"].get<double>());
       std::fflush(stdout);
       prefills.push_back(best);
-      write_report(/*complete=*/false);
+      if (!write_report(/*complete=*/false)) return Fail(cannot_write);
     }
   }
-  write_report(/*complete=*/true);
+  if (!write_report(/*complete=*/true)) return Fail(cannot_write);
   const json ratios = Ratios(runs);
   std::printf("\nratios (tokens/s, measured side by side in this run):\n");
   for (const json& r : ratios) {

@@ -16,6 +16,7 @@ namespace {
 
 using nlohmann::json;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string MakeModelDir(testing::TempDir& dir, const std::string& family) {
   TinyModelSpec spec;
@@ -185,6 +186,22 @@ TEST(CliTest, BenchKeepsWhatItMeasuredWhenCutShort) {
   ASSERT_EQ(report["runs"].size(), 4u);  // 2 batches x 2 modes of the first model
   EXPECT_EQ(report["ratios"].size(), 2u);
   EXPECT_FALSE(std::filesystem::exists(out + ".partial"));
+}
+
+// An --out the report cannot be written to (its directory does not exist) is an error that names
+// it, before any run, never a "wrote" over a lost report.
+TEST(CliTest, BenchRefusesAnOutItCannotWrite) {
+  testing::TempDir dir;
+  const std::string mor = MakeModelDir(dir, "mor-ec");
+  const std::string out = dir.File("missing") + "/bench.json";
+  auto r = testing::RunCommand(testing::MorserveBinary() + " bench --models " + mor +
+                               " --requests 2 --mean-tokens 4 --std-tokens 0 --batches 1"
+                               " --warmup 0 --kv-cache-mb 16 --membw-mb 0 --out " +
+                               out);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.output, HasSubstr("--out: cannot write " + out));
+  EXPECT_THAT(r.output, Not(HasSubstr("wrote")));
+  EXPECT_THAT(r.output, Not(HasSubstr("rows per loop"))) << "it failed after starting the runs";
 }
 
 TEST(CliTest, BenchWritesConsistentJson) {
