@@ -1,15 +1,19 @@
-// RoundRowsToBf16Avx512 (bf16_rows.h): 16 values per step, masked at the row's end.
+// PrepareBf16Rows (bf16_rows.h): 16 values per step, masked at the row's end.
 #include <algorithm>
+#include <cstdint>
+#include <vector>
 
 #include "engine/cpu/bf16_rows.h"
 #include "engine/cpu/simd_intrinsics.h"
 #include "engine/cpu/simd_target.h"
 
 namespace morserve {
+namespace {
 
 MORSERVE_BEGIN_TARGET("avx512f,avx512bw")
 
-void RoundRowsToBf16Avx512(const float* x, int64_t ldx, int m, int k, int kp, uint16_t* out) {
+// x rows [m, k] (ldx floats apart) -> bf16 rows of kp >= k values, zeros past k.
+void RoundRows(const float* x, int64_t ldx, int m, int k, int kp, uint16_t* out) {
   const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff);
   for (int i = 0; i < m; ++i) {
     const float* src = x + i * ldx;
@@ -27,5 +31,16 @@ void RoundRowsToBf16Avx512(const float* x, int64_t ldx, int m, int k, int kp, ui
 }
 
 MORSERVE_END_TARGET
+
+}  // namespace
+
+void PrepareBf16Rows(LinearArgs& args, int rows) {
+  const int k = args.w->k(), kp = Bf16RowStride(k);
+  thread_local std::vector<uint16_t> xa;
+  xa.resize(static_cast<size_t>(rows) * kp);
+  RoundRows(args.x, args.ldx, args.m, k, kp, xa.data());
+  std::fill(xa.begin() + static_cast<int64_t>(args.m) * kp, xa.end(), uint16_t{0});
+  args.prepared = xa.data();
+}
 
 }  // namespace morserve

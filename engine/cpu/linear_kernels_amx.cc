@@ -91,20 +91,12 @@ void GroupBlock(const uint16_t* a, int kp, const uint8_t* b, float* out, int64_t
   _tile_stored(3, out + 48, ldo * 4);
 }
 
-int PaddedK(int k) { return (k + kKBlock - 1) / kKBlock * kKBlock; }
-
 // m <= 16 rows run as one block of m rows; more run in blocks of 16, x zero-padded to whole
 // blocks.
 int PaddedRows(int m) { return m <= 16 ? m : (m + 15) / 16 * 16; }
 
-// x's rows rounded to bf16 once per call (kp values each, padded rows zero), for every range.
-void PrepareAmx(LinearArgs& a) {
-  const int k = a.w->k(), kp = PaddedK(k);
-  thread_local std::vector<uint16_t> xa;
-  xa.assign(static_cast<size_t>(PaddedRows(a.m)) * kp, 0);
-  RoundRowsToBf16Avx512(a.x, a.ldx, a.m, k, kp, xa.data());
-  a.prepared = xa.data();
-}
+// x's rows rounded to bf16 once per call (padded rows zero), for every range of the call.
+void PrepareAmx(LinearArgs& a) { PrepareBf16Rows(a, PaddedRows(a.m)); }
 
 void RunAmx(const LinearArgs& a, int n0, int n1) {
   const LinearWeights& w = *a.w;
@@ -112,7 +104,7 @@ void RunAmx(const LinearArgs& a, int n0, int n1) {
                  "the AMX kernel set reads amx-bf16 weights only");
   MORSERVE_CHECK(n0 % kGroupCols == 0, "AMX column ranges start on a group of 64");
   MORSERVE_CHECK(a.prepared != nullptr, "the AMX kernel set runs after its prepare");
-  const int kp = PaddedK(w.k());
+  const int kp = Bf16RowStride(w.k());
   const int64_t group_bytes = static_cast<int64_t>(kp / kKBlock) * 4 * kTileBytes;
   // Blocks of rows inside each group of columns, so the group's tiles come from memory once and
   // from L2 for later blocks.

@@ -20,7 +20,6 @@
 // from memory once per chunk and from L2 for the chunk's later blocks.
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
 #include "engine/core/check.h"
 #include "engine/cpu/bf16_rows.h"
@@ -105,16 +104,8 @@ using BlockFn = void (*)(const BlockArgs&);
 constexpr BlockFn kBlocks[kMaxBlockRows] = {&DotBlock<1>, &DotBlock<2>, &DotBlock<3>,
                                             &DotBlock<4>, &DotBlock<5>, &DotBlock<6>};
 
-int PaddedK(int k) { return (k + kKBlock - 1) / kKBlock * kKBlock; }
-
-// x's rows rounded to bf16 once per call (kp values each), for every range of the call.
-void PrepareAvx512Bf16(LinearArgs& a) {
-  const int k = a.w->k(), kp = PaddedK(k);
-  thread_local std::vector<uint16_t> xa;
-  xa.resize(static_cast<size_t>(a.m) * kp);
-  RoundRowsToBf16Avx512(a.x, a.ldx, a.m, k, kp, xa.data());
-  a.prepared = xa.data();
-}
+// x's rows rounded to bf16 once per call, for every range of the call.
+void PrepareAvx512Bf16(LinearArgs& a) { PrepareBf16Rows(a, a.m); }
 
 void RunAvx512Bf16(const LinearArgs& a, int n0, int n1) {
   const LinearWeights& w = *a.w;
@@ -122,7 +113,7 @@ void RunAvx512Bf16(const LinearArgs& a, int n0, int n1) {
                  "the AVX-512 BF16 kernel set reads amx-bf16 weights only");
   MORSERVE_CHECK(n0 % kGroupCols == 0, "AVX-512 BF16 column ranges start on a group of 64");
   MORSERVE_CHECK(a.prepared != nullptr, "the AVX-512 BF16 kernel set runs after its prepare");
-  const int kp = PaddedK(w.k());
+  const int kp = Bf16RowStride(w.k());
   const int64_t group_bytes = static_cast<int64_t>(kp / kKBlock) * 4 * kTileBytes;
   const auto* xa = static_cast<const uint16_t*>(a.prepared);
   const auto* tiles = reinterpret_cast<const uint8_t*>(w.amx_tiles());

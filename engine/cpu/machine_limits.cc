@@ -74,12 +74,10 @@ MORSERVE_END_TARGET
 
 bool HasAvx2Fma() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
 
-}  // namespace
-
-double MeasureFmaPeak(ThreadPool* pool, int tries) {
-  if (!HasAvx2Fma()) return 0.0;
-  const bool wide = __builtin_cpu_supports("avx512f");
-  const int lanes = wide ? 16 : 8;
+// GFLOP/s of `chains` run on every thread at once, best of `tries`; flops_per_iteration: what
+// one iteration of one thread's chains computes.
+double BestChainRate(ThreadPool* pool, int tries, float (*chains)(int64_t),
+                     double flops_per_iteration) {
   const int threads = pool->num_threads();
   const int64_t iterations = 4'000'000;  // ~40 ms per thread at ~3 GHz
   std::atomic<int> sink{0};
@@ -87,30 +85,26 @@ double MeasureFmaPeak(ThreadPool* pool, int tries) {
   for (int t = 0; t < tries; ++t) {
     const double t0 = Now();
     pool->ParallelFor(threads, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i)
-        sink += (wide ? FmaChains512(iterations) : FmaChains(iterations)) > 1e30f;
+      for (int64_t i = b; i < e; ++i) sink += chains(iterations) > 1e30f;
     });
-    const double flops = 2.0 * lanes * 10 * static_cast<double>(iterations) * threads;
+    const double flops = flops_per_iteration * static_cast<double>(iterations) * threads;
     best = std::max(best, flops / (Now() - t0) / 1e9);
   }
   return best + 0.0 * sink.load();
 }
 
+}  // namespace
+
+double MeasureFmaPeak(ThreadPool* pool, int tries) {
+  if (!HasAvx2Fma()) return 0.0;
+  const bool wide = __builtin_cpu_supports("avx512f");
+  const int lanes = wide ? 16 : 8;
+  return BestChainRate(pool, tries, wide ? &FmaChains512 : &FmaChains, 2.0 * lanes * 10);
+}
+
 double MeasureBf16DotPeak(ThreadPool* pool, int tries) {
   if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bf16")) return 0.0;
-  const int threads = pool->num_threads();
-  const int64_t iterations = 4'000'000;
-  std::atomic<int> sink{0};
-  double best = 0;
-  for (int t = 0; t < tries; ++t) {
-    const double t0 = Now();
-    pool->ParallelFor(threads, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) sink += Bf16DotChains(iterations) > 1e30f;
-    });
-    const double flops = 4.0 * 16 * 10 * static_cast<double>(iterations) * threads;
-    best = std::max(best, flops / (Now() - t0) / 1e9);
-  }
-  return best + 0.0 * sink.load();
+  return BestChainRate(pool, tries, &Bf16DotChains, 4.0 * 16 * 10);
 }
 
 MachineLimits MeasureMachineLimits(ThreadPool* pool, int64_t buffer_mb) {

@@ -307,16 +307,14 @@ absl::StatusOr<json> RunPrefill(std::shared_ptr<const ModelWeights> weights,
   RunRequests(engine->get(), one, 1);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const EngineStats after = (*engine)->stats();
+  const double gflops = flops_per_token * prompt_len / secs / 1e9;
   json out = {
       {"prompt_tokens", prompt_len},
       {"seconds", secs},
       {"prefill_tokens_per_s", prompt_len / secs},
-      {"linear_gflops", flops_per_token * prompt_len / secs / 1e9},
-      {"fma_fraction", fma_gflops > 0 ? json(flops_per_token * prompt_len / secs / 1e9 / fma_gflops)
-                                      : json(nullptr)},
-      {"bf16_dot_fraction", bf16_dot_gflops > 0
-                                ? json(flops_per_token * prompt_len / secs / 1e9 / bf16_dot_gflops)
-                                : json(nullptr)},
+      {"linear_gflops", gflops},
+      {"fma_fraction", fma_gflops > 0 ? json(gflops / fma_gflops) : json(nullptr)},
+      {"bf16_dot_fraction", bf16_dot_gflops > 0 ? json(gflops / bf16_dot_gflops) : json(nullptr)},
       {"max_step_tokens", cfg.max_step_tokens}};
   out.update(WeightTraffic(before, after, secs, read_gbs));
   return out;

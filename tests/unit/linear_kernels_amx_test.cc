@@ -21,16 +21,10 @@
 namespace morserve {
 namespace {
 
+using testing::Bits;
 using testing::UniformRandom;
 
 float RoundBf16(float v) { return Bf16ToF32(F32ToBf16(v)); }
-
-// The bit patterns of n floats (bitwise comparisons that gtest prints).
-std::vector<uint32_t> Bits(const float* p, size_t n) {
-  std::vector<uint32_t> out(n);
-  std::memcpy(out.data(), p, n * sizeof(float));
-  return out;
-}
 
 std::vector<float> RunAmx(const LinearWeights& w, const std::vector<float>& x, int m,
                           bool accumulate, const std::vector<float>& y0, int n0, int n1) {
@@ -99,18 +93,8 @@ TEST(AmxLinearKernelsTest, BatchInvariantBitwise) {
   for (ThreadPool* pool : {&one, &two}) {
     const CpuLinear lin(LinearWeights::FromF32(wf.data(), n, k, WeightFormat::kAmxBf16), pool);
     EXPECT_EQ(lin.kernel_name(), "amx");
-    std::vector<float> alone(n);
-    lin.Forward(probe.data(), 1, alone.data());
-    for (int m : {1, 2, 15, 16, 17, 33, 40}) {
-      auto x = UniformRandom(static_cast<size_t>(m) * k, 13 + m);
-      for (int at : {0, m / 2, m - 1}) {
-        std::copy(probe.begin(), probe.end(), x.begin() + static_cast<size_t>(at) * k);
-        std::vector<float> y(static_cast<size_t>(m) * n);
-        lin.Forward(x.data(), m, y.data());
-        ASSERT_EQ(Bits(alone.data(), n), Bits(&y[static_cast<size_t>(at) * n], n))
-            << "m=" << m << " at " << at << " threads " << pool->num_threads();
-      }
-    }
+    ASSERT_NO_FATAL_FAILURE(testing::ExpectRowBatchInvariant(lin, probe, {1, 2, 15, 16, 17, 33, 40},
+                                                             pool->num_threads(), "amx"));
     // A column range starting at the second group gives the same bits as the whole.
     const LinearWeights w = LinearWeights::FromF32(wf.data(), n, k, WeightFormat::kAmxBf16);
     const auto whole = RunAmx(w, probe, 1, false, std::vector<float>(n), 0, n);

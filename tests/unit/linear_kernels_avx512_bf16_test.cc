@@ -20,16 +20,11 @@
 namespace morserve {
 namespace {
 
+using testing::Bits;
 using testing::UniformRandom;
 
 #define SKIP_WITHOUT_AVX512_BF16() \
   if (Avx512Bf16LinearKernels() == nullptr) GTEST_SKIP() << "no AVX-512 BF16 on this host"
-
-std::vector<uint32_t> Bits(const float* p, size_t n) {
-  std::vector<uint32_t> out(n);
-  std::memcpy(out.data(), p, n * sizeof(float));
-  return out;
-}
 
 // Denormals to signed zero (the instruction's DAZ on inputs and FTZ on its result).
 float Flush(float v) { return std::fpclassify(v) == FP_SUBNORMAL ? std::copysign(0.0f, v) : v; }
@@ -125,18 +120,10 @@ TEST(Avx512Bf16LinearKernelsTest, BatchInvariantBitwise) {
     const CpuLinear lin(LinearWeights::FromF32(wf.data(), n, k, WeightFormat::kAmxBf16), pool,
                         Avx512Bf16LinearKernels());
     EXPECT_EQ(lin.kernel_name(), "avx512-bf16");
-    std::vector<float> alone(n);
-    lin.Forward(probe.data(), 1, alone.data());
-    for (int m = 1; m <= 64; ++m) {
-      auto x = UniformRandom(static_cast<size_t>(m) * k, 13 + m);
-      for (int at : {0, m / 2, m - 1}) {
-        std::copy(probe.begin(), probe.end(), x.begin() + static_cast<size_t>(at) * k);
-        std::vector<float> y(static_cast<size_t>(m) * n);
-        lin.Forward(x.data(), m, y.data());
-        ASSERT_EQ(Bits(alone.data(), n), Bits(&y[static_cast<size_t>(at) * n], n))
-            << "m=" << m << " at " << at << " threads " << pool->num_threads();
-      }
-    }
+    std::vector<int> ms(64);
+    for (int m = 1; m <= 64; ++m) ms[m - 1] = m;
+    ASSERT_NO_FATAL_FAILURE(
+        testing::ExpectRowBatchInvariant(lin, probe, ms, pool->num_threads(), "avx512-bf16"));
   }
 }
 

@@ -22,15 +22,10 @@
 namespace morserve {
 namespace {
 
+using testing::Bits;
 using testing::UniformRandom;
 
 constexpr int kGroup = LinearWeights::kQ8Group;
-
-std::vector<uint32_t> Bits(const float* p, size_t n) {
-  std::vector<uint32_t> out(n);
-  std::memcpy(out.data(), p, n * sizeof(float));
-  return out;
-}
 
 struct Shape {
   int n, k;
@@ -187,18 +182,8 @@ TEST(W8A8LinearKernelsTest, BatchInvariantBitwise) {
     for (ThreadPool* pool : {&one, &two}) {
       const CpuLinear lin(LinearWeights::FromF32(wf.data(), n, k, WeightFormat::kW8A8), pool, set);
       EXPECT_EQ(lin.kernel_name(), set->name);
-      std::vector<float> alone(n);
-      lin.Forward(probe.data(), 1, alone.data());
-      for (int m : {1, 2, 7, 8, 9, 17, 33, 64}) {
-        auto x = UniformRandom(static_cast<size_t>(m) * k, 13 + m);
-        for (int at : {0, m / 2, m - 1}) {
-          std::copy(probe.begin(), probe.end(), x.begin() + static_cast<size_t>(at) * k);
-          std::vector<float> y(static_cast<size_t>(m) * n);
-          lin.Forward(x.data(), m, y.data());
-          ASSERT_EQ(Bits(alone.data(), n), Bits(&y[static_cast<size_t>(at) * n], n))
-              << set->name << " m=" << m << " at " << at << " threads " << pool->num_threads();
-        }
-      }
+      ASSERT_NO_FATAL_FAILURE(testing::ExpectRowBatchInvariant(
+          lin, probe, {1, 2, 7, 8, 9, 17, 33, 64}, pool->num_threads(), std::string(set->name)));
       const LinearWeights w = LinearWeights::FromF32(wf.data(), n, k, WeightFormat::kW8A8);
       const auto whole = RunSet(*set, w, probe, 1, false, std::vector<float>(n), 0, n);
       const auto part = RunSet(*set, w, probe, 1, false, std::vector<float>(n), 48, n);
