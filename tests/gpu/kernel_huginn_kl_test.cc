@@ -1,12 +1,20 @@
-// huginn_kl_forward (Huginn's adaptive exit statistic) against the host's HuginnNormalize and
-// HuginnKl (engine/model/huginn_state.h, fp64 in index order): random logits at vocab 65536 (the
-// real model's) and 1001 (odd, not a multiple of the CTA), several rows with kept rows in any
-// order; the first check against the uniform distribution, then two chained checks that read
-// the rows the previous call kept (logits bitwise, log_z), a row equal to its previous (KL ~0);
-// a kept-row index outside the pool gives NaN and writes nothing; the launcher's validation.
-// Tolerance: the kernel sums in a fixed tree order, the host in index order, both in fp64, so
-// |kl - host| <= 1e-12 * |host| + 1e-14 (and the same for log_z). Also built as
-// kernel_huginn_kl_emu_test: the same checks on the emulated kernels and CUDA runtime.
+// huginn_kl_forward (Huginn's adaptive exit statistic) against the contract's math evaluated in
+// long double, and against the host's HuginnNormalize and HuginnKl (engine/model/huginn_state.h,
+// fp64 in index order): random logits at vocab 65536 (the real model's) and 1001 (odd, not a
+// multiple of the CTA), several rows with kept rows in any order; the first check against the
+// uniform distribution, then two chained checks that read the rows the previous call kept
+// (logits bitwise, log_z), a row equal to its previous (KL ~0); a kept-row index outside the
+// pool gives NaN and writes nothing; the launcher's validation.
+// Tolerances. The kernel sums in a fixed fp64 tree order (a CTA's threads 256 terms each, then
+// a tree), so it stays within |kl - exact| <= 1e-12 * |exact| + 1e-14 of the long-double value
+// (and the same for log_z). The host's index-order sum is the less exact one: against the
+// uniform distribution every term (a - x_i) / vocab shares a's low bits, so each add's rounding
+// leans the same way; it is held to the recursive-summation bound, vocab * DBL_EPSILON times
+// the sum of the terms' magnitudes (Higham, Accuracy and Stability, section 4.2).
+// Also built as kernel_huginn_kl_emu_test: the same checks on the emulated kernels and CUDA
+// runtime.
+#include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -30,7 +38,54 @@ class HuginnKlTest : public ::testing::Test {
 
 void ExpectClose(double got, double want, const std::string& what) {
   EXPECT_LE(std::fabs(got - want), 1e-12 * std::fabs(want) + 1e-14)
-      << what << ": got " << got << ", host " << want;
+      << what << ": got " << got << ", exact " << want;
+}
+
+// The contract's log_z and KL in long double, with the sum of the KL terms' magnitudes (for the
+// host's bound).
+struct Exact {
+  double log_z = 0;
+  double kl = 0;
+  double kl_abs_terms = 0;
+};
+
+long double ExactLogZ(const std::vector<float>& x) {
+  const long double m = *std::max_element(x.begin(), x.end());
+  long double sum = 0;
+  for (float v : x) sum += std::exp(static_cast<long double>(v) - m);
+  return m + std::log(sum);
+}
+
+// prev empty: against the uniform distribution.
+Exact ExactKl(const std::vector<float>& prev, const std::vector<float>& x) {
+  const long double lz = ExactLogZ(x);
+  const long double n = static_cast<long double>(x.size());
+  const long double prev_lz = prev.empty() ? 0 : ExactLogZ(prev);
+  long double kl = 0, abs_terms = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const long double lp = static_cast<long double>(x[i]) - lz;
+    long double term;
+    if (prev.empty()) {
+      term = (-std::log(n) - lp) / n;
+    } else {
+      const long double lq = static_cast<long double>(prev[i]) - prev_lz;
+      term = std::exp(lq) * (lq - lp);
+    }
+    kl += term;
+    abs_terms += std::fabs(term);
+  }
+  return {static_cast<double>(lz), static_cast<double>(kl), static_cast<double>(abs_terms)};
+}
+
+// The kernel against the exact value, and the host's HuginnKl within its summation bound.
+void ExpectKl(double got, const std::vector<float>& prev, const HuginnLogits& prev_host,
+              const HuginnLogits& cur_host, const std::string& what) {
+  const Exact exact = ExactKl(prev, cur_host.logits);
+  ExpectClose(got, exact.kl, what + " kl");
+  const double host = HuginnKl(prev_host, cur_host);
+  const double bound = static_cast<double>(cur_host.logits.size()) * DBL_EPSILON *
+                       (exact.kl_abs_terms + std::fabs(exact.log_z));
+  EXPECT_LE(std::fabs(got - host), bound) << what << " kl: got " << got << ", host " << host;
 }
 
 // Rows of logits around a random scale: a peaked row makes the KL terms' magnitudes vary.
@@ -111,8 +166,9 @@ void CheckChain(int vocab, int n) {
     for (int i = 0; i < n; ++i) {
       const std::string what = "step " + std::to_string(step) + " row " + std::to_string(i);
       HuginnLogits cur = HuginnNormalize(Row(x, i, vocab));
-      ExpectClose(kl[i], HuginnKl(prev[i], cur), what + " kl");
-      ExpectClose(log_z[rows[i]], cur.log_z, what + " log_z");
+      ExpectKl(kl[i], prev[i].logits, prev[i], cur, what);
+      ExpectClose(log_z[rows[i]], static_cast<double>(ExactLogZ(cur.logits)), what + " log_z");
+      ExpectClose(log_z[rows[i]], cur.log_z, what + " log_z against the host");
       EXPECT_EQ(Row(pool, rows[i], vocab), cur.logits) << what << ": the kept row";
       if (step == 0) EXPECT_GT(kl[i], 0.1) << what;  // far from uniform
       if (step == 2 && i == 0) EXPECT_LT(std::fabs(kl[i]), 1e-12) << what;
@@ -132,7 +188,7 @@ TEST_F(HuginnKlTest, OutOfRangeKeptRowGivesNanAndWritesNothing) {
   const std::vector<float> x = RandomLogits(3, vocab, rng);
   const std::vector<double> kl = kept.Check(x, {1, -1, 2}, {0, 0, 0});
   ASSERT_EQ(kl.size(), 3u);
-  ExpectClose(kl[0], HuginnKl(HuginnLogits{}, HuginnNormalize(Row(x, 0, vocab))), "row 0");
+  ExpectKl(kl[0], {}, HuginnLogits{}, HuginnNormalize(Row(x, 0, vocab)), "row 0");
   EXPECT_TRUE(std::isnan(kl[1]));
   EXPECT_TRUE(std::isnan(kl[2]));
   std::vector<float> pool;
