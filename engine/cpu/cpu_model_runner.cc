@@ -8,6 +8,7 @@
 
 #include "engine/core/aligned_allocator.h"
 #include "engine/core/check.h"
+#include "engine/cpu/act_arena.h"
 #include "engine/cpu/cpu_linear.h"
 #include "engine/cpu/cpu_ops.h"
 #include "engine/cpu/linear_weights.h"
@@ -22,7 +23,7 @@ namespace morserve {
 namespace {
 
 using Vec = std::vector<float>;
-using Act = AlignedFloats;  // activations: cache-line aligned (aligned_allocator.h)
+using Act = ActArena::Buffer;  // a step's activations, uninitialised (act_arena.h)
 
 // One loop's LoRA delta on a column range of a (fused) projection's output:
 // y[:, offset : offset + out] += scale * (x A^T) B^T.
@@ -136,7 +137,7 @@ class CpuModelRunner : public ModelRunner {
   // Huginn scales the embedding by sqrt(H) (in fp64, rounded once, as the reference does).
   void Embed(const int* tokens, int n, const int32_t* slots) override {
     std::vector<int32_t> ids(tokens, tokens + n);
-    Act h(static_cast<size_t>(n) * cfg_.hidden_size);
+    Act h = arena_.Take(static_cast<size_t>(n) * cfg_.hidden_size);
     EmbeddingGather(w_->embed, ids.data(), n, h.data());
     ScaleEmbedding(cfg_.huginn.embed_scale, h.data(), h.size());
     WriteStates(slots, n, h.data());
@@ -181,7 +182,8 @@ class CpuModelRunner : public ModelRunner {
   void InjectInput(const int32_t* s, const int32_t* e, int n) override {
     MORSERVE_CHECK(adapter_ != nullptr, "InjectInput: the model has no Huginn adapter");
     const size_t hs = static_cast<size_t>(cfg_.hidden_size);
-    Act joined(static_cast<size_t>(n) * 2 * hs), out(static_cast<size_t>(n) * hs);
+    Act joined = arena_.Take(static_cast<size_t>(n) * 2 * hs);
+    Act out = arena_.Take(static_cast<size_t>(n) * hs);
     for (int i = 0; i < n; ++i) {
       std::copy_n(State(s[i]), hs, &joined[i * 2 * hs]);
       std::copy_n(State(e[i]), hs, &joined[i * 2 * hs + hs]);
@@ -280,7 +282,7 @@ class CpuModelRunner : public ModelRunner {
   }
   // The states of n slots as one batch [n, hidden].
   Act Gather(const int32_t* slots, int n) {
-    Act h(static_cast<size_t>(n) * cfg_.hidden_size);
+    Act h = arena_.Take(static_cast<size_t>(n) * cfg_.hidden_size);
     ReadStates(slots, n, h.data());
     return h;
   }
@@ -321,7 +323,8 @@ class CpuModelRunner : public ModelRunner {
   std::unique_ptr<CpuLinear> tc_w1_, tc_w2_;
   RunnerCounters counters_;
   RowSampler row_sampler_{&pool_};
-  Act states_;  // row states by slot, [slots, hidden]
+  AlignedFloats states_;  // row states by slot, [slots, hidden]
+  ActArena arena_;        // the steps' activation buffers
   // Huginn adaptive: the last exit check's logits of each previous-logits row (HuginnExitKl).
   std::vector<HuginnLogits> huginn_kept_;
 };
@@ -455,11 +458,13 @@ void CpuModelRunner::RunLayer(const LayerBatch& b) {
   const int qkv_dim = qd + 2 * kvd;
   const CpuLayer& L = layers_[w_->plan.segments[b.segment].first_layer_slot + b.k];
   const LayerKvPlan& kv = *b.kv;
-  Act a(static_cast<size_t>(n) * hs), qkv(static_cast<size_t>(n) * qkv_dim);
+  Act a = arena_.Take(static_cast<size_t>(n) * hs);
+  Act qkv = arena_.Take(static_cast<size_t>(n) * qkv_dim);
   NormRows(L.in_norm, b.loops, n, b.h, a.data());
   L.qkv.Run(b.loops, n, a.data(), hs, qkv.data(), /*accumulate=*/false);
-  Act q(static_cast<size_t>(n) * qd), k(static_cast<size_t>(n) * kvd),
-      v(static_cast<size_t>(n) * kvd);
+  Act q = arena_.Take(static_cast<size_t>(n) * qd);
+  Act k = arena_.Take(static_cast<size_t>(n) * kvd);
+  Act v = arena_.Take(static_cast<size_t>(n) * kvd);
   SplitQkv(qkv, n, &q, &k, &v);
   PositionQk(L, b.loops, b.positions, n, q.data(), k.data());
   if (kv.recurrent) {  // the pair just computed is temporary; the persistent one comes later
@@ -468,7 +473,7 @@ void CpuModelRunner::RunLayer(const LayerBatch& b) {
   }
   KvWrite(kv_, k.data(), v.data(), kv.write_slot.data(), n);
 
-  Act attn(static_cast<size_t>(n) * qd);
+  Act attn = arena_.Take(static_cast<size_t>(n) * qd);
   PagedAttentionParams p;
   p.num_rows = n;
   p.q = q.data();
@@ -512,19 +517,20 @@ void CpuModelRunner::AddAttentionAndMlp(const CpuLayer& L, const int* loops, int
   const int hs = cfg_.hidden_size, qd = cfg_.q_dim(), inter = cfg_.intermediate_size;
   const bool normed_sums = cfg_.sandwich_norm || cfg_.huginn.residual_norm;
   if (normed_sums) {
-    Act o(static_cast<size_t>(n) * hs);
+    Act o = arena_.Take(static_cast<size_t>(n) * hs);
     L.o.Run(loops, n, attn, qd, o.data(), /*accumulate=*/false);
     AddSublayerOutput(L.attn_out_norm, loops, n, o.data(), h);
   } else {
     L.o.Run(loops, n, attn, qd, h, /*accumulate=*/true);
   }
-  Act m(static_cast<size_t>(n) * hs), gu(static_cast<size_t>(n) * 2 * inter),
-      act(static_cast<size_t>(n) * inter);
+  Act m = arena_.Take(static_cast<size_t>(n) * hs);
+  Act gu = arena_.Take(static_cast<size_t>(n) * 2 * inter);
+  Act act = arena_.Take(static_cast<size_t>(n) * inter);
   NormRows(L.post_norm, loops, n, h, m.data());
   L.gate_up.Run(loops, n, m.data(), hs, gu.data(), /*accumulate=*/false);
   SwiGluRows(gu.data(), n, act.data());
   if (normed_sums) {
-    Act d(static_cast<size_t>(n) * hs);
+    Act d = arena_.Take(static_cast<size_t>(n) * hs);
     L.down.Run(loops, n, act.data(), inter, d.data(), /*accumulate=*/false);
     AddSublayerOutput(L.mlp_out_norm, loops, n, d.data(), h);
   } else {
@@ -579,11 +585,13 @@ void CpuModelRunner::FinishRecurrentRows(const CpuLayer& L, const int* loops, co
                                          float* h) {
   const int hs = cfg_.hidden_size, qd = cfg_.q_dim(), kvd = cfg_.kv_dim();
   AddAttentionAndMlp(L, loops, n, attn, h);
-  Act a(static_cast<size_t>(n) * hs), qkv(static_cast<size_t>(n) * (qd + 2 * kvd));
+  Act a = arena_.Take(static_cast<size_t>(n) * hs);
+  Act qkv = arena_.Take(static_cast<size_t>(n) * (qd + 2 * kvd));
   NormRows(L.in_norm, loops, n, h, a.data());
   L.qkv.Run(loops, n, a.data(), hs, qkv.data(), /*accumulate=*/false);
-  Act q(static_cast<size_t>(n) * qd), k(static_cast<size_t>(n) * kvd),
-      v(static_cast<size_t>(n) * kvd);
+  Act q = arena_.Take(static_cast<size_t>(n) * qd);
+  Act k = arena_.Take(static_cast<size_t>(n) * kvd);
+  Act v = arena_.Take(static_cast<size_t>(n) * kvd);
   SplitQkv(qkv, n, &q, &k, &v);
   PositionQk(L, loops, positions, n, nullptr, k.data());
   KvWrite(kv_, k.data(), v.data(), write_slot, n);
@@ -595,7 +603,8 @@ void CpuModelRunner::RunKvOnlyRows(const LayerBatch& b) {
   MORSERVE_CHECK(L.kv.n > 0, "K/V-only rows on a layer without the K/V-only projection");
   const int n = b.n, kvd = cfg_.kv_dim();
   counters_.kv_only_rows += n;
-  Act k(static_cast<size_t>(n) * kvd), v(static_cast<size_t>(n) * kvd);
+  Act k = arena_.Take(static_cast<size_t>(n) * kvd);
+  Act v = arena_.Take(static_cast<size_t>(n) * kvd);
   ProjectKv(L, b.loops, b.positions, b.h, n, k.data(), v.data());
   KvWrite(kv_, k.data(), v.data(), b.kv->write_slot.data(), n);
 }
@@ -606,7 +615,8 @@ void CpuModelRunner::RunKvOnlyRows(const LayerBatch& b) {
 void CpuModelRunner::ProjectKv(const CpuLayer& L, const int* loops, const int* positions,
                                const float* h, int n, float* k, float* v) {
   const int hs = cfg_.hidden_size, kvd = cfg_.kv_dim();
-  Act a(static_cast<size_t>(n) * hs), kv(static_cast<size_t>(n) * 2 * kvd);
+  Act a = arena_.Take(static_cast<size_t>(n) * hs);
+  Act kv = arena_.Take(static_cast<size_t>(n) * 2 * kvd);
   NormRows(L.in_norm, loops, n, h, a.data());
   L.kv.Run(loops, n, a.data(), hs, kv.data(), /*accumulate=*/false);
   for (int i = 0; i < n; ++i) {
@@ -656,7 +666,7 @@ void CpuModelRunner::RouterForward(const CpuLinear& w1, const CpuLinear* w2, con
     w1.Forward(x, n, out);
     return;
   }
-  Act mid(static_cast<size_t>(n) * w1.n());
+  Act mid = arena_.Take(static_cast<size_t>(n) * w1.n());
   w1.Forward(x, n, mid.data());
   GeluErf(mid.data(), static_cast<int64_t>(mid.size()));
   w2->Forward(mid.data(), n, out);
