@@ -11,6 +11,7 @@
 #include "engine/core/check.h"
 #include "engine/cpu/kernel_choice.h"
 #include "engine/cpu/online_softmax.h"
+#include "engine/cpu/paged_attention_lanes.h"
 #include "engine/cpu/simd_target.h"
 
 namespace morserve {
@@ -113,11 +114,19 @@ MORSERVE_END_TARGET
 
 using AttendUnitFn = void (*)(const PagedAttentionParams&, int, int, UnitScratch&);
 
-AttendUnitFn UnitFor(std::string_view isa) {
-  if (isa == "avx512") return &AttendUnitAvx512;
-  if (isa == "avx2") return &AttendUnitAvx2;
+// A build: the per-row unit, and whether runs of rows that share a block table go to the
+// AVX-512 lanes kernel (paged_attention_lanes.h).
+struct Build {
+  AttendUnitFn unit;
+  bool lanes;
+};
+
+Build BuildFor(std::string_view isa) {
+  if (isa == "avx512-lanes") return {&AttendUnitAvx512, true};
+  if (isa == "avx512") return {&AttendUnitAvx512, false};
+  if (isa == "avx2") return {&AttendUnitAvx2, false};
   MORSERVE_CHECK(isa == "baseline", "paged attention: unknown instruction set");
-  return &AttendUnitBaseline;
+  return {&AttendUnitBaseline, false};
 }
 
 // The widest build the host runs; "scalar" in $MORSERVE_CPU_KERNELS pins the baseline, "avx2"
@@ -130,7 +139,42 @@ std::string_view BestIsa() {
   return isas.back();
 }
 
-void Run(const PagedAttentionParams& p, ThreadPool* threads, AttendUnitFn unit) {
+// From this many rows on, a run of rows sharing a table goes to the lanes kernel (it computes
+// 16 lanes whatever the rows; shorter runs take the per-row unit).
+constexpr int kMinLaneRows = 4;
+
+// Blocks of rows, in order: runs of up to kAttentionLanes consecutive rows whose entries all
+// lie in one table (each row's needed blocks a prefix of the run's longest table), or single
+// rows (blocks == nullptr: the per-row unit).
+std::vector<AttentionLaneRows> RowBlocks(const PagedAttentionParams& p, bool lanes) {
+  const int bs = p.pool->block_size;
+  auto table = [&](int r) { return p.table_blocks + p.table_indptr[r]; };
+  auto need = [&](int r) { return (p.kv_len[r] + bs - 1) / bs; };
+  for (int r = 0; r < p.num_rows; ++r) {
+    MORSERVE_CHECK(p.kv_len[r] <= (p.table_indptr[r + 1] - p.table_indptr[r]) * bs,
+                   "kv_len exceeds the row's block table");
+  }
+  std::vector<AttentionLaneRows> out;
+  for (int r = 0; r < p.num_rows;) {
+    int e = r + 1, ref = r;
+    if (lanes && p.extra_k == nullptr) {
+      for (; e < p.num_rows && e - r < kAttentionLanes; ++e) {
+        const int common = std::min(need(e), need(ref));
+        if (!std::equal(table(e), table(e) + common, table(ref))) break;
+        if (need(e) > need(ref)) ref = e;
+      }
+    }
+    if (e - r >= kMinLaneRows) {
+      out.push_back({r, e, table(ref)});
+    } else {
+      for (int i = r; i < e; ++i) out.push_back({i, i + 1, nullptr});
+    }
+    r = e;
+  }
+  return out;
+}
+
+void Run(const PagedAttentionParams& p, ThreadPool* threads, const Build& build) {
   if (p.num_rows <= 0) return;
   MORSERVE_CHECK(p.n_kv_heads > 0 && p.n_heads % p.n_kv_heads == 0,
                  "n_kv_heads must divide n_heads");
@@ -138,11 +182,18 @@ void Run(const PagedAttentionParams& p, ThreadPool* threads, AttendUnitFn unit) 
                  "attention params do not match the KV pool shape");
   MORSERVE_CHECK((p.extra_k == nullptr) == (p.extra_v == nullptr),
                  "extra_k and extra_v go together");
-  const int64_t units = static_cast<int64_t>(p.num_rows) * p.n_kv_heads;
+  const std::vector<AttentionLaneRows> blocks = RowBlocks(p, build.lanes);
+  const int64_t units = static_cast<int64_t>(blocks.size()) * p.n_kv_heads;
   auto body = [&](int64_t begin, int64_t end) {
     thread_local UnitScratch scratch;
     for (int64_t u = begin; u < end; ++u) {
-      unit(p, static_cast<int>(u / p.n_kv_heads), static_cast<int>(u % p.n_kv_heads), scratch);
+      const AttentionLaneRows& rows = blocks[u / p.n_kv_heads];
+      const int kv_head = static_cast<int>(u % p.n_kv_heads);
+      if (rows.blocks != nullptr) {
+        AttendLanesAvx512(p, rows, kv_head);
+      } else {
+        build.unit(p, rows.row_begin, kv_head, scratch);
+      }
     }
   };
   if (threads == nullptr) {
@@ -158,12 +209,13 @@ std::vector<std::string_view> PagedAttentionIsas() {
   std::vector<std::string_view> isas = {"baseline"};
   if (__builtin_cpu_supports("avx2")) isas.push_back("avx2");
   if (__builtin_cpu_supports("avx512f")) isas.push_back("avx512");
+  if (CpuHasAttentionLanes()) isas.push_back("avx512-lanes");
   return isas;
 }
 
 void PagedAttentionWithIsa(const PagedAttentionParams& p, ThreadPool* threads,
                            std::string_view isa) {
-  Run(p, threads, UnitFor(isa));
+  Run(p, threads, BuildFor(isa));
 }
 
 PagedKvPool MakePagedKvPool(int num_blocks, int block_size, int kv_heads, int head_dim) {
@@ -191,8 +243,8 @@ void KvWrite(PagedKvPool& pool, const float* k_rows, const float* v_rows,
 }
 
 void PagedAttention(const PagedAttentionParams& p, ThreadPool* threads) {
-  static const AttendUnitFn unit = UnitFor(BestIsa());
-  Run(p, threads, unit);
+  static const Build build = BuildFor(BestIsa());
+  Run(p, threads, build);
 }
 
 }  // namespace morserve

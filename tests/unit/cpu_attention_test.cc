@@ -50,21 +50,19 @@ struct Batch {
   }
 };
 
-Batch MakeBatch(int group, int head_dim, int block_size, bool with_extra, uint32_t seed) {
+// Rows of each sequence: their kv_len, in batch order.
+using SeqLens = std::vector<std::vector<int>>;
+
+Batch MakeBatch(int group, int head_dim, int block_size, bool with_extra, uint32_t seed,
+                const SeqLens& seq_lens, int num_blocks = 40) {
   std::mt19937 rng(seed);
   Batch b{2 * group, 2, head_dim};
-  const int num_blocks = 40;
   b.pool = MakePagedKvPool(num_blocks, block_size, b.n_kv_heads, head_dim);
   b.pool.k = Random(b.pool.k.size(), rng, 2.0f);
   b.pool.v = Random(b.pool.v.size(), rng);
   std::vector<int32_t> ids(num_blocks);
   std::iota(ids.begin(), ids.end(), 0);
   std::shuffle(ids.begin(), ids.end(), rng);
-  // Three sequences of 7, 5 and 1 blocks; several rows per sequence (prefill-like causal
-  // lengths and decode-like full lengths), including kv_len 0 and 1.
-  const std::vector<std::vector<int>> seq_lens = {{1, 2, 37, 7 * block_size - 3},
-                                                  {0, 5 * block_size, 2 * block_size + 1},
-                                                  {block_size / 2 + 1}};
   size_t next = 0;
   for (const auto& lens : seq_lens) {
     const int nblk = (*std::max_element(lens.begin(), lens.end()) + block_size - 1) / block_size;
@@ -83,6 +81,28 @@ Batch MakeBatch(int group, int head_dim, int block_size, bool with_extra, uint32
   b.extra_v = Random(rows * b.n_kv_heads * head_dim, rng);
   b.out.assign(rows * b.n_heads * head_dim, NAN);
   return b;
+}
+
+// Three sequences of 7, 5 and 1 blocks; several rows per sequence (prefill-like causal
+// lengths and decode-like full lengths), including kv_len 0 and 1.
+Batch MakeBatch(int group, int head_dim, int block_size, bool with_extra, uint32_t seed) {
+  return MakeBatch(group, head_dim, block_size, with_extra, seed,
+                   {{1, 2, 37, 7 * block_size - 3},
+                    {0, 5 * block_size, 2 * block_size + 1},
+                    {block_size / 2 + 1}});
+}
+
+std::vector<uint32_t> Bits(const std::vector<float>& v) {
+  std::vector<uint32_t> bits(v.size());
+  std::memcpy(bits.data(), v.data(), v.size() * sizeof(float));
+  return bits;
+}
+
+// n consecutive causal rows of a prefill chunk whose first query sits at slot index `first`.
+std::vector<int> PrefillRows(int first, int n) {
+  std::vector<int> lens(n);
+  std::iota(lens.begin(), lens.end(), first + 1);
+  return lens;
 }
 
 void ExpectMatchesNaive(Batch& b) {
@@ -191,6 +211,59 @@ TEST_P(PagedAttentionTest, EveryBuildGivesTheBaselinesBits) {
     }
     if (PagedAttentionIsas().size() == 1)
       GTEST_SKIP() << "only the baseline build runs on this host";
+  }
+}
+
+// Prefill chunks (runs of rows over one table, which the avx512-lanes build folds 16 rows at a
+// time, with partial chunks on the diagonal and lanes past a row's kv_len), a run cut short by
+// another sequence's rows, a run of rows that share only a table prefix, and decode rows, the
+// last also as 4 rows of equal length: every build gives the baseline's bits, serially and on
+// 2 and 3 threads; and the result matches the naive attention.
+TEST_P(PagedAttentionTest, PrefillRunsGiveTheBaselinesBits) {
+  const Case c = GetParam();
+  const int bs = c.block_size;
+  const SeqLens seqs = {PrefillRows(0, 40), PrefillRows(3 * bs - 5, 21), {5 * bs},
+                        PrefillRows(bs + 2, 3), {2 * bs + 1, 2 * bs + 1, 2 * bs + 1, 2 * bs + 1},
+                        {0, 0, 0, 0, 1}};
+  Batch b = MakeBatch(c.group, c.head_dim, bs, /*with_extra=*/false, 29, seqs,
+                      /*num_blocks=*/60 + 40 / bs);
+  PagedAttentionWithIsa(b.Params(), nullptr, "baseline");
+  ExpectMatchesNaive(b);
+  const std::vector<uint32_t> want = Bits(b.out);
+  for (std::string_view isa : PagedAttentionIsas()) {
+    for (int threads : {0, 2, 3}) {
+      ThreadPool pool(std::max(threads, 1));
+      std::fill(b.out.begin(), b.out.end(), NAN);
+      PagedAttentionWithIsa(b.Params(), threads == 0 ? nullptr : &pool, isa);
+      EXPECT_EQ(Bits(b.out), want) << isa << " threads=" << threads;
+    }
+  }
+  if (std::find(PagedAttentionIsas().begin(), PagedAttentionIsas().end(), "avx512-lanes") ==
+      PagedAttentionIsas().end())
+    GTEST_SKIP() << "the avx512-lanes build does not run on this host";
+}
+
+// A row of a prefill chunk alone (the per-row unit) and inside its run at every lane (the
+// lanes kernel, where the host has it): the same bits.
+TEST_P(PagedAttentionTest, ARowAloneEqualsTheRowInItsRun) {
+  const Case c = GetParam();
+  Batch b = MakeBatch(c.group, c.head_dim, c.block_size, false, 31,
+                      {PrefillRows(c.block_size - 1, 35)}, 40);
+  PagedAttention(b.Params(), nullptr);
+  const std::vector<float> batched = b.out;
+  const size_t width = static_cast<size_t>(b.n_heads) * b.head_dim;
+  for (int r = 0; r < static_cast<int>(b.kv_len.size()); ++r) {
+    PagedAttentionParams p = b.Params();
+    p.num_rows = 1;
+    p.q += r * width;
+    p.kv_len += r;
+    p.table_indptr += r;
+    std::vector<float> alone(width, NAN);
+    p.out = alone.data();
+    PagedAttention(p, nullptr);
+    EXPECT_EQ(Bits(alone), Bits(std::vector<float>(batched.begin() + r * width,
+                                                    batched.begin() + (r + 1) * width)))
+        << "row " << r;
   }
 }
 

@@ -1,0 +1,41 @@
+// Paged attention for a run of rows that read one block table (the rows of a sequence's
+// prefill chunk), one row per AVX-512 lane.
+//
+// The per-row unit (paged_attention.cc) scores one key at a time with a horizontal dot product
+// and a scalar exp: at a 512-token prefill of the 360M shape it was a third of the prefill's
+// time (perf). Here up to kAttentionLanes rows run together: each key's element is broadcast
+// against a register holding that element of every row's query, the exp runs on 16 lanes, and
+// each value element is broadcast against the 16 rows' weights.
+//
+// Invariant (bits): every lane performs exactly the operations of AttentionDot, FoldChunk and
+// NormaliseState (online_softmax.h) for its own row, in the same order and with separate
+// multiplies and adds (this file is built with -ffp-contract=off), on the same block-aligned
+// chunks of its own kv_len; a lane whose chunk is shorter, or past its kv_len, is masked off
+// (its state does not change). So a row's output is bit-identical to the per-row unit's,
+// whichever rows share its run (tests/unit/cpu_attention_test.cc).
+#pragma once
+
+#include <cstdint>
+
+#include "engine/cpu/paged_attention.h"
+
+namespace morserve {
+
+constexpr int kAttentionLanes = 16;
+
+// Rows [row_begin, row_end) of the params (at most kAttentionLanes), every one of which reads
+// its kv_len entries through a prefix of `blocks` (the longest of their tables).
+struct AttentionLaneRows {
+  int row_begin = 0;
+  int row_end = 0;
+  const int32_t* blocks = nullptr;
+};
+
+// The host runs AttendLanesAvx512 (AVX-512 F).
+bool CpuHasAttentionLanes();
+
+// Attention of the rows for the query heads of one kv head, written to p.out. p.extra_k must
+// be null (the recurrent layers' extra pair is left to the per-row unit).
+void AttendLanesAvx512(const PagedAttentionParams& p, const AttentionLaneRows& rows, int kv_head);
+
+}  // namespace morserve
