@@ -69,6 +69,7 @@ __m512 DotLanes16(const float* q, const float* key, int hd, float scale) {
 
 struct LaneScratch {
   std::vector<float> q, acc, scores, weights;
+  std::vector<__mmask16> valid;  // per entry of a chunk: the lanes that fold it
 };
 
 // The running state of one query head for every lane.
@@ -78,40 +79,70 @@ struct LaneState {
   float* acc;  // [hd][kL]
 };
 
+// The value update of a chunk, per element d: the correction first, then the entries in
+// order, as FoldChunk does; entry j reaches the lanes of valid[j].
+void AccumulateValues(const float* v0, int64_t v_stride, int cnt, int hd, __mmask16 active,
+                      const __mmask16* valid, __m512 correction, const float* weights,
+                      float* acc) {
+  for (int d = 0; d < hd; ++d) {
+    __m512 a = _mm512_loadu_ps(acc + d * kL);
+    a = _mm512_mask_mul_ps(a, active, a, correction);
+    for (int j = 0; j < cnt; ++j) {
+      const __m512 wv = _mm512_mul_ps(_mm512_loadu_ps(weights + j * kL),
+                                      _mm512_set1_ps(v0[j * v_stride + d]));
+      a = _mm512_mask_add_ps(a, valid[j], a, wv);
+    }
+    _mm512_storeu_ps(acc + d * kL, a);
+  }
+}
+
+// The same for a chunk of 16 entries that every active lane folds whole (every chunk of a
+// prefill but the diagonal ones): the 16 weights stay in registers.
+void AccumulateValuesFull16(const float* v0, int64_t v_stride, int hd, __mmask16 active,
+                            __m512 correction, const float* weights, float* acc) {
+  __m512 w[16];
+  for (int j = 0; j < 16; ++j) w[j] = _mm512_loadu_ps(weights + j * kL);
+  for (int d = 0; d < hd; ++d) {
+    __m512 a = _mm512_loadu_ps(acc + d * kL);
+    a = _mm512_mask_mul_ps(a, active, a, correction);
+    for (int j = 0; j < 16; ++j) {
+      a = _mm512_mask_add_ps(a, active, a, _mm512_mul_ps(w[j], _mm512_set1_ps(v0[j * v_stride + d])));
+    }
+    _mm512_storeu_ps(acc + d * kL, a);
+  }
+}
+
 // FoldChunk of entries [0, cnt) of the chunk at physical slot `base` for the lanes in
 // `active`; lane l folds only its first counts[l] entries (lanes with 0 are not active).
 void FoldLanes(const PagedKvPool& kv, int64_t base, int cnt, int kv_head, __m512i counts,
                __mmask16 active, const float* q, float scale, LaneState& st, LaneScratch& s) {
   const int hd = kv.head_dim;
+  bool whole = true;  // every active lane folds all cnt entries
+  for (int j = 0; j < cnt; ++j) {
+    s.valid[j] = _mm512_cmpgt_epi32_mask(counts, _mm512_set1_epi32(j));
+    whole = whole && s.valid[j] == active;
+  }
   __m512 chunk_max = st.max;
   for (int j = 0; j < cnt; ++j) {
-    const __mmask16 valid = _mm512_cmpgt_epi32_mask(counts, _mm512_set1_epi32(j));
     const __m512 score = DotLanes16(q, kv.KeyAt(base + j, kv_head), hd, scale);
     _mm512_storeu_ps(&s.scores[static_cast<size_t>(j) * kL], score);
-    chunk_max = _mm512_mask_max_ps(chunk_max, valid, score, chunk_max);  // std::max(max, s)
+    chunk_max = _mm512_mask_max_ps(chunk_max, s.valid[j], score, chunk_max);  // std::max(max, s)
   }
   const __m512 correction = ExpLanes16(_mm512_sub_ps(st.max, chunk_max));
   __m512 sum = _mm512_mask_mul_ps(st.sum, active, st.sum, correction);
   for (int j = 0; j < cnt; ++j) {
-    const __mmask16 valid = _mm512_cmpgt_epi32_mask(counts, _mm512_set1_epi32(j));
     const __m512 w =
         ExpLanes16(_mm512_sub_ps(_mm512_loadu_ps(&s.scores[static_cast<size_t>(j) * kL]), chunk_max));
-    sum = _mm512_mask_add_ps(sum, valid, sum, w);
+    sum = _mm512_mask_add_ps(sum, s.valid[j], sum, w);
     _mm512_storeu_ps(&s.weights[static_cast<size_t>(j) * kL], w);
   }
-  // Per element d: the correction first, then the entries in order, as FoldChunk does.
   const float* v0 = kv.ValueAt(base, kv_head);
   const int64_t v_stride = kv.kv_dim();  // the entries of one block are consecutive slots
-  for (int d = 0; d < hd; ++d) {
-    __m512 a = _mm512_loadu_ps(st.acc + d * kL);
-    a = _mm512_mask_mul_ps(a, active, a, correction);
-    for (int j = 0; j < cnt; ++j) {
-      const __mmask16 valid = _mm512_cmpgt_epi32_mask(counts, _mm512_set1_epi32(j));
-      const __m512 wv = _mm512_mul_ps(_mm512_loadu_ps(&s.weights[static_cast<size_t>(j) * kL]),
-                                      _mm512_set1_ps(v0[j * v_stride + d]));
-      a = _mm512_mask_add_ps(a, valid, a, wv);
-    }
-    _mm512_storeu_ps(st.acc + d * kL, a);
+  if (whole && cnt == 16) {
+    AccumulateValuesFull16(v0, v_stride, hd, active, correction, s.weights.data(), st.acc);
+  } else {
+    AccumulateValues(v0, v_stride, cnt, hd, active, s.valid.data(), correction, s.weights.data(),
+                     st.acc);
   }
   st.sum = sum;
   st.max = _mm512_mask_mov_ps(st.max, active, chunk_max);
@@ -131,6 +162,7 @@ void AttendLanesAvx512(const PagedAttentionParams& p, const AttentionLaneRows& r
   s.acc.resize(static_cast<size_t>(hd) * kL);
   s.scores.resize(static_cast<size_t>(bs) * kL);
   s.weights.resize(static_cast<size_t>(bs) * kL);
+  s.valid.resize(static_cast<size_t>(bs));
   alignas(64) int32_t len[kL] = {};
   int max_len = 0;
   for (int l = 0; l < n; ++l) {
