@@ -23,7 +23,7 @@ __m512 ExpLanes16(__m512 x) {
   const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_GT_OQ);
   const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
   const __m512 low = _mm512_maskz_mov_ps(nan, x);  // NaN stays NaN, the rest of !keep gives 0
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));     // keeps the discarded lanes finite
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));    // keeps the discarded lanes finite
   x = _mm512_min_ps(x, _mm512_set1_ps(88.0f));
   const __m512 fn = _mm512_roundscale_ps(
       _mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _mm512_set1_ps(0.5f)),
@@ -61,9 +61,9 @@ __m512 DotLanes16(const float* q, const float* key, int hd, float scale) {
     part[j] =
         _mm512_add_ps(part[j], _mm512_mul_ps(_mm512_loadu_ps(q + i * kL), _mm512_set1_ps(key[i])));
   }
-  const __m512 sum =
-      _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(part[0], part[1]), _mm512_add_ps(part[2], part[3])),
-                    _mm512_add_ps(_mm512_add_ps(part[4], part[5]), _mm512_add_ps(part[6], part[7])));
+  const __m512 sum = _mm512_add_ps(
+      _mm512_add_ps(_mm512_add_ps(part[0], part[1]), _mm512_add_ps(part[2], part[3])),
+      _mm512_add_ps(_mm512_add_ps(part[4], part[5]), _mm512_add_ps(part[6], part[7])));
   return _mm512_mul_ps(sum, _mm512_set1_ps(scale));
 }
 
@@ -82,14 +82,13 @@ struct LaneState {
 // The value update of a chunk, per element d: the correction first, then the entries in
 // order, as FoldChunk does; entry j reaches the lanes of valid[j].
 void AccumulateValues(const float* v0, int64_t v_stride, int cnt, int hd, __mmask16 active,
-                      const __mmask16* valid, __m512 correction, const float* weights,
-                      float* acc) {
+                      const __mmask16* valid, __m512 correction, const float* weights, float* acc) {
   for (int d = 0; d < hd; ++d) {
     __m512 a = _mm512_loadu_ps(acc + d * kL);
     a = _mm512_mask_mul_ps(a, active, a, correction);
     for (int j = 0; j < cnt; ++j) {
-      const __m512 wv = _mm512_mul_ps(_mm512_loadu_ps(weights + j * kL),
-                                      _mm512_set1_ps(v0[j * v_stride + d]));
+      const __m512 wv =
+          _mm512_mul_ps(_mm512_loadu_ps(weights + j * kL), _mm512_set1_ps(v0[j * v_stride + d]));
       a = _mm512_mask_add_ps(a, valid[j], a, wv);
     }
     _mm512_storeu_ps(acc + d * kL, a);
@@ -106,7 +105,8 @@ void AccumulateValuesFull16(const float* v0, int64_t v_stride, int hd, __mmask16
     __m512 a = _mm512_loadu_ps(acc + d * kL);
     a = _mm512_mask_mul_ps(a, active, a, correction);
     for (int j = 0; j < 16; ++j) {
-      a = _mm512_mask_add_ps(a, active, a, _mm512_mul_ps(w[j], _mm512_set1_ps(v0[j * v_stride + d])));
+      a = _mm512_mask_add_ps(a, active, a,
+                             _mm512_mul_ps(w[j], _mm512_set1_ps(v0[j * v_stride + d])));
     }
     _mm512_storeu_ps(acc + d * kL, a);
   }
@@ -131,8 +131,8 @@ void FoldLanes(const PagedKvPool& kv, int64_t base, int cnt, int kv_head, __m512
   const __m512 correction = ExpLanes16(_mm512_sub_ps(st.max, chunk_max));
   __m512 sum = _mm512_mask_mul_ps(st.sum, active, st.sum, correction);
   for (int j = 0; j < cnt; ++j) {
-    const __m512 w =
-        ExpLanes16(_mm512_sub_ps(_mm512_loadu_ps(&s.scores[static_cast<size_t>(j) * kL]), chunk_max));
+    const __m512 w = ExpLanes16(
+        _mm512_sub_ps(_mm512_loadu_ps(&s.scores[static_cast<size_t>(j) * kL]), chunk_max));
     sum = _mm512_mask_add_ps(sum, s.valid[j], sum, w);
     _mm512_storeu_ps(&s.weights[static_cast<size_t>(j) * kL], w);
   }
@@ -180,9 +180,10 @@ void AttendLanesAvx512(const PagedAttentionParams& p, const AttentionLaneRows& r
     LaneState st{_mm512_set1_ps(-__builtin_inff()), _mm512_setzero_ps(), s.acc.data()};
     for (int start = 0; start < max_len; start += bs) {
       // Entries of this chunk per lane: clamp(len - start, 0, bs).
-      const __m512i counts = _mm512_min_epi32(
-          _mm512_max_epi32(_mm512_sub_epi32(lens, _mm512_set1_epi32(start)), _mm512_setzero_si512()),
-          _mm512_set1_epi32(bs));
+      const __m512i counts =
+          _mm512_min_epi32(_mm512_max_epi32(_mm512_sub_epi32(lens, _mm512_set1_epi32(start)),
+                                            _mm512_setzero_si512()),
+                           _mm512_set1_epi32(bs));
       const __mmask16 active = _mm512_cmpgt_epi32_mask(counts, _mm512_setzero_si512());
       const int64_t base = static_cast<int64_t>(rows.blocks[start / bs]) * bs;
       const int cnt = std::min(bs, max_len - start);
