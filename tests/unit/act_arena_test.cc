@@ -54,7 +54,7 @@ TEST(ActArenaTest, LiveBuffersDoNotOverlapAndAreAligned) {
 // the arena allocates nothing, whatever the order of destruction.
 TEST(ActArenaTest, RepeatedStepsAllocateOnlyInTheFirst) {
   ActArena arena;
-  const std::vector<size_t> sizes = {512 * 960, 512 * 1600, 512 * 960, 512 * 320, 512 * 320,
+  const std::vector<size_t> sizes = {512 * 960, 512 * 1600, 512 * 960,  512 * 320, 512 * 320,
                                      512 * 960, 512 * 960,  512 * 5120, 512 * 2560};
   auto step = [&] {
     for (int layer = 0; layer < 4; ++layer) {
@@ -72,9 +72,9 @@ TEST(ActArenaTest, RepeatedStepsAllocateOnlyInTheFirst) {
 TEST(ActArenaTest, AClassServesUpToTwiceSmallerAndNoMore) {
   ActArena arena;
   const float* block = nullptr;
-  { block = arena.Take(1024).data(); }  // the temporary gives it back at once
-  { EXPECT_EQ(arena.Take(513).data(), block); }  // same class (1024)
-  { EXPECT_NE(arena.Take(512).data(), block); }  // class 512: a new block
+  { block = arena.Take(1024).data(); }            // the temporary gives it back at once
+  { EXPECT_EQ(arena.Take(513).data(), block); }   // same class (1024)
+  { EXPECT_NE(arena.Take(512).data(), block); }   // class 512: a new block
   { EXPECT_NE(arena.Take(1025).data(), block); }  // class 2048: a new block
   EXPECT_EQ(arena.blocks_allocated(), 3);
 }

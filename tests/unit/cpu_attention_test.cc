@@ -222,8 +222,11 @@ TEST_P(PagedAttentionTest, EveryBuildGivesTheBaselinesBits) {
 TEST_P(PagedAttentionTest, PrefillRunsGiveTheBaselinesBits) {
   const Case c = GetParam();
   const int bs = c.block_size;
-  const SeqLens seqs = {PrefillRows(0, 40), PrefillRows(3 * bs - 5, 21), {5 * bs},
-                        PrefillRows(bs + 2, 3), {2 * bs + 1, 2 * bs + 1, 2 * bs + 1, 2 * bs + 1},
+  const SeqLens seqs = {PrefillRows(0, 40),
+                        PrefillRows(3 * bs - 5, 21),
+                        {5 * bs},
+                        PrefillRows(bs + 2, 3),
+                        {2 * bs + 1, 2 * bs + 1, 2 * bs + 1, 2 * bs + 1},
                         {0, 0, 0, 0, 1}};
   Batch b = MakeBatch(c.group, c.head_dim, bs, /*with_extra=*/false, 29, seqs,
                       /*num_blocks=*/60 + 40 / bs);
@@ -262,7 +265,7 @@ TEST_P(PagedAttentionTest, ARowAloneEqualsTheRowInItsRun) {
     p.out = alone.data();
     PagedAttention(p, nullptr);
     EXPECT_EQ(Bits(alone), Bits(std::vector<float>(batched.begin() + r * width,
-                                                    batched.begin() + (r + 1) * width)))
+                                                   batched.begin() + (r + 1) * width)))
         << "row " << r;
   }
 }
