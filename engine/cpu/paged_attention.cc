@@ -114,19 +114,23 @@ MORSERVE_END_TARGET
 
 using AttendUnitFn = void (*)(const PagedAttentionParams&, int, int, UnitScratch&);
 
-// A build: the per-row unit, and whether runs of rows that share a block table go to the
-// AVX-512 lanes kernel (paged_attention_lanes.h).
+using AttendLanesFn = void (*)(const PagedAttentionParams&, const AttentionLaneRows&, int);
+
+// A build: the per-row unit, and the kernel (with its lane count) that runs of rows sharing a
+// block table go to (paged_attention_lanes.h), or none.
 struct Build {
   AttendUnitFn unit;
-  bool lanes;
+  AttendLanesFn lanes = nullptr;
+  int lane_count = 0;
 };
 
 Build BuildFor(std::string_view isa) {
-  if (isa == "avx512-lanes") return {&AttendUnitAvx512, true};
-  if (isa == "avx512") return {&AttendUnitAvx512, false};
-  if (isa == "avx2") return {&AttendUnitAvx2, false};
+  if (isa == "avx512-lanes") return {&AttendUnitAvx512, &AttendLanesAvx512, kAttentionLanes};
+  if (isa == "avx512") return {&AttendUnitAvx512};
+  if (isa == "avx2-lanes") return {&AttendUnitAvx2, &AttendLanesAvx2, kAttentionLanesAvx2};
+  if (isa == "avx2") return {&AttendUnitAvx2};
   MORSERVE_CHECK(isa == "baseline", "paged attention: unknown instruction set");
-  return {&AttendUnitBaseline, false};
+  return {&AttendUnitBaseline};
 }
 
 // The widest build the host runs; "scalar" in $MORSERVE_CPU_KERNELS pins the baseline, "avx2"
@@ -135,18 +139,18 @@ std::string_view BestIsa() {
   const std::vector<std::string_view> isas = PagedAttentionIsas();
   const std::string_view want = RequestedCpuKernels();
   if (want == "scalar") return "baseline";
-  if (want == "avx2" && __builtin_cpu_supports("avx2")) return "avx2";
+  if (want == "avx2" && __builtin_cpu_supports("avx2")) return "avx2-lanes";
   return isas.back();
 }
 
 // From this many rows on, a run of rows sharing a table goes to the lanes kernel (it computes
-// 16 lanes whatever the rows; shorter runs take the per-row unit).
+// every lane whatever the rows; shorter runs take the per-row unit).
 constexpr int kMinLaneRows = 4;
 
-// Blocks of rows, in order: runs of up to kAttentionLanes consecutive rows whose entries all
-// lie in one table (each row's needed blocks a prefix of the run's longest table), or single
-// rows (blocks == nullptr: the per-row unit).
-std::vector<AttentionLaneRows> RowBlocks(const PagedAttentionParams& p, bool lanes) {
+// Blocks of rows, in order: runs of up to `lanes` consecutive rows whose entries all lie in one
+// table (each row's needed blocks a prefix of the run's longest table), or single rows
+// (blocks == nullptr: the per-row unit). lanes == 0: single rows only.
+std::vector<AttentionLaneRows> RowBlocks(const PagedAttentionParams& p, int lanes) {
   const int bs = p.pool->block_size;
   auto table = [&](int r) { return p.table_blocks + p.table_indptr[r]; };
   auto need = [&](int r) { return (p.kv_len[r] + bs - 1) / bs; };
@@ -157,8 +161,8 @@ std::vector<AttentionLaneRows> RowBlocks(const PagedAttentionParams& p, bool lan
   std::vector<AttentionLaneRows> out;
   for (int r = 0; r < p.num_rows;) {
     int e = r + 1, ref = r;
-    if (lanes && p.extra_k == nullptr) {
-      for (; e < p.num_rows && e - r < kAttentionLanes; ++e) {
+    if (lanes > 0 && p.extra_k == nullptr) {
+      for (; e < p.num_rows && e - r < lanes; ++e) {
         const int common = std::min(need(e), need(ref));
         if (!std::equal(table(e), table(e) + common, table(ref))) break;
         if (need(e) > need(ref)) ref = e;
@@ -182,7 +186,7 @@ void Run(const PagedAttentionParams& p, ThreadPool* threads, const Build& build)
                  "attention params do not match the KV pool shape");
   MORSERVE_CHECK((p.extra_k == nullptr) == (p.extra_v == nullptr),
                  "extra_k and extra_v go together");
-  const std::vector<AttentionLaneRows> blocks = RowBlocks(p, build.lanes);
+  const std::vector<AttentionLaneRows> blocks = RowBlocks(p, build.lane_count);
   const int64_t units = static_cast<int64_t>(blocks.size()) * p.n_kv_heads;
   auto body = [&](int64_t begin, int64_t end) {
     thread_local UnitScratch scratch;
@@ -190,7 +194,7 @@ void Run(const PagedAttentionParams& p, ThreadPool* threads, const Build& build)
       const AttentionLaneRows& rows = blocks[u / p.n_kv_heads];
       const int kv_head = static_cast<int>(u % p.n_kv_heads);
       if (rows.blocks != nullptr) {
-        AttendLanesAvx512(p, rows, kv_head);
+        build.lanes(p, rows, kv_head);
       } else {
         build.unit(p, rows.row_begin, kv_head, scratch);
       }
@@ -207,7 +211,10 @@ void Run(const PagedAttentionParams& p, ThreadPool* threads, const Build& build)
 
 std::vector<std::string_view> PagedAttentionIsas() {
   std::vector<std::string_view> isas = {"baseline"};
-  if (__builtin_cpu_supports("avx2")) isas.push_back("avx2");
+  if (__builtin_cpu_supports("avx2")) {
+    isas.push_back("avx2");
+    isas.push_back("avx2-lanes");
+  }
   if (__builtin_cpu_supports("avx512f")) isas.push_back("avx512");
   if (CpuHasAttentionLanes()) isas.push_back("avx512-lanes");
   return isas;

@@ -70,11 +70,11 @@ struct PagedAttentionParams {
 // serially on the caller.
 void PagedAttention(const PagedAttentionParams& p, ThreadPool* threads);
 
-// The builds of the attention unit that the host runs ("baseline", then "avx2", "avx512", and
-// "avx512-lanes": the AVX-512 unit, with runs of rows that share a block table, such as a
-// prefill chunk's, one row per lane of paged_attention_lanes.h): each gives the same bits.
-// PagedAttention uses the widest, or the baseline / AVX2 build when $MORSERVE_CPU_KERNELS is
-// "scalar" / "avx2" (kernel_choice.h).
+// The builds of the attention unit that the host runs ("baseline", then "avx2", "avx2-lanes",
+// "avx512", "avx512-lanes"; a -lanes build is its unit with runs of rows that share a block
+// table, such as a prefill chunk's, one row per vector lane of paged_attention_lanes.h): each
+// gives the same bits. PagedAttention uses the widest, or the baseline / AVX2 lanes build when
+// $MORSERVE_CPU_KERNELS is "scalar" / "avx2" (kernel_choice.h).
 std::vector<std::string_view> PagedAttentionIsas();
 // PagedAttention on one named build (for the tests that compare them).
 void PagedAttentionWithIsa(const PagedAttentionParams& p, ThreadPool* threads,
