@@ -25,4 +25,4 @@ for r in $ROUNDS; do
     fi
   done
 done
-python3 "$(dirname "$0")/summarize.py" "$OUT"
+python3 "$(dirname "$0")/../bf16-dot-2026-11-28-zen5/summarize.py" "$OUT"  # the same summary
