@@ -61,9 +61,7 @@ inline void PrefetchBlock(const PagedKvPool& kv, int32_t block, int count, int k
   const float* q_row = p.q + row * q_stride;
 
   const int len = p.kv_len[row];
-  const int32_t* blocks = p.table_blocks + p.table_indptr[row];
-  MORSERVE_CHECK(len <= (p.table_indptr[row + 1] - p.table_indptr[row]) * bs,
-                 "kv_len exceeds the row's block table");
+  const int32_t* blocks = p.table_blocks + p.table_indptr[row];  // covers len (RowBlocks checks)
   for (int start = 0; start < len; start += bs) {
     const int count = std::min(bs, len - start);
     const int64_t base = static_cast<int64_t>(blocks[start / bs]) * bs;
