@@ -54,7 +54,8 @@ void CpuLinear::Run(const float* x, int m, float* y, bool accumulate) const {
   if (bytes_read_ != nullptr) *bytes_read_ += w_.bytes();
   if (kernels_->prepare != nullptr) kernels_->prepare(args);
   const int n = w_.n();
-  const int chunk = std::max(1, kernels_->chunk_rows(m, w_.k()));
+  const int unit = ColumnGranularity(w_.format());  // ranges start at whole quads or octets
+  const int chunk = (std::max(1, kernels_->chunk_rows(m, w_.k())) + unit - 1) / unit * unit;
   const int64_t chunks = (n + chunk - 1) / chunk;
   if (chunks == 1 || static_cast<int64_t>(m) * n * w_.k() < kSerialWork) {
     kernels_->run(args, 0, n);

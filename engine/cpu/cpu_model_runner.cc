@@ -398,10 +398,11 @@ void CpuModelRunner::LoadLayers() {
 
 // bf16 weights are held as bf16-quads where the AVX-512 set runs (the same values and bits, in
 // a layout its quad tiles stream 1.05-1.25x faster than rows in place), else read in place (the
-// AVX2 set reads quads column by column, 0.72-0.99x of in place: docs/benchmarks.md).
+// AVX2 set reads quads column by column, 0.72-0.99x of in place: docs/benchmarks.md). int8
+// weights likewise as int8-octets (the Q8 values and bits, one stream per 8 columns).
 WeightFormat CpuModelRunner::FormatFor(DType stored, bool quantizable) const {
-  const WeightFormat bf16 = &BestLinearKernels() == Avx512LinearKernels() ? WeightFormat::kBF16Quads
-                                                                          : WeightFormat::kBF16;
+  const bool avx512 = &BestLinearKernels() == Avx512LinearKernels();
+  const WeightFormat bf16 = avx512 ? WeightFormat::kBF16Quads : WeightFormat::kBF16;
   switch (weights_) {
     case CpuWeights::kF32:
       return WeightFormat::kF32;
@@ -410,7 +411,7 @@ WeightFormat CpuModelRunner::FormatFor(DType stored, bool quantizable) const {
     case CpuWeights::kF16:
       return WeightFormat::kF16;
     case CpuWeights::kInt8:
-      if (quantizable) return WeightFormat::kQ8;
+      if (quantizable) return avx512 ? WeightFormat::kQ8Octets : WeightFormat::kQ8;
       break;
     case CpuWeights::kAmxBf16:
       if (quantizable) return WeightFormat::kAmxBf16;

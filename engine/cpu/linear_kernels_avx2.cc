@@ -115,6 +115,28 @@ struct QuadFormat {
   static __m256 LoadTail(const WeightRow& r, int k0, int, __m256 s) { return Load(r, k0, s); }
 };
 
+// int8-octets (linear_weights.h): a row's block of 8 is 8 bytes of its octet's block, the next
+// block 64 bytes on and the next group (with its scale) kOctetGroupBytes on; decoded as Q8 rows
+// are, so the bits are theirs.
+struct OctetFormat {
+  static constexpr bool kGrouped = true;
+  static constexpr int kBytes = 1;
+  static constexpr int kGroupBytes = LinearWeights::kOctetGroupBytes;
+  static __m256 Scale(const WeightRow& r, int k0) {
+    return _mm256_set1_ps(_cvtsh_ss(r.scales[(k0 / kGroup) * (kGroupBytes / 2)]));
+  }
+  static __m256 Load(const WeightRow& r, int k0, __m256 scale) {
+    const auto* at =
+        static_cast<const int8_t*>(r.data) + (k0 / kGroup) * kGroupBytes + (k0 % kGroup / 8) * 64;
+    const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(at));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), scale);
+  }
+  // Octets are zero-padded to whole groups: the full block is there to read.
+  static __m256 LoadTail(const WeightRow& r, int k0, int, __m256 scale) {
+    return Load(r, k0, scale);
+  }
+};
+
 // ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)).
 float HorizontalSum(__m256 acc) {
   const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
@@ -257,6 +279,7 @@ void DirectAs(const LinearArgs& a, int n0, int n1) {
 
 void Direct(const LinearArgs& a, int n0, int n1) {
   if (a.w->format() == WeightFormat::kBF16Quads) return DirectAs<QuadFormat>(a, n0, n1);
+  if (a.w->format() == WeightFormat::kQ8Octets) return DirectAs<OctetFormat>(a, n0, n1);
   VisitWeightFormat<F32Format, Half16Format<true>, Half16Format<false>, Q8Format>(
       a.w->format(), [&](auto tag) { DirectAs<typename decltype(tag)::type>(a, n0, n1); });
 }
@@ -284,6 +307,8 @@ void DecodeRowAs(const WeightRow& r, int k, float* out, int stride) {
 void DecodeRow(const LinearWeights& w, int j, float* out, int stride) {
   if (w.format() == WeightFormat::kBF16Quads)
     return DecodeRowAs<QuadFormat>(w.row(j), w.k(), out, stride);
+  if (w.format() == WeightFormat::kQ8Octets)
+    return DecodeRowAs<OctetFormat>(w.row(j), w.k(), out, stride);
   VisitWeightFormat<F32Format, Half16Format<true>, Half16Format<false>, Q8Format>(
       w.format(),
       [&](auto tag) { DecodeRowAs<typename decltype(tag)::type>(w.row(j), w.k(), out, stride); });

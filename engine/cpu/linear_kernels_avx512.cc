@@ -419,8 +419,140 @@ void DirectQuads(const LinearArgs& a, int n0, int n1) {
   QuadRowBlocks(a, n0, n1);
 }
 
+// int8-octets (linear_weights.h): one 16-byte load widens to a pair of columns' block of 8 in
+// the two halves of a register (the L8 lanes), times the pair's scales: the exact fp32 values
+// Q8Format decodes, so the bits are the same.
+constexpr int kOctetGroupBytes = LinearWeights::kOctetGroupBytes;
+
+// The 4 pair registers' scales of one octet's group: pair c holds column 2c's scale in lanes
+// 0..7 and column 2c + 1's in lanes 8..15.
+void OctetScales(const uint8_t* group, __m512 (&scale)[4]) {
+  const __m512 d = _mm512_castps256_ps512(
+      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(group))));
+  for (int c = 0; c < 4; ++c) {
+    const __m512i pick =
+        _mm512_inserti64x4(_mm512_set1_epi32(2 * c), _mm256_set1_epi32(2 * c + 1), 1);
+    scale[c] = _mm512_permutexvar_ps(pick, d);
+  }
+}
+
+__m512 OctetPair(const uint8_t* at, __m512 scale) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(at));
+  return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), scale);
+}
+
+// MB rows of x times the NO octets from `octet` on (octet o at octet + o * stride), columns
+// [0, ncols) written (ncols <= 8 * NO). next: the first byte of a later tile's octets (stored
+// one after another), prefetched at the pace this tile reads its own, or nullptr.
+template <int MB, int NO>
+void OctetTile(const float* x, int64_t ldx, const uint8_t* octet, int64_t stride, int ncols, int k,
+               float* y, int64_t ldy, bool accumulate, const char* next) {
+  __m512 acc[MB][4 * NO];
+  for (int i = 0; i < MB; ++i) {
+    for (int c = 0; c < 4 * NO; ++c) acc[i][c] = _mm512_setzero_ps();
+  }
+  for (int g = 0; 32 * g < k; ++g) {
+    __m512 scale[NO][4];
+    for (int o = 0; o < NO; ++o) OctetScales(octet + o * stride + g * kOctetGroupBytes, scale[o]);
+    for (int b = 0; b < 4 && 32 * g + 8 * b < k; ++b) {
+      const int k0 = 32 * g + 8 * b;
+      if (next != nullptr) {
+        for (int o = 0; o < NO; ++o)
+          _mm_prefetch(next + o * stride + g * kOctetGroupBytes + 16 + b * 64, _MM_HINT_T1);
+      }
+      __m512 xv[MB];
+      for (int i = 0; i < MB; ++i) xv[i] = BroadcastX(x + i * ldx, k0, std::min(8, k - k0));
+      for (int o = 0; o < NO; ++o) {
+        const uint8_t* block = octet + o * stride + g * kOctetGroupBytes + 16 + b * 64;
+        for (int c = 0; c < 4; ++c) {
+          const __m512 wv = OctetPair(block + 16 * c, scale[o][c]);
+          for (int i = 0; i < MB; ++i)
+            acc[i][4 * o + c] = _mm512_fmadd_ps(xv[i], wv, acc[i][4 * o + c]);
+        }
+      }
+    }
+  }
+  for (int i = 0; i < MB; ++i) {
+    for (int c = 0; c < 4 * NO; ++c) {
+      const float s[2] = {HorizontalSum(_mm512_castps512_ps256(acc[i][c])),
+                          HorizontalSum(_mm512_extractf32x8_ps(acc[i][c], 1))};
+      for (int h = 0; h < 2 && 2 * c + h < ncols; ++h) {
+        float& out = y[i * ldy + 2 * c + h];
+        out = accumulate ? out + s[h] : s[h];
+      }
+    }
+  }
+}
+
+// Columns [n0, n1) of MB rows (n0 a multiple of 8): tiles of NO octets, then single octets.
+template <int MB, int NO>
+void OctetRows(const float* x, int64_t ldx, const LinearWeights& w, float* y, int64_t ldy,
+               bool accumulate, int n0, int n1) {
+  const int64_t stride = OctetStride(w.k());
+  const uint8_t* octets = w.octets();
+  constexpr int kCols = 8 * NO;
+  int j = n0;
+  for (; j + kCols <= n1; j += kCols) {
+    const int ahead = j + kCols;  // the next tile: its stream follows this one's
+    const char* next =
+        ahead < n1 ? reinterpret_cast<const char*>(octets + (ahead / 8) * stride) : nullptr;
+    OctetTile<MB, NO>(x, ldx, octets + (j / 8) * stride, stride, kCols, w.k(), y + j, ldy,
+                      accumulate, next);
+  }
+  for (; j < n1; j += 8) {
+    OctetTile<MB, 1>(x, ldx, octets + (j / 8) * stride, stride, std::min(8, n1 - j), w.k(), y + j,
+                     ldy, accumulate, nullptr);
+  }
+}
+
+// mb = 1..4 rows of x times one octet (8 columns; ncols of them written).
+void OctetColumnTile(int mb, const float* x, int64_t ldx, const uint8_t* octet, int64_t stride,
+                     int ncols, int k, float* y, int64_t ldy, bool accumulate, const char* next) {
+  static constexpr decltype(&OctetTile<1, 1>) kTiles[] = {&OctetTile<1, 1>, &OctetTile<2, 1>,
+                                                          &OctetTile<3, 1>, &OctetTile<4, 1>};
+  kTiles[mb - 1](x, ldx, octet, stride, ncols, k, y, ldy, accumulate, next);
+}
+
+// The octets' DirectAs: 1 and 2 rows in tiles of 2 octets (16 columns), 3 and 4 rows of 1
+// octet; from 5 rows on, for each chunk of 64 rows and each octet of the range, every block
+// of 4 rows in turn (the octet from L1 after the first block, which prefetches the next one).
+void DirectOctets(const LinearArgs& a, int n0, int n1) {
+  MORSERVE_CHECK(n0 % LinearWeights::kOctetCols == 0,
+                 "int8-octets: a column range starts mid-octet");
+  const LinearWeights& w = *a.w;
+  switch (a.m) {
+    case 1:
+      return OctetRows<1, 2>(a.x, a.ldx, w, a.y, a.ldy, a.accumulate, n0, n1);
+    case 2:
+      return OctetRows<2, 2>(a.x, a.ldx, w, a.y, a.ldy, a.accumulate, n0, n1);
+    case 3:
+      return OctetRows<3, 1>(a.x, a.ldx, w, a.y, a.ldy, a.accumulate, n0, n1);
+    case 4:
+      return OctetRows<4, 1>(a.x, a.ldx, w, a.y, a.ldy, a.accumulate, n0, n1);
+    default:
+      break;
+  }
+  const int64_t stride = OctetStride(w.k());
+  const uint8_t* octets = w.octets();
+  for (int i0 = 0; i0 < a.m; i0 += kQuadRowChunk) {
+    const int i1 = std::min(a.m, i0 + kQuadRowChunk);
+    for (int j = n0; j < n1; j += LinearWeights::kOctetCols) {
+      const int ahead = j + LinearWeights::kOctetCols;
+      const char* next = i0 == 0 && ahead < n1
+                             ? reinterpret_cast<const char*>(octets + (ahead / 8) * stride)
+                             : nullptr;
+      for (int i = i0; i < i1; i += 4) {
+        OctetColumnTile(std::min(4, i1 - i), a.x + i * a.ldx, a.ldx, octets + (j / 8) * stride,
+                        stride, std::min(8, n1 - j), w.k(), a.y + i * a.ldy + j, a.ldy,
+                        a.accumulate, i == i0 ? next : nullptr);
+      }
+    }
+  }
+}
+
 void Direct(const LinearArgs& a, int n0, int n1) {
   if (a.w->format() == WeightFormat::kBF16Quads) return DirectQuads(a, n0, n1);
+  if (a.w->format() == WeightFormat::kQ8Octets) return DirectOctets(a, n0, n1);
   VisitWeightFormat<F32Format, Half16Format<true>, Half16Format<false>, Q8Format>(
       a.w->format(), [&](auto tag) { DirectAs<typename decltype(tag)::type>(a, n0, n1); });
 }
@@ -504,9 +636,11 @@ void Panelled(const LinearArgs& a, int n0, int n1) {
   }
 }
 
-// bf16-quads never take the panels (QuadRowBlocks is faster at every m measured).
+// bf16-quads never take the panels (QuadRowBlocks is faster at every m measured), nor do
+// int8-octets (their panels would need a decoder of their own).
 void RunAvx512(const LinearArgs& a, int n0, int n1) {
-  if (a.m < kPanelMinRows || a.w->format() == WeightFormat::kBF16Quads) {
+  if (a.m < kPanelMinRows || a.w->format() == WeightFormat::kBF16Quads ||
+      a.w->format() == WeightFormat::kQ8Octets) {
     Direct(a, n0, n1);
   } else {
     Panelled(a, n0, n1);

@@ -44,6 +44,8 @@ std::string_view WeightFormatName(WeightFormat f) {
       return "w8a8";
     case WeightFormat::kBF16Quads:
       return "bf16-quads";
+    case WeightFormat::kQ8Octets:
+      return "int8-octets";
   }
   return "?";
 }
@@ -64,6 +66,8 @@ int64_t WeightRowBytes(WeightFormat format, int k) {
       return int64_t{2} * RoundUp(k, LinearWeights::kAmxKBlock);
     case WeightFormat::kBF16Quads:
       return int64_t{2} * RoundUp(k, 8);
+    case WeightFormat::kQ8Octets:
+      return OctetStride(k) / LinearWeights::kOctetCols;
   }
   return 0;
 }
@@ -87,6 +91,28 @@ int64_t QuadIndex(int k, int j, int p) {
   const int64_t q = j / LinearWeights::kQuadCols, c = j % LinearWeights::kQuadCols;
   const int64_t word = (c / 2) * 8 + p % 8;  // the 32-bit word of the block
   return q * QuadStride(k) + (p / 8) * 32 + word * 2 + c % 2;
+}
+
+int64_t OctetValueIndex(int k, int j, int p) {
+  const int64_t o = j / LinearWeights::kOctetCols, c = j % LinearWeights::kOctetCols;
+  const int64_t g = p / kGroup, b = (p % kGroup) / 8;
+  return o * OctetStride(k) + g * LinearWeights::kOctetGroupBytes + 16 + b * 64 + c * 8 + p % 8;
+}
+
+int64_t OctetScaleIndex(int k, int j, int p) {
+  const int64_t o = j / LinearWeights::kOctetCols, c = j % LinearWeights::kOctetCols;
+  return o * OctetStride(k) + (p / kGroup) * LinearWeights::kOctetGroupBytes + c * 2;
+}
+
+int ColumnGranularity(WeightFormat format) {
+  switch (format) {
+    case WeightFormat::kBF16Quads:
+      return LinearWeights::kQuadCols;
+    case WeightFormat::kQ8Octets:
+      return LinearWeights::kOctetCols;
+    default:
+      return 1;
+  }
 }
 
 int64_t W8A8ValueIndex(int k, int j, int p) {
@@ -140,9 +166,10 @@ void DecodeWeightRow(WeightFormat format, const WeightRow& row, int k, float* ou
     case WeightFormat::kAmxBf16:
     case WeightFormat::kW8A8:
     case WeightFormat::kBF16Quads:
+    case WeightFormat::kQ8Octets:
       MORSERVE_CHECK(false,
-                     "DecodeWeightRow: amx-bf16, w8a8 and bf16-quads rows are not contiguous "
-                     "(LinearWeights::DecodeRow)");
+                     "DecodeWeightRow: amx-bf16, w8a8, bf16-quads and int8-octets rows are not "
+                     "contiguous (LinearWeights::DecodeRow)");
   }
 }
 
@@ -161,6 +188,16 @@ void LinearWeights::DecodeRow(int i, float* out) const {
   if (format_ == WeightFormat::kBF16Quads) {
     const uint16_t* values = quads();
     for (int p = 0; p < k_; ++p) out[p] = Bf16ToF32(values[QuadIndex(k_, i, p)]);
+    return;
+  }
+  if (format_ == WeightFormat::kQ8Octets) {
+    const uint8_t* bytes = octets();
+    for (int p = 0; p < k_; ++p) {
+      uint16_t d;
+      std::memcpy(&d, bytes + OctetScaleIndex(k_, i, p), sizeof(d));
+      out[p] =
+          static_cast<float>(static_cast<int8_t>(bytes[OctetValueIndex(k_, i, p)])) * F16ToF32(d);
+    }
     return;
   }
   if (format_ != WeightFormat::kAmxBf16) return DecodeWeightRow(format_, rows_[i], k_, out);
@@ -251,6 +288,38 @@ void LinearWeights::PackQuadPart(int j0, const TensorView& t) {
   ReleaseMappedPages(t.data, t.nbytes());
 }
 
+const uint8_t* LinearWeights::octets() const {
+  return format_ == WeightFormat::kQ8Octets ? owned_.data() : nullptr;
+}
+
+// owned_ holds round_up(n_, 8) columns x round_up(k_, 32) int8 values and their scales, zero
+// (q = 0, scale 0) where W has none; row j's WeightRow points at its first value and scale.
+void LinearWeights::StartOctets() {
+  const int np = RoundUp(n_, kOctetCols);
+  owned_.assign(static_cast<size_t>(np / kOctetCols) * OctetStride(k_), 0);
+  fill_ = owned_.size();
+  rows_.clear();
+  for (int j = 0; j < n_; ++j) {
+    rows_.push_back(WeightRow{
+        owned_.data() + OctetValueIndex(k_, j, 0),
+        reinterpret_cast<const uint16_t*>(owned_.data() + OctetScaleIndex(k_, j, 0)), false});
+  }
+}
+
+// Rows [j0, j0 + n) given as fp32 (`w`, [n, k] row-major), quantized as Q8 rows are.
+void LinearWeights::PutOctetRows(int j0, int n, const float* w) {
+  const int kq = RoundUpToGroup(k_);
+  std::vector<int8_t> q(kq);
+  std::vector<uint16_t> d(kq / kGroup);
+  for (int r = 0; r < n; ++r) {
+    const int j = j0 + r;
+    QuantizeRowQ8(w + static_cast<size_t>(r) * k_, k_, q.data(), d.data());
+    for (int p = 0; p < kq; ++p) owned_[OctetValueIndex(k_, j, p)] = static_cast<uint8_t>(q[p]);
+    for (int g = 0; g < kq / kGroup; ++g)
+      std::memcpy(&owned_[OctetScaleIndex(k_, j, g * kGroup)], &d[g], sizeof(uint16_t));
+  }
+}
+
 const uint16_t* LinearWeights::amx_tiles() const {
   return format_ == WeightFormat::kAmxBf16 ? reinterpret_cast<const uint16_t*>(owned_.data())
                                            : nullptr;
@@ -307,7 +376,10 @@ void LinearWeights::PackRows(const float* w, int n) {
       case WeightFormat::kAmxBf16:
       case WeightFormat::kW8A8:
       case WeightFormat::kBF16Quads:
-        MORSERVE_CHECK(false, "PackRows: amx-bf16, w8a8 and bf16-quads weights are packed whole");
+      case WeightFormat::kQ8Octets:
+        MORSERVE_CHECK(false,
+                       "PackRows: amx-bf16, w8a8, bf16-quads and int8-octets weights are packed "
+                       "whole");
     }
     rows_.push_back(row);
     fill_ += static_cast<size_t>(row_bytes);
@@ -330,6 +402,11 @@ LinearWeights LinearWeights::FromF32(const float* w, int n, int k, WeightFormat 
   }
   if (format == WeightFormat::kBF16Quads) {
     out.PackQuads(w);
+    return out;
+  }
+  if (format == WeightFormat::kQ8Octets) {
+    out.StartOctets();
+    out.PutOctetRows(0, n, w);
     return out;
   }
   out.owned_.resize(static_cast<size_t>(WeightRowBytes(format, k)) * n);
@@ -362,6 +439,16 @@ absl::StatusOr<LinearWeights> LinearWeights::FromViews(std::span<const TensorVie
     int j0 = 0;
     for (const TensorView* t : parts) {
       out.PackQuadPart(j0, *t);
+      j0 += static_cast<int>(t->shape[0]);
+    }
+    return out;
+  }
+  if (format == WeightFormat::kQ8Octets) {  // part by part: no fp32 copy of the whole
+    out.StartOctets();
+    int j0 = 0;
+    for (const TensorView* t : parts) {
+      out.PutOctetRows(j0, static_cast<int>(t->shape[0]), t->ToF32Vector().data());
+      ReleaseMappedPages(t->data, t->nbytes());
       j0 += static_cast<int>(t->shape[0]);
     }
     return out;

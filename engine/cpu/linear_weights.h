@@ -29,6 +29,15 @@
 // group and k group, 8 quads of k x 16 columns x 4 bytes (512 bytes, each byte q + 128 as an
 // unsigned value), then, in a second array, the 16 columns' f16 scales of each k group.
 //
+// Q8Octets holds the Q8 values and scales (the same numbers as int8) in one owned copy laid out
+// for the AVX-512 set's int8 tiles: columns in octets of kOctetCols (n padded with zero
+// columns), k in Q8 groups of 32 (zero-padded); per octet, its k groups one after another (an
+// octet is one contiguous stream of OctetStride(k) bytes), each group kOctetGroupBytes: the 8
+// columns' f16 scales (16 bytes), then 4 blocks of 8 along k, each 64 bytes: for each pair of
+// columns (2c, 2c + 1), column 2c's 8 values then column 2c + 1's. One 16-byte load widens to
+// one 16-lane register holding a pair's block in its two halves (the L8 lanes), no shuffle;
+// rows in place are 16 short streams per tile (docs/benchmarks.md).
+//
 // Several tensors can be stacked along n (the fused q|k|v and gate|up projections) without
 // copying: each output row keeps its own pointer.
 #pragma once
@@ -44,13 +53,15 @@
 
 namespace morserve {
 
-enum class WeightFormat { kF32, kBF16, kF16, kQ8, kAmxBf16, kW8A8, kBF16Quads };
+enum class WeightFormat { kF32, kBF16, kF16, kQ8, kAmxBf16, kW8A8, kBF16Quads, kQ8Octets };
 
-std::string_view WeightFormatName(WeightFormat f);  // "f32", ..., "w8a8", "bf16-quads"
+std::string_view WeightFormatName(WeightFormat f);  // "f32", ..., "bf16-quads", "int8-octets"
 
 // One output row: its k values (format-specific bytes) and, for Q8, its group scales (f16).
 // bf16-quads: data is the row's 32-byte half of its quad's first block, and high says whether
-// the row is the high 16 bits of each 32-bit word there.
+// the row is the high 16 bits of each 32-bit word there. int8-octets: data is the row's 8 values
+// in its octet's first block and scales its scale in the first group (the next block's values
+// are 64 bytes on, the next group's values and scale kOctetGroupBytes on).
 struct WeightRow {
   const void* data = nullptr;
   const uint16_t* scales = nullptr;
@@ -64,6 +75,8 @@ class LinearWeights {
   static constexpr int kAmxKBlock = 32;
   static constexpr int kW8A8GroupCols = 16;
   static constexpr int kQuadCols = 4;
+  static constexpr int kOctetCols = 8;
+  static constexpr int kOctetGroupBytes = 16 + 4 * 64;
 
   // The rows of `parts` stacked in order (every part [rows_i, k], the same k), in `format`:
   // read in place when a part's dtype is that format, converted (bf16 rounds to nearest even,
@@ -96,6 +109,9 @@ class LinearWeights {
   // kBF16Quads: the quads (see above); nullptr for the other formats. Quad q starts at
   // quads() + q * QuadStride(k()); row(j) is set up as WeightRow says.
   const uint16_t* quads() const;
+  // kQ8Octets: the octets (see above); nullptr for the other formats. Octet o starts at
+  // octets() + o * OctetStride(k()).
+  const uint8_t* octets() const;
   // kW8A8: the values (q + 128) and the scales (see above); nullptr for the other formats.
   const uint8_t* w8a8_values() const;
   const uint16_t* w8a8_scales() const;
@@ -108,6 +124,8 @@ class LinearWeights {
   void StartQuads();                     // zeroed quads for n_ x k_, and the rows' views
   void PutQuadRows(int j0, int n, const uint16_t* rows);
   void PackQuadPart(int j0, const TensorView& t);
+  void StartOctets();  // zeroed octets for n_ x k_, and the rows' views
+  void PutOctetRows(int j0, int n, const float* w);  // quantizes rows [j0, j0 + n) into octets
 
   int n_ = 0;
   int k_ = 0;
@@ -129,12 +147,25 @@ int64_t AmxTileIndex(int k, int j, int p);
 int64_t QuadIndex(int k, int j, int p);
 inline int64_t QuadStride(int k) { return int64_t{4} * ((k + 7) & ~7); }
 
+// Index (bytes) of W[j, p]'s int8 value in the Q8Octets bytes of a weight with k columns, of
+// its f16 scale, and the bytes of one octet (8 columns x k rounded up to 32, with scales).
+int64_t OctetValueIndex(int k, int j, int p);
+int64_t OctetScaleIndex(int k, int j, int p);
+inline int64_t OctetStride(int k) {
+  return int64_t{LinearWeights::kOctetGroupBytes} * ((k + 31) / 32);
+}
+
+// Columns a kernel's column range may start at for `format` (ranges start at multiples of it):
+// 4 for bf16-quads, 8 for int8-octets, else 1.
+int ColumnGranularity(WeightFormat format);
+
 // Index (bytes) of W[j, p] in the W8A8 values of a weight with k columns; its scale is at
 // W8A8ScaleIndex(k, j, p) in the scales.
 int64_t W8A8ValueIndex(int k, int j, int p);
 int64_t W8A8ScaleIndex(int k, int j, int p);
 
-// Decodes one row of `format` (k values, not kAmxBf16, kW8A8 or kBF16Quads) to exact fp32.
+// Decodes one row of `format` (k values, not kAmxBf16, kW8A8, kBF16Quads or kQ8Octets) to
+// exact fp32.
 void DecodeWeightRow(WeightFormat format, const WeightRow& row, int k, float* out);
 
 // Quantizes one row to Q8: q[round_up(k, 32)] and scales[round_up(k, 32) / 32] (f16 bits).

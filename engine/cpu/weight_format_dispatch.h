@@ -1,7 +1,8 @@
 // VisitWeightFormat: the one switch from a LinearWeights format to a vector kernel file's
 // decoder type. Each kernel set (linear_kernels_avx2.cc, linear_kernels_avx512.cc) has its own
 // decoder structs per format; this calls fn(FormatTag<Decoder>{}) with the one for `format`,
-// and refuses amx-bf16, w8a8 and bf16-quads, which other code reads (CpuLinear routes them).
+// and refuses amx-bf16, w8a8, bf16-quads and int8-octets, which other code reads (CpuLinear
+// routes them).
 #pragma once
 
 #include "engine/core/check.h"
@@ -29,7 +30,10 @@ void VisitWeightFormat(WeightFormat format, Fn&& fn) {
       MORSERVE_CHECK(false, "amx-bf16 weights run on the AMX kernel set only");
       return;
     case WeightFormat::kBF16Quads:
-      MORSERVE_CHECK(false, "bf16-quads weights: each kernel set reads them on its own path");
+    case WeightFormat::kQ8Octets:
+      MORSERVE_CHECK(false,
+                     "bf16-quads and int8-octets weights: each kernel set reads them on its own "
+                     "path");
       return;
     case WeightFormat::kW8A8:
       break;

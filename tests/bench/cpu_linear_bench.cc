@@ -6,8 +6,9 @@
 // FMA peak of the thread pool. Each shape cycles through copies of its weight that together
 // exceed 256 MiB and twice the L3, so every call reads W from memory as a real model's step does
 // (the whole 360M model is far larger than the caches). amx-bf16 runs too where the host has AMX
-// or AVX-512 BF16, w8a8 where it has AVX-512 VNNI. Prints one JSON object.
-// Usage: cpu_linear_bench [--quick] [--formats f32,bf16,bf16-quads,int8,amx-bf16,w8a8]
+// or AVX-512 BF16, w8a8 where it has AVX-512 VNNI, int8-octets where it has AVX-512. Prints one
+// JSON object.
+// Usage: cpu_linear_bench [--quick] [--formats f32,bf16,bf16-quads,int8,int8-octets,amx-bf16,w8a8]
 //        cpu_linear_bench --side-by-side --formats bf16,bf16-quads [--m 1,8]: the formats' calls
 //        alternate one by one; medians per call and each format's speed-up over the first.
 #include <unistd.h>
@@ -134,9 +135,9 @@ void SideBySide(const std::vector<WeightFormat>& formats, const std::vector<int>
 }
 
 std::optional<WeightFormat> ParseWeightFormat(const std::string& name) {
-  for (WeightFormat f :
-       {WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kF16, WeightFormat::kQ8,
-        WeightFormat::kAmxBf16, WeightFormat::kW8A8, WeightFormat::kBF16Quads}) {
+  for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kF16,
+                         WeightFormat::kQ8, WeightFormat::kAmxBf16, WeightFormat::kW8A8,
+                         WeightFormat::kBF16Quads, WeightFormat::kQ8Octets}) {
     if (WeightFormatName(f) == name) return f;
   }
   return std::nullopt;
@@ -208,9 +209,10 @@ int Main(int argc, char** argv) {
       std::string(BestLinearKernels().name).c_str(), pool->num_threads(), limits.read_gbs,
       limits.fma_gflops, limits.bf16_dot_gflops);
   bool first = true;
-  // bf16-quads: the engine's default for bf16 weights on AVX-512 hosts.
+  // bf16-quads and int8-octets: the engine's bf16 and int8 formats on AVX-512 hosts.
   std::vector<WeightFormat> formats = {WeightFormat::kF32, WeightFormat::kBF16,
                                        WeightFormat::kBF16Quads, WeightFormat::kQ8};
+  if (Avx512LinearKernels() != nullptr) formats.push_back(WeightFormat::kQ8Octets);
   // amx-bf16 (bf16 inputs on the AMX tile unit, or VDPBF16PS without AMX) where the host has
   // either; its fma_fraction is still against the fp32 FMA peak.
   if (AmxBf16BestLinearKernels() != nullptr) formats.push_back(WeightFormat::kAmxBf16);

@@ -164,7 +164,7 @@ TEST_P(CpuLinearTest, CountsWeightBytes) {
 INSTANTIATE_TEST_SUITE_P(Formats, CpuLinearTest,
                          ::testing::Values(WeightFormat::kF32, WeightFormat::kBF16,
                                            WeightFormat::kF16, WeightFormat::kQ8,
-                                           WeightFormat::kBF16Quads),
+                                           WeightFormat::kBF16Quads, WeightFormat::kQ8Octets),
                          [](const auto& info) {
                            std::string name(WeightFormatName(info.param));
                            std::replace(name.begin(), name.end(), '-', '_');

@@ -276,5 +276,96 @@ TEST(LinearKernelsTest, Bf16QuadsEqualBf16InPlaceBitwise) {
   EXPECT_EQ(compared, static_cast<int>(sets.size()) * 8 * 14 * 2 * 2);
 }
 
+// int8-octets: W[j, p]'s value and scale at OctetValueIndex / OctetScaleIndex (the layout of
+// linear_weights.h, spelled out here), the Q8 rows' numbers, zero padding past n and k, and
+// fused parts in order.
+TEST(LinearKernelsTest, Q8OctetsHoldTheQ8ValuesInTheirLayout) {
+  const int n = 11, k = 45;  // 2 octets, 2 groups of 32
+  const auto wf = UniformRandom(n * k, 19);
+  const LinearWeights rows = LinearWeights::FromF32(wf.data(), n, k, WeightFormat::kQ8);
+  const LinearWeights o = LinearWeights::FromF32(wf.data(), n, k, WeightFormat::kQ8Octets);
+  const int64_t stride = 2 * (16 + 4 * 64);
+  ASSERT_EQ(OctetStride(k), stride);
+  EXPECT_EQ(o.owned_bytes(), 2 * stride);
+  EXPECT_EQ(o.bytes(), rows.bytes());  // the same values and scales, padding aside
+  for (int j = 0; j < 16; ++j) {
+    for (int p = 0; p < 64; ++p) {
+      // Octet j / 8, group p / 32 (its 16 bytes of scales first), block p % 32 / 8, pair
+      // (j % 8) / 2, the pair's column j % 2, value p % 8.
+      const int64_t at =
+          (j / 8) * stride + (p / 32) * 272 + 16 + (p % 32 / 8) * 64 + (j % 8) * 8 + p % 8;
+      ASSERT_EQ(OctetValueIndex(k, j, p), at) << j << "," << p;
+      const int8_t want = j < n ? static_cast<const int8_t*>(rows.row(j).data)[p] : 0;
+      EXPECT_EQ(static_cast<int8_t>(o.octets()[at]), want) << j << "," << p;
+      if (p % 32 == 0) {
+        const int64_t s_at = (j / 8) * stride + (p / 32) * 272 + (j % 8) * 2;
+        ASSERT_EQ(OctetScaleIndex(k, j, p), s_at);
+        uint16_t d;
+        std::memcpy(&d, o.octets() + s_at, 2);
+        EXPECT_EQ(d, j < n ? rows.row(j).scales[p / 32] : 0) << j << "," << p;
+      }
+    }
+  }
+  std::vector<float> got(k), want(k);
+  for (int j = 0; j < n; ++j) {
+    o.DecodeRow(j, got.data());
+    rows.DecodeRow(j, want.data());
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), k * sizeof(float))) << j;
+  }
+  // Fused views: a bf16 part and an f32 part, stacked in order (each quantized from its fp32).
+  std::vector<uint16_t> a(3 * k);
+  std::vector<float> af(3 * k);
+  for (int i = 0; i < 3 * k; ++i) {
+    a[i] = F32ToBf16(wf[i]);
+    af[i] = Bf16ToF32(a[i]);
+  }
+  std::vector<float> all = af;
+  all.insert(all.end(), wf.begin() + 3 * k, wf.end());
+  const LinearWeights whole = LinearWeights::FromF32(all.data(), n, k, WeightFormat::kQ8Octets);
+  const TensorView va = View("q_proj.weight", DType::kBF16, 3, k, a.data());
+  const TensorView vb = View("k_proj.weight", DType::kF32, n - 3, k, wf.data() + 3 * k);
+  const TensorView* parts[] = {&va, &vb};
+  auto fused = LinearWeights::FromViews(parts, WeightFormat::kQ8Octets);
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  ASSERT_EQ(fused->owned_bytes(), whole.owned_bytes());
+  EXPECT_EQ(0, std::memcmp(fused->octets(), whole.octets(), whole.owned_bytes()));
+}
+
+// Every set on int8-octets gives the scalar set's bits on the same Q8 rows, for odd shapes,
+// m = 1..130 (tiles of 2 and 1 octets, blocks of 4 rows, chunks of 64 rows, the AVX2 set's
+// panels), both write modes and ranges that start at any octet.
+TEST(LinearKernelsTest, Q8OctetsEqualQ8RowsBitwise) {
+  std::vector<const LinearKernelSet*> sets = VectorSets();
+  sets.push_back(&ScalarLinearKernels());
+  struct Shape {
+    int n, k;
+  };
+  int compared = 0;
+  for (const Shape s : {Shape{1, 1}, Shape{13, 7}, Shape{37, 203}, Shape{64, 96}, Shape{29, 33},
+                        Shape{50, 256}, Shape{9, 1000}, Shape{130, 40}}) {
+    const auto wf = UniformRandom(static_cast<size_t>(s.n) * s.k, 41 + s.k);
+    const LinearWeights rows = LinearWeights::FromF32(wf.data(), s.n, s.k, WeightFormat::kQ8);
+    const LinearWeights octets =
+        LinearWeights::FromF32(wf.data(), s.n, s.k, WeightFormat::kQ8Octets);
+    for (int m : {1, 2, 3, 4, 5, 7, 8, 13, 16, 17, 20, 64, 71, 130}) {
+      const auto x = UniformRandom(static_cast<size_t>(m) * s.k, 500 + m);
+      const auto y0 = UniformRandom(static_cast<size_t>(m) * s.n, 600 + m, 4.0f);
+      for (bool acc : {false, true}) {
+        for (auto [n0, n1] : {std::pair{0, s.n}, std::pair{s.n / 3 / 8 * 8, s.n}}) {
+          const auto want = RunSet(ScalarLinearKernels(), rows, x, m, y0, acc, n0, n1);
+          for (const LinearKernelSet* set : sets) {
+            const auto got = RunSet(*set, octets, x, m, y0, acc, n0, n1);
+            ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+                << set->name << " n=" << s.n << " k=" << s.k << " m=" << m << " accumulate=" << acc
+                << " columns " << n0 << ".." << n1;
+            ++compared;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(compared, static_cast<int>(sets.size()) * 8 * 14 * 2 * 2);
+}
+
 }  // namespace
 }  // namespace morserve
