@@ -310,7 +310,7 @@ TEST(LinearKernelsTest, Q8OctetsHoldTheQ8ValuesInTheirLayout) {
   for (int j = 0; j < n; ++j) {
     o.DecodeRow(j, got.data());
     rows.DecodeRow(j, want.data());
-    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), k * sizeof(float))) << j;
+    EXPECT_EQ(got, want) << j;  // the same exact values
   }
   // Fused views: a bf16 part and an f32 part, stacked in order (each quantized from its fp32).
   std::vector<uint16_t> a(3 * k);
