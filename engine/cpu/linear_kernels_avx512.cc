@@ -451,27 +451,29 @@ void OctetTile(const float* x, int64_t ldx, const uint8_t* octet, int64_t stride
   for (int i = 0; i < MB; ++i) {
     for (int c = 0; c < 4 * NO; ++c) acc[i][c] = _mm512_setzero_ps();
   }
-  for (int g = 0; 32 * g < k; ++g) {
-    __m512 scale[NO][4];
-    for (int o = 0; o < NO; ++o) OctetScales(octet + o * stride + g * kOctetGroupBytes, scale[o]);
-    for (int b = 0; b < 4 && 32 * g + 8 * b < k; ++b) {
-      const int k0 = 32 * g + 8 * b;
-      if (next != nullptr) {
-        for (int o = 0; o < NO; ++o)
-          _mm_prefetch(next + o * stride + g * kOctetGroupBytes + 16 + b * 64, _MM_HINT_T1);
-      }
-      __m512 xv[MB];
-      for (int i = 0; i < MB; ++i) xv[i] = BroadcastX(x + i * ldx, k0, std::min(8, k - k0));
-      for (int o = 0; o < NO; ++o) {
-        const uint8_t* block = octet + o * stride + g * kOctetGroupBytes + 16 + b * 64;
-        for (int c = 0; c < 4; ++c) {
-          const __m512 wv = OctetPair(block + 16 * c, scale[o][c]);
-          for (int i = 0; i < MB; ++i)
-            acc[i][4 * o + c] = _mm512_fmadd_ps(xv[i], wv, acc[i][4 * o + c]);
-        }
+  __m512 scale[NO][4];
+  // Block b of 8 along k (count values of x, the rest masked): group b / 4's scales first.
+  auto block = [&](int b, int count) {
+    const int64_t at = (b / 4) * kOctetGroupBytes + 16 + (b % 4) * 64;
+    if (b % 4 == 0) {
+      for (int o = 0; o < NO; ++o) OctetScales(octet + o * stride + at - 16, scale[o]);
+    }
+    if (next != nullptr) {
+      for (int o = 0; o < NO; ++o) _mm_prefetch(next + o * stride + at, _MM_HINT_T1);
+    }
+    __m512 xv[MB];
+    for (int i = 0; i < MB; ++i) xv[i] = BroadcastX(x + i * ldx, 8 * b, count);
+    for (int o = 0; o < NO; ++o) {
+      for (int c = 0; c < 4; ++c) {
+        const __m512 wv = OctetPair(octet + o * stride + at + 16 * c, scale[o][c]);
+        for (int i = 0; i < MB; ++i)
+          acc[i][4 * o + c] = _mm512_fmadd_ps(xv[i], wv, acc[i][4 * o + c]);
       }
     }
-  }
+  };
+  const int kfull = k / 8;
+  for (int b = 0; b < kfull; ++b) block(b, 8);
+  if (k % 8 != 0) block(kfull, k % 8);  // the octets hold zeros past k; x is masked there
   for (int i = 0; i < MB; ++i) {
     for (int c = 0; c < 4 * NO; ++c) {
       const float s[2] = {HorizontalSum(_mm512_castps512_ps256(acc[i][c])),
