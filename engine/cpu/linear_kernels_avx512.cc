@@ -114,6 +114,33 @@ struct Q8Format {
   }
 };
 
+// int8-octets read row by row (the panels' decoder): Q8Format's decode at the octets' offsets
+// (linear_weights.h: a row's next block 64 bytes on, its next group and scale
+// kOctetGroupBytes on).
+struct OctetRowFormat {
+  static constexpr bool kGrouped = true;
+  static constexpr int kBytes = 1;
+  static constexpr int kGroupBytes = LinearWeights::kOctetGroupBytes;
+  static const int8_t* At(const WeightRow& r, int k0) {
+    return static_cast<const int8_t*>(r.data) + (k0 / kGroup) * kGroupBytes +
+           (k0 % kGroup / 8) * 64;
+  }
+  static __m512 Scale(const WeightRow& a, const WeightRow& b, int k0) {
+    const int at = (k0 / kGroup) * (kGroupBytes / 2);
+    return Join(_mm256_set1_ps(_cvtsh_ss(a.scales[at])), _mm256_set1_ps(_cvtsh_ss(b.scales[at])));
+  }
+  static __m512 Load(const WeightRow& a, const WeightRow& b, int k0, __m512 scale) {
+    const __m128i lo = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(At(a, k0)));
+    const __m128i hi = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(At(b, k0)));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_unpacklo_epi64(lo, hi))),
+                         scale);
+  }
+  // Octets are zero-padded to whole groups: the full block is there to read.
+  static __m512 LoadTail(const WeightRow& a, const WeightRow& b, int k0, int, __m512 scale) {
+    return Load(a, b, k0, scale);
+  }
+};
+
 // ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)) of 8 lanes.
 float HorizontalSum(__m256 acc) {
   const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
@@ -561,6 +588,8 @@ void Direct(const LinearArgs& a, int n0, int n1) {
 
 // From this many rows on, decoding a panel once beats decoding the weights in every tile.
 constexpr int kPanelMinRows = 17;
+// The same for int8-octets, whose blocks of 4 rows stream faster than the panels up to here.
+constexpr int kOctetPanelMinRows = 64;
 
 // Panel rows for k: a panel of decoded fp32 rows stays within ~512 KiB (half of an AVX-512
 // server core's L2), in multiples of 12, at least 12.
@@ -595,6 +624,8 @@ void DecodePairsAs(const LinearWeights& w, int j0, int ncols, float* out, int st
 }
 
 void DecodePairs(const LinearWeights& w, int j0, int ncols, float* out, int stride) {
+  if (w.format() == WeightFormat::kQ8Octets)
+    return DecodePairsAs<OctetRowFormat>(w, j0, ncols, out, stride);
   VisitWeightFormat<F32Format, Half16Format<true>, Half16Format<false>, Q8Format>(
       w.format(),
       [&](auto tag) { DecodePairsAs<typename decltype(tag)::type>(w, j0, ncols, out, stride); });
@@ -638,11 +669,12 @@ void Panelled(const LinearArgs& a, int n0, int n1) {
   }
 }
 
-// bf16-quads never take the panels (QuadRowBlocks is faster at every m measured), nor do
-// int8-octets (their panels would need a decoder of their own).
+// bf16-quads never take the panels (QuadRowBlocks is faster at every m measured); int8-octets
+// from kOctetPanelMinRows on (their blocks of 4 rows decode every weight once per block).
 void RunAvx512(const LinearArgs& a, int n0, int n1) {
-  if (a.m < kPanelMinRows || a.w->format() == WeightFormat::kBF16Quads ||
-      a.w->format() == WeightFormat::kQ8Octets) {
+  const int panel_min =
+      a.w->format() == WeightFormat::kQ8Octets ? kOctetPanelMinRows : kPanelMinRows;
+  if (a.m < panel_min || a.w->format() == WeightFormat::kBF16Quads) {
     Direct(a, n0, n1);
   } else {
     Panelled(a, n0, n1);
