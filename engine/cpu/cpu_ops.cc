@@ -11,12 +11,6 @@
 #include "engine/model/dtype.h"
 
 namespace morserve {
-namespace {
-
-double Silu(double x) { return x / (1.0 + std::exp(-x)); }
-
-}  // namespace
-
 void RmsNormRows(const float* x, const float* w, int rows, int dim, float eps, float* out) {
   for (int r = 0; r < rows; ++r) {
     const float* xr = x + static_cast<size_t>(r) * dim;
@@ -40,11 +34,6 @@ void ScaleAddRows(float* h, const float* b, const float* scale_per_row, int rows
     const float* br = b + static_cast<size_t>(r) * dim;
     for (int i = 0; i < dim; ++i) hr[i] = static_cast<float>(hr[i] + s * br[i]);
   }
-}
-
-void SiluMulRows(const float* gate, const float* up, int rows, int n, float* out) {
-  const size_t total = static_cast<size_t>(rows) * n;
-  for (size_t i = 0; i < total; ++i) out[i] = static_cast<float>(Silu(gate[i]) * up[i]);
 }
 
 void GeluErf(float* x, int64_t n) {

@@ -9,7 +9,7 @@
 // theta^(-2i/head_dim),
 //   angle = pos * inv_freq, cos and sin all in double; the rotation is done in double and
 //   rounded to fp32 once.
-// - SiluMulRows / GeluErf: evaluated in double, rounded once.
+// - GeluErf: evaluated in double, rounded once (SwiGLU's SiLU: silu_mul.h).
 // All functions accept rows == 0. Pointers for in-place use are noted per function.
 #pragma once
 
@@ -27,9 +27,6 @@ void AddRows(const float* a, const float* b, int rows, int dim, float* out);
 
 // h[r, :] += scale[r] * b[r, :] (in place; scale computed in fp32: h + float(scale * b)).
 void ScaleAddRows(float* h, const float* b, const float* scale_per_row, int rows, int dim);
-
-// out[r, i] = silu(gate[r, i]) * up[r, i]. out may equal gate or up.
-void SiluMulRows(const float* gate, const float* up, int rows, int n, float* out);
 
 // In place: x[i] = gelu_erf(x[i]) = 0.5 x (1 + erf(x / sqrt 2)) for n elements.
 void GeluErf(float* x, int64_t n);

@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "engine/cpu/silu_mul.h"
 #include "engine/model/dtype.h"
 #include "tests/random_values.h"
 
