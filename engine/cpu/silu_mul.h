@@ -1,9 +1,10 @@
 // SwiGLU's activation on the CPU: out = float(silu(g) * u), silu(g) = g / (1 + e^-g), in double
 // and rounded once (as engine/reference writes it). e^x is ExpDouble below, a fixed sequence of
-// double operations rather than libm's exp, so that the scalar build and the AVX-512 build (8
-// lanes) give the same bits by construction; it is within 1 ulp of the correctly rounded e^x,
-// so SiluMulRows rounds to the reference's float except where the double result lies within an
-// ulp or two of a float rounding boundary (none in the tests' 2^22 samples: silu_mul_test).
+// double operations rather than libm's exp, so that the scalar build and the AVX2 (4 lanes) and
+// AVX-512 (8 lanes) builds give the same bits by construction; it is within 1 ulp of the correctly
+// rounded e^x, so SiluMulRows rounds to the reference's float except where the double result lies
+// within an ulp or two of a float rounding boundary (none in the tests' 2^22 samples:
+// silu_mul_test).
 //
 // ExpDouble: n = nearest(x / ln 2) (a shifter add), r = x - n ln 2 in two FMAs (Cody-Waite,
 // fdlibm's split of ln 2), e^r by its Taylor series to r^13 / 13! in Horner form (|r| <= 0.347:
@@ -60,12 +61,13 @@ inline double ExpDouble(double x) {
 }
 
 // out[r, i] = float(silu(gate[r, i]) * up[r, i]) with ExpDouble. out may equal gate or up.
-// Picks the AVX-512 build where it runs (not under MORSERVE_CPU_KERNELS=scalar or avx2).
+// Picks the widest build the host runs (MORSERVE_CPU_KERNELS=scalar or avx2 pins that build).
 void SiluMulRows(const float* gate, const float* up, int rows, int n, float* out);
-// The builds, for the tests: the scalar one, and the AVX-512 one (nullptr without AVX-512
-// F/DQ/VL).
+// The builds, for the tests: the scalar one (the path of hosts without AVX2), the AVX2 one (nullptr
+// without AVX2/FMA) and the AVX-512 one (nullptr without AVX-512 F/DQ/VL).
 void SiluMulScalar(const float* gate, const float* up, int64_t count, float* out);
 using SiluMulFn = void (*)(const float* gate, const float* up, int64_t count, float* out);
+SiluMulFn SiluMulAvx2();
 SiluMulFn SiluMulAvx512();
 
 }  // namespace morserve
