@@ -240,10 +240,10 @@ TEST(LinearKernelsTest, Bf16QuadsHoldTheBf16ValuesInTheirLayout) {
   EXPECT_EQ(0, std::memcmp(fused->quads(), q.quads(), q.owned_bytes()));
 }
 
-// Every set on bf16-quads gives the scalar set's bits on the same values read in place, for
-// odd shapes, m = 1..130 (register tiles, blocks of 8 rows, chunks of 64 rows, the AVX2 set's
-// panels), both write modes and ranges that start at any quad.
-TEST(LinearKernelsTest, Bf16QuadsEqualBf16InPlaceBitwise) {
+// Every set on `packed` (a layout of `rows`' values) gives the scalar set's bits on `rows`, for
+// odd shapes, m = 1..130, both write modes and ranges that start at any multiple of `unit`.
+void ExpectPackedEqualsRowsBitwise(WeightFormat rows, WeightFormat packed, int unit,
+                                   uint32_t seed) {
   std::vector<const LinearKernelSet*> sets = VectorSets();
   sets.push_back(&ScalarLinearKernels());
   struct Shape {
@@ -252,21 +252,20 @@ TEST(LinearKernelsTest, Bf16QuadsEqualBf16InPlaceBitwise) {
   int compared = 0;
   for (const Shape s : {Shape{1, 1}, Shape{13, 7}, Shape{37, 203}, Shape{64, 96}, Shape{29, 33},
                         Shape{50, 256}, Shape{9, 1000}, Shape{130, 40}}) {
-    const auto wf = UniformRandom(static_cast<size_t>(s.n) * s.k, 31 + s.k);
-    const LinearWeights rows = LinearWeights::FromF32(wf.data(), s.n, s.k, WeightFormat::kBF16);
-    const LinearWeights quads =
-        LinearWeights::FromF32(wf.data(), s.n, s.k, WeightFormat::kBF16Quads);
+    const auto wf = UniformRandom(static_cast<size_t>(s.n) * s.k, seed + s.k);
+    const LinearWeights w_rows = LinearWeights::FromF32(wf.data(), s.n, s.k, rows);
+    const LinearWeights w_packed = LinearWeights::FromF32(wf.data(), s.n, s.k, packed);
     for (int m : {1, 2, 3, 4, 5, 7, 8, 13, 16, 17, 20, 64, 71, 130}) {
-      const auto x = UniformRandom(static_cast<size_t>(m) * s.k, 300 + m);
-      const auto y0 = UniformRandom(static_cast<size_t>(m) * s.n, 400 + m, 4.0f);
+      const auto x = UniformRandom(static_cast<size_t>(m) * s.k, 10 * seed + m);
+      const auto y0 = UniformRandom(static_cast<size_t>(m) * s.n, 20 * seed + m, 4.0f);
       for (bool acc : {false, true}) {
-        for (auto [n0, n1] : {std::pair{0, s.n}, std::pair{s.n / 3 / 4 * 4, s.n}}) {
-          const auto want = RunSet(ScalarLinearKernels(), rows, x, m, y0, acc, n0, n1);
+        for (auto [n0, n1] : {std::pair{0, s.n}, std::pair{s.n / 3 / unit * unit, s.n}}) {
+          const auto want = RunSet(ScalarLinearKernels(), w_rows, x, m, y0, acc, n0, n1);
           for (const LinearKernelSet* set : sets) {
-            const auto got = RunSet(*set, quads, x, m, y0, acc, n0, n1);
+            const auto got = RunSet(*set, w_packed, x, m, y0, acc, n0, n1);
             ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
-                << set->name << " n=" << s.n << " k=" << s.k << " m=" << m << " accumulate=" << acc
-                << " columns " << n0 << ".." << n1;
+                << set->name << " on " << WeightFormatName(packed) << " n=" << s.n << " k=" << s.k
+                << " m=" << m << " accumulate=" << acc << " columns " << n0 << ".." << n1;
             ++compared;
           }
         }
@@ -274,6 +273,12 @@ TEST(LinearKernelsTest, Bf16QuadsEqualBf16InPlaceBitwise) {
     }
   }
   EXPECT_EQ(compared, static_cast<int>(sets.size()) * 8 * 14 * 2 * 2);
+}
+
+// bf16-quads: register tiles, blocks of 8 rows, chunks of 64 rows, the AVX2 set's panels.
+TEST(LinearKernelsTest, Bf16QuadsEqualBf16InPlaceBitwise) {
+  ExpectPackedEqualsRowsBitwise(WeightFormat::kBF16, WeightFormat::kBF16Quads,
+                                LinearWeights::kQuadCols, 31);
 }
 
 // int8-octets: W[j, p]'s value and scale at OctetValueIndex / OctetScaleIndex (the layout of
@@ -331,40 +336,11 @@ TEST(LinearKernelsTest, Q8OctetsHoldTheQ8ValuesInTheirLayout) {
   EXPECT_EQ(0, std::memcmp(fused->octets(), whole.octets(), whole.owned_bytes()));
 }
 
-// Every set on int8-octets gives the scalar set's bits on the same Q8 rows, for odd shapes,
-// m = 1..130 (tiles of 2 and 1 octets, blocks of 4 rows, chunks of 64 rows, the AVX2 set's
-// panels), both write modes and ranges that start at any octet.
+// int8-octets: tiles of 2 and 1 octets, blocks of 4 rows, chunks of 64 rows, panels from 64
+// rows, the AVX2 set's panels.
 TEST(LinearKernelsTest, Q8OctetsEqualQ8RowsBitwise) {
-  std::vector<const LinearKernelSet*> sets = VectorSets();
-  sets.push_back(&ScalarLinearKernels());
-  struct Shape {
-    int n, k;
-  };
-  int compared = 0;
-  for (const Shape s : {Shape{1, 1}, Shape{13, 7}, Shape{37, 203}, Shape{64, 96}, Shape{29, 33},
-                        Shape{50, 256}, Shape{9, 1000}, Shape{130, 40}}) {
-    const auto wf = UniformRandom(static_cast<size_t>(s.n) * s.k, 41 + s.k);
-    const LinearWeights rows = LinearWeights::FromF32(wf.data(), s.n, s.k, WeightFormat::kQ8);
-    const LinearWeights octets =
-        LinearWeights::FromF32(wf.data(), s.n, s.k, WeightFormat::kQ8Octets);
-    for (int m : {1, 2, 3, 4, 5, 7, 8, 13, 16, 17, 20, 64, 71, 130}) {
-      const auto x = UniformRandom(static_cast<size_t>(m) * s.k, 500 + m);
-      const auto y0 = UniformRandom(static_cast<size_t>(m) * s.n, 600 + m, 4.0f);
-      for (bool acc : {false, true}) {
-        for (auto [n0, n1] : {std::pair{0, s.n}, std::pair{s.n / 3 / 8 * 8, s.n}}) {
-          const auto want = RunSet(ScalarLinearKernels(), rows, x, m, y0, acc, n0, n1);
-          for (const LinearKernelSet* set : sets) {
-            const auto got = RunSet(*set, octets, x, m, y0, acc, n0, n1);
-            ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
-                << set->name << " n=" << s.n << " k=" << s.k << " m=" << m << " accumulate=" << acc
-                << " columns " << n0 << ".." << n1;
-            ++compared;
-          }
-        }
-      }
-    }
-  }
-  EXPECT_EQ(compared, static_cast<int>(sets.size()) * 8 * 14 * 2 * 2);
+  ExpectPackedEqualsRowsBitwise(WeightFormat::kQ8, WeightFormat::kQ8Octets,
+                                LinearWeights::kOctetCols, 41);
 }
 
 }  // namespace
