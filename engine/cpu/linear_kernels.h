@@ -17,7 +17,8 @@
 // of a small column chunk stay in cache while each block of 4 rows runs over it; large m
 // (prefill) decodes a panel of weight rows to fp32 once (cache-resident) and runs fp32 tiles
 // over the rows in blocks of 4. The AVX-512 set reads bf16-quads without panels: blocks of 8
-// rows per quad, in chunks of 64 rows, at every m beyond 4.
+// rows per quad, in chunks of 64 rows, at every m beyond 4; and int8-octets in blocks of 4 rows
+// per octet up to 63 rows, in panels from 64.
 #pragma once
 
 #include <cstdint>

@@ -8,9 +8,11 @@
 // element's order is the L8 order whatever the tile. Twice the multiply-adds per instruction of
 // the AVX2 set and 32 registers: tiles of MB rows x NP column pairs (1 x 8, 2 x 8, 3 x 6, 4 x 6).
 // bf16-quads (linear_weights.h) have their own tiles of whole quads (QuadTile): one 64-byte
-// load gives two such registers with a shift and a mask; every m runs them (no panels). Needs
-// AVX-512 F, BW, DQ and VL (every AVX-512 CPU since Skylake-SP). Compiled with -ffp-contract=off
-// (the FMAs are the written intrinsics).
+// load gives two such registers with a shift and a mask; every m runs them (no panels).
+// int8-octets have tiles of whole octets (OctetTile): one 16-byte load widens to one such
+// register, times the pair's scales; panels from 64 rows. Needs AVX-512 F, BW, DQ and VL (every
+// AVX-512 CPU since Skylake-SP). Compiled with -ffp-contract=off (the FMAs are the written
+// intrinsics).
 #include <algorithm>
 #include <vector>
 
