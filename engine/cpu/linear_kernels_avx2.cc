@@ -81,22 +81,28 @@ struct Half16Format {
   }
 };
 
-struct Q8Format {
+// Q8 rows (int8 in place, or int8-octets: Layout, linear_weights.h): 8 int8 values widened,
+// converted and times the group's scale, exact fp32.
+template <class Layout>
+struct Q8FormatOf {
   static constexpr bool kGrouped = true;
   static constexpr int kBytes = 1;
   static __m256 Scale(const WeightRow& r, int k0) {
-    return _mm256_set1_ps(_cvtsh_ss(r.scales[k0 / kGroup]));
+    return _mm256_set1_ps(_cvtsh_ss(r.scales[Layout::Scale(k0)]));
   }
   static __m256 Load(const WeightRow& r, int k0, __m256 scale) {
-    const __m128i q =
-        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(static_cast<const int8_t*>(r.data) + k0));
+    const __m128i q = _mm_loadl_epi64(
+        reinterpret_cast<const __m128i*>(static_cast<const int8_t*>(r.data) + Layout::Value(k0)));
     return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), scale);
   }
-  // Rows are zero-padded to whole groups: the full block is there to read.
+  // Rows and octets are zero-padded to whole groups: the full block is there to read.
   static __m256 LoadTail(const WeightRow& r, int k0, int, __m256 scale) {
     return Load(r, k0, scale);
   }
 };
+using Q8Format = Q8FormatOf<Q8RowLayout>;
+// int8-octets row by row (the octets' own tiles are the AVX-512 set's).
+using OctetFormat = Q8FormatOf<OctetRowLayout>;
 
 // bf16-quads (linear_weights.h): a row's block of 8 is its 32-byte half of the quad's block,
 // shifted left by 16 (the low 16 bits of each word) or masked to the high 16 bits: exact fp32
@@ -113,28 +119,6 @@ struct QuadFormat {
   }
   // The quads hold zeros past k, so the whole block is there to read.
   static __m256 LoadTail(const WeightRow& r, int k0, int, __m256 s) { return Load(r, k0, s); }
-};
-
-// int8-octets (linear_weights.h): a row's block of 8 is 8 bytes of its octet's block, the next
-// block 64 bytes on and the next group (with its scale) kOctetGroupBytes on; decoded as Q8 rows
-// are, so the bits are theirs.
-struct OctetFormat {
-  static constexpr bool kGrouped = true;
-  static constexpr int kBytes = 1;
-  static constexpr int kGroupBytes = LinearWeights::kOctetGroupBytes;
-  static __m256 Scale(const WeightRow& r, int k0) {
-    return _mm256_set1_ps(_cvtsh_ss(r.scales[(k0 / kGroup) * (kGroupBytes / 2)]));
-  }
-  static __m256 Load(const WeightRow& r, int k0, __m256 scale) {
-    const auto* at =
-        static_cast<const int8_t*>(r.data) + (k0 / kGroup) * kGroupBytes + (k0 % kGroup / 8) * 64;
-    const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(at));
-    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), scale);
-  }
-  // Octets are zero-padded to whole groups: the full block is there to read.
-  static __m256 LoadTail(const WeightRow& r, int k0, int, __m256 scale) {
-    return Load(r, k0, scale);
-  }
 };
 
 // ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)).

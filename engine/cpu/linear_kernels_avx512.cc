@@ -95,53 +95,31 @@ struct Half16Format {
   }
 };
 
-struct Q8Format {
+// Q8 rows (int8 in place, or int8-octets read row by row for the panels: Layout,
+// linear_weights.h): two rows' 8 int8 values widened, converted and times their scales.
+template <class Layout>
+struct Q8FormatOf {
   static constexpr bool kGrouped = true;
   static constexpr int kBytes = 1;
   static __m512 Scale(const WeightRow& a, const WeightRow& b, int k0) {
-    return Join(_mm256_set1_ps(_cvtsh_ss(a.scales[k0 / kGroup])),
-                _mm256_set1_ps(_cvtsh_ss(b.scales[k0 / kGroup])));
+    return Join(_mm256_set1_ps(_cvtsh_ss(a.scales[Layout::Scale(k0)])),
+                _mm256_set1_ps(_cvtsh_ss(b.scales[Layout::Scale(k0)])));
   }
   static __m512 Load(const WeightRow& a, const WeightRow& b, int k0, __m512 scale) {
-    const __m128i lo =
-        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(static_cast<const int8_t*>(a.data) + k0));
-    const __m128i hi =
-        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(static_cast<const int8_t*>(b.data) + k0));
+    const __m128i lo = _mm_loadl_epi64(
+        reinterpret_cast<const __m128i*>(static_cast<const int8_t*>(a.data) + Layout::Value(k0)));
+    const __m128i hi = _mm_loadl_epi64(
+        reinterpret_cast<const __m128i*>(static_cast<const int8_t*>(b.data) + Layout::Value(k0)));
     return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_unpacklo_epi64(lo, hi))),
                          scale);
   }
-  // Rows are zero-padded to whole groups: the full block is there to read.
+  // Rows and octets are zero-padded to whole groups: the full block is there to read.
   static __m512 LoadTail(const WeightRow& a, const WeightRow& b, int k0, int, __m512 scale) {
     return Load(a, b, k0, scale);
   }
 };
-
-// int8-octets read row by row (the panels' decoder): Q8Format's decode at the octets' offsets
-// (linear_weights.h: a row's next block 64 bytes on, its next group and scale
-// kOctetGroupBytes on).
-struct OctetRowFormat {
-  static constexpr bool kGrouped = true;
-  static constexpr int kBytes = 1;
-  static constexpr int kGroupBytes = LinearWeights::kOctetGroupBytes;
-  static const int8_t* At(const WeightRow& r, int k0) {
-    return static_cast<const int8_t*>(r.data) + (k0 / kGroup) * kGroupBytes +
-           (k0 % kGroup / 8) * 64;
-  }
-  static __m512 Scale(const WeightRow& a, const WeightRow& b, int k0) {
-    const int at = (k0 / kGroup) * (kGroupBytes / 2);
-    return Join(_mm256_set1_ps(_cvtsh_ss(a.scales[at])), _mm256_set1_ps(_cvtsh_ss(b.scales[at])));
-  }
-  static __m512 Load(const WeightRow& a, const WeightRow& b, int k0, __m512 scale) {
-    const __m128i lo = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(At(a, k0)));
-    const __m128i hi = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(At(b, k0)));
-    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_unpacklo_epi64(lo, hi))),
-                         scale);
-  }
-  // Octets are zero-padded to whole groups: the full block is there to read.
-  static __m512 LoadTail(const WeightRow& a, const WeightRow& b, int k0, int, __m512 scale) {
-    return Load(a, b, k0, scale);
-  }
-};
+using Q8Format = Q8FormatOf<Q8RowLayout>;
+using OctetRowFormat = Q8FormatOf<OctetRowLayout>;
 
 // ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)) of 8 lanes.
 float HorizontalSum(__m256 acc) {

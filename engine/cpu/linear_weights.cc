@@ -95,13 +95,12 @@ int64_t QuadIndex(int k, int j, int p) {
 
 int64_t OctetValueIndex(int k, int j, int p) {
   const int64_t o = j / LinearWeights::kOctetCols, c = j % LinearWeights::kOctetCols;
-  const int64_t g = p / kGroup, b = (p % kGroup) / 8;
-  return o * OctetStride(k) + g * LinearWeights::kOctetGroupBytes + 16 + b * 64 + c * 8 + p % 8;
+  return o * OctetStride(k) + 16 + c * 8 + OctetRowLayout::Value(p);
 }
 
 int64_t OctetScaleIndex(int k, int j, int p) {
   const int64_t o = j / LinearWeights::kOctetCols, c = j % LinearWeights::kOctetCols;
-  return o * OctetStride(k) + (p / kGroup) * LinearWeights::kOctetGroupBytes + c * 2;
+  return o * OctetStride(k) + c * 2 + int64_t{2} * OctetRowLayout::Scale(p);
 }
 
 int ColumnGranularity(WeightFormat format) {

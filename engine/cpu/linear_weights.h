@@ -155,6 +155,23 @@ inline int64_t OctetStride(int k) {
   return int64_t{LinearWeights::kOctetGroupBytes} * ((k + 31) / 32);
 }
 
+// Where a Q8 row view (WeightRow) keeps value p (bytes from data) and its scale (uint16 units
+// from scales): int8 rows hold them contiguously, int8-octets blocks of 8 every 64 bytes and
+// groups (with their scales) every kOctetGroupBytes. The kernel sets' int8 decoders take one.
+struct Q8RowLayout {
+  static int Value(int p) { return p; }
+  static int Scale(int p) { return p / LinearWeights::kQ8Group; }
+};
+struct OctetRowLayout {
+  static int Value(int p) {
+    return p / LinearWeights::kQ8Group * LinearWeights::kOctetGroupBytes +
+           p % LinearWeights::kQ8Group / 8 * 64 + p % 8;
+  }
+  static int Scale(int p) {
+    return p / LinearWeights::kQ8Group * (LinearWeights::kOctetGroupBytes / 2);
+  }
+};
+
 // Columns a kernel's column range may start at for `format` (ranges start at multiples of it):
 // 4 for bf16-quads, 8 for int8-octets, else 1.
 int ColumnGranularity(WeightFormat format);
