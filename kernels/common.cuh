@@ -57,5 +57,19 @@ __device__ __forceinline__ void StoreF32<uint16_t>(uint16_t* p, int64_t i, float
   p[i] = F32ToBf16Bits(v);
 }
 
+// One warp's tensor-core D = A B + C for a 16 x 16 bf16 A (row-major fragments), a 16 x 8 bf16
+// B (column-major fragments) and fp32 C/D: mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32,
+// fragments as in the PTX ISA (kernels/emu/cuda_emu.h's Mma spells the layout out). Each D
+// element depends only on its A row, its B column and its C element.
+__device__ __forceinline__ void MmaBf16M16N8K16(float d[4], const uint32_t a[4],
+                                                const uint32_t b[2], const float c[4]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%10, %11, %12, %13};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]),
+        "f"(c[2]), "f"(c[3]));
+}
+
 }  // namespace morserve::kernels
 #endif  // __CUDACC__

@@ -38,6 +38,7 @@
 #include <ucontext.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -165,6 +166,7 @@ struct Launch {
   Context scheduler;
   int current = 0;
   std::vector<uint64_t> shuffle;  // one slot per thread
+  std::vector<std::array<uint32_t, 6>> mma;  // one slot per thread: its A and B fragments
   const std::function<void()>* body = nullptr;
 };
 
@@ -330,6 +332,7 @@ inline cudaError_t Run(EmuDim3 grid, EmuDim3 block, size_t dynamic_smem,
   l.fibers.resize(l.threads);
   for (int t = 0; t < l.threads; ++t) l.fibers[t].stack = PooledStack(t);
   l.shuffle.assign(l.threads, 0);
+  l.mma.assign(l.threads, {});
   l.body = &body;
   Current() = &l;
   gridDim = grid;
@@ -405,6 +408,55 @@ T Shuffle(T v, int src_lane_xor, bool is_xor, int up) {
   return out;
 }
 
+// One warp's mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 (kernels/common.cuh's
+// MmaBf16M16N8K16): every lane publishes its A and B fragments, waits for the warp, computes
+// its own four D elements from the whole warp's fragments, and waits again. Fragment layout as
+// in the PTX ISA (lane = 4 g + t): a[0] = A[g][2t, 2t+1], a[1] = A[g+8][2t, 2t+1],
+// a[2] = A[g][2t+8, 2t+9], a[3] = A[g+8][2t+8, 2t+9]; b[0] = B[2t, 2t+1][g],
+// b[1] = B[2t+8, 2t+9][g]; d[0..1] = D[g][2t, 2t+1], d[2..3] = D[g+8][2t, 2t+1]; the lower 16
+// bits hold the lower index. Each D element is c plus its 16 products (exact in fp32) added in
+// k order in fp32: one fixed order, not the tensor core's (the emulator models no GPU rounding).
+inline void Mma(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]) {
+  Launch& l = *Current();
+  const int t = l.current;
+  const int lane = t % 32, base = t - lane;
+  if (base + 32 > l.threads) {
+    std::fprintf(stderr, "cuda_emu: mma.sync in a partial warp\n");
+    std::abort();
+  }
+  l.mma[t] = {a[0], a[1], a[2], a[3], b[0], b[1]};
+  Park(Fiber::kWarpBarrier);
+  auto half = [](uint32_t word, int hi) {
+    uint32_t bits = (hi ? word >> 16 : word & 0xffffu) << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+  };
+  // A[row][k]: lane 4 (row % 8) + (k % 8) / 2, register (row >= 8) + 2 (k >= 8), half k % 2.
+  auto a_at = [&](int row, int k) {
+    const auto& s = l.mma[base + 4 * (row % 8) + (k % 8) / 2];
+    return half(s[(row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0)], k % 2);
+  };
+  // B[k][col]: lane 4 col + (k % 8) / 2, register 4 + (k >= 8), half k % 2.
+  auto b_at = [&](int k, int col) {
+    const auto& s = l.mma[base + 4 * col + (k % 8) / 2];
+    return half(s[4 + (k >= 8 ? 1 : 0)], k % 2);
+  };
+  const int g = lane / 4, tq = lane % 4;
+  float out[4];
+  for (int i = 0; i < 4; ++i) {
+    const int row = g + (i >= 2 ? 8 : 0), col = 2 * tq + i % 2;
+    float acc = c[i];
+    for (int k = 0; k < 16; ++k) {
+      const float prod = a_at(row, k) * b_at(k, col);  // exact: two 8-bit significands
+      acc = acc + prod;
+    }
+    out[i] = acc;
+  }
+  Park(Fiber::kWarpBarrier);
+  for (int i = 0; i < 4; ++i) d[i] = out[i];
+}
+
 }  // namespace cuda_emu
 
 // The device intrinsics (CUDA's reserved names) on the emulator.
@@ -456,6 +508,10 @@ using std::min;
 namespace morserve::kernels {
 
 // The device helpers of kernels/common.cuh.
+inline void MmaBf16M16N8K16(float d[4], const uint32_t a[4], const uint32_t b[2],
+                            const float c[4]) {
+  cuda_emu::Mma(d, a, b, c);
+}
 inline float Bf16BitsToF32(uint16_t b) { return Bf16ToF32(b); }
 inline uint16_t F32ToBf16Bits(float f) { return F32ToBf16(f); }
 template <typename T>
