@@ -22,10 +22,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <initializer_list>
+#include <set>
 #include <tuple>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/check.h"
@@ -41,6 +44,7 @@
 #include "kernels/embedding.cuh"
 #include "kernels/exit_confidence.cuh"
 #include "kernels/expert_router.cuh"
+#include "kernels/fixed_gemm.cuh"
 #include "kernels/gemm.cuh"
 #include "kernels/huginn_kl.cuh"
 #include "kernels/kv_copy.cuh"
@@ -65,6 +69,10 @@ namespace k = morserve::kernels;
 
 // The largest batch a segment pass is captured at (CUDA graphs, cuda_step_graphs.h).
 constexpr int kMaxGraphRows = 256;
+
+// The fixed-order GEMM's split schedule gets a workspace for calls of up to this many rows
+// (decode; larger calls run in one pass, with the same bits).
+constexpr int kFixedGemmWorkspaceRows = 64;
 
 // Split-KV chunk of the attention kernel, in tokens (fixed: batch invariance).
 constexpr int kAttentionChunk = 256;
@@ -163,7 +171,7 @@ class CudaModelRunner : public ModelRunner {
   // are captured in CUDA graphs (0: none).
   CudaModelRunner(std::shared_ptr<const ModelWeights> w, int num_blocks, int block_size,
                   RecurrentPrefill recurrent_prefill, int64_t initial_states, int rows,
-                  int logit_rows, int huginn_rows, int graph_rows)
+                  int logit_rows, int huginn_rows, int graph_rows, CudaGemm gemm_choice)
       : w_(std::move(w)),
         cfg_(w_->config),
         num_blocks_(num_blocks),
@@ -173,7 +181,8 @@ class CudaModelRunner : public ModelRunner {
         reserve_rows_(rows),
         reserve_logit_rows_(logit_rows),
         huginn_rows_(huginn_rows),
-        graph_rows_(graph_rows) {}
+        graph_rows_(graph_rows),
+        gemm_choice_(gemm_choice) {}
   ~CudaModelRunner() override {
     if (stream_ == nullptr) return;
     cudaStreamSynchronize(stream_);  // no graph is running when it is destroyed
@@ -362,6 +371,10 @@ class CudaModelRunner : public ModelRunner {
   int block_size_ = 0;
   cudaStream_t stream_ = nullptr;
   k::LtGemm gemm_;
+  // --cuda-gemm (gemm_choice_): the (n, k) shapes that run on the fixed-order kernel, and its
+  // split schedule's workspace (reserved at start-up for up to kFixedGemmWorkspaceRows rows).
+  std::set<std::pair<int, int>> fixed_shapes_;
+  DeviceBuffer fixed_ws_;
   DeviceBuffer k_cache_, v_cache_;   // bf16 [num_blocks, block_size, kv_heads, head_dim]
   std::vector<DeviceLayer> layers_;  // by layer slot
   DeviceBuffer embed_, lm_head_, final_norm_;
@@ -398,6 +411,7 @@ class CudaModelRunner : public ModelRunner {
   StepGraphs graphs_{64};
   DeviceBuffer graph_meta_;
   int64_t graph_generation_ = -1;
+  CudaGemm gemm_choice_ = CudaGemm::kAuto;
   std::vector<int32_t> pending_ids_, pending_slots_;  // embeddings not yet run (Embed)
   RunnerCounters counters_;  // since construction (device.allocations: StepAllocations)
 };
@@ -544,18 +558,31 @@ void CudaModelRunner::LoadHeadAndRouters() {
 }
 
 absl::Status CudaModelRunner::PinGemms() {
-  std::vector<std::pair<int, int>> shapes;  // (n, k) of every GEMM the step runs
+  std::set<std::pair<int, int>> shapes;  // (n, k) of every GEMM the step runs
   for (const DeviceLayer& L : layers_) {
     for (const DeviceLinear* lin : {&L.qkv, &L.o, &L.gate_up, &L.down})
-      shapes.emplace_back(lin->out, lin->in);
+      shapes.emplace(lin->out, lin->in);
   }
-  shapes.emplace_back(cfg_.vocab_size, cfg_.hidden_size);
-  if (adapter_.bytes() > 0) shapes.emplace_back(cfg_.hidden_size, 2 * cfg_.hidden_size);
+  shapes.emplace(cfg_.vocab_size, cfg_.hidden_size);
+  if (adapter_.bytes() > 0) shapes.emplace(cfg_.hidden_size, 2 * cfg_.hidden_size);
   for (auto [n, kdim] : shapes) {
-    if (cublasStatus_t st = gemm_.Pin(n, kdim, DType::kF32); st != CUBLAS_STATUS_SUCCESS) {
+    if (gemm_choice_ == CudaGemm::kFixed) {
+      fixed_shapes_.emplace(n, kdim);
+      continue;
+    }
+    const cublasStatus_t st = gemm_.Pin(n, kdim, DType::kF32);
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED && gemm_choice_ == CudaGemm::kAuto) {
+      std::fprintf(stderr,
+                   "morserve: --device cuda: cuBLASLt offers no algorithm without split-K at "
+                   "every batch size for the %d x %d projection; it runs on the fixed-order GEMM "
+                   "(--cuda-gemm)\n",
+                   n, kdim);
+      fixed_shapes_.emplace(n, kdim);
+    } else if (st != CUBLAS_STATUS_SUCCESS) {
       return absl::UnimplementedError(absl::StrCat(
           "--device cuda: no cuBLASLt algorithm without split-K offered at every batch size for a ",
-          n, " x ", kdim, " projection: ", k::GemmStatusString(st)));
+          n, " x ", kdim, " projection: ", k::GemmStatusString(st),
+          " (--cuda-gemm auto or fixed runs it on the fixed-order kernel)"));
     }
   }
   return absl::OkStatus();
@@ -589,6 +616,12 @@ void CudaModelRunner::ReserveStepBuffers() {
                                                        cfg_.max_position_embeddings));
   }
   if (ws > 0) scratch_.attn_ws.Reserve(ws * sizeof(float));
+  size_t fixed_ws = 0;  // the split schedule's partials at decode sizes (larger m: one pass)
+  for (auto [n, kdim] : fixed_shapes_) {
+    for (int m = 1; m <= std::min(reserve_rows_, kFixedGemmWorkspaceRows); ++m)
+      fixed_ws = std::max(fixed_ws, k::FixedGemmWorkspaceBytes(m, n, kdim));
+  }
+  if (fixed_ws > 0) fixed_ws_.Reserve(fixed_ws);
   if (graph_rows_ > 0) graph_meta_.Reserve(GraphMetaInts() * sizeof(int32_t));
   if (huginn_rows_ > 0) {
     const size_t kept = static_cast<size_t>(huginn_rows_);
@@ -873,7 +906,8 @@ int64_t CudaModelRunner::StepAllocations() const {
   int64_t n = state_allocations_;
   for (const DeviceBuffer* b :
        {&x.h, &x.a, &x.qkv, &x.q, &x.k_tmp, &x.v_tmp, &x.attn, &x.proj, &x.gu, &x.act, &x.lora_t,
-        &x.logits, &x.attn_ws, &x.router_f, &x.router_i, &x.sample_io, &arena_dev_, &graph_meta_}) {
+        &x.logits, &x.attn_ws, &x.router_f, &x.router_i, &x.sample_io, &arena_dev_, &graph_meta_,
+        &fixed_ws_}) {
     n += b->allocations();
   }
   for (const DeviceBuffer* b : {&huginn_kept_, &huginn_log_z_, &huginn_kl_}) n += b->allocations();
@@ -889,6 +923,23 @@ void CudaModelRunner::Download(const void* src, size_t bytes, void* dst) {
 
 void CudaModelRunner::Gemm(const uint16_t* x, const uint16_t* w, void* y, DType y_dtype, int m,
                            int n, int kdim) {
+  ++counters_.device.launches;
+  counters_.weight_bytes += static_cast<int64_t>(n) * kdim * 2;  // bf16 [n, kdim], read once
+  if (fixed_shapes_.count({n, kdim}) > 0) {
+    MORSERVE_CHECK(y_dtype == DType::kF32, "the fixed-order GEMM writes fp32");
+    k::FixedGemmParams f;
+    f.x = x;
+    f.w = w;
+    f.y = static_cast<float*>(y);
+    f.m = m;
+    f.n = n;
+    f.k = kdim;
+    f.workspace = fixed_ws_.as<float>();
+    f.workspace_bytes = fixed_ws_.bytes();
+    ++counters_.device.fixed_gemm_calls;
+    CudaCheck(k::fixed_gemm_forward(f, stream_), "fixed_gemm");
+    return;
+  }
   k::GemmParams p;
   p.x = x;
   p.w = w;
@@ -897,10 +948,8 @@ void CudaModelRunner::Gemm(const uint16_t* x, const uint16_t* w, void* y, DType 
   p.m = m;
   p.n = n;
   p.k = kdim;
-  ++counters_.device.launches;
   const cublasStatus_t st = gemm_.Run(p, stream_);
   MORSERVE_CHECK(st == CUBLAS_STATUS_SUCCESS, k::GemmStatusString(st));
-  counters_.weight_bytes += static_cast<int64_t>(n) * kdim * 2;  // bf16 [n, kdim], read once
 }
 
 void CudaModelRunner::Linear(const DeviceLinear& L, const StagedRows& s, const uint16_t* x,
@@ -1258,6 +1307,7 @@ bool CudaModelRunner::RunSegmentGraphed(const SegmentBatch& b) {
   CudaCheck(cudaGraphLaunch(g->exec, stream_), "cudaGraphLaunch");
   ++counters_.device.graph_launches;
   counters_.weight_bytes += g->weight_bytes;
+  counters_.device.fixed_gemm_calls += g->fixed_gemm_calls;
   counters_.full_rows += int64_t{b.n} * num_layers;
   return true;
 }
@@ -1290,7 +1340,8 @@ size_t CudaModelRunner::GraphMetaInts() const {
 }
 
 StepGraph CudaModelRunner::Capture(const std::function<void()>& body) {
-  const int64_t launches = counters_.device.launches, weight_bytes = counters_.weight_bytes;
+  const int64_t launches = counters_.device.launches, weight_bytes = counters_.weight_bytes,
+                fixed = counters_.device.fixed_gemm_calls;
   CudaCheck(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
             "cudaStreamBeginCapture");
   body();
@@ -1301,8 +1352,10 @@ StepGraph CudaModelRunner::Capture(const std::function<void()>& body) {
   cudaGraphDestroy(graph);
   g.kernel_launches = counters_.device.launches - launches;
   g.weight_bytes = counters_.weight_bytes - weight_bytes;
+  g.fixed_gemm_calls = counters_.device.fixed_gemm_calls - fixed;
   counters_.device.launches = launches;  // they run at the replays
   counters_.weight_bytes = weight_bytes;
+  counters_.device.fixed_gemm_calls = fixed;
   ++counters_.device.graph_captures;
   return g;
 }
@@ -1775,7 +1828,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> CreateCudaModelRunner(
       weights->config.recursion.exit_rule == LoopExitRule::kHuginnKl ? config.max_batch_rows : 0;
   auto runner = std::make_unique<CudaModelRunner>(
       std::move(weights), num_kv_blocks, config.block_size, config.recurrent_prefill, states, rows,
-      logit_rows, huginn_rows, graph_rows);
+      logit_rows, huginn_rows, graph_rows, config.cuda_gemm);
   if (absl::Status st = runner->Init(); !st.ok()) return st;
   return std::unique_ptr<ModelRunner>(std::move(runner));
 }

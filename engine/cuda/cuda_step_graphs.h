@@ -51,6 +51,7 @@ struct StepGraph {
   cudaGraphExec_t exec = nullptr;
   int64_t kernel_launches = 0;  // launches (and cuBLASLt calls) captured in it
   int64_t weight_bytes = 0;     // RunnerCounters::weight_bytes one replay reads
+  int64_t fixed_gemm_calls = 0;  // fixed-order GEMMs among them
 };
 
 // The runner's graphs by key, at most `capacity` (the least recently used one is destroyed

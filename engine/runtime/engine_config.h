@@ -37,6 +37,15 @@ enum class RecurrentPrefill {
 // builds with MORSERVE_CUDA; Engine::Create errors otherwise or without a device).
 enum class Device { kCpu, kCuda };
 
+// --device cuda: which GEMM runs the linear layers. Both give a row the same bits whatever its
+// batch (kernels/gemm.cuh, kernels/fixed_gemm.cuh), not the same bits as each other.
+enum class CudaGemm {
+  kAuto,      // cuBLASLt with one algorithm pinned per shape; a shape it cannot pin runs on the
+              // fixed-order kernel (said on stderr at start-up, counted in fixed_gemm_calls)
+  kCublasLt,  // cuBLASLt pinned; a shape it cannot pin is an error at start-up
+  kFixed,     // the fixed-order tensor-core kernel for every GEMM
+};
+
 struct EngineConfig {
   BatchingMode mode = BatchingMode::kDepthWise;
   int max_batch_rows = 256;    // rows in one pass of the shared block (the "batch size")
@@ -56,6 +65,7 @@ struct EngineConfig {
   // --device cuda: replay decode-sized segment passes from CUDA graphs (engine/cuda/
   // cuda_step_graphs.h); off: every kernel launched from the host (the same bits).
   bool cuda_graphs = true;
+  CudaGemm cuda_gemm = CudaGemm::kAuto;
 };
 
 }  // namespace morserve

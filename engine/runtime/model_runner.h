@@ -97,10 +97,11 @@ struct RunnerCounters {
   // cuBLASLt GEMM, or split attention with its combine, counts one; those inside a CUDA graph
   // do not), CUDA graph launches and captures, host<->device copies and their bytes, stream
   // synchronisations, and allocations of its step buffers (they grow on demand), since the runner
-  // was made.
+  // was made; fixed_gemm_calls: GEMMs run on the fixed-order kernel (kernels/fixed_gemm.cuh),
+  // those of graph replays included.
   struct Device {
     int64_t launches = 0, graph_launches = 0, graph_captures = 0, h2d_copies = 0, h2d_bytes = 0,
-            d2h_copies = 0, d2h_bytes = 0, syncs = 0, allocations = 0;
+            d2h_copies = 0, d2h_bytes = 0, syncs = 0, allocations = 0, fixed_gemm_calls = 0;
   } device;
 };
 

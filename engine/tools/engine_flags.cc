@@ -84,6 +84,17 @@ absl::StatusOr<EngineConfig> EngineConfigFromFlags(const Flags& flags) {
     return absl::InvalidArgumentError(absl::StrCat("--cuda-graphs: on or off, got '", graphs, "'"));
   }
   c.cuda_graphs = graphs == "on";
+  const std::string gemm = flags.Get("cuda-gemm", "auto");
+  if (gemm == "auto") {
+    c.cuda_gemm = CudaGemm::kAuto;
+  } else if (gemm == "cublaslt") {
+    c.cuda_gemm = CudaGemm::kCublasLt;
+  } else if (gemm == "fixed") {
+    c.cuda_gemm = CudaGemm::kFixed;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--cuda-gemm: auto, cublaslt or fixed, got '", gemm, "'"));
+  }
   struct IntFlag {
     const char* name;
     int* out;

@@ -18,7 +18,9 @@
 //   heuristic ranks them by the problem's n (D's columns, the engine's token count) as
 //   cuBLASLt favours sliced kernels for narrow problems: n <= 8: 2, 1, 0; n <= 64: 1, 0, 2;
 //   wider: 0, 1, 2. A caller that takes the heuristic's first choice per m therefore gets
-//   m-dependent bits, and only a pinned algorithm gives batch-invariant rows.
+//   m-dependent bits, and only a pinned algorithm gives batch-invariant rows. A test may make
+//   the heuristic offer no algorithm common to every m for one shape (cublaslt_emu.h), as a
+//   real cuBLASLt may.
 // Validation as cuBLASLt does it: a null or foreign handle is CUBLAS_STATUS_NOT_INITIALIZED;
 // null arguments, ld < rows, shapes that do not chain (op(A) m x k, op(B) k x n, C and D
 // m x n), an in-place C == D with another layout, pointers less aligned than the algorithm
@@ -49,6 +51,7 @@
 #include <vector>
 
 #include "engine/cuda/cublaslt_loader.h"
+#include "kernels/emu/cublaslt_emu.h"
 #include "kernels/emu/stream_emu.h"
 
 // The handle type cublasLt.h leaves incomplete.
@@ -105,6 +108,12 @@ const int* HeuristicOrder(int64_t n) {
   return n <= 8 ? kNarrow : n <= 64 ? kMid : kWide;
 }
 static_assert(sizeof(AlgoRecord) <= sizeof(cublasLtMatmulAlgo_t::data));
+
+// SetNoCommonAlgorithmRows: op(A)'s row count whose problems get one algorithm per m (0: none).
+int64_t& NoCommonAlgorithmRows() {
+  static int64_t rows = 0;
+  return rows;
+}
 
 // The object behind an opaque pointer, or nullptr when it is null or not ours.
 template <typename T, typename P>
@@ -439,7 +448,13 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulAlgoGetHeuristic(
   const cublasStatus_t st = emu::MakeProblem(operationDesc, Adesc, Bdesc, Cdesc, Ddesc, &pr);
   if (st != CUBLAS_STATUS_SUCCESS) return st;
   const int* order = emu::HeuristicOrder(pr.n);
-  const int count = std::min(requestedAlgoCount, emu::kAlgorithms);
+  int count = std::min(requestedAlgoCount, emu::kAlgorithms);
+  static constexpr int kOnlyNarrow[1] = {2}, kOnlyWide[1] = {0};
+  if (emu::NoCommonAlgorithmRows() != 0 &&
+      static_cast<int64_t>(pr.m) == emu::NoCommonAlgorithmRows()) {
+    order = pr.n <= 8 ? kOnlyNarrow : kOnlyWide;
+    count = 1;
+  }
   for (int i = 0; i < count; ++i) {
     emu::AlgoRecord rec;
     rec.align = pref->align;
@@ -527,4 +542,8 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(
   const cudaError_t e =
       cuda_emu::Submit(stream, [=] { emu::Compute(pr, id, a_scale, A, B, b_scale, C, D); });
   return e == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
+}
+
+void morserve::cublaslt_emu::SetNoCommonAlgorithmRows(int64_t rows) {
+  emu::NoCommonAlgorithmRows() = rows;
 }

@@ -29,6 +29,10 @@
 // on the device equal to the host sampler's, a 32-layer decode step's launch, copy and
 // synchronisation counts with and without CUDA graphs, graphs on and off bitwise equal, every KV
 // block back in the pool at the end, and the clear error for a shape the kernels do not take.
+// With --cuda-gemm fixed (the fixed-order GEMM, kernels/fixed_gemm.cuh, for every projection):
+// the reference comparison, batch invariance and no allocation after start-up; on the emulator,
+// a shape cuBLASLt cannot pin runs on that kernel under --cuda-gemm auto and is an error naming
+// it under --cuda-gemm cublaslt.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -38,11 +42,16 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "engine/reference/reference_model.h"
 #include "tests/engine_harness.h"
 #include "tests/engine_sampling.h"
 #include "tests/gpu/engine_gpu_workloads.h"
 #include "tests/gpu/gpu_testutil.h"
+
+#ifdef MORSERVE_EMULATED_RUNNER
+#include "kernels/emu/cublaslt_emu.h"
+#endif
 
 namespace morserve {
 namespace {
@@ -571,6 +580,102 @@ INSTANTIATE_TEST_SUITE_P(Families, EngineGpuAllocationTest,
                                            FamilyCase{"ouro_adaptive", OuroAdaptive()},
                                            GpuFamily("huginn-adaptive", "huginn_adaptive")),
                          [](const auto& info) { return info.param.name; });
+
+// Runs a workload in depth-wise mode and compares it with the reference (the rule at the top).
+void ExpectMatchesReference(const std::shared_ptr<const ModelWeights>& weights,
+                            const EngineConfig& cfg, const std::string& label,
+                            RunnerCounters::Device* device) {
+  const Workload w = MakeWorkload(weights->config.vocab_size, testing::EngineGpuRequests());
+  const std::vector<RefRun> refs = ReferenceRuns(weights, w.requests);
+  auto engine = Engine::Create(weights, cfg);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const int64_t allocations = (*engine)->runner().counters().device.allocations;
+  auto got = testing::RunStaggered(engine->get(), w.requests, w.arrivals);
+  Tally tally;
+  CompareWithReference(refs, w.requests, got, label, &tally);
+  std::printf("%s: %d of %d steps compared, %d loop flips\n", label.c_str(), tally.compared,
+              tally.generated, tally.loop_flips);
+  EXPECT_GE(tally.compared, kMinCompared * tally.generated) << label << ": too few steps compared";
+  EXPECT_LE(tally.loop_flips, kMaxLoopFlips * std::max(tally.compared, 1)) << label;
+  EXPECT_EQ((*engine)->kv_pool().num_free(), cfg.num_kv_blocks) << label << ": blocks leaked";
+  *device = (*engine)->runner().counters().device;
+  EXPECT_EQ(device->allocations - allocations, 0) << label << ": allocated after start-up";
+}
+
+// --cuda-gemm fixed: every projection, router-free LM head included, on the fixed-order GEMM.
+class EngineGpuFixedGemmTest : public ::testing::TestWithParam<FamilyCase> {
+ protected:
+  void SetUp() override { MORSERVE_SKIP_WITHOUT_GPU(); }
+};
+
+TEST_P(EngineGpuFixedGemmTest, MatchesReferenceAndIsBatchInvariant) {
+  testing::TempDir dir;
+  auto weights = testing::MakeModel(GetParam().spec, &dir);
+  ASSERT_NE(weights, nullptr);
+  EngineConfig cfg = GpuConfig(BatchingMode::kDepthWise);
+  cfg.cuda_gemm = CudaGemm::kFixed;
+  RunnerCounters::Device device;
+  ASSERT_NO_FATAL_FAILURE(
+      ExpectMatchesReference(weights, cfg, GetParam().name + " fixed gemm", &device));
+  EXPECT_GT(device.fixed_gemm_calls, 0);
+  // A request alone and inside a mixed batch (rows at other depths, prefill chunks): the same
+  // tokens and bitwise the same logits.
+  const int vocab = weights->config.vocab_size;
+  const GenerateRequest probe = Greedy(testing::MakePrompts(1, 9, 9, vocab, 99)[0], 12);
+  cfg.max_batch_rows = 16;
+  cfg.max_step_tokens = 32;
+  auto run = [&](const std::vector<GenerateRequest>& reqs, const std::vector<int>& arrivals) {
+    auto engine = Engine::Create(weights, cfg);
+    EXPECT_TRUE(engine.ok()) << engine.status();
+    return testing::RunStaggered(engine->get(), reqs, arrivals);
+  };
+  const RunResult alone = run({probe}, {0})[0];
+  Workload w = MakeWorkload(vocab, 12);
+  w.requests.push_back(probe);
+  w.arrivals.push_back(2);
+  const RunResult mixed = run(w.requests, w.arrivals).back();
+  EXPECT_EQ(mixed.tokens, alone.tokens);
+  ASSERT_EQ(mixed.logits.size(), alone.logits.size());
+  for (size_t t = 0; t < alone.logits.size(); ++t) {
+    EXPECT_EQ(mixed.logits[t], alone.logits[t]) << "token " << t;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, EngineGpuFixedGemmTest,
+                         ::testing::Values(GpuFamily("vanilla", "vanilla"),
+                                           GpuFamily("mor-ec", "mor_ec"),
+                                           FamilyCase{"relaxed_lora_r13", RelaxedEveryProjection()},
+                                           FamilyCase{"ouro_adaptive", OuroAdaptive()},
+                                           GpuFamily("huginn-adaptive", "huginn_adaptive")),
+                         [](const auto& info) { return info.param.name; });
+
+#ifdef MORSERVE_EMULATED_RUNNER
+// The emulated cuBLASLt offers no algorithm common to every batch size for the fused gate/up
+// projection (cublaslt_emu.h), as a real cuBLASLt may for some shape: --cuda-gemm auto runs that
+// projection on the fixed-order GEMM (and still matches the reference), --cuda-gemm cublaslt
+// refuses to start and names it.
+TEST(EngineGpuFixedGemmFallbackTest, UnpinnableShapeRunsOnTheFixedGemmOrIsAnError) {
+  testing::TempDir dir;
+  auto weights = testing::MakeModel(Spec("vanilla"), &dir);
+  ASSERT_NE(weights, nullptr);
+  const int gate_up = 2 * weights->config.intermediate_size;
+  cublaslt_emu::SetNoCommonAlgorithmRows(gate_up);
+  struct Reset {
+    ~Reset() { cublaslt_emu::SetNoCommonAlgorithmRows(0); }
+  } reset;
+  EngineConfig cfg = GpuConfig(BatchingMode::kDepthWise);
+  cfg.cuda_gemm = CudaGemm::kCublasLt;
+  auto refused = Engine::Create(weights, cfg);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr(absl::StrCat(gate_up, " x ", weights->config.hidden_size, " projection")));
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("--cuda-gemm"));
+  cfg.cuda_gemm = CudaGemm::kAuto;
+  RunnerCounters::Device device;
+  ASSERT_NO_FATAL_FAILURE(ExpectMatchesReference(weights, cfg, "vanilla, gate/up unpinned", &device));
+  EXPECT_GT(device.fixed_gemm_calls, 0);
+}
+#endif
 
 TEST(EngineGpuErrorTest, UnsupportedHeadDimIsAClearError) {
   MORSERVE_SKIP_WITHOUT_GPU();
