@@ -128,7 +128,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int j = 0; j < S; ++j) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) total[j][i] = c == c_begin ? acc[j][i] : __fadd_rn(total[j][i], acc[j][i]);
+      for (int i = 0; i < 4; ++i)
+        total[j][i] = c == c_begin ? acc[j][i] : __fadd_rn(total[j][i], acc[j][i]);
     }
   }
   float* out = split ? partials + static_cast<int64_t>(c_begin) * m * n : y;
@@ -186,8 +187,8 @@ cudaError_t fixed_gemm_forward(const FixedGemmParams& p, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   }
   const Plan plan = MakePlan(p.m, p.n, p.k, p.workspace_bytes, p.schedule);
-  if (plan.split && (plan.chunks < 2 || p.workspace == nullptr ||
-                     p.workspace_bytes < plan.split_bytes)) {
+  if (plan.split &&
+      (plan.chunks < 2 || p.workspace == nullptr || p.workspace_bytes < plan.split_bytes)) {
     return cudaErrorInvalidValue;  // kSplit forced without a second chunk or the workspace
   }
   cudaError_t e = cudaSuccess;

@@ -904,10 +904,9 @@ void CudaModelRunner::LinearRouterScores(const float* h, const DeviceBuffer& w,
 int64_t CudaModelRunner::StepAllocations() const {
   const Scratch& x = scratch_;
   int64_t n = state_allocations_;
-  for (const DeviceBuffer* b :
-       {&x.h, &x.a, &x.qkv, &x.q, &x.k_tmp, &x.v_tmp, &x.attn, &x.proj, &x.gu, &x.act, &x.lora_t,
-        &x.logits, &x.attn_ws, &x.router_f, &x.router_i, &x.sample_io, &arena_dev_, &graph_meta_,
-        &fixed_ws_}) {
+  for (const DeviceBuffer* b : {&x.h, &x.a, &x.qkv, &x.q, &x.k_tmp, &x.v_tmp, &x.attn, &x.proj,
+                                &x.gu, &x.act, &x.lora_t, &x.logits, &x.attn_ws, &x.router_f,
+                                &x.router_i, &x.sample_io, &arena_dev_, &graph_meta_, &fixed_ws_}) {
     n += b->allocations();
   }
   for (const DeviceBuffer* b : {&huginn_kept_, &huginn_log_z_, &huginn_kl_}) n += b->allocations();

@@ -49,8 +49,8 @@ struct StepGraphKey {
 // An instantiated capture and what its replay stands for in the runner's counters.
 struct StepGraph {
   cudaGraphExec_t exec = nullptr;
-  int64_t kernel_launches = 0;  // launches (and cuBLASLt calls) captured in it
-  int64_t weight_bytes = 0;     // RunnerCounters::weight_bytes one replay reads
+  int64_t kernel_launches = 0;   // launches (and cuBLASLt calls) captured in it
+  int64_t weight_bytes = 0;      // RunnerCounters::weight_bytes one replay reads
   int64_t fixed_gemm_calls = 0;  // fixed-order GEMMs among them
 };
 

@@ -130,8 +130,8 @@ json WeightTraffic(const EngineStats& a, const EngineStats& b, double seconds, d
 }
 
 // The CUDA runner's launches (direct, and CUDA graph launches), copies, synchronisations and
-// allocations between two stats, per engine step, and the graphs captured in between (all
-// zero on the CPU).
+// allocations and fixed-order GEMMs (--cuda-gemm) between two stats, per engine step, and the
+// graphs captured in between (all zero on the CPU).
 json DevicePerStep(const EngineStats& a, const EngineStats& b) {
   const RunnerCounters::Device& x = a.layer_rows.device;
   const RunnerCounters::Device& y = b.layer_rows.device;
@@ -144,7 +144,8 @@ json DevicePerStep(const EngineStats& a, const EngineStats& b) {
           {"d2h_copies", (y.d2h_copies - x.d2h_copies) / steps},
           {"d2h_bytes", (y.d2h_bytes - x.d2h_bytes) / steps},
           {"syncs", (y.syncs - x.syncs) / steps},
-          {"allocations", (y.allocations - x.allocations) / steps}};
+          {"allocations", (y.allocations - x.allocations) / steps},
+          {"fixed_gemm_calls", (y.fixed_gemm_calls - x.fixed_gemm_calls) / steps}};
 }
 
 json StatsDelta(const EngineStats& a, const EngineStats& b, double seconds, double cpu_seconds,

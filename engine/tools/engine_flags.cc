@@ -9,7 +9,7 @@ const std::set<std::string>& EngineFlagNames() {
   static const std::set<std::string> names = {
       "mode",       "weights",      "max-batch",   "max-step-tokens", "max-running",
       "block-size", "kv-blocks",    "kv-cache-mb", "threads",         "recurrent-prefill",
-      "device",     "prefix-cache", "cuda-graphs"};
+      "device",     "prefix-cache", "cuda-graphs", "cuda-gemm"};
   return names;
 }
 

@@ -42,6 +42,8 @@
 // layouts, transposes, algorithm and alpha/beta are copied at the call, so the descriptors may
 // be destroyed or changed before the product runs. A call into an invalidated capture is
 // CUBLAS_STATUS_EXECUTION_FAILED.
+#include "kernels/emu/cublaslt_emu.h"
+
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -51,7 +53,6 @@
 #include <vector>
 
 #include "engine/cuda/cublaslt_loader.h"
-#include "kernels/emu/cublaslt_emu.h"
 #include "kernels/emu/stream_emu.h"
 
 // The handle type cublasLt.h leaves incomplete.

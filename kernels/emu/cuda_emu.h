@@ -7,12 +7,13 @@
 // Each CUDA thread of a block is a fiber (its own stack) on the calling OS thread; blocks run one
 // after another. __syncthreads() parks a fiber until every live thread of the block has arrived;
 // __syncwarp() and the shuffles do the same per warp (a shuffle publishes the value, waits for
-// the warp, reads its partner's value, and waits again). A barrier that can never be released
-// (threads of a block or warp waiting at different barriers, i.e. a divergent __syncthreads or
-// shuffle, undefined on a GPU) aborts with a message instead of hanging. __shared__ variables
-// become function-local statics, shared by the block's fibers and reused by the next block,
-// as on a GPU (contents are not preserved across blocks there either, and the kernels
-// initialise what they read). Fiber stacks are pooled across launches (not zero-filled).
+// the warp, reads its partner's value, and waits again); a tensor-core mma.sync
+// (MmaBf16M16N8K16) likewise gathers the warp's fragments, in one fixed fp32 order. A barrier
+// that can never be released (threads of a block or warp waiting at different barriers, i.e. a
+// divergent __syncthreads or shuffle, undefined on a GPU) aborts with a message instead of hanging.
+// __shared__ variables become function-local statics, shared by the block's fibers and reused by
+// the next block, as on a GPU (contents are not preserved across blocks there either, and the
+// kernels initialise what they read). Fiber stacks are pooled across launches (not zero-filled).
 //
 // Launch limits a GPU enforces are checked (Check): block threads <= 1024 (x, y <= 1024,
 // z <= 64), grid.x < 2^31, grid.y/z <= 65535, no zero dimension, dynamic shared memory
@@ -165,7 +166,7 @@ struct Launch {
   std::vector<Fiber> fibers;
   Context scheduler;
   int current = 0;
-  std::vector<uint64_t> shuffle;  // one slot per thread
+  std::vector<uint64_t> shuffle;             // one slot per thread
   std::vector<std::array<uint32_t, 6>> mma;  // one slot per thread: its A and B fragments
   const std::function<void()>* body = nullptr;
 };

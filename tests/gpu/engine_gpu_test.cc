@@ -672,7 +672,8 @@ TEST(EngineGpuFixedGemmFallbackTest, UnpinnableShapeRunsOnTheFixedGemmOrIsAnErro
   EXPECT_THAT(std::string(refused.status().message()), HasSubstr("--cuda-gemm"));
   cfg.cuda_gemm = CudaGemm::kAuto;
   RunnerCounters::Device device;
-  ASSERT_NO_FATAL_FAILURE(ExpectMatchesReference(weights, cfg, "vanilla, gate/up unpinned", &device));
+  ASSERT_NO_FATAL_FAILURE(
+      ExpectMatchesReference(weights, cfg, "vanilla, gate/up unpinned", &device));
   EXPECT_GT(device.fixed_gemm_calls, 0);
 }
 #endif

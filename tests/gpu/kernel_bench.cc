@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "engine/model/dtype.h"
+#include "kernels/fixed_gemm.cuh"
 #include "kernels/gemm.cuh"
 #include "kernels/lora_expand.cuh"
 #include "kernels/lora_shrink.cuh"
@@ -235,6 +236,42 @@ Result Gemm(LtGemm& gemm, const char* what, int m, int n, int k, std::mt19937_64
           ms, bytes, 2.0 * m * n * k};
 }
 
+// The fixed-order GEMM (--cuda-gemm fixed) on the same shapes, fp32 out as the runner uses it,
+// with the workspace its split schedule wants.
+Result FixedGemm(const char* what, int m, int n, int k, std::mt19937_64& rng) {
+  std::vector<uint16_t*> w(kRotate);
+  for (auto& p : w) {
+    p = DeviceAlloc<uint16_t>(static_cast<size_t>(n) * k);
+    FillRandomBf16(p, static_cast<size_t>(n) * k, rng);
+  }
+  uint16_t* x = DeviceAlloc<uint16_t>(static_cast<size_t>(m) * k);
+  FillRandomBf16(x, static_cast<size_t>(m) * k, rng);
+  float* y = DeviceAlloc<float>(static_cast<size_t>(m) * n);
+  const size_t ws_bytes = FixedGemmWorkspaceBytes(m, n, k);
+  float* ws = ws_bytes > 0 ? DeviceAlloc<float>(ws_bytes / sizeof(float)) : nullptr;
+  const double ms = TimeMs([&](int i) {
+    FixedGemmParams p;
+    p.x = x;
+    p.w = w[i % kRotate];
+    p.y = y;
+    p.m = m;
+    p.n = n;
+    p.k = k;
+    p.workspace = ws;
+    p.workspace_bytes = ws_bytes;
+    BENCH_CHECK(fixed_gemm_forward(p, nullptr));
+  });
+  for (auto* p : w) cudaFree(p);
+  cudaFree(x);
+  cudaFree(y);
+  cudaFree(ws);
+  const double bytes =
+      2.0 * (static_cast<double>(n) * k + static_cast<double>(m) * k) + 4.0 * m * n;
+  return {std::string("fixed-gemm ") + what + (ws_bytes > 0 ? " split" : "") +
+              " m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k),
+          ms, bytes, 2.0 * m * n * k};
+}
+
 struct LoraShape {
   const char* what;
   int in, out;
@@ -378,13 +415,18 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "cuBLASLt init failed\n");
     return 1;
   }
-  for (int m : {1, 32, 128}) {
+  for (int m : {1, 32, 128, 1024}) {
     if (lora_only) break;
     results.push_back(Gemm(gemm, "qkv", m, 1600, 960, rng));
     results.push_back(Gemm(gemm, "o", m, 960, 960, rng));
     results.push_back(Gemm(gemm, "gate_up", m, 5120, 960, rng));
     results.push_back(Gemm(gemm, "down", m, 960, 2560, rng));
     results.push_back(Gemm(gemm, "lm_head", m, 49152, 960, rng));
+    results.push_back(FixedGemm("qkv", m, 1600, 960, rng));
+    results.push_back(FixedGemm("o", m, 960, 960, rng));
+    results.push_back(FixedGemm("gate_up", m, 5120, 960, rng));
+    results.push_back(FixedGemm("down", m, 960, 2560, rng));
+    results.push_back(FixedGemm("lm_head", m, 49152, 960, rng));
   }
   std::vector<Result> lora;
   for (const LoraShape& sh : {LoraShape{"qkv", 960, 1600}, LoraShape{"gate_up", 960, 5120},

@@ -135,8 +135,8 @@ TEST_F(FixedGemmTest, RowsAreTheSameAtEveryMAndSchedule) {
         std::vector<uint8_t> part;
         ASSERT_NO_FATAL_FAILURE(Compute(pr, m, s, nullptr, &part));
         ASSERT_EQ(0, std::memcmp(part.data(), full.data(), part.size()))
-            << "rows 0.." << m - 1 << " with the " << Name(s) << " schedule differ from m = "
-            << max_m;
+            << "rows 0.." << m - 1 << " with the " << Name(s)
+            << " schedule differ from m = " << max_m;
       }
     }
     EXPECT_TRUE(auto_split) << "kAuto never split k for n = " << n << ", k = " << k;

@@ -1,12 +1,13 @@
 // The engine's on|off flags (every command that takes the engine flags: serve, generate,
 // bench, morserve_grpc_bench): `--prefix-cache` (EngineConfig::prefix_cache) and
 // `--cuda-graphs` (EngineConfig::cuda_graphs), both on by default; any other value is an error
-// naming the flag.
+// naming the flag. Also `--cuda-gemm auto|cublaslt|fixed` (EngineConfig::cuda_gemm).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/tools/engine_flags.h"
@@ -61,6 +62,25 @@ INSTANTIATE_TEST_SUITE_P(Flags, OnOffFlagTest,
                            std::replace(name.begin(), name.end(), '-', '_');
                            return name;
                          });
+
+TEST(CudaGemmFlagTest, AutoByDefaultParsesEachChoiceAndNamesTheFlagOnBadValues) {
+  EXPECT_TRUE(EngineFlagNames().count("cuda-gemm"));
+  auto def = Parse({});
+  ASSERT_TRUE(def.ok()) << def.status();
+  EXPECT_EQ(def->cuda_gemm, CudaGemm::kAuto);
+  for (auto [value, want] :
+       {std::pair{"auto", CudaGemm::kAuto}, std::pair{"cublaslt", CudaGemm::kCublasLt},
+        std::pair{"fixed", CudaGemm::kFixed}}) {
+    auto got = Parse({"--cuda-gemm", value});
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->cuda_gemm, want) << value;
+  }
+  for (const char* bad : {"cublas", "", "FIXED", "on"}) {
+    auto r = Parse({"--cuda-gemm", bad});
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr("--cuda-gemm")) << bad;
+  }
+}
 
 }  // namespace
 }  // namespace morserve
