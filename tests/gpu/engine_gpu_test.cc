@@ -140,6 +140,31 @@ std::pair<RunnerCounters, RunnerCounters> FourthTokenCounters(Engine* engine, in
   return {before, engine->runner().counters()};
 }
 
+// Runs the workload on an engine made with cfg and compares it with the reference runs (the rule
+// at the top); every KV block must be back in the pool. The runner's device counters after
+// start-up and at the end go to *start and *end.
+std::vector<RunResult> RunAndCompare(const std::shared_ptr<const ModelWeights>& weights,
+                                     const Workload& w, const std::vector<RefRun>& refs,
+                                     const EngineConfig& cfg, const std::string& label,
+                                     RunnerCounters::Device* start, RunnerCounters::Device* end) {
+  auto engine = Engine::Create(weights, cfg);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  if (!engine.ok()) return {};
+  *start = (*engine)->runner().counters().device;
+  auto got = testing::RunStaggered(engine->get(), w.requests, w.arrivals);
+  Tally tally;
+  CompareWithReference(refs, w.requests, got, label, &tally);
+  std::printf("%s: %d of %d steps compared, %d loop flips\n", label.c_str(), tally.compared,
+              tally.generated, tally.loop_flips);
+  EXPECT_GE(tally.compared, kMinCompared * tally.generated)
+      << label << ": too few clear steps compared";
+  EXPECT_LE(tally.loop_flips, kMaxLoopFlips * std::max(tally.compared, 1))
+      << label << ": router decisions differ";
+  EXPECT_EQ((*engine)->kv_pool().num_free(), cfg.num_kv_blocks) << label << ": blocks leaked";
+  *end = (*engine)->runner().counters().device;
+  return got;
+}
+
 class EngineGpuTest : public ::testing::TestWithParam<FamilyCase> {
  protected:
   void SetUp() override { MORSERVE_SKIP_WITHOUT_GPU(); }
@@ -152,21 +177,11 @@ TEST_P(EngineGpuTest, DepthAndSequenceWiseMatchReference) {
   const Workload w = MakeWorkload(weights->config.vocab_size, testing::EngineGpuRequests());
   const std::vector<RefRun> refs = ReferenceRuns(weights, w.requests);
   for (BatchingMode mode : {BatchingMode::kDepthWise, BatchingMode::kSequenceWise}) {
-    const EngineConfig cfg = GpuConfig(mode);
-    auto engine = Engine::Create(weights, cfg);
-    ASSERT_TRUE(engine.ok()) << engine.status();
-    auto got = testing::RunStaggered(engine->get(), w.requests, w.arrivals);
     const std::string label =
         GetParam().name + (mode == BatchingMode::kDepthWise ? " depth" : " sequence");
-    Tally tally;
-    CompareWithReference(refs, w.requests, got, label, &tally);
-    std::printf("%s: %d of %d steps compared, %d loop flips\n", label.c_str(), tally.compared,
-                tally.generated, tally.loop_flips);
-    EXPECT_GE(tally.compared, kMinCompared * tally.generated)
-        << label << ": too few clear steps compared";
-    EXPECT_LE(tally.loop_flips, kMaxLoopFlips * std::max(tally.compared, 1))
-        << label << ": router decisions differ";
-    EXPECT_EQ((*engine)->kv_pool().num_free(), cfg.num_kv_blocks) << label << ": blocks leaked";
+    RunnerCounters::Device start, end;
+    const std::vector<RunResult> got =
+        RunAndCompare(weights, w, refs, GpuConfig(mode), label, &start, &end);
     // Adaptive looped models: generated tokens leave at several loop counts (else the exit
     // path would go untested).
     std::map<int, int> exits;
@@ -581,27 +596,6 @@ INSTANTIATE_TEST_SUITE_P(Families, EngineGpuAllocationTest,
                                            GpuFamily("huginn-adaptive", "huginn_adaptive")),
                          [](const auto& info) { return info.param.name; });
 
-// Runs a workload in depth-wise mode and compares it with the reference (the rule at the top).
-void ExpectMatchesReference(const std::shared_ptr<const ModelWeights>& weights,
-                            const EngineConfig& cfg, const std::string& label,
-                            RunnerCounters::Device* device) {
-  const Workload w = MakeWorkload(weights->config.vocab_size, testing::EngineGpuRequests());
-  const std::vector<RefRun> refs = ReferenceRuns(weights, w.requests);
-  auto engine = Engine::Create(weights, cfg);
-  ASSERT_TRUE(engine.ok()) << engine.status();
-  const int64_t allocations = (*engine)->runner().counters().device.allocations;
-  auto got = testing::RunStaggered(engine->get(), w.requests, w.arrivals);
-  Tally tally;
-  CompareWithReference(refs, w.requests, got, label, &tally);
-  std::printf("%s: %d of %d steps compared, %d loop flips\n", label.c_str(), tally.compared,
-              tally.generated, tally.loop_flips);
-  EXPECT_GE(tally.compared, kMinCompared * tally.generated) << label << ": too few steps compared";
-  EXPECT_LE(tally.loop_flips, kMaxLoopFlips * std::max(tally.compared, 1)) << label;
-  EXPECT_EQ((*engine)->kv_pool().num_free(), cfg.num_kv_blocks) << label << ": blocks leaked";
-  *device = (*engine)->runner().counters().device;
-  EXPECT_EQ(device->allocations - allocations, 0) << label << ": allocated after start-up";
-}
-
 // --cuda-gemm fixed: every projection, router-free LM head included, on the fixed-order GEMM.
 class EngineGpuFixedGemmTest : public ::testing::TestWithParam<FamilyCase> {
  protected:
@@ -614,10 +608,12 @@ TEST_P(EngineGpuFixedGemmTest, MatchesReferenceAndIsBatchInvariant) {
   ASSERT_NE(weights, nullptr);
   EngineConfig cfg = GpuConfig(BatchingMode::kDepthWise);
   cfg.cuda_gemm = CudaGemm::kFixed;
-  RunnerCounters::Device device;
-  ASSERT_NO_FATAL_FAILURE(
-      ExpectMatchesReference(weights, cfg, GetParam().name + " fixed gemm", &device));
-  EXPECT_GT(device.fixed_gemm_calls, 0);
+  const Workload w = MakeWorkload(weights->config.vocab_size, testing::EngineGpuRequests());
+  RunnerCounters::Device start, end;
+  RunAndCompare(weights, w, ReferenceRuns(weights, w.requests), cfg, GetParam().name + " fixed",
+                &start, &end);
+  EXPECT_GT(end.fixed_gemm_calls, 0);
+  EXPECT_EQ(end.allocations - start.allocations, 0) << "allocated after start-up";
   // A request alone and inside a mixed batch (rows at other depths, prefill chunks): the same
   // tokens and bitwise the same logits.
   const int vocab = weights->config.vocab_size;
@@ -630,10 +626,10 @@ TEST_P(EngineGpuFixedGemmTest, MatchesReferenceAndIsBatchInvariant) {
     return testing::RunStaggered(engine->get(), reqs, arrivals);
   };
   const RunResult alone = run({probe}, {0})[0];
-  Workload w = MakeWorkload(vocab, 12);
-  w.requests.push_back(probe);
-  w.arrivals.push_back(2);
-  const RunResult mixed = run(w.requests, w.arrivals).back();
+  Workload batch = MakeWorkload(vocab, 12);
+  batch.requests.push_back(probe);
+  batch.arrivals.push_back(2);
+  const RunResult mixed = run(batch.requests, batch.arrivals).back();
   EXPECT_EQ(mixed.tokens, alone.tokens);
   ASSERT_EQ(mixed.logits.size(), alone.logits.size());
   for (size_t t = 0; t < alone.logits.size(); ++t) {
@@ -671,10 +667,11 @@ TEST(EngineGpuFixedGemmFallbackTest, UnpinnableShapeRunsOnTheFixedGemmOrIsAnErro
               HasSubstr(absl::StrCat(gate_up, " x ", weights->config.hidden_size, " projection")));
   EXPECT_THAT(std::string(refused.status().message()), HasSubstr("--cuda-gemm"));
   cfg.cuda_gemm = CudaGemm::kAuto;
-  RunnerCounters::Device device;
-  ASSERT_NO_FATAL_FAILURE(
-      ExpectMatchesReference(weights, cfg, "vanilla, gate/up unpinned", &device));
-  EXPECT_GT(device.fixed_gemm_calls, 0);
+  const Workload w = MakeWorkload(weights->config.vocab_size, testing::EngineGpuRequests());
+  RunnerCounters::Device start, end;
+  RunAndCompare(weights, w, ReferenceRuns(weights, w.requests), cfg, "vanilla, gate/up unpinned",
+                &start, &end);
+  EXPECT_GT(end.fixed_gemm_calls, 0);
 }
 #endif
 

@@ -199,14 +199,28 @@ Result Attention(int rows, int ctx, bool prefill, std::mt19937_64& rng,
   return {name, ms, kv_bytes, flops};
 }
 
-Result Gemm(LtGemm& gemm, const char* what, int m, int n, int k, std::mt19937_64& rng) {
-  std::vector<uint16_t*> w(kRotate);
-  for (auto& p : w) {
-    p = DeviceAlloc<uint16_t>(static_cast<size_t>(n) * k);
-    FillRandomBf16(p, static_cast<size_t>(n) * k, rng);
+// A GEMM benchmark's inputs: kRotate weight copies (past L2 together) and one x, random bf16.
+struct GemmInputs {
+  std::vector<uint16_t*> w;
+  uint16_t* x = nullptr;
+  GemmInputs(int m, int n, int k, std::mt19937_64& rng) : w(kRotate) {
+    for (auto& p : w) {
+      p = DeviceAlloc<uint16_t>(static_cast<size_t>(n) * k);
+      FillRandomBf16(p, static_cast<size_t>(n) * k, rng);
+    }
+    x = DeviceAlloc<uint16_t>(static_cast<size_t>(m) * k);
+    FillRandomBf16(x, static_cast<size_t>(m) * k, rng);
   }
-  uint16_t* x = DeviceAlloc<uint16_t>(static_cast<size_t>(m) * k);
-  FillRandomBf16(x, static_cast<size_t>(m) * k, rng);
+  ~GemmInputs() {
+    for (auto* p : w) cudaFree(p);
+    cudaFree(x);
+  }
+  GemmInputs(const GemmInputs&) = delete;
+  GemmInputs& operator=(const GemmInputs&) = delete;
+};
+
+Result Gemm(LtGemm& gemm, const char* what, int m, int n, int k, std::mt19937_64& rng) {
+  const GemmInputs in(m, n, k, rng);
   uint16_t* y = DeviceAlloc<uint16_t>(static_cast<size_t>(m) * n);
   if (gemm.Prepare(m, n, k, DType::kBF16) != CUBLAS_STATUS_SUCCESS) {
     std::fprintf(stderr, "no cuBLASLt algorithm for %d x %d x %d\n", m, n, k);
@@ -214,8 +228,8 @@ Result Gemm(LtGemm& gemm, const char* what, int m, int n, int k, std::mt19937_64
   }
   const double ms = TimeMs([&](int i) {
     GemmParams p;
-    p.x = x;
-    p.w = w[i % kRotate];
+    p.x = in.x;
+    p.w = in.w[i % kRotate];
     p.y = y;
     p.m = m;
     p.n = n;
@@ -226,8 +240,6 @@ Result Gemm(LtGemm& gemm, const char* what, int m, int n, int k, std::mt19937_64
       std::exit(1);
     }
   });
-  for (auto* p : w) cudaFree(p);
-  cudaFree(x);
   cudaFree(y);
   const double bytes =
       2.0 * (static_cast<double>(n) * k + static_cast<double>(m) * k + static_cast<double>(m) * n);
@@ -239,20 +251,14 @@ Result Gemm(LtGemm& gemm, const char* what, int m, int n, int k, std::mt19937_64
 // The fixed-order GEMM (--cuda-gemm fixed) on the same shapes, fp32 out as the runner uses it,
 // with the workspace its split schedule wants.
 Result FixedGemm(const char* what, int m, int n, int k, std::mt19937_64& rng) {
-  std::vector<uint16_t*> w(kRotate);
-  for (auto& p : w) {
-    p = DeviceAlloc<uint16_t>(static_cast<size_t>(n) * k);
-    FillRandomBf16(p, static_cast<size_t>(n) * k, rng);
-  }
-  uint16_t* x = DeviceAlloc<uint16_t>(static_cast<size_t>(m) * k);
-  FillRandomBf16(x, static_cast<size_t>(m) * k, rng);
+  const GemmInputs in(m, n, k, rng);
   float* y = DeviceAlloc<float>(static_cast<size_t>(m) * n);
   const size_t ws_bytes = FixedGemmWorkspaceBytes(m, n, k);
   float* ws = ws_bytes > 0 ? DeviceAlloc<float>(ws_bytes / sizeof(float)) : nullptr;
   const double ms = TimeMs([&](int i) {
     FixedGemmParams p;
-    p.x = x;
-    p.w = w[i % kRotate];
+    p.x = in.x;
+    p.w = in.w[i % kRotate];
     p.y = y;
     p.m = m;
     p.n = n;
@@ -261,8 +267,6 @@ Result FixedGemm(const char* what, int m, int n, int k, std::mt19937_64& rng) {
     p.workspace_bytes = ws_bytes;
     BENCH_CHECK(fixed_gemm_forward(p, nullptr));
   });
-  for (auto* p : w) cudaFree(p);
-  cudaFree(x);
   cudaFree(y);
   cudaFree(ws);
   const double bytes =

@@ -42,39 +42,60 @@ std::string Name(FixedGemmSchedule s) {
   return "?";
 }
 
+// Rows 0..m-1 of a problem on the device, y poisoned, with the workspace `schedule` wants, and
+// the call's parameters.
+struct OnDevice {
+  DeviceBuffer<uint16_t> x, w;
+  DeviceBuffer<float> y;
+  DeviceBuffer<uint8_t> ws;
+  FixedGemmParams p;
+
+  OnDevice(const GemmProblem& pr, int m, FixedGemmSchedule schedule)
+      : x(static_cast<size_t>(m) * pr.k),
+        w(pr.w.bits.size()),
+        y(static_cast<size_t>(m) * pr.n),
+        ws(FixedGemmWorkspaceBytes(m, pr.n, pr.k, schedule)) {
+    p.x = x.get();
+    p.w = w.get();
+    p.y = y.get();
+    p.m = m;
+    p.n = pr.n;
+    p.k = pr.k;
+    p.workspace = reinterpret_cast<float*>(ws.get());
+    p.workspace_bytes = FixedGemmWorkspaceBytes(m, pr.n, pr.k, schedule);
+    p.schedule = schedule;
+  }
+
+  void Upload(const GemmProblem& pr) {
+    ASSERT_TRUE(x.ok() && w.ok() && y.ok() && ws.ok());
+    MORSERVE_CUDA_OK(x.Upload(std::vector<uint16_t>(
+        pr.x.bits.begin(), pr.x.bits.begin() + static_cast<ptrdiff_t>(p.m) * pr.k)));
+    MORSERVE_CUDA_OK(w.Upload(pr.w.bits));
+    MORSERVE_CUDA_OK(y.Poison());
+    if (p.workspace_bytes > 0) MORSERVE_CUDA_OK(ws.Poison());
+  }
+
+  // y's bytes.
+  void Download(std::vector<uint8_t>* raw) const {
+    std::vector<float> values;
+    MORSERVE_CUDA_OK(y.Download(&values));
+    raw->resize(values.size() * sizeof(float));
+    std::memcpy(raw->data(), values.data(), raw->size());
+  }
+};
+
 class FixedGemmTest : public ::testing::Test {
  protected:
   void SetUp() override { MORSERVE_SKIP_WITHOUT_GPU(); }
 
   // y = x · w^T for rows 0..m-1 of the problem into poisoned memory; y's bytes in *raw.
-  void Compute(const GemmProblem& pr, int m, FixedGemmSchedule schedule, cudaStream_t stream,
+  void Compute(const GemmProblem& pr, int m, FixedGemmSchedule schedule,
                std::vector<uint8_t>* raw) {
-    DeviceBuffer<uint16_t> dx(static_cast<size_t>(m) * pr.k), dw(pr.w.bits.size());
-    DeviceBuffer<float> dy(static_cast<size_t>(m) * pr.n);
-    const size_t ws_bytes = FixedGemmWorkspaceBytes(m, pr.n, pr.k, schedule);
-    DeviceBuffer<uint8_t> ws(ws_bytes);
-    ASSERT_TRUE(dx.ok() && dw.ok() && dy.ok() && ws.ok());
-    MORSERVE_CUDA_OK(dx.Upload(std::vector<uint16_t>(
-        pr.x.bits.begin(), pr.x.bits.begin() + static_cast<ptrdiff_t>(m) * pr.k)));
-    MORSERVE_CUDA_OK(dw.Upload(pr.w.bits));
-    MORSERVE_CUDA_OK(dy.Poison());
-    if (ws_bytes > 0) MORSERVE_CUDA_OK(ws.Poison());
-    FixedGemmParams p;
-    p.x = dx.get();
-    p.w = dw.get();
-    p.y = dy.get();
-    p.m = m;
-    p.n = pr.n;
-    p.k = pr.k;
-    p.workspace = reinterpret_cast<float*>(ws.get());
-    p.workspace_bytes = ws_bytes;
-    p.schedule = schedule;
-    MORSERVE_CUDA_OK(fixed_gemm_forward(p, stream));
-    MORSERVE_CUDA_OK(cudaStreamSynchronize(stream));
-    std::vector<float> y;
-    MORSERVE_CUDA_OK(dy.Download(&y));
-    raw->resize(y.size() * sizeof(float));
-    std::memcpy(raw->data(), y.data(), raw->size());
+    OnDevice d(pr, m, schedule);
+    ASSERT_NO_FATAL_FAILURE(d.Upload(pr));
+    MORSERVE_CUDA_OK(fixed_gemm_forward(d.p, nullptr));
+    MORSERVE_CUDA_OK(cudaDeviceSynchronize());
+    ASSERT_NO_FATAL_FAILURE(d.Download(raw));
   }
 };
 
@@ -101,7 +122,7 @@ TEST_F(FixedGemmTest, MatchesCpuGemm) {
     const GemmProblem pr = GemmProblem::Make(seed, m, n, k);
     SCOPED_TRACE(pr.Describe(seed));
     std::vector<uint8_t> raw;
-    ASSERT_NO_FATAL_FAILURE(Compute(pr, m, FixedGemmSchedule::kAuto, nullptr, &raw));
+    ASSERT_NO_FATAL_FAILURE(Compute(pr, m, FixedGemmSchedule::kAuto, &raw));
     ASSERT_NO_FATAL_FAILURE(pr.Check(DType::kF32, raw));
   }
 }
@@ -122,7 +143,7 @@ TEST_F(FixedGemmTest, RowsAreTheSameAtEveryMAndSchedule) {
     const GemmProblem pr = GemmProblem::Make(seed + n + k, max_m, n, k);
     SCOPED_TRACE(pr.Describe(seed + n + k));
     std::vector<uint8_t> full;
-    ASSERT_NO_FATAL_FAILURE(Compute(pr, max_m, FixedGemmSchedule::kAuto, nullptr, &full));
+    ASSERT_NO_FATAL_FAILURE(Compute(pr, max_m, FixedGemmSchedule::kAuto, &full));
     ASSERT_NO_FATAL_FAILURE(pr.Check(DType::kF32, full));
     bool auto_split = false, auto_one_pass = false;
     for (int m : {1, 3, 8, 9, 17, 33, max_m}) {
@@ -133,7 +154,7 @@ TEST_F(FixedGemmTest, RowsAreTheSameAtEveryMAndSchedule) {
           auto_one_pass = auto_one_pass || !split;
         }
         std::vector<uint8_t> part;
-        ASSERT_NO_FATAL_FAILURE(Compute(pr, m, s, nullptr, &part));
+        ASSERT_NO_FATAL_FAILURE(Compute(pr, m, s, &part));
         ASSERT_EQ(0, std::memcmp(part.data(), full.data(), part.size()))
             << "rows 0.." << m - 1 << " with the " << Name(s)
             << " schedule differ from m = " << max_m;
@@ -150,41 +171,24 @@ TEST_F(FixedGemmTest, CapturedInGraphMatchesDirectRun) {
   SCOPED_TRACE("seed=" + std::to_string(seed));
   const int m = 5, n = 40, k = 264;
   const GemmProblem pr = GemmProblem::Make(seed, m, n, k);
-  std::vector<uint8_t> direct;
-  ASSERT_NO_FATAL_FAILURE(Compute(pr, m, FixedGemmSchedule::kSplit, nullptr, &direct));
-  DeviceBuffer<uint16_t> dx(pr.x.bits.size()), dw(pr.w.bits.size());
-  DeviceBuffer<float> dy(static_cast<size_t>(m) * n);
-  const size_t ws_bytes = FixedGemmWorkspaceBytes(m, n, k, FixedGemmSchedule::kSplit);
-  DeviceBuffer<uint8_t> ws(ws_bytes);
-  ASSERT_TRUE(dx.ok() && dw.ok() && dy.ok() && ws.ok() && ws_bytes > 0);
-  MORSERVE_CUDA_OK(dx.Upload(pr.x.bits));
-  MORSERVE_CUDA_OK(dw.Upload(pr.w.bits));
-  MORSERVE_CUDA_OK(dy.Poison());
-  FixedGemmParams p;
-  p.x = dx.get();
-  p.w = dw.get();
-  p.y = dy.get();
-  p.m = m;
-  p.n = n;
-  p.k = k;
-  p.workspace = reinterpret_cast<float*>(ws.get());
-  p.workspace_bytes = ws_bytes;
-  p.schedule = FixedGemmSchedule::kSplit;
+  std::vector<uint8_t> direct, replayed;
+  ASSERT_NO_FATAL_FAILURE(Compute(pr, m, FixedGemmSchedule::kSplit, &direct));
+  OnDevice d(pr, m, FixedGemmSchedule::kSplit);
+  ASSERT_GT(d.p.workspace_bytes, 0u);
+  ASSERT_NO_FATAL_FAILURE(d.Upload(pr));
   cudaStream_t stream;
   MORSERVE_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   MORSERVE_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  const cudaError_t launched = fixed_gemm_forward(p, stream);
+  const cudaError_t launched = fixed_gemm_forward(d.p, stream);
   MORSERVE_CUDA_OK(cudaStreamEndCapture(stream, &graph));
   MORSERVE_CUDA_OK(launched);
   MORSERVE_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
   MORSERVE_CUDA_OK(cudaGraphLaunch(exec, stream));
   MORSERVE_CUDA_OK(cudaStreamSynchronize(stream));
-  std::vector<float> y;
-  MORSERVE_CUDA_OK(dy.Download(&y));
-  ASSERT_EQ(direct.size(), y.size() * sizeof(float));
-  EXPECT_EQ(0, std::memcmp(direct.data(), y.data(), direct.size()));
+  ASSERT_NO_FATAL_FAILURE(d.Download(&replayed));
+  EXPECT_EQ(replayed, direct);
   MORSERVE_CUDA_OK(cudaGraphExecDestroy(exec));
   MORSERVE_CUDA_OK(cudaGraphDestroy(graph));
   MORSERVE_CUDA_OK(cudaStreamDestroy(stream));
