@@ -3,13 +3,14 @@
 // bf16 (q|k|v and gate|up fused, one copy per loop where the checkpoint's copies differ,
 // Relaxed models' LoRA as one extra GEMM pair per loop group, tied lm_head reusing the
 // embedding table); the KV cache is a device bf16 paged pool with the CPU pool's layout and
-// the engine's block plan; GEMMs go through one cuBLASLt handle with one 32 MiB workspace.
+// the engine's block plan. GEMMs go through one cuBLASLt handle with one 32 MiB workspace and
+// one algorithm pinned per shape, or the fixed-order GEMM (--cuda-gemm: kernels/gemm.cuh,
+// kernels/fixed_gemm.cuh).
 //
-// The interface passes the residual stream h as host fp32, so each call copies h (and the
-// step's row metadata, in one array) to the device through pinned staging buffers, runs
-// everything else on the device on one stream, and copies h back. That is the first,
-// correct version; keeping h resident on the device across calls (and capturing the step in
-// a CUDA graph) is the next step for speed.
+// Row states stay on the device (a pool of slots); a call uploads its rows' metadata once
+// through a pinned arena and only calls that return data synchronise. Decode-sized segment
+// passes replay CUDA graphs (cuda_step_graphs.h); sampling runs on the device (Sample). The
+// design is in docs/design.md ("Runners"); its per-step counters in RunnerCounters::Device.
 //
 // Compiled only when MORSERVE_CUDA is ON; this header is plain C++.
 #pragma once
