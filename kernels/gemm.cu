@@ -1,6 +1,8 @@
 // cuBLASLt GEMM wrapper; the contract is in gemm.cuh. Host code only (compiled by nvcc with
 // the rest of the kernels library).
 #include <algorithm>
+#include <iterator>
+#include <string>
 #include <vector>
 
 #include "kernels/gemm.cuh"
@@ -65,7 +67,7 @@ struct Algo {
 // scheme NONE only when `none_only`).
 cublasStatus_t Offered(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
                        cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c, bool none_only,
-                       std::vector<Algo>* out) {
+                       std::vector<Algo>* out, int* found_out = nullptr) {
   cublasLtMatmulPreference_t pref = nullptr;
   MORSERVE_LT_OK(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t ws = LtGemm::kWorkspaceBytes;
@@ -91,6 +93,7 @@ cublasStatus_t Offered(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cubla
   }
   cublasLtMatmulPreferenceDestroy(pref);
   if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) return st;
+  if (found_out != nullptr) *found_out = found;
   for (int i = 0; i < found; ++i) {
     if (results[i].state == CUBLAS_STATUS_SUCCESS && NoSplitK(results[i].algo)) {
       out->push_back(Algo{results[i].algo});
@@ -115,6 +118,24 @@ cublasStatus_t OfferedAt(cublasLtHandle_t handle, int m, int n, int k, DType y_d
   }
   if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
   return st;
+}
+
+// True when cuBLASLt can run `algo` on the problem of one m (cublasLtMatmulAlgoCheck) within
+// the workspace: the heuristic need not offer an algorithm at an m for it to run there.
+bool RunsAt(cublasLtHandle_t handle, const cublasLtMatmulAlgo_t& algo, int m, int n, int k,
+            DType y_dtype) {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulHeuristicResult_t result{};
+  bool ok =
+      MakeDescriptors(m, n, k, y_dtype, &desc, &a, &b, &c) == CUBLAS_STATUS_SUCCESS &&
+      cublasLtMatmulAlgoCheck(handle, desc, a, b, c, c, &algo, &result) == CUBLAS_STATUS_SUCCESS &&
+      result.workspaceSize <= LtGemm::kWorkspaceBytes;
+  for (cublasLtMatrixLayout_t l : {a, b, c}) {
+    if (l != nullptr) cublasLtMatrixLayoutDestroy(l);
+  }
+  if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
+  return ok;
 }
 
 // True when two algorithms are one kernel configuration: every configuration attribute reads
@@ -209,10 +230,7 @@ const LtGemm::Pinned* LtGemm::PinLocked(int m, int n, int k, DType y_dtype,
   if (it != pinned_.end() && it->second.checked_m >= m) return &it->second;
   if (it != pinned_.end()) {  // m is over the buckets checked: the pinned algorithm or nothing
     for (int bucket : Buckets(it->second.checked_m, m)) {
-      std::vector<Algo> offered;
-      *status = OfferedAt(handle_, bucket, n, k, y_dtype, &offered);
-      if (*status != CUBLAS_STATUS_SUCCESS) return nullptr;
-      if (RankIn(offered, it->second.algo) < 0) {
+      if (!RunsAt(handle_, it->second.algo, bucket, n, k, y_dtype)) {
         *status = CUBLAS_STATUS_NOT_SUPPORTED;
         return nullptr;
       }
@@ -226,33 +244,42 @@ const LtGemm::Pinned* LtGemm::PinLocked(int m, int n, int k, DType y_dtype,
     *status = OfferedAt(handle_, buckets[i], n, k, y_dtype, &offered[i]);
     if (*status != CUBLAS_STATUS_SUCCESS) return nullptr;
   }
-  // Among the first bucket's algorithms, the one offered at every bucket with the best sum of
-  // ranks (ties: the better rank at m = 1).
-  int best = -1;
-  int64_t best_score = 0;
-  for (size_t c = 0; c < offered[0].size(); ++c) {
-    int64_t score = 0;
-    for (const auto& list : offered) {
-      const int rank = RankIn(list, offered[0][c].algo);
-      if (rank < 0) {
-        score = -1;
-        break;
+  // Every algorithm offered at some bucket, scored by its ranks summed over the buckets (one
+  // not offered at a bucket counts kHeuristicResults there); ties keep the first seen.
+  std::vector<Algo> candidates;
+  std::vector<int64_t> scores;
+  for (const auto& list : offered) {
+    for (const Algo& algo : list) {
+      if (RankIn(candidates, algo.algo) >= 0) continue;
+      int64_t score = 0;
+      for (const auto& other : offered) {
+        const int rank = RankIn(other, algo.algo);
+        score += rank < 0 ? kHeuristicResults : rank;
       }
-      score += rank;
-    }
-    if (score >= 0 && (best < 0 || score < best_score)) {
-      best = static_cast<int>(c);
-      best_score = score;
+      candidates.push_back(algo);
+      scores.push_back(score);
     }
   }
-  if (best < 0) {
-    *status = CUBLAS_STATUS_NOT_SUPPORTED;
-    return nullptr;
+  std::vector<size_t> order(candidates.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t x, size_t y) { return scores[x] < scores[y]; });
+  // The best-scored one that runs at every bucket: where the heuristic did not offer it,
+  // cublasLtMatmulAlgoCheck must accept it.
+  for (size_t c : order) {
+    bool everywhere = true;
+    for (size_t i = 0; i < buckets.size() && everywhere; ++i) {
+      everywhere = RankIn(offered[i], candidates[c].algo) >= 0 ||
+                   RunsAt(handle_, candidates[c].algo, buckets[i], n, k, y_dtype);
+    }
+    if (!everywhere) continue;
+    Pinned pin;
+    pin.algo = candidates[c].algo;
+    pin.checked_m = buckets.back();
+    return &pinned_.emplace(PinKey{n, k, y_dtype}, pin).first->second;
   }
-  Pinned pin;
-  pin.algo = offered[0][best].algo;
-  pin.checked_m = buckets.back();
-  return &pinned_.emplace(PinKey{n, k, y_dtype}, pin).first->second;
+  *status = CUBLAS_STATUS_NOT_SUPPORTED;
+  return nullptr;
 }
 
 const LtGemm::Plan* LtGemm::FindOrCreate(int m, int n, int k, DType y_dtype,
@@ -326,6 +353,49 @@ int LtGemm::pinned_algorithm_id(int n, int k, DType y_dtype) const {
     return -1;
   }
   return id;
+}
+
+std::string LtGemm::Describe(int n, int k, DType y_dtype) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (handle_ == nullptr || !ValidShape(1, n, k, y_dtype)) return "not initialised or bad shape";
+  std::string out =
+      std::to_string(n) + " x " + std::to_string(k) + " offers (m: all / no split-K):";
+  for (int m : Buckets(0, kPinMaxM)) {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    std::vector<Algo> offered;
+    int found = 0;
+    cublasStatus_t st = MakeDescriptors(m, n, k, y_dtype, &desc, &a, &b, &c);
+    if (st == CUBLAS_STATUS_SUCCESS) st = Offered(handle_, desc, a, b, c, false, &offered, &found);
+    for (cublasLtMatrixLayout_t l : {a, b, c}) {
+      if (l != nullptr) cublasLtMatrixLayoutDestroy(l);
+    }
+    if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
+    out +=
+        " " + std::to_string(m) + ": " +
+        (st == CUBLAS_STATUS_SUCCESS ? std::to_string(found) + "/" + std::to_string(offered.size())
+                                     : std::string(cublasLtGetStatusString(st)));
+  }
+  cublasStatus_t st;
+  const Pinned* pin = PinLocked(1, n, k, y_dtype, &st);
+  if (pin == nullptr) return out + "; pinned: none (" + cublasLtGetStatusString(st) + ")";
+  out += "; pinned:";
+  static constexpr const char* kNames[] = {"id",     "tile",   "splitk", "scheme", "swizzle",
+                                           "custom", "stages", "inner",  "cluster"};
+  static_assert(std::size(kNames) == std::size(kConfigAttributes));
+  for (size_t i = 0; i < std::size(kConfigAttributes); ++i) {
+    uint64_t v = 0;
+    size_t size = 0;
+    if (cublasLtMatmulAlgoConfigGetAttribute(&pin->algo, kConfigAttributes[i], nullptr, 0, &size) !=
+            CUBLAS_STATUS_SUCCESS ||
+        size == 0 || size > sizeof(v) ||
+        cublasLtMatmulAlgoConfigGetAttribute(&pin->algo, kConfigAttributes[i], &v, size, nullptr) !=
+            CUBLAS_STATUS_SUCCESS) {
+      continue;
+    }
+    out += std::string(" ") + kNames[i] + "=" + std::to_string(v);
+  }
+  return out;
 }
 
 const char* GemmStatusString(cublasStatus_t status) { return cublasLtGetStatusString(status); }

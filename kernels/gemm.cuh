@@ -15,15 +15,18 @@
 // different orders even without split-K. So each (n, k, y dtype) gets one algorithm for the
 // LtGemm's lifetime, pinned by Pin() (or by the first Run() of that shape): among the
 // algorithms without a split-K reduction (reduction scheme NONE, split-K count 1) that the
-// heuristic offers at every M bucket 1, 2, 4, ..., kPinMaxM, the one with the best sum of
-// ranks. A Run() with m over the buckets checked so far checks the pinned algorithm at the
-// buckets up to m (CUBLAS_STATUS_NOT_SUPPORTED if the heuristic no longer offers it: never a
-// silent switch). Every m then runs the same kernel, whose per-element k order does not depend
-// on m (tests/gpu/kernel_gemm_test checks rows bitwise across m on the GPU; the emulated
-// cuBLASLt's algorithms sum in algorithm-dependent orders, so kernel_gemm_emu_test and the
-// engine's invariance tests fail on the emulator when a shape is not pinned).
-// Prepare() also makes the descriptors of one m ahead of time (for CUDA-graph batch sizes);
-// Run() itself only launches once its shape is prepared, so it is graph-capturable.
+// heuristic offers at any M bucket 1, 2, 4, ..., kPinMaxM, the one with the best sum of ranks
+// over the buckets (a bucket that does not offer it counts as the list's length) that runs at
+// every bucket: offered there, or accepted by cublasLtMatmulAlgoCheck within the workspace.
+// (On an H200 with CUDA 13 the heuristic's lists at m = 1 and m = 8192 share no algorithm, so
+// a pin must rest on the check, not on the offers.) A Run() with m over the buckets checked so
+// far checks the pinned algorithm at the buckets up to m (CUBLAS_STATUS_NOT_SUPPORTED if it
+// cannot run there: never a silent switch). Every m then runs the same kernel, whose per-element k
+// order does not depend on m (tests/gpu/kernel_gemm_test checks rows bitwise across m on the GPU;
+// the emulated cuBLASLt's algorithms sum in algorithm-dependent orders, so kernel_gemm_emu_test and
+// the engine's invariance tests fail on the emulator when a shape is not pinned). Prepare() also
+// makes the descriptors of one m ahead of time (for CUDA-graph batch sizes); Run() itself only
+// launches once its shape is prepared, so it is graph-capturable.
 //
 // Requirements (checked, CUBLAS_STATUS_INVALID_VALUE otherwise): m, n, k > 0, k and n
 // multiples of 8 (16-byte rows), x, w and y 16-byte aligned, y_dtype kBF16 or kF32.
@@ -38,6 +41,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <string>
 #include <tuple>
 
 #include "engine/model/dtype.h"
@@ -81,6 +85,9 @@ class LtGemm {
   // Shapes (m, n, k, y dtype) with descriptors; pinned (n, k, y dtype) shapes.
   size_t num_cached_shapes() const;
   size_t num_pinned() const;
+  // One line for logs: per M bucket how many algorithms the heuristic offers (all, and without
+  // split-K), and the configuration pinned for (n, k, y dtype) (pinning it if needed).
+  std::string Describe(int n, int k, DType y_dtype);
   // CUBLASLT_ALGO_CONFIG_ID of the algorithm pinned for (n, k, y dtype); -1 when not pinned.
   int pinned_algorithm_id(int n, int k, DType y_dtype) const;
 

@@ -36,7 +36,7 @@ enum Sym {
   kGetVersion, kCreate, kDestroy, kGetStatusString, kMatmul, kMatmulDescCreate,
   kMatmulDescDestroy, kMatmulDescSetAttribute, kMatrixLayoutCreate, kMatrixLayoutDestroy,
   kMatmulPreferenceCreate, kMatmulPreferenceSetAttribute, kMatmulPreferenceDestroy,
-  kMatmulAlgoGetHeuristic, kMatmulAlgoConfigGetAttribute, kNumSyms
+  kMatmulAlgoGetHeuristic, kMatmulAlgoConfigGetAttribute, kMatmulAlgoCheck, kNumSyms
 };
 constexpr const char* kSymNames[kNumSyms] = {
   "cublasLtGetVersion", "cublasLtCreate", "cublasLtDestroy", "cublasLtGetStatusString",
@@ -44,7 +44,7 @@ constexpr const char* kSymNames[kNumSyms] = {
   "cublasLtMatmulDescSetAttribute", "cublasLtMatrixLayoutCreate", "cublasLtMatrixLayoutDestroy",
   "cublasLtMatmulPreferenceCreate", "cublasLtMatmulPreferenceSetAttribute",
   "cublasLtMatmulPreferenceDestroy", "cublasLtMatmulAlgoGetHeuristic",
-  "cublasLtMatmulAlgoConfigGetAttribute"};
+  "cublasLtMatmulAlgoConfigGetAttribute", "cublasLtMatmulAlgoCheck"};
 
 constexpr const char* kSoname = "libcublasLt.so." MORSERVE_STR(CUBLAS_VER_MAJOR);
 
@@ -222,4 +222,13 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulAlgoConfigGetAttribute(
     size_t sizeInBytes, size_t* sizeWritten) {
   return Call<decltype(&cublasLtMatmulAlgoConfigGetAttribute)>(
       mc::kMatmulAlgoConfigGetAttribute, kNotLoaded, algo, attr, buf, sizeInBytes, sizeWritten);
+}
+
+cublasStatus_t CUBLASWINAPI cublasLtMatmulAlgoCheck(
+    cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t operationDesc, cublasLtMatrixLayout_t Adesc,
+    cublasLtMatrixLayout_t Bdesc, cublasLtMatrixLayout_t Cdesc, cublasLtMatrixLayout_t Ddesc,
+    const cublasLtMatmulAlgo_t* algo, cublasLtMatmulHeuristicResult_t* result) {
+  return Call<decltype(&cublasLtMatmulAlgoCheck)>(mc::kMatmulAlgoCheck, kNotLoaded, lightHandle,
+                                                  operationDesc, Adesc, Bdesc, Cdesc, Ddesc, algo,
+                                                  result);
 }

@@ -573,15 +573,15 @@ absl::Status CudaModelRunner::PinGemms() {
     const cublasStatus_t st = gemm_.Pin(n, kdim, DType::kF32);
     if (st == CUBLAS_STATUS_NOT_SUPPORTED && gemm_choice_ == CudaGemm::kAuto) {
       std::fprintf(stderr,
-                   "morserve: --device cuda: cuBLASLt offers no algorithm without split-K at "
-                   "every batch size for the %d x %d projection; it runs on the fixed-order GEMM "
-                   "(--cuda-gemm)\n",
+                   "morserve: --device cuda: cuBLASLt has no algorithm without split-K that runs "
+                   "at every batch size for the %d x %d projection; it runs on the fixed-order "
+                   "GEMM (--cuda-gemm)\n",
                    n, kdim);
       fixed_shapes_.emplace(n, kdim);
     } else if (st != CUBLAS_STATUS_SUCCESS) {
       return absl::UnimplementedError(absl::StrCat(
-          "--device cuda: no cuBLASLt algorithm without split-K offered at every batch size for a ",
-          n, " x ", kdim, " projection: ", k::GemmStatusString(st),
+          "--device cuda: no cuBLASLt algorithm without split-K runs at every batch size for a ", n,
+          " x ", kdim, " projection: ", k::GemmStatusString(st),
           " (--cuda-gemm auto or fixed runs it on the fixed-order kernel)"));
     }
   }

@@ -1,5 +1,5 @@
 // A CPU stand-in for the cuBLASLt subset kernels/gemm.cu calls, for builds that run the CUDA
-// code on the CPU emulator (no GPU): the same 15 cublasLt* entry points that
+// code on the CPU emulator (no GPU): the same 16 cublasLt* entry points that
 // engine/cuda/cublaslt_loader.cc forwards, with cublasLt.h's signatures, plus the loader's
 // morserve::cuda functions (nothing to load: LoadCublasLt() returns ""). Link it instead of
 // morserve_cublaslt. Pointers are host memory (the emulated cudart maps device memory to host).
@@ -20,7 +20,9 @@
 //   wider: 0, 1, 2. A caller that takes the heuristic's first choice per m therefore gets
 //   m-dependent bits, and only a pinned algorithm gives batch-invariant rows. A test may make
 //   the heuristic offer no algorithm common to every m for one shape (cublaslt_emu.h), as a
-//   real cuBLASLt may.
+//   real cuBLASLt may: cublasLtMatmulAlgoCheck then accepts every algorithm at every m (as
+//   on an H200, where the lists at m = 1 and m = 8192 are disjoint but the kernels run at
+//   both) or, when the test says so, only the one offered at that m.
 // Validation as cuBLASLt does it: a null or foreign handle is CUBLAS_STATUS_NOT_INITIALIZED;
 // null arguments, ld < rows, shapes that do not chain (op(A) m x k, op(B) k x n, C and D
 // m x n), an in-place C == D with another layout, pointers less aligned than the algorithm
@@ -110,10 +112,15 @@ const int* HeuristicOrder(int64_t n) {
 }
 static_assert(sizeof(AlgoRecord) <= sizeof(cublasLtMatmulAlgo_t::data));
 
-// SetNoCommonAlgorithmRows: op(A)'s row count whose problems get one algorithm per m (0: none).
+// SetNoCommonAlgorithmRows: op(A)'s row count whose problems get one algorithm per m (0: none),
+// and whether cublasLtMatmulAlgoCheck still accepts the others there.
 int64_t& NoCommonAlgorithmRows() {
   static int64_t rows = 0;
   return rows;
+}
+bool& OthersRunThere() {
+  static bool run = true;
+  return run;
 }
 
 // The object behind an opaque pointer, or nullptr when it is null or not ours.
@@ -154,6 +161,13 @@ struct Problem {
   cublasOperation_t trans_a = CUBLAS_OP_N, trans_b = CUBLAS_OP_N;
   int64_t m = 0, n = 0, k = 0;
 };
+
+// The one algorithm the heuristic offers for a problem under SetNoCommonAlgorithmRows, or -1
+// when the control does not apply to it.
+int OnlyAlgorithm(const Problem& pr) {
+  if (NoCommonAlgorithmRows() == 0 || pr.m != NoCommonAlgorithmRows()) return -1;
+  return pr.n <= 8 ? 2 : 0;
+}
 
 bool Supported(cudaDataType_t t) { return t == CUDA_R_16BF || t == CUDA_R_32F; }
 size_t ElementBytes(cudaDataType_t t) { return t == CUDA_R_16BF ? 2 : 4; }
@@ -450,10 +464,9 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulAlgoGetHeuristic(
   if (st != CUBLAS_STATUS_SUCCESS) return st;
   const int* order = emu::HeuristicOrder(pr.n);
   int count = std::min(requestedAlgoCount, emu::kAlgorithms);
-  static constexpr int kOnlyNarrow[1] = {2}, kOnlyWide[1] = {0};
-  if (emu::NoCommonAlgorithmRows() != 0 &&
-      static_cast<int64_t>(pr.m) == emu::NoCommonAlgorithmRows()) {
-    order = pr.n <= 8 ? kOnlyNarrow : kOnlyWide;
+  const int only = emu::OnlyAlgorithm(pr);
+  if (only >= 0) {
+    order = &only;
     count = 1;
   }
   for (int i = 0; i < count; ++i) {
@@ -502,6 +515,34 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulAlgoConfigGetAttribute(
   return CUBLAS_STATUS_SUCCESS;
 }
 
+// Accepts any of the three algorithms on a supported problem (none needs a workspace), except
+// where SetNoCommonAlgorithmRows says only the offered one runs.
+cublasStatus_t CUBLASWINAPI cublasLtMatmulAlgoCheck(
+    cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t operationDesc, cublasLtMatrixLayout_t Adesc,
+    cublasLtMatrixLayout_t Bdesc, cublasLtMatrixLayout_t Cdesc, cublasLtMatrixLayout_t Ddesc,
+    const cublasLtMatmulAlgo_t* algo, cublasLtMatmulHeuristicResult_t* result) {
+  if (emu::Get<cublasLtContext>(lightHandle, emu::kHandleMagic) == nullptr) {
+    return CUBLAS_STATUS_NOT_INITIALIZED;
+  }
+  emu::AlgoRecord rec;
+  if (algo == nullptr || result == nullptr || !emu::DecodeAlgo(algo, &rec) || rec.id < 0 ||
+      rec.id >= emu::kAlgorithms) {
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  emu::Problem pr;
+  const cublasStatus_t st = emu::MakeProblem(operationDesc, Adesc, Bdesc, Cdesc, Ddesc, &pr);
+  if (st != CUBLAS_STATUS_SUCCESS) return st;
+  const int only = emu::OnlyAlgorithm(pr);
+  if (only >= 0 && rec.id != only && !emu::OthersRunThere()) return CUBLAS_STATUS_NOT_SUPPORTED;
+  const cublasLtMatmulAlgo_t copy = *algo;  // `algo` may point to result->algo
+  *result = cublasLtMatmulHeuristicResult_t{};
+  result->algo = copy;
+  result->workspaceSize = 0;
+  result->state = CUBLAS_STATUS_SUCCESS;
+  result->wavesCount = 1.0f;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 cublasStatus_t CUBLASWINAPI cublasLtMatmul(
     cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t computeDesc, const void* alpha,
     const void* A, cublasLtMatrixLayout_t Adesc, const void* B, cublasLtMatrixLayout_t Bdesc,
@@ -545,6 +586,7 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmul(
   return e == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
 }
 
-void morserve::cublaslt_emu::SetNoCommonAlgorithmRows(int64_t rows) {
+void morserve::cublaslt_emu::SetNoCommonAlgorithmRows(int64_t rows, bool others_run) {
   emu::NoCommonAlgorithmRows() = rows;
+  emu::OthersRunThere() = others_run;
 }

@@ -655,9 +655,9 @@ TEST(EngineGpuFixedGemmFallbackTest, UnpinnableShapeRunsOnTheFixedGemmOrIsAnErro
   auto weights = testing::MakeModel(Spec("vanilla"), &dir);
   ASSERT_NE(weights, nullptr);
   const int gate_up = 2 * weights->config.intermediate_size;
-  cublaslt_emu::SetNoCommonAlgorithmRows(gate_up);
+  cublaslt_emu::SetNoCommonAlgorithmRows(gate_up, /*others_run=*/false);
   struct Reset {
-    ~Reset() { cublaslt_emu::SetNoCommonAlgorithmRows(0); }
+    ~Reset() { cublaslt_emu::SetNoCommonAlgorithmRows(0, true); }
   } reset;
   EngineConfig cfg = GpuConfig(BatchingMode::kDepthWise);
   cfg.cuda_gemm = CudaGemm::kCublasLt;
@@ -672,6 +672,28 @@ TEST(EngineGpuFixedGemmFallbackTest, UnpinnableShapeRunsOnTheFixedGemmOrIsAnErro
   RunAndCompare(weights, w, ReferenceRuns(weights, w.requests), cfg, "vanilla, gate/up unpinned",
                 &start, &end);
   EXPECT_GT(end.fixed_gemm_calls, 0);
+}
+
+// As an H200 with CUDA 13 does for every projection: the heuristic's offers for gate/up share
+// no algorithm across batch sizes, but its kernels run at every batch size
+// (cublasLtMatmulAlgoCheck). --cuda-gemm cublaslt pins one by the check and runs no fixed-order
+// GEMM, and still matches the reference.
+TEST(EngineGpuFixedGemmFallbackTest, OffersThatDifferWithBatchSizeStillPin) {
+  testing::TempDir dir;
+  auto weights = testing::MakeModel(Spec("vanilla"), &dir);
+  ASSERT_NE(weights, nullptr);
+  cublaslt_emu::SetNoCommonAlgorithmRows(2 * weights->config.intermediate_size,
+                                         /*others_run=*/true);
+  struct Reset {
+    ~Reset() { cublaslt_emu::SetNoCommonAlgorithmRows(0, true); }
+  } reset;
+  EngineConfig cfg = GpuConfig(BatchingMode::kDepthWise);
+  cfg.cuda_gemm = CudaGemm::kCublasLt;
+  const Workload w = MakeWorkload(weights->config.vocab_size, testing::EngineGpuRequests());
+  RunnerCounters::Device start, end;
+  RunAndCompare(weights, w, ReferenceRuns(weights, w.requests), cfg, "vanilla, gate/up by check",
+                &start, &end);
+  EXPECT_EQ(end.fixed_gemm_calls, start.fixed_gemm_calls);
 }
 #endif
 

@@ -1,11 +1,13 @@
 // Kernel micro-benchmark for a GPU session (not a test: speed is never asserted). Measures
-// the device-to-device copy bandwidth (bytes read + written), then paged attention (decode
-// at several batch sizes and contexts, and a prefill chunk; SmolLM-360M heads, plus a decode
-// and a prefill at Huginn-0125's 55 heads of 96), the cuBLASLt GEMMs of a
-// SmolLM-360M-shaped layer, and per-loop LoRA on its linears (the segmented shrink/expand
-// kernels against the per-loop-group cuBLASLt loop they replaced), each as the median over
-// repeats of event-timed runs that rotate over 8 input sets so the L2 cache does not serve
-// them. Prints a table (and the LoRA speedups) and writes JSON.
+// the device-to-device copy bandwidth (bytes read + written), says what cuBLASLt's heuristic
+// offers per m and pins for each projection of a SmolLM-360M-shaped layer, then times those
+// projections on the fixed-order GEMM and on pinned cuBLASLt (a shape cuBLASLt cannot pin has
+// only the fixed row), paged attention (decode at several batch sizes and contexts, and a
+// prefill chunk; SmolLM-360M heads, plus a decode and a prefill at Huginn-0125's 55 heads of
+// 96), and per-loop LoRA on its linears (the segmented shrink/expand kernels against the
+// per-loop-group cuBLASLt loop they replaced), each as the median over repeats of event-timed
+// runs that rotate over 8 input sets so the L2 cache does not serve them. Prints each row as
+// it finishes (and the LoRA speedups at the end) and rewrites the JSON after each row.
 //   usage: kernel_bench [OUT.json] [lora]     ("lora": the copy bandwidth and LoRA only)
 #include <cuda_runtime.h>
 
@@ -14,8 +16,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/model/dtype.h"
@@ -219,18 +223,24 @@ struct GemmInputs {
   GemmInputs& operator=(const GemmInputs&) = delete;
 };
 
-Result Gemm(LtGemm& gemm, const char* what, int m, int n, int k, std::mt19937_64& rng) {
-  const GemmInputs in(m, n, k, rng);
-  uint16_t* y = DeviceAlloc<uint16_t>(static_cast<size_t>(m) * n);
-  if (gemm.Prepare(m, n, k, DType::kBF16) != CUBLAS_STATUS_SUCCESS) {
-    std::fprintf(stderr, "no cuBLASLt algorithm for %d x %d x %d\n", m, n, k);
-    std::exit(1);
+// The pinned cuBLASLt GEMM, fp32 out as the runner uses it; nullopt (said on stderr) when
+// cuBLASLt has no algorithm to pin for the shape.
+std::optional<Result> Gemm(LtGemm& gemm, const char* what, int m, int n, int k,
+                           std::mt19937_64& rng) {
+  const cublasStatus_t prepared = gemm.Prepare(m, n, k, DType::kF32);
+  if (prepared != CUBLAS_STATUS_SUCCESS) {
+    std::fprintf(stderr, "gemm %s m=%d: no cuBLASLt algorithm pinned: %s\n", what, m,
+                 GemmStatusString(prepared));
+    return std::nullopt;
   }
+  const GemmInputs in(m, n, k, rng);
+  float* y = DeviceAlloc<float>(static_cast<size_t>(m) * n);
   const double ms = TimeMs([&](int i) {
     GemmParams p;
     p.x = in.x;
     p.w = in.w[i % kRotate];
     p.y = y;
+    p.y_dtype = DType::kF32;
     p.m = m;
     p.n = n;
     p.k = k;
@@ -242,10 +252,10 @@ Result Gemm(LtGemm& gemm, const char* what, int m, int n, int k, std::mt19937_64
   });
   cudaFree(y);
   const double bytes =
-      2.0 * (static_cast<double>(n) * k + static_cast<double>(m) * k + static_cast<double>(m) * n);
-  return {std::string("gemm ") + what + " m=" + std::to_string(m) + " n=" + std::to_string(n) +
-              " k=" + std::to_string(k),
-          ms, bytes, 2.0 * m * n * k};
+      2.0 * (static_cast<double>(n) * k + static_cast<double>(m) * k) + 4.0 * m * n;
+  return Result{std::string("gemm ") + what + " m=" + std::to_string(m) +
+                    " n=" + std::to_string(n) + " k=" + std::to_string(k),
+                ms, bytes, 2.0 * m * n * k};
 }
 
 // The fixed-order GEMM (--cuda-gemm fixed) on the same shapes, fp32 out as the runner uses it,
@@ -361,7 +371,10 @@ std::vector<Result> Lora(LtGemm& gemm, const LoraShape& sh, int rank, int loops,
         std::exit(1);
       }
     };
-    const double ms_loop = TimeMs([&](int i) {
+    // The loop's GEMMs need pinned cuBLASLt algorithms; without them only the segmented side.
+    const bool loop_runs = gemm.Prepare(1, rank, sh.in, DType::kBF16) == CUBLAS_STATUS_SUCCESS &&
+                           gemm.Prepare(1, sh.out, rank, DType::kF32) == CUBLAS_STATUS_SUCCESS;
+    const double ms_loop = !loop_runs ? std::nan("") : TimeMs([&](int i) {
       for (int g = 0; g < segments; ++g) {
         const int begin = indptr[g], count = indptr[g + 1] - indptr[g], l = seg_loop[g];
         run_gemm(x + static_cast<size_t>(begin) * sh.in,
@@ -398,63 +411,117 @@ std::vector<Result> Lora(LtGemm& gemm, const LoraShape& sh, int rank, int loops,
   return out;
 }
 
+// Prints each result as it finishes and rewrites the JSON file after each, so a run cut short
+// (the device call's limit) still leaves every row measured so far.
+class Report {
+ public:
+  Report(const char* path, std::string device, double copy_bw)
+      : path_(path), device_(std::move(device)), copy_bw_(copy_bw) {
+    std::printf("device: %s, copy bandwidth %.0f GB/s (read + write)\n", device_.c_str(),
+                copy_bw_ / 1e9);
+    std::printf("%-44s %10s %10s %8s %10s\n", "kernel", "us", "GB/s", "of copy", "TFLOP/s");
+    Write();
+  }
+  void Add(const Result& r) {
+    const double bw = r.bytes / (r.ms * 1e-3);
+    std::printf("%-44s %10.1f %10.0f %7.0f%% %10.2f\n", r.name.c_str(), r.ms * 1e3, bw / 1e9,
+                100.0 * bw / copy_bw_, r.flops / (r.ms * 1e-3) / 1e12);
+    std::fflush(stdout);
+    results_.push_back(r);
+    Write();
+  }
+  void Add(const std::optional<Result>& r) {
+    if (r.has_value()) Add(*r);
+  }
+  void Note(const std::string& line) {
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+    notes_.push_back(line);
+    Write();
+  }
+
+ private:
+  void Write() const {
+    if (path_ == nullptr) return;
+    std::string json = "{\"device\": \"" + device_ +
+                       "\", \"copy_bytes_per_s\": " + std::to_string(copy_bw_) + ", \"notes\": [";
+    for (size_t i = 0; i < notes_.size(); ++i) {
+      json += std::string(i ? ", " : "") + "\"" + notes_[i] + "\"";
+    }
+    json += "], \"results\": [";
+    for (size_t i = 0; i < results_.size(); ++i) {
+      const Result& r = results_[i];
+      json += std::string(i ? ", " : "") + "{\"name\": \"" + r.name +
+              "\", \"ms\": " + (std::isnan(r.ms) ? std::string("null") : std::to_string(r.ms)) +
+              ", \"bytes\": " + std::to_string(r.bytes) +
+              ", \"flops\": " + std::to_string(r.flops) + "}";
+    }
+    json += "]}\n";
+    FILE* f = std::fopen(path_, "w");
+    if (f == nullptr) {
+      std::perror(path_);
+      std::exit(1);
+    }
+    std::fputs(json.c_str(), f);
+    std::fclose(f);
+  }
+
+  const char* path_;
+  std::string device_;
+  double copy_bw_;
+  std::vector<Result> results_;
+  std::vector<std::string> notes_;
+};
+
 int Main(int argc, char** argv) {
   cudaDeviceProp prop;
   BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::mt19937_64 rng(42);
   const bool lora_only = argc > 2 && std::string(argv[2]) == "lora";
-  const double copy_bw = CopyBandwidth();
-  std::vector<Result> results;
-  for (int rows : {1, 32, 128}) {
-    if (lora_only) break;
-    for (int ctx : {1024, 4096}) results.push_back(Attention(rows, ctx, false, rng));
-  }
-  if (!lora_only) {
-    results.push_back(Attention(512, 2048, true, rng));
-    results.push_back(Attention(8, 4096, false, rng, kHuginnHeads));  // head_dim 96
-    results.push_back(Attention(512, 2048, true, rng, kHuginnHeads));
-  }
+  Report report(argc > 1 ? argv[1] : nullptr, prop.name, CopyBandwidth());
   LtGemm gemm;
   if (gemm.Init() != CUBLAS_STATUS_SUCCESS) {
     std::fprintf(stderr, "cuBLASLt init failed\n");
     return 1;
   }
-  for (int m : {1, 32, 128, 1024}) {
-    if (lora_only) break;
-    results.push_back(Gemm(gemm, "qkv", m, 1600, 960, rng));
-    results.push_back(Gemm(gemm, "o", m, 960, 960, rng));
-    results.push_back(Gemm(gemm, "gate_up", m, 5120, 960, rng));
-    results.push_back(Gemm(gemm, "down", m, 960, 2560, rng));
-    results.push_back(Gemm(gemm, "lm_head", m, 49152, 960, rng));
-    results.push_back(FixedGemm("qkv", m, 1600, 960, rng));
-    results.push_back(FixedGemm("o", m, 960, 960, rng));
-    results.push_back(FixedGemm("gate_up", m, 5120, 960, rng));
-    results.push_back(FixedGemm("down", m, 960, 2560, rng));
-    results.push_back(FixedGemm("lm_head", m, 49152, 960, rng));
+  struct Shape {
+    const char* what;
+    int n, k;
+  };
+  constexpr Shape kShapes[] = {{"qkv", 1600, 960},
+                               {"o", 960, 960},
+                               {"gate_up", 5120, 960},
+                               {"down", 960, 2560},
+                               {"lm_head", 49152, 960}};
+  if (!lora_only) {
+    // What the heuristic offers per m and the algorithm pinned, shape by shape (the runner's
+    // fp32-out GEMMs).
+    for (const Shape& sh : kShapes) report.Note(gemm.Describe(sh.n, sh.k, DType::kF32));
+    // The projections first: the fixed-order GEMM beside pinned cuBLASLt at each m.
+    for (int m : {1, 32, 128, 1024}) {
+      for (const Shape& sh : kShapes) {
+        report.Add(FixedGemm(sh.what, m, sh.n, sh.k, rng));
+        report.Add(Gemm(gemm, sh.what, m, sh.n, sh.k, rng));
+      }
+    }
+    for (int rows : {1, 32, 128}) {
+      for (int ctx : {1024, 4096}) report.Add(Attention(rows, ctx, false, rng));
+    }
+    report.Add(Attention(512, 2048, true, rng));
+    report.Add(Attention(8, 4096, false, rng, kHuginnHeads));  // head_dim 96
+    report.Add(Attention(512, 2048, true, rng, kHuginnHeads));
   }
   std::vector<Result> lora;
   for (const LoraShape& sh : {LoraShape{"qkv", 960, 1600}, LoraShape{"gate_up", 960, 5120},
                               LoraShape{"down", 2560, 960}}) {
     for (int rank : {8, 32, 64}) {
       for (int loops : {3, 4}) {
-        for (Result& r : Lora(gemm, sh, rank, loops, {1, 32, 256}, rng)) lora.push_back(r);
+        for (Result& r : Lora(gemm, sh, rank, loops, {1, 32, 256}, rng)) {
+          if (!std::isnan(r.ms)) report.Add(r);
+          lora.push_back(r);
+        }
       }
     }
-  }
-  results.insert(results.end(), lora.begin(), lora.end());
-
-  std::printf("device: %s, copy bandwidth %.0f GB/s (read + write)\n", prop.name, copy_bw / 1e9);
-  std::printf("%-44s %10s %10s %8s %10s\n", "kernel", "us", "GB/s", "of copy", "TFLOP/s");
-  std::string json = "{\"device\": \"" + std::string(prop.name) +
-                     "\", \"copy_bytes_per_s\": " + std::to_string(copy_bw) + ", \"results\": [";
-  for (size_t i = 0; i < results.size(); ++i) {
-    const Result& r = results[i];
-    const double bw = r.bytes / (r.ms * 1e-3);
-    std::printf("%-44s %10.1f %10.0f %7.0f%% %10.2f\n", r.name.c_str(), r.ms * 1e3, bw / 1e9,
-                100.0 * bw / copy_bw, r.flops / (r.ms * 1e-3) / 1e12);
-    json += std::string(i ? ", " : "") + "{\"name\": \"" + r.name +
-            "\", \"ms\": " + std::to_string(r.ms) + ", \"bytes\": " + std::to_string(r.bytes) +
-            ", \"flops\": " + std::to_string(r.flops) + "}";
   }
   std::printf("\nper-loop LoRA: segmented kernels vs per-group cuBLASLt loop\n");
   std::printf("%-32s %14s %14s %8s\n", "linear rank loops rows", "segmented us", "gemm-loop us",
@@ -462,16 +529,6 @@ int Main(int argc, char** argv) {
   for (size_t i = 0; i + 1 < lora.size(); i += 2) {
     std::printf("%-32s %14.1f %14.1f %7.2fx\n", lora[i].name.c_str() + 15, lora[i].ms * 1e3,
                 lora[i + 1].ms * 1e3, lora[i + 1].ms / lora[i].ms);
-  }
-  json += "]}\n";
-  if (argc > 1) {
-    FILE* f = std::fopen(argv[1], "w");
-    if (f == nullptr) {
-      std::perror(argv[1]);
-      return 1;
-    }
-    std::fputs(json.c_str(), f);
-    std::fclose(f);
   }
   return 0;
 }

@@ -9,6 +9,7 @@
 //   padded leading dimensions against a double reference; each algorithm's fp32 slice order
 //   bit for bit; the heuristic's three no-split-K algorithms and its order by n, which gives a
 //   row m-dependent bits unless LtGemm pins the algorithm (and the pin, which does not); and
+//   pinning by cublasLtMatmulAlgoCheck when the offers differ with m; and
 //   the errors a runner bug would get from
 //   cuBLASLt (bad ld, shapes that do not chain, null and misaligned pointers, unsupported types
 //   and attributes), as statuses, not crashes;
@@ -18,6 +19,7 @@
 // Needs no device and links no CUDA library (the emulated cudart, kernels/emu).
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -29,6 +31,7 @@
 #include <vector>
 
 #include "engine/cuda/cublaslt_loader.h"
+#include "kernels/emu/cublaslt_emu.h"
 #include "kernels/gemm.cuh"
 #include "tests/gpu/gemm_problem.h"
 
@@ -437,6 +440,56 @@ TEST(CublasLtEmuTest, RunOverThePinnedBucketsKeepsTheAlgorithm) {
   EXPECT_EQ(y.back(), 8.0f);
   EXPECT_EQ(gemm.pinned_algorithm_id(8, 8, DType::kF32), id);
   EXPECT_EQ(gemm.num_pinned(), 1u);
+}
+
+// The heuristic's lists share no algorithm across m (an H200 with CUDA 13 offers none at both
+// m = 1 and m = 8192 for any projection of SmolLM-360M): Pin pins the best-scored algorithm
+// that cublasLtMatmulAlgoCheck accepts at the buckets that do not offer it, and a row's bits
+// are the same at every m. Where the check refuses too, Pin and Run fail, naming no algorithm.
+TEST(CublasLtEmuTest, OffersThatDifferWithMPinByTheCheck) {
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  const int n = 960, k = 960;
+  struct Reset {
+    ~Reset() { cublaslt_emu::SetNoCommonAlgorithmRows(0, true); }
+  } reset;
+  cublaslt_emu::SetNoCommonAlgorithmRows(n, /*others_run=*/true);
+  LtGemm gemm;
+  MORSERVE_LT_EXPECT_OK(gemm.Init());
+  MORSERVE_LT_EXPECT_OK(gemm.Pin(n, k, DType::kF32));
+  // Offered: id 2 alone at the 4 buckets m <= 8, id 0 alone at the 10 wider ones. Scores (an
+  // absent bucket counts 64): id 0 has 4 x 64 = 256, id 2 has 10 x 64 = 640.
+  EXPECT_EQ(gemm.pinned_algorithm_id(n, k, DType::kF32), 0);
+  EXPECT_THAT(gemm.Describe(n, k, DType::kF32),
+              ::testing::AllOf(::testing::HasSubstr("1: 1/1"), ::testing::HasSubstr("8192: 1/1"),
+                               ::testing::HasSubstr("pinned: id=0")));
+  const GemmProblem pr = GemmProblem::Make(seed, 64, n, k);
+  std::vector<float> full(static_cast<size_t>(64) * n), part;
+  const GemmParams p{.x = pr.x.bits.data(),
+                     .w = pr.w.bits.data(),
+                     .y = full.data(),
+                     .y_dtype = DType::kF32,
+                     .m = 64,
+                     .n = n,
+                     .k = k};
+  MORSERVE_LT_EXPECT_OK(gemm.Run(p, nullptr));
+  for (int m : {1, 7, 8, 9, 33}) {
+    part.assign(static_cast<size_t>(m) * n, -1.0f);
+    GemmParams q = p;
+    q.y = part.data();
+    q.m = m;
+    MORSERVE_LT_EXPECT_OK(gemm.Run(q, nullptr));
+    ASSERT_EQ(Bits(part), Bits({full.begin(), full.begin() + static_cast<ptrdiff_t>(part.size())}))
+        << "rows 0.." << m - 1 << " differ between m = " << m << " and m = 64";
+  }
+
+  cublaslt_emu::SetNoCommonAlgorithmRows(n, /*others_run=*/false);
+  LtGemm refused;
+  MORSERVE_LT_EXPECT_OK(refused.Init());
+  EXPECT_EQ(refused.Pin(n, k, DType::kF32), CUBLAS_STATUS_NOT_SUPPORTED);
+  EXPECT_EQ(refused.Run(p, nullptr), CUBLAS_STATUS_NOT_SUPPORTED);
+  EXPECT_EQ(refused.pinned_algorithm_id(n, k, DType::kF32), -1);
+  EXPECT_THAT(refused.Describe(n, k, DType::kF32), ::testing::HasSubstr("pinned: none"));
 }
 
 // gemm.cu's heuristic request: three algorithms in the narrow problem's order (ids 2, 1, 0),
