@@ -17,12 +17,11 @@
 // before and after the load. tests/server/metrics_cublaslt_test checks both halves.
 #include "engine/cuda/cublaslt_loader.h"
 
+#include <cublasLt.h>
 #include <dlfcn.h>
 
 #include <atomic>
 #include <mutex>
-
-#include <cublasLt.h>
 
 #define MORSERVE_STR2(x) #x
 #define MORSERVE_STR(x) MORSERVE_STR2(x)
@@ -33,18 +32,40 @@ namespace {
 // Every entry point kernels/gemm.cu (and the loader's check) uses; a new cublasLt call there
 // needs a line here and a forwarder below (else the link fails with an undefined reference).
 enum Sym {
-  kGetVersion, kCreate, kDestroy, kGetStatusString, kMatmul, kMatmulDescCreate,
-  kMatmulDescDestroy, kMatmulDescSetAttribute, kMatrixLayoutCreate, kMatrixLayoutDestroy,
-  kMatmulPreferenceCreate, kMatmulPreferenceSetAttribute, kMatmulPreferenceDestroy,
-  kMatmulAlgoGetHeuristic, kMatmulAlgoConfigGetAttribute, kMatmulAlgoCheck, kNumSyms
+  kGetVersion,
+  kCreate,
+  kDestroy,
+  kGetStatusString,
+  kMatmul,
+  kMatmulDescCreate,
+  kMatmulDescDestroy,
+  kMatmulDescSetAttribute,
+  kMatrixLayoutCreate,
+  kMatrixLayoutDestroy,
+  kMatmulPreferenceCreate,
+  kMatmulPreferenceSetAttribute,
+  kMatmulPreferenceDestroy,
+  kMatmulAlgoGetHeuristic,
+  kMatmulAlgoConfigGetAttribute,
+  kMatmulAlgoCheck,
+  kNumSyms
 };
-constexpr const char* kSymNames[kNumSyms] = {
-  "cublasLtGetVersion", "cublasLtCreate", "cublasLtDestroy", "cublasLtGetStatusString",
-  "cublasLtMatmul", "cublasLtMatmulDescCreate", "cublasLtMatmulDescDestroy",
-  "cublasLtMatmulDescSetAttribute", "cublasLtMatrixLayoutCreate", "cublasLtMatrixLayoutDestroy",
-  "cublasLtMatmulPreferenceCreate", "cublasLtMatmulPreferenceSetAttribute",
-  "cublasLtMatmulPreferenceDestroy", "cublasLtMatmulAlgoGetHeuristic",
-  "cublasLtMatmulAlgoConfigGetAttribute", "cublasLtMatmulAlgoCheck"};
+constexpr const char* kSymNames[kNumSyms] = {"cublasLtGetVersion",
+                                             "cublasLtCreate",
+                                             "cublasLtDestroy",
+                                             "cublasLtGetStatusString",
+                                             "cublasLtMatmul",
+                                             "cublasLtMatmulDescCreate",
+                                             "cublasLtMatmulDescDestroy",
+                                             "cublasLtMatmulDescSetAttribute",
+                                             "cublasLtMatrixLayoutCreate",
+                                             "cublasLtMatrixLayoutDestroy",
+                                             "cublasLtMatmulPreferenceCreate",
+                                             "cublasLtMatmulPreferenceSetAttribute",
+                                             "cublasLtMatmulPreferenceDestroy",
+                                             "cublasLtMatmulAlgoGetHeuristic",
+                                             "cublasLtMatmulAlgoConfigGetAttribute",
+                                             "cublasLtMatmulAlgoCheck"};
 
 constexpr const char* kSoname = "libcublasLt.so." MORSERVE_STR(CUBLAS_VER_MAJOR);
 
@@ -167,8 +188,7 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* matmu
 }
 
 cublasStatus_t CUBLASWINAPI cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t matmulDesc) {
-  return Call<decltype(&cublasLtMatmulDescDestroy)>(mc::kMatmulDescDestroy, kNotLoaded,
-                                                    matmulDesc);
+  return Call<decltype(&cublasLtMatmulDescDestroy)>(mc::kMatmulDescDestroy, kNotLoaded, matmulDesc);
 }
 
 cublasStatus_t CUBLASWINAPI cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t matmulDesc,
@@ -181,8 +201,8 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t 
 cublasStatus_t CUBLASWINAPI cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* matLayout,
                                                        cudaDataType type, uint64_t rows,
                                                        uint64_t cols, int64_t ld) {
-  return Call<decltype(&cublasLtMatrixLayoutCreate)>(mc::kMatrixLayoutCreate, kNotLoaded,
-                                                     matLayout, type, rows, cols, ld);
+  return Call<decltype(&cublasLtMatrixLayoutCreate)>(mc::kMatrixLayoutCreate, kNotLoaded, matLayout,
+                                                     type, rows, cols, ld);
 }
 
 cublasStatus_t CUBLASWINAPI cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t matLayout) {
@@ -203,8 +223,8 @@ cublasStatus_t CUBLASWINAPI cublasLtMatmulPreferenceSetAttribute(
 }
 
 cublasStatus_t CUBLASWINAPI cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) {
-  return Call<decltype(&cublasLtMatmulPreferenceDestroy)>(mc::kMatmulPreferenceDestroy,
-                                                          kNotLoaded, pref);
+  return Call<decltype(&cublasLtMatmulPreferenceDestroy)>(mc::kMatmulPreferenceDestroy, kNotLoaded,
+                                                          pref);
 }
 
 cublasStatus_t CUBLASWINAPI cublasLtMatmulAlgoGetHeuristic(
