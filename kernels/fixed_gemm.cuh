@@ -1,8 +1,8 @@
 // The fixed-order GEMM: y[m, n] = x[m, k] · w[n, k]^T with bf16 x and w (row-major: activations
 // and a Linear's [out, in] weight) and fp32 y, on tensor cores (mma.sync m16n8k16, fp32
 // accumulation), in one summation order that does not depend on m. The CUDA runner uses it
-// for every GEMM with `--gemm fixed`, and for a shape cuBLASLt cannot pin (kernels/gemm.cuh:
-// no algorithm without split-K offered at every M bucket) with `--gemm auto`.
+// for every GEMM with `--cuda-gemm fixed`, and for a shape cuBLASLt cannot pin (kernels/gemm.cuh:
+// no algorithm without split-K that runs at every M bucket) with `--cuda-gemm auto`.
 //
 // The order, which is the kernel's contract: k is cut into chunks of kFixedGemmChunk (the last
 // may be shorter); chunk c's partial p_c of an element is a chain of mma.sync instructions over

@@ -74,7 +74,7 @@ class LtGemm {
   static constexpr int kPinMaxM = 8192;
 
   // Pins the algorithm of (n, k, y dtype) (see above); a second call for a pinned shape does
-  // nothing. CUBLAS_STATUS_NOT_SUPPORTED when no algorithm without split-K is offered at every
+  // nothing. CUBLAS_STATUS_NOT_SUPPORTED when no algorithm without split-K runs at every
   // bucket.
   cublasStatus_t Pin(int n, int k, DType y_dtype);
   // Pins the shape's algorithm and makes the descriptors for m.
