@@ -1,11 +1,17 @@
 // The per-tile arithmetic of attention over a paged KV cache, the one definition that both
 // AttnChunkKernel (paged_attention_kernels.cuh) and RecurrentFoldKernel
 // (recurrent_attention_kernels.cuh) call: the GQA group's query load, where a tile's keys live,
-// the value tile load to shared memory, the q.k scores, the online-softmax update of (m, l) and
-// the acc = acc * corr + sum_j p_j v_j fold, and the final acc / l. Because both kernels run
-// these same functions, a recurrent row's output is bitwise paged attention's run as one split
-// chunk by construction (the emulator tests check it). Not a public header; everything is in an
+// the K and V loads, the q.k scores, the online-softmax update of (m, l) and the
+// acc = acc * corr + sum_j p_j v_j fold, and the final acc / l. Because both kernels run these
+// same functions, a recurrent row's output is bitwise paged attention's run as one split chunk
+// by construction (the emulator tests check it). Not a public header; everything is in an
 // anonymous namespace (one copy per including file).
+//
+// FoldTiles pipelines a span's tiles (double buffering): while tile t is scored, softmaxed and
+// folded, the next tile's key addresses are located (into the other half of the shared
+// pointer buffers) and its K and V parts are loaded into registers, so a tile's two dependent
+// global round trips (block table, then K/V) overlap the previous tile's arithmetic instead of
+// preceding its own. Only the load schedule changed: every sum has the order it had.
 //
 // Device helpers come from kernels/common.cuh under nvcc, or from kernels/emu/cuda_emu.h when
 // MORSERVE_CUDA_EMU is defined.
@@ -23,6 +29,8 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
+// The fold kernels' __launch_bounds__ minimum of resident CTAs per SM (12 warps).
+constexpr int kMinCtasPerSm = 3;
 constexpr int kTile = kAttentionTile;
 constexpr int kMaxGroup = kAttentionMaxGroup;
 constexpr float kLog2e = 1.4426950408889634f;
@@ -53,13 +61,14 @@ struct TileShape {
 };
 
 // The CTA's shared memory for the fold (a kernel declares one as __shared__, with an int
-// "bad" flag beside it: inside the struct, tail padding would grow the kernels' smem).
+// "bad" flag beside it: inside the struct, tail padding would grow the kernels' smem). The
+// value tiles and key addresses are double-buffered (FoldTiles: tile t uses half t % 2).
 template <int HD>
 struct TileShared {
-  __align__(16) uint16_t v[kTile][HD];
+  __align__(16) uint16_t v[2][kTile][HD];
   float p[kMaxGroup][kTile];  // scores, then probabilities
-  const uint16_t* kp[kTile];
-  const uint16_t* vp[kTile];
+  const uint16_t* kp[2][kTile];
+  const uint16_t* vp[2][kTile];
   float m[kMaxGroup];  // running max (base 2)
   float l[kMaxGroup];  // running sum
   float corr[kMaxGroup];
@@ -142,7 +151,8 @@ __device__ __forceinline__ void LoadGroupQuery(const uint16_t* q_row, int group,
 template <int HD>
 __device__ __forceinline__ void LocateTile(const TileArgs& a, const int32_t* blocks, int row,
                                            int kvh, int len, int tile, int valid,
-                                           TileShared<HD>& sh, int& bad, int tid) {
+                                           const uint16_t** kps, const uint16_t** vps, int& bad,
+                                           int tid) {
   if (tid >= kTile) return;
   const uint16_t* kp = a.k_cache;
   const uint16_t* vp = a.v_cache;
@@ -164,28 +174,64 @@ __device__ __forceinline__ void LocateTile(const TileArgs& a, const int32_t* blo
       vp = a.extra_v + off;
     }
   }
-  sh.kp[tid] = kp;
-  sh.vp[tid] = vp;
+  kps[tid] = kp;
+  vps[tid] = vp;
 }
 
-// 2a. The tile's values to shared memory, 16 bytes per load.
+// 2a. One thread's K and V parts of a tile, in registers from their load (a tile ahead, in
+// FoldTiles) to their use: the K part of each ScoreTile pass (zeros where the pass's key is
+// past `valid` or the lane holds no part) and the V parts this thread copies to shared memory.
 template <int HD>
-__device__ __forceinline__ void LoadTileValues(int valid, TileShared<HD>& sh, int tid) {
-  constexpr int kParts = TileShape<HD>::kParts;
-  for (int c = tid; c < kTile * kParts; c += kThreads) {
-    const int j = c / kParts;
-    const int part = c % kParts;
-    if (j < valid) {
-      reinterpret_cast<uint4*>(&sh.v[j][0])[part] = reinterpret_cast<const uint4*>(sh.vp[j])[part];
+struct TileRegs {
+  static constexpr int kValueLoads =
+      (kTile * TileShape<HD>::kParts + kThreads - 1) / kThreads;  // 16-byte V parts per thread
+  uint4 k[TileShape<HD>::kPasses];
+  uint4 v[kValueLoads];
+};
+
+// Issues the loads of a tile's K and V parts (addresses from LocateTile) into registers.
+template <int HD>
+__device__ __forceinline__ void LoadTileRegs(int valid, const uint16_t* const* kps,
+                                             const uint16_t* const* vps, TileRegs<HD>& r, int tid) {
+  using S = TileShape<HD>;
+  const int lane_in_key = tid % S::kLanes;
+  const int key_slot = tid / S::kLanes;
+#pragma unroll
+  for (int pass = 0; pass < S::kPasses; ++pass) {
+    const int j = pass * S::kKeysPerPass + key_slot;
+    r.k[pass] = j < valid && S::HoldsPart(lane_in_key)
+                    ? reinterpret_cast<const uint4*>(kps[j])[lane_in_key]
+                    : uint4{0u, 0u, 0u, 0u};
+  }
+#pragma unroll
+  for (int i = 0; i < TileRegs<HD>::kValueLoads; ++i) {
+    const int c = tid + i * kThreads;
+    const int j = c / S::kParts;
+    if (c < kTile * S::kParts && j < valid) {
+      r.v[i] = reinterpret_cast<const uint4*>(vps[j])[c % S::kParts];
     }
   }
 }
 
-// 2b. Scores: kLanes lanes per key, each an 8-element dot (0 on a lane without a part), then
-// a lane butterfly.
+// Copies the V parts LoadTileRegs loaded into the tile's shared value buffer.
+template <int HD>
+__device__ __forceinline__ void StoreTileValues(int valid, const TileRegs<HD>& r, uint16_t (*v)[HD],
+                                                int tid) {
+  constexpr int kParts = TileShape<HD>::kParts;
+#pragma unroll
+  for (int i = 0; i < TileRegs<HD>::kValueLoads; ++i) {
+    const int c = tid + i * kThreads;
+    const int j = c / kParts;
+    if (c < kTile * kParts && j < valid) reinterpret_cast<uint4*>(&v[j][0])[c % kParts] = r.v[i];
+  }
+}
+
+// 2b. Scores from the K parts in registers: kLanes lanes per key, each an 8-element dot (0 on
+// a lane without a part: its K part is zeros), then a lane butterfly.
 template <int HD>
 __device__ __forceinline__ void ScoreTile(const GroupQuery& qreg, int group, int valid,
-                                          float score_scale, TileShared<HD>& sh, int tid) {
+                                          float score_scale, const TileRegs<HD>& r,
+                                          TileShared<HD>& sh, int tid) {
   using S = TileShape<HD>;
   const int lane_in_key = tid % S::kLanes;
   const int key_slot = tid / S::kLanes;
@@ -193,12 +239,7 @@ __device__ __forceinline__ void ScoreTile(const GroupQuery& qreg, int group, int
   for (int pass = 0; pass < S::kPasses; ++pass) {
     const int j = pass * S::kKeysPerPass + key_slot;
     float kf[8];
-    if (j < valid && S::HoldsPart(lane_in_key)) {
-      Widen8(reinterpret_cast<const uint4*>(sh.kp[j])[lane_in_key], kf);
-    } else {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) kf[e] = 0.0f;
-    }
+    Widen8(r.k[pass], kf);
 #pragma unroll
     for (int g = 0; g < kMaxGroup; ++g) {
       if (g < group) {  // uniform over the CTA: every lane reaches the shuffles
@@ -246,8 +287,9 @@ __device__ __forceinline__ void SoftmaxTile(int group, int valid, TileShared<HD>
 
 // 4. acc = acc * corr + sum_j p_j v_j, keys in order; output o = g * HD + d.
 template <int HD>
-__device__ __forceinline__ void AccumulateTile(int outs, int valid, const TileShared<HD>& sh,
-                                               TileAcc<HD>& acc, int tid) {
+__device__ __forceinline__ void AccumulateTile(int outs, int valid, const uint16_t (*v)[HD],
+                                               const TileShared<HD>& sh, TileAcc<HD>& acc,
+                                               int tid) {
 #pragma unroll
   for (int i = 0; i < TileShape<HD>::kOutPerThread; ++i) {
     const int o = tid + i * kThreads;
@@ -255,27 +297,44 @@ __device__ __forceinline__ void AccumulateTile(int outs, int valid, const TileSh
       const int g = o / HD;
       const int d = o % HD;
       float x = acc[i] * sh.corr[g];
-      for (int j = 0; j < valid; ++j) x = fmaf(sh.p[g][j], Bf16BitsToF32(sh.v[j][d]), x);
+      for (int j = 0; j < valid; ++j) x = fmaf(sh.p[g][j], Bf16BitsToF32(v[j][d]), x);
       acc[i] = x;
     }
   }
 }
 
-// Folds keys [tile, tile + valid) of the row into (sh.m, sh.l, acc): steps 1 to 4 with the
-// CTA barriers between them (bad: the CTA's shared flag). Every thread of the CTA calls it.
+// Folds the row's keys [begin, end) into (sh.m, sh.l, acc), tile by tile in key order: steps
+// 1 to 4 with the CTA barriers between them, pipelined one tile ahead (bad: the CTA's shared
+// flag). Every thread of the CTA calls it with the same span.
 template <int HD>
-__device__ __forceinline__ void FoldTile(const TileArgs& a, const int32_t* blocks, int row, int kvh,
-                                         int len, int tile, int valid, const GroupQuery& qreg,
-                                         TileShared<HD>& sh, int& bad, TileAcc<HD>& acc, int tid) {
-  LocateTile<HD>(a, blocks, row, kvh, len, tile, valid, sh, bad, tid);
+__device__ __forceinline__ void FoldTiles(const TileArgs& a, const int32_t* blocks, int row,
+                                          int kvh, int len, int begin, int end,
+                                          const GroupQuery& qreg, TileShared<HD>& sh, int& bad,
+                                          TileAcc<HD>& acc, int tid) {
+  if (begin >= end) return;
+  TileRegs<HD> regs;
+  LocateTile<HD>(a, blocks, row, kvh, len, begin, min(kTile, end - begin), sh.kp[0], sh.vp[0], bad,
+                 tid);
   __syncthreads();
-  LoadTileValues<HD>(valid, sh, tid);
-  ScoreTile<HD>(qreg, a.group, valid, a.score_scale, sh, tid);
-  __syncthreads();
-  SoftmaxTile<HD>(a.group, valid, sh, tid);
-  __syncthreads();
-  AccumulateTile<HD>(a.group * HD, valid, sh, acc, tid);
-  __syncthreads();
+  LoadTileRegs<HD>(min(kTile, end - begin), sh.kp[0], sh.vp[0], regs, tid);
+  int buf = 0;
+  for (int tile = begin; tile < end; tile += kTile, buf ^= 1) {
+    const int valid = min(kTile, end - tile);
+    const int next = tile + kTile;  // the next tile, located and loaded during this one
+    const int next_valid = min(kTile, end - next);
+    StoreTileValues<HD>(valid, regs, sh.v[buf], tid);
+    if (next < end) {
+      LocateTile<HD>(a, blocks, row, kvh, len, next, next_valid, sh.kp[buf ^ 1], sh.vp[buf ^ 1],
+                     bad, tid);
+    }
+    ScoreTile<HD>(qreg, a.group, valid, a.score_scale, regs, sh, tid);
+    __syncthreads();
+    if (next < end) LoadTileRegs<HD>(next_valid, sh.kp[buf ^ 1], sh.vp[buf ^ 1], regs, tid);
+    SoftmaxTile<HD>(a.group, valid, sh, tid);
+    __syncthreads();
+    AccumulateTile<HD>(a.group * HD, valid, sh.v[buf], sh, acc, tid);
+    __syncthreads();
+  }
 }
 
 // out = acc / l per head (0 where l is not positive); NaN where `bad`, or where l is NaN and

@@ -13,7 +13,9 @@
 //   head, chunk) holds all query heads of the GQA group, so K/V of a kv head is read once
 //   per row. A chunk is `chunk_len` consecutive entries of the row (a FIXED number of
 //   tokens, never a fixed number of splits), walked in tiles of kAttentionTile keys with an
-//   fp32 online softmax (base 2, scale * log2(e) folded into the scores). head_dim 64, 96 or
+//   fp32 online softmax (base 2, scale * log2(e) folded into the scores), double-buffered:
+//   the next tile's key addresses and K/V parts load while the current tile is folded
+//   (attention_tile.cuh FoldTiles; the sums' order is the unpipelined walk's). head_dim 64, 96 or
 //   128: a key is scored by 8, 16 or 16 lanes of 8 elements each (for 96, 12 lanes hold the
 //   row and 4 add zeros), the same CTA and tile for all three (kernels/attention_tile.cuh).
 // - Combine kernel, grid (rows, n_heads): merges a row's chunk partials in chunk order

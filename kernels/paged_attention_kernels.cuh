@@ -47,9 +47,11 @@ __device__ __forceinline__ RowInfo GetRow(const Args& a, int row) {
   return info;
 }
 
-// One CTA per (row, kv head, chunk). HD: head_dim; TO: float or uint16_t (bf16 bits).
+// One CTA per (row, kv head, chunk). HD: head_dim; TO: float or uint16_t (bf16 bits). At least
+// 3 CTAs per SM (kMinCtasPerSm): the pipelined fold's next-tile registers fit in 168 or fewer
+// per thread without spills (ptxas -v, sm_90a), the occupancy the unpipelined fold had.
 template <int HD, typename TO>
-__global__ void __launch_bounds__(kThreads) AttnChunkKernel(const Args a) {
+__global__ void __launch_bounds__(kThreads, kMinCtasPerSm) AttnChunkKernel(const Args a) {
   constexpr int kOutPerThread = TileShape<HD>::kOutPerThread;
   const int row = blockIdx.x;
   const int kvh = blockIdx.y;
@@ -86,10 +88,7 @@ __global__ void __launch_bounds__(kThreads) AttnChunkKernel(const Args a) {
   __syncthreads();
 
   const int32_t* blocks = a.table_blocks + a.table_indptr[row];
-  for (int tile = begin; tile < end; tile += kTile) {
-    const int valid = min(kTile, end - tile);
-    FoldTile<HD>(a, blocks, row, kvh, info.len, tile, valid, qreg, sh, s_bad, acc, tid);
-  }
+  FoldTiles<HD>(a, blocks, row, kvh, info.len, begin, end, qreg, sh, s_bad, acc, tid);
 
   const bool bad = s_bad != 0;
   if (info.nchunks == 1) {

@@ -24,7 +24,7 @@
 //           range order (kernels/attention_combine.cuh CombineChunks, the paged combine's code).
 // The schedule (which items run when) is the caller's: engine/runtime/recurrent_schedule.h.
 //
-// Exactness: a tile's fold is the split kernel's own code (kernels/attention_tile.cuh FoldTile),
+// Exactness: a tile's fold is the split kernel's own code (kernels/attention_tile.cuh FoldTiles),
 // tiles are aligned at multiples of kRecurrentTile from entry 0, and partials are stored,
 // loaded and combined by the paged kernels' own functions (attention_combine.cuh). So when every
 // tile below a row's own tile has been merged exactly once, each range's tiles in increasing

@@ -1,7 +1,7 @@
 // Recurrent attention kernel body (merge and finish) and its argument block, shared by the
 // CUDA launcher (recurrent_attention.cu) and the CPU emulation test
 // (tests/gpu/kernel_recurrent_attention_emu_test.cc). Not a public header: the contract is in
-// recurrent_attention.cuh. Its tile fold is kernels/attention_tile.cuh's FoldTile and its
+// recurrent_attention.cuh. Its tile fold is kernels/attention_tile.cuh's FoldTiles and its
 // partials' store, load and combine are kernels/attention_combine.cuh's, the code paged
 // attention's split and combine kernels run, so a row equals paged attention with chunk_len
 // kRecurrentRange bit for bit (the tests compare the two).
@@ -75,9 +75,11 @@ __device__ __forceinline__ FoldSpan FinishFold(int len, int own_tile, int max_ra
 }
 
 // One CTA per (item, kv head). kFinish: the finish launch (own tile + extra pair, then the
-// output); otherwise a merge (partial in, partial out). TO: output type (finish only).
+// output); otherwise a merge (partial in, partial out). TO: output type (finish only). At
+// least kMinCtasPerSm CTAs per SM, as the split kernel.
 template <int HD, bool kFinish, typename TO>
-__global__ void __launch_bounds__(kThreads) RecurrentFoldKernel(const RecurrentArgs a) {
+__global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
+    RecurrentFoldKernel(const RecurrentArgs a) {
   const RecurrentFoldItem item = a.items[blockIdx.x];
   const int row = item.row;
   if (row < 0 || row >= a.rows) return;
@@ -114,10 +116,7 @@ __global__ void __launch_bounds__(kThreads) RecurrentFoldKernel(const RecurrentA
 
   // Entry len (the extra pair) is only reached by a finish tile.
   const int32_t* blocks = a.table_blocks + (f.ok ? ib : 0);
-  for (int tile = f.begin; f.ok && tile < f.end; tile += kTile) {
-    const int valid = min(kTile, f.end - tile);
-    FoldTile<HD>(a, blocks, row, kvh, len, tile, valid, qreg, sh, s_bad, acc, tid);
-  }
+  if (f.ok) FoldTiles<HD>(a, blocks, row, kvh, len, f.begin, f.end, qreg, sh, s_bad, acc, tid);
 
   const bool bad = s_bad != 0;
   if (!kFinish || (f.ok && f.range > 0)) {

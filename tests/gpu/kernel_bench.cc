@@ -6,7 +6,9 @@
 // prefill chunk; SmolLM-360M heads, plus a decode and a prefill at Huginn-0125's 55 heads of
 // 96), and per-loop LoRA on its linears (the segmented shrink/expand kernels against the
 // per-loop-group cuBLASLt loop they replaced), each as the median over repeats of event-timed
-// runs that rotate over 8 input sets so the L2 cache does not serve them. Prints each row as
+// runs that rotate over 8 input sets so the L2 cache does not serve them: "us" replays the
+// runs captured in a CUDA graph (as the engine's decode step runs), "eager us" launches each
+// call from the host (for small kernels, the host's launch rate). Prints each row as
 // it finishes (and the LoRA speedups at the end) and rewrites the JSON after each row.
 //   usage: kernel_bench [OUT.json] [lora]     ("lora": the copy bandwidth and LoRA only)
 #include <cuda_runtime.h>
@@ -67,36 +69,71 @@ void FillRandomBf16(uint16_t* dst, size_t n, std::mt19937_64& rng) {
   }
 }
 
-// Median milliseconds per call of fn(iteration) over kRepeats runs of kIters calls.
-template <typename Fn>
-double TimeMs(Fn fn) {
-  cudaEvent_t start, stop;
-  BENCH_CHECK(cudaEventCreate(&start));
-  BENCH_CHECK(cudaEventCreate(&stop));
-  for (int i = 0; i < 3; ++i) fn(i);  // warm-up
-  BENCH_CHECK(cudaDeviceSynchronize());
+// The stream every timed call runs on (created in Main: a graph capture needs one).
+cudaStream_t g_stream = nullptr;
+
+// Milliseconds per call of fn(iteration), each the median over kRepeats runs of kIters calls:
+// `ms` with the kIters calls captured once in a CUDA graph and the graph replayed (the GPU's
+// time with the gaps of the engine's graphed decode step: no host launch cost), `eager_ms`
+// with every call launched from the host (a small kernel's figure is then the host's launch
+// rate, not the GPU's time).
+struct Timing {
+  double ms;
+  double eager_ms;
+};
+
+template <typename Run>
+double MedianMs(Run run, cudaEvent_t start, cudaEvent_t stop) {
   std::vector<double> runs;
   for (int r = 0; r < kRepeats; ++r) {
-    BENCH_CHECK(cudaEventRecord(start));
-    for (int i = 0; i < kIters; ++i) fn(i);
-    BENCH_CHECK(cudaEventRecord(stop));
+    BENCH_CHECK(cudaEventRecord(start, g_stream));
+    run();
+    BENCH_CHECK(cudaEventRecord(stop, g_stream));
     BENCH_CHECK(cudaEventSynchronize(stop));
     float ms = 0;
     BENCH_CHECK(cudaEventElapsedTime(&ms, start, stop));
     runs.push_back(ms / kIters);
   }
-  BENCH_CHECK(cudaGetLastError());
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   std::sort(runs.begin(), runs.end());
   return runs[runs.size() / 2];
 }
 
+template <typename Fn>
+Timing TimeMs(Fn fn) {
+  cudaEvent_t start, stop;
+  BENCH_CHECK(cudaEventCreate(&start));
+  BENCH_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < 3; ++i) fn(i);  // warm-up (and any lazy set-up, before the capture)
+  BENCH_CHECK(cudaStreamSynchronize(g_stream));
+  Timing t;
+  t.eager_ms = MedianMs(
+      [&] {
+        for (int i = 0; i < kIters; ++i) fn(i);
+      },
+      start, stop);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  BENCH_CHECK(cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < kIters; ++i) fn(i);
+  BENCH_CHECK(cudaStreamEndCapture(g_stream, &graph));
+  BENCH_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  BENCH_CHECK(cudaGraphLaunch(exec, g_stream));  // warm-up (uploads the graph)
+  BENCH_CHECK(cudaStreamSynchronize(g_stream));
+  t.ms = MedianMs([&] { BENCH_CHECK(cudaGraphLaunch(exec, g_stream)); }, start, stop);
+  BENCH_CHECK(cudaGetLastError());
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return t;
+}
+
 struct Result {
   std::string name;
-  double ms;
+  double ms;  // graph-replayed (Timing)
   double bytes;
   double flops;
+  double eager_ms = std::nan("");
 };
 
 double CopyBandwidth() {
@@ -104,8 +141,9 @@ double CopyBandwidth() {
   auto* a = DeviceAlloc<uint8_t>(bytes);
   auto* b = DeviceAlloc<uint8_t>(bytes);
   BENCH_CHECK(cudaMemset(a, 1, bytes));
-  const double ms =
-      TimeMs([&](int) { BENCH_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice)); });
+  const double ms = TimeMs([&](int) {
+                      BENCH_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, g_stream));
+                    }).eager_ms;
   cudaFree(a);
   cudaFree(b);
   return 2.0 * bytes / (ms * 1e-3);
@@ -180,11 +218,11 @@ Result Attention(int rows, int ctx, bool prefill, std::mt19937_64& rng,
   p.max_kv_len = ctx;
   p.chunk_len = chunk;
   p.scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const double ms = TimeMs([&](int i) {
+  const Timing ms = TimeMs([&](int i) {
     PagedAttentionParams a = p;
     a.table_indptr = d_indptr[i % kRotate];
     a.table_blocks = d_blocks[i % kRotate];
-    BENCH_CHECK(paged_attention_forward(a, nullptr));
+    BENCH_CHECK(paged_attention_forward(a, g_stream));
   });
   for (int s = 0; s < kRotate; ++s) {
     cudaFree(d_indptr[s]);
@@ -200,7 +238,7 @@ Result Attention(int rows, int ctx, bool prefill, std::mt19937_64& rng,
       std::string(prefill ? "attention prefill rows=" : "attention decode rows=") +
       std::to_string(rows) + " ctx=" + std::to_string(ctx) + heads.label;
   const double flops = 4.0 * (kv_bytes / (2.0 * n_kv * hd * 2)) * n_heads * hd;
-  return {name, ms, kv_bytes, flops};
+  return {name, ms.ms, kv_bytes, flops, ms.eager_ms};
 }
 
 // A GEMM benchmark's inputs: kRotate weight copies (past L2 together) and one x, random bf16.
@@ -235,7 +273,7 @@ std::optional<Result> Gemm(LtGemm& gemm, const char* what, int m, int n, int k,
   }
   const GemmInputs in(m, n, k, rng);
   float* y = DeviceAlloc<float>(static_cast<size_t>(m) * n);
-  const double ms = TimeMs([&](int i) {
+  const Timing ms = TimeMs([&](int i) {
     GemmParams p;
     p.x = in.x;
     p.w = in.w[i % kRotate];
@@ -244,7 +282,7 @@ std::optional<Result> Gemm(LtGemm& gemm, const char* what, int m, int n, int k,
     p.m = m;
     p.n = n;
     p.k = k;
-    const cublasStatus_t st = gemm.Run(p, nullptr);
+    const cublasStatus_t st = gemm.Run(p, g_stream);
     if (st != CUBLAS_STATUS_SUCCESS) {
       std::fprintf(stderr, "gemm: %s\n", GemmStatusString(st));
       std::exit(1);
@@ -255,7 +293,7 @@ std::optional<Result> Gemm(LtGemm& gemm, const char* what, int m, int n, int k,
       2.0 * (static_cast<double>(n) * k + static_cast<double>(m) * k) + 4.0 * m * n;
   return Result{std::string("gemm ") + what + " m=" + std::to_string(m) +
                     " n=" + std::to_string(n) + " k=" + std::to_string(k),
-                ms, bytes, 2.0 * m * n * k};
+                ms.ms, bytes, 2.0 * m * n * k, ms.eager_ms};
 }
 
 // The fixed-order GEMM (--cuda-gemm fixed) on the same shapes, fp32 out as the runner uses it,
@@ -265,7 +303,7 @@ Result FixedGemm(const char* what, int m, int n, int k, std::mt19937_64& rng) {
   float* y = DeviceAlloc<float>(static_cast<size_t>(m) * n);
   const size_t ws_bytes = FixedGemmWorkspaceBytes(m, n, k);
   float* ws = ws_bytes > 0 ? DeviceAlloc<float>(ws_bytes / sizeof(float)) : nullptr;
-  const double ms = TimeMs([&](int i) {
+  const Timing ms = TimeMs([&](int i) {
     FixedGemmParams p;
     p.x = in.x;
     p.w = in.w[i % kRotate];
@@ -275,7 +313,7 @@ Result FixedGemm(const char* what, int m, int n, int k, std::mt19937_64& rng) {
     p.k = k;
     p.workspace = ws;
     p.workspace_bytes = ws_bytes;
-    BENCH_CHECK(fixed_gemm_forward(p, nullptr));
+    BENCH_CHECK(fixed_gemm_forward(p, g_stream));
   });
   cudaFree(y);
   cudaFree(ws);
@@ -283,7 +321,7 @@ Result FixedGemm(const char* what, int m, int n, int k, std::mt19937_64& rng) {
       2.0 * (static_cast<double>(n) * k + static_cast<double>(m) * k) + 4.0 * m * n;
   return {std::string("fixed-gemm ") + what + (ws_bytes > 0 ? " split" : "") +
               " m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k),
-          ms, bytes, 2.0 * m * n * k};
+          ms.ms, bytes, 2.0 * m * n * k, ms.eager_ms};
 }
 
 struct LoraShape {
@@ -329,7 +367,7 @@ std::vector<Result> Lora(LtGemm& gemm, const LoraShape& sh, int rank, int loops,
     BENCH_CHECK(cudaMemcpy(seg, indptr.data(), indptr.size() * 4, cudaMemcpyHostToDevice));
     BENCH_CHECK(cudaMemcpy(seg + indptr.size(), seg_loop.data(), seg_loop.size() * 4,
                            cudaMemcpyHostToDevice));
-    const double ms_segmented = TimeMs([&](int i) {
+    const Timing ms_segmented = TimeMs([&](int i) {
       LoraShrinkParams sp;
       sp.x = x;
       sp.a = a[i % kRotate];
@@ -341,7 +379,7 @@ std::vector<Result> Lora(LtGemm& gemm, const LoraShape& sh, int rank, int loops,
       sp.in = sh.in;
       sp.rank = rank;
       sp.num_loops = loops;
-      BENCH_CHECK(lora_shrink_forward(sp, nullptr));
+      BENCH_CHECK(lora_shrink_forward(sp, g_stream));
       LoraExpandParams ep;
       ep.t = t32;
       ep.b = b[i % kRotate];
@@ -353,7 +391,7 @@ std::vector<Result> Lora(LtGemm& gemm, const LoraShape& sh, int rank, int loops,
       ep.out = sh.out;
       ep.rank = rank;
       ep.num_loops = loops;
-      BENCH_CHECK(lora_expand_forward(ep, nullptr));
+      BENCH_CHECK(lora_expand_forward(ep, g_stream));
     });
     auto run_gemm = [&](const uint16_t* gx, const uint16_t* gw, void* gy, DType dt, int m, int n,
                         int k) {
@@ -365,7 +403,7 @@ std::vector<Result> Lora(LtGemm& gemm, const LoraShape& sh, int rank, int loops,
       p.m = m;
       p.n = n;
       p.k = k;
-      const cublasStatus_t st = gemm.Run(p, nullptr);
+      const cublasStatus_t st = gemm.Run(p, g_stream);
       if (st != CUBLAS_STATUS_SUCCESS) {
         std::fprintf(stderr, "lora gemm %d x %d x %d: %s\n", m, n, k, GemmStatusString(st));
         std::exit(1);
@@ -374,7 +412,7 @@ std::vector<Result> Lora(LtGemm& gemm, const LoraShape& sh, int rank, int loops,
     // The loop's GEMMs need pinned cuBLASLt algorithms; without them only the segmented side.
     const bool loop_runs = gemm.Prepare(1, rank, sh.in, DType::kBF16) == CUBLAS_STATUS_SUCCESS &&
                            gemm.Prepare(1, sh.out, rank, DType::kF32) == CUBLAS_STATUS_SUCCESS;
-    const double ms_loop = !loop_runs ? std::nan("") : TimeMs([&](int i) {
+    const Timing ms_loop = !loop_runs ? Timing{std::nan(""), std::nan("")} : TimeMs([&](int i) {
       for (int g = 0; g < segments; ++g) {
         const int begin = indptr[g], count = indptr[g + 1] - indptr[g], l = seg_loop[g];
         run_gemm(x + static_cast<size_t>(begin) * sh.in,
@@ -388,7 +426,7 @@ std::vector<Result> Lora(LtGemm& gemm, const LoraShape& sh, int rank, int loops,
         add.rows = count;
         add.dim = sh.out;
         add.b_dtype = DType::kF32;
-        BENCH_CHECK(scale_add_forward(add, nullptr));
+        BENCH_CHECK(scale_add_forward(add, g_stream));
       }
     });
     // Adapters of the loops present, x, t written and read, y read and written.
@@ -397,8 +435,8 @@ std::vector<Result> Lora(LtGemm& gemm, const LoraShape& sh, int rank, int loops,
     const double flops = 2.0 * rows * rank * (sh.in + sh.out);
     const std::string tag = std::string(sh.what) + " r" + std::to_string(rank) + " L" +
                             std::to_string(loops) + " m" + std::to_string(rows);
-    out.push_back({"lora segmented " + tag, ms_segmented, bytes, flops});
-    out.push_back({"lora gemm-loop " + tag, ms_loop, bytes, flops});
+    out.push_back({"lora segmented " + tag, ms_segmented.ms, bytes, flops, ms_segmented.eager_ms});
+    out.push_back({"lora gemm-loop " + tag, ms_loop.ms, bytes, flops, ms_loop.eager_ms});
   }
   for (int s = 0; s < kRotate; ++s) {
     cudaFree(a[s]);
@@ -419,13 +457,14 @@ class Report {
       : path_(path), device_(std::move(device)), copy_bw_(copy_bw) {
     std::printf("device: %s, copy bandwidth %.0f GB/s (read + write)\n", device_.c_str(),
                 copy_bw_ / 1e9);
-    std::printf("%-44s %10s %10s %8s %10s\n", "kernel", "us", "GB/s", "of copy", "TFLOP/s");
+    std::printf("%-44s %10s %10s %8s %10s %10s\n", "kernel", "us", "GB/s", "of copy", "TFLOP/s",
+                "eager us");
     Write();
   }
   void Add(const Result& r) {
     const double bw = r.bytes / (r.ms * 1e-3);
-    std::printf("%-44s %10.1f %10.0f %7.0f%% %10.2f\n", r.name.c_str(), r.ms * 1e3, bw / 1e9,
-                100.0 * bw / copy_bw_, r.flops / (r.ms * 1e-3) / 1e12);
+    std::printf("%-44s %10.1f %10.0f %7.0f%% %10.2f %10.1f\n", r.name.c_str(), r.ms * 1e3, bw / 1e9,
+                100.0 * bw / copy_bw_, r.flops / (r.ms * 1e-3) / 1e12, r.eager_ms * 1e3);
     std::fflush(stdout);
     results_.push_back(r);
     Write();
@@ -441,6 +480,7 @@ class Report {
   }
 
  private:
+  static std::string Number(double v) { return std::isnan(v) ? "null" : std::to_string(v); }
   void Write() const {
     if (path_ == nullptr) return;
     std::string json = "{\"device\": \"" + device_ +
@@ -452,7 +492,7 @@ class Report {
     for (size_t i = 0; i < results_.size(); ++i) {
       const Result& r = results_[i];
       json += std::string(i ? ", " : "") + "{\"name\": \"" + r.name +
-              "\", \"ms\": " + (std::isnan(r.ms) ? std::string("null") : std::to_string(r.ms)) +
+              "\", \"ms\": " + Number(r.ms) + ", \"eager_ms\": " + Number(r.eager_ms) +
               ", \"bytes\": " + std::to_string(r.bytes) +
               ", \"flops\": " + std::to_string(r.flops) + "}";
     }
@@ -476,6 +516,7 @@ class Report {
 int Main(int argc, char** argv) {
   cudaDeviceProp prop;
   BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
+  BENCH_CHECK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
   std::mt19937_64 rng(42);
   const bool lora_only = argc > 2 && std::string(argv[2]) == "lora";
   Report report(argc > 1 ? argv[1] : nullptr, prop.name, CopyBandwidth());

@@ -6,8 +6,8 @@
 # the kernel micro-benchmark (kernel_bench, JSON to $OUT); then, as a separate part,
 # compute-sanitizer (memcheck on every kernel test, racecheck and synccheck on the
 # shared-memory kernels) on subsets. Logs go to $OUT (or ./gpu-test-out): one combined log,
-# the gtest XML files in one archive, the benchmark JSON files, and the benchmark tables and
-# a summary printed last.
+# the gtest XML files in one archive, the benchmark JSON files in another (bench-json.tar.gz;
+# they stay loose in a call cut short), and the benchmark tables and a summary printed last.
 #   usage: bash .gpu-bin/run_on_device.sh [BIN_DIR] [tests|engine|sanitize|lora|recurrent|looped|huginn|ab|all]
 #   BIN_DIR defaults to the script's folder; "tests" runs the tests and the benchmarks,
 #   "engine" only engine_gpu_test and the engine benchmark, "sanitize" the compute-sanitizer
@@ -59,8 +59,12 @@ run() {  # limit_s, name, command...   (rc 124: stopped at the limit; capped by 
   local rc=$?
   summary+=("$(printf '%-60s rc=%-3s %4ss' "$name" "$rc" $((SECONDS - start)))")
 }
-# The gtest XML files in one archive (at the end of every part).
-pack_xml() { (cd "$out" && tar czf gtest-xml.tar.gz xml && rm -rf xml); }
+# The gtest XML files in one archive, and the benchmark JSON files in another (at the end of
+# every part): a device call returns at most 8 files, and the tests part writes 6 JSON files.
+pack_xml() {
+  (cd "$out" && tar czf gtest-xml.tar.gz xml && rm -rf xml)
+  (cd "$out" && ls ./*.json >/dev/null 2>&1 && tar czf bench-json.tar.gz ./*.json && rm -f ./*.json)
+}
 # The gtest tally, the summary (also to $out/summary.txt) and the failures, printed last.
 report_summary() {
   summary+=("gtest lines: $(grep -c '^\[       OK \]' "$log") OK, $(grep -c '^\[  SKIPPED \] .*(' "$log") skipped, $(grep -c '^\[  FAILED  \] .*(' "$log") failed (sanitizer reruns counted again)")
@@ -291,7 +295,6 @@ elif [ -x "$san" ]; then
 else
   summary+=("compute-sanitizer not found: sanitizer runs skipped")
 fi
-pack_xml
 sed -n '/^=== kernel_bench/,/^===/p' "$log" | grep -v '^==='
 sed -n '/^=== engine bench/,/^===/p' "$log" | grep -v '^===' | grep -v '^\[' | head -60
 grep -E '^[a-z0-9_-]+ (depth|sequence): [0-9]+ of [0-9]+ steps compared' "$log" | head -60
@@ -299,4 +302,5 @@ if [ "$part" = recurrent ]; then
   grep -E '^recurrent[a-z0-9_-]* (tiled|naive|step)' "$log" | head -40
   cat "$out/recurrent-prefill-gpu.json" 2>/dev/null
 fi
+pack_xml
 report_summary
