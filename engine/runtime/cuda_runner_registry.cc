@@ -1,4 +1,4 @@
-// The registered CUDA runner factory (see cuda_runner_registry.h).
+// The registered CUDA runner factory and copy-bandwidth probe (see cuda_runner_registry.h).
 #include "engine/runtime/cuda_runner_registry.h"
 
 #include <cstdio>
@@ -25,5 +25,19 @@ bool RegisterCudaRunner(CudaRunnerFactory factory) {
 }
 
 CudaRunnerFactory RegisteredCudaRunner() { return Slot(); }
+
+namespace {
+CudaCopyBandwidthFn& BandwidthSlot() {
+  static CudaCopyBandwidthFn fn = nullptr;
+  return fn;
+}
+}  // namespace
+
+bool RegisterCudaCopyBandwidth(CudaCopyBandwidthFn fn) {
+  BandwidthSlot() = fn;
+  return true;
+}
+
+CudaCopyBandwidthFn RegisteredCudaCopyBandwidth() { return BandwidthSlot(); }
 
 }  // namespace morserve

@@ -6,6 +6,7 @@
 // cuda is the clear "no CUDA backend" error. At most one runner may be registered.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -24,5 +25,13 @@ bool RegisterCudaRunner(CudaRunnerFactory factory);
 
 // The registered factory, or nullptr when no runner is linked in.
 CudaRunnerFactory RegisteredCudaRunner();
+
+// The device's copy bandwidth in bytes per second (read + written, device to device, the best
+// of `passes` copies between two `megabytes` buffers), the reference of `morserve bench
+// --device cuda`'s MBU. Registered by the runner library beside its factory.
+using CudaCopyBandwidthFn = absl::StatusOr<double> (*)(int64_t megabytes, int passes);
+bool RegisterCudaCopyBandwidth(CudaCopyBandwidthFn fn);
+// nullptr when no runner is linked in.
+CudaCopyBandwidthFn RegisteredCudaCopyBandwidth();
 
 }  // namespace morserve

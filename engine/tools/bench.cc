@@ -9,10 +9,11 @@
 // ("complete": false until the last, so a run cut short keeps what it measured). With --repeats N
 // the modes alternate N times and each keeps its fastest run (the machine this runs on is often
 // shared). Weight bandwidth: the run first measures the machine's streaming read bandwidth
-// (mem_bandwidth.h; --membw-mb, 0 skips it), and each run reports the weight bytes its runner
-// read (RunnerCounters::weight_bytes), their rate in GB/s (1e9 bytes/s) and that rate as a
-// fraction of the measured bandwidth. --prefill P also times, per model, the prefill of one
-// P-token prompt (max_tokens 1) and reports prefill tokens/s.
+// (mem_bandwidth.h; --membw-mb, 0 skips it), or with --device cuda the GPU's device-to-device
+// copy bandwidth, read + written (cuda_runner_registry.h), and each run reports the weight bytes
+// its runner read (RunnerCounters::weight_bytes), their rate in GB/s (1e9 bytes/s) and that
+// rate as a fraction of the measured bandwidth (with --device cuda: MBU). --prefill P also times,
+// per model, the prefill of one P-token prompt (max_tokens 1) and reports prefill tokens/s.
 #include <time.h>
 
 #include <algorithm>
@@ -29,6 +30,7 @@
 #include "engine/cpu/mem_bandwidth.h"
 #include "engine/cpu/thread_pool.h"
 #include "engine/model/weights.h"
+#include "engine/runtime/cuda_runner_registry.h"
 #include "engine/runtime/engine.h"
 #include "engine/tools/commands.h"
 #include "engine/tools/engine_flags.h"
@@ -395,7 +397,23 @@ int BenchCommand(const Args& args) {
 
   json bandwidth = nullptr;
   double read_gbs = 0, fma_gflops = 0, bf16_dot_gflops = 0;
-  if (*membw_mb > 0) {
+  if (*membw_mb > 0 && base->device == Device::kCuda) {
+    // The GPU's copy bandwidth (read + written) is the reference of the weight rate (MBU).
+    const CudaCopyBandwidthFn copy_bandwidth = RegisteredCudaCopyBandwidth();
+    if (copy_bandwidth == nullptr) {
+      return Fail(
+          "--device cuda: this build has no CUDA backend (--membw-mb 0 skips the copy "
+          "bandwidth)");
+    }
+    auto bw = copy_bandwidth(*membw_mb, *membw_passes);
+    if (!bw.ok()) return Fail(std::string(bw.status().message()));
+    read_gbs = *bw / 1e9;
+    bandwidth = {{"device_copy_bandwidth_gbs", read_gbs},
+                 {"buffer_bytes", static_cast<int64_t>(*membw_mb) << 20},
+                 {"passes", *membw_passes}};
+    std::printf("device copy bandwidth: %.0f GB/s (read + written, 2 x %lld MiB, best of %lld)\n\n",
+                read_gbs, static_cast<long long>(*membw_mb), static_cast<long long>(*membw_passes));
+  } else if (*membw_mb > 0) {
     ThreadPool pool(base->threads);
     auto bw = MeasureReadBandwidth(*membw_mb, *membw_passes, &pool);
     if (!bw.ok()) return Fail(std::string(bw.status().message()));

@@ -44,6 +44,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/reference/reference_model.h"
+#include "engine/runtime/cuda_runner_registry.h"
 #include "tests/engine_harness.h"
 #include "tests/engine_sampling.h"
 #include "tests/gpu/engine_gpu_workloads.h"
@@ -696,6 +697,20 @@ TEST(EngineGpuFixedGemmFallbackTest, OffersThatDifferWithBatchSizeStillPin) {
   EXPECT_EQ(end.fixed_gemm_calls, start.fixed_gemm_calls);
 }
 #endif
+
+// `morserve bench --device cuda`'s MBU reference, registered with the runner: a positive
+// finite rate, and errors that name the flags.
+TEST(DeviceCopyBandwidthTest, MeasuresARateAndNamesBadFlags) {
+  MORSERVE_SKIP_WITHOUT_GPU();
+  const CudaCopyBandwidthFn copy_bandwidth = RegisteredCudaCopyBandwidth();
+  ASSERT_NE(copy_bandwidth, nullptr);
+  auto bw = copy_bandwidth(8, 2);
+  ASSERT_TRUE(bw.ok()) << bw.status();
+  EXPECT_GT(*bw, 0.0);
+  EXPECT_TRUE(std::isfinite(*bw));
+  EXPECT_THAT(std::string(copy_bandwidth(0, 1).status().message()), HasSubstr("--membw-mb"));
+  EXPECT_THAT(std::string(copy_bandwidth(8, 0).status().message()), HasSubstr("--membw-passes"));
+}
 
 TEST(EngineGpuErrorTest, UnsupportedHeadDimIsAClearError) {
   MORSERVE_SKIP_WITHOUT_GPU();

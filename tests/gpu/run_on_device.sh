@@ -142,7 +142,7 @@ if [ "$part" = looped ]; then
     "$bin/engine_gpu_test" --gtest_filter='Families/EngineGpuTest.*/ouro_*:Families/EngineGpuTest.*/nanbeige'
   make_ouro_models
   ouro=("$bin/morserve" bench --device cuda --models $models/ouro-full,$models/ouro-adaptive
-    --prompt-len 16 --temperature 0.8 --kv-cache-mb 40960 --membw-mb 0 --modes depth,sequence)
+    --prompt-len 16 --temperature 0.8 --kv-cache-mb 40960 --membw-mb 1024 --modes depth,sequence)
   run 90 "ouro bench batch 1" "${ouro[@]}" --batches 1 --requests 4 --mean-tokens 64 --std-tokens 0 \
     --warmup 1 --out "$out/ouro-b1.json"
   run 240 "ouro bench batch 32,128" "${ouro[@]}" --batches 32,128 --requests "${OURO_REQUESTS:-128}" \
@@ -176,7 +176,7 @@ if [ "$part" = huginn ]; then
     rm -f $models/huginn-adaptive/looped.json &&
     echo "{\"mode\": \"adaptive\", \"exit_threshold\": ${HUGINN_Q:-10}}" >$models/huginn-adaptive/looped.json
   huginn=("$bin/morserve" bench --device cuda --models $models/huginn-full,$models/huginn-adaptive
-    --prompt-len 16 --temperature 0.8 --kv-cache-mb 32768 --membw-mb 0 --modes depth,sequence)
+    --prompt-len 16 --temperature 0.8 --kv-cache-mb 32768 --membw-mb 1024 --modes depth,sequence)
   run 90 "huginn bench batch 1" "${huginn[@]}" --batches 1 --requests 4 --mean-tokens 64 --std-tokens 0 \
     --warmup 1 --out "$out/huginn-b1.json"
   run 240 "huginn bench batch 8,32" "${huginn[@]}" --batches 8,32 --requests "${HUGINN_REQUESTS:-64}" \
@@ -249,20 +249,21 @@ if [ "$part" != sanitize ] && [ "$part" != recurrent ] && [ -x "$bin/morserve" ]
   bench=("$bin/morserve" bench --device cuda --models $models/mor3,$models/mor4,$models/rec3,$models/vanilla32
     --requests "${BENCH_REQUESTS:-256}" --mean-tokens "${BENCH_MEAN:-128}" --std-tokens "${BENCH_STD:-32}"
     --kv-cache-mb 16384)
-  # Batch-1 decode after a long prompt: ms/token, and bytes per token over the copy bandwidth
-  # (MBU) from kernel_bench's figure; its own JSON, written before the larger runs start.
+  # Batch-1 decode after a long prompt: ms/token, and the weight bytes per second over the
+  # device copy bandwidth the bench measures first (--membw-mb: MBU, the "bw frac" column); its
+  # own JSON, written before the larger runs start.
   run 90 "engine bench batch 1" "$bin/morserve" bench --device cuda --models $models/vanilla32,$models/mor3 \
     --batches 1 --requests 4 --mean-tokens 64 --std-tokens 0 --prompt-len "${BENCH_B1_PROMPT:-512}" \
-    --warmup 1 --modes depth --kv-cache-mb 4096 --membw-mb 0 --out "$out/engine-bench-b1.json"
+    --warmup 1 --modes depth --kv-cache-mb 4096 --membw-mb 1024 --out "$out/engine-bench-b1.json"
   # The same on the fixed-order GEMM (--cuda-gemm fixed) against pinned cuBLASLt (the default).
   run 90 "engine bench batch 1 fixed gemm" "$bin/morserve" bench --device cuda \
     --models $models/vanilla32,$models/mor3 --batches 1 --requests 4 --mean-tokens 64 --std-tokens 0 \
-    --prompt-len "${BENCH_B1_PROMPT:-512}" --warmup 1 --modes depth --kv-cache-mb 4096 --membw-mb 0 \
+    --prompt-len "${BENCH_B1_PROMPT:-512}" --warmup 1 --modes depth --kv-cache-mb 4096 --membw-mb 1024 \
     --cuda-gemm fixed --out "$out/engine-bench-b1-fixed.json"
   # The same with every kernel launched from the host (--cuda-graphs off): what the graphs save.
   run 90 "engine bench batch 1 graphs off" "$bin/morserve" bench --device cuda \
     --models $models/vanilla32,$models/mor3 --batches 1 --requests 4 --mean-tokens 64 --std-tokens 0 \
-    --prompt-len "${BENCH_B1_PROMPT:-512}" --warmup 1 --modes depth --kv-cache-mb 4096 --membw-mb 0 \
+    --prompt-len "${BENCH_B1_PROMPT:-512}" --warmup 1 --modes depth --kv-cache-mb 4096 --membw-mb 1024 \
     --cuda-graphs off --out "$out/engine-bench-b1-eager.json"
   run 150 "engine bench batch 32" "${bench[@]}" --batches 32 --out "$out/engine-bench-b32.json"
   run 150 "engine bench max batch" "${bench[@]}" --batches "${BENCH_MAX_BATCH:-256}" --out "$out/engine-bench-bmax.json"
