@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
@@ -292,6 +293,30 @@ std::vector<uint32_t> Bits(const std::vector<float>& v) {
   return out;
 }
 
+// Runs rows 0..full_m-1 of the problem through `gemm` (fp32 y), then each m of `ms` alone, and
+// expects rows 0..m-1 bitwise equal to the full run's.
+void ExpectRowsEqualAcrossM(LtGemm& gemm, const GemmProblem& pr, int full_m,
+                            std::initializer_list<int> ms) {
+  std::vector<float> full(static_cast<size_t>(full_m) * pr.n), part;
+  const GemmParams p{.x = pr.x.bits.data(),
+                     .w = pr.w.bits.data(),
+                     .y = full.data(),
+                     .y_dtype = DType::kF32,
+                     .m = full_m,
+                     .n = pr.n,
+                     .k = pr.k};
+  MORSERVE_LT_EXPECT_OK(gemm.Run(p, nullptr));
+  for (int m : ms) {
+    part.assign(static_cast<size_t>(m) * pr.n, -1.0f);
+    GemmParams q = p;
+    q.y = part.data();
+    q.m = m;
+    MORSERVE_LT_EXPECT_OK(gemm.Run(q, nullptr));
+    ASSERT_EQ(Bits(part), Bits({full.begin(), full.begin() + static_cast<ptrdiff_t>(part.size())}))
+        << "rows 0.." << m - 1 << " differ between m = " << m << " and m = " << full_m;
+  }
+}
+
 int AlgorithmId(const cublasLtMatmulAlgo_t& algo) {
   int32_t id = -1;
   size_t written = 0;
@@ -402,24 +427,7 @@ TEST(CublasLtEmuTest, PerMHeuristicChoiceChangesARowsBitsAndThePinDoesNot) {
   // 2 x 7 = 20; id 1 has 1 x 4 + 0 x 3 + 1 x 7 = 11; id 0 has 2 x 4 + 1 x 3 + 0 x 7 = 11: a
   // tie that m = 1's order breaks (id 1 before id 0).
   EXPECT_EQ(gemm.pinned_algorithm_id(n, k, DType::kF32), 1);
-  std::vector<float> full(static_cast<size_t>(256) * n), part;
-  const GemmParams p{.x = pr.x.bits.data(),
-                     .w = pr.w.bits.data(),
-                     .y = full.data(),
-                     .y_dtype = DType::kF32,
-                     .m = 256,
-                     .n = n,
-                     .k = k};
-  MORSERVE_LT_EXPECT_OK(gemm.Run(p, nullptr));
-  for (int m : {1, 2, 8, 9, 32, 64, 65, 200}) {
-    part.assign(static_cast<size_t>(m) * n, -1.0f);
-    GemmParams q = p;
-    q.y = part.data();
-    q.m = m;
-    MORSERVE_LT_EXPECT_OK(gemm.Run(q, nullptr));
-    ASSERT_EQ(Bits(part), Bits({full.begin(), full.begin() + static_cast<ptrdiff_t>(part.size())}))
-        << "rows 0.." << m - 1 << " differ between m = " << m << " and m = 256 when pinned";
-  }
+  ExpectRowsEqualAcrossM(gemm, pr, 256, {1, 2, 8, 9, 32, 64, 65, 200});
   EXPECT_EQ(gemm.num_pinned(), 1u);
 }
 
@@ -464,30 +472,21 @@ TEST(CublasLtEmuTest, OffersThatDifferWithMPinByTheCheck) {
               ::testing::AllOf(::testing::HasSubstr("1: 1/1"), ::testing::HasSubstr("8192: 1/1"),
                                ::testing::HasSubstr("pinned: id=0")));
   const GemmProblem pr = GemmProblem::Make(seed, 64, n, k);
-  std::vector<float> full(static_cast<size_t>(64) * n), part;
-  const GemmParams p{.x = pr.x.bits.data(),
-                     .w = pr.w.bits.data(),
-                     .y = full.data(),
-                     .y_dtype = DType::kF32,
-                     .m = 64,
-                     .n = n,
-                     .k = k};
-  MORSERVE_LT_EXPECT_OK(gemm.Run(p, nullptr));
-  for (int m : {1, 7, 8, 9, 33}) {
-    part.assign(static_cast<size_t>(m) * n, -1.0f);
-    GemmParams q = p;
-    q.y = part.data();
-    q.m = m;
-    MORSERVE_LT_EXPECT_OK(gemm.Run(q, nullptr));
-    ASSERT_EQ(Bits(part), Bits({full.begin(), full.begin() + static_cast<ptrdiff_t>(part.size())}))
-        << "rows 0.." << m - 1 << " differ between m = " << m << " and m = 64";
-  }
+  ExpectRowsEqualAcrossM(gemm, pr, 64, {1, 7, 8, 9, 33});
 
   cublaslt_emu::SetNoCommonAlgorithmRows(n, /*others_run=*/false);
   LtGemm refused;
   MORSERVE_LT_EXPECT_OK(refused.Init());
   EXPECT_EQ(refused.Pin(n, k, DType::kF32), CUBLAS_STATUS_NOT_SUPPORTED);
-  EXPECT_EQ(refused.Run(p, nullptr), CUBLAS_STATUS_NOT_SUPPORTED);
+  std::vector<float> y(static_cast<size_t>(n));
+  const GemmParams one{.x = pr.x.bits.data(),
+                       .w = pr.w.bits.data(),
+                       .y = y.data(),
+                       .y_dtype = DType::kF32,
+                       .m = 1,
+                       .n = n,
+                       .k = k};
+  EXPECT_EQ(refused.Run(one, nullptr), CUBLAS_STATUS_NOT_SUPPORTED);
   EXPECT_EQ(refused.pinned_algorithm_id(n, k, DType::kF32), -1);
   EXPECT_THAT(refused.Describe(n, k, DType::kF32), ::testing::HasSubstr("pinned: none"));
 }
