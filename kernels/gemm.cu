@@ -57,6 +57,23 @@ cublasStatus_t MakeDescriptors(int m, int n, int k, DType y_dtype, cublasLtMatmu
   return CUBLAS_STATUS_SUCCESS;
 }
 
+// One m's descriptors (MakeDescriptors) for a question to cuBLASLt, destroyed with the object.
+struct Descriptors {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasStatus_t status;  // MakeDescriptors's: the others are usable when it is SUCCESS
+  Descriptors(int m, int n, int k, DType y_dtype)
+      : status(MakeDescriptors(m, n, k, y_dtype, &desc, &a, &b, &c)) {}
+  ~Descriptors() {
+    for (cublasLtMatrixLayout_t l : {a, b, c}) {
+      if (l != nullptr) cublasLtMatrixLayoutDestroy(l);
+    }
+    if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
+  }
+  Descriptors(const Descriptors&) = delete;
+  Descriptors& operator=(const Descriptors&) = delete;
+};
+
 // One heuristic result's algorithm. (A named wrapper: nvcc's front end fails on containers of
 // the anonymous-struct typedef cublasLtMatmulAlgo_t.)
 struct Algo {
@@ -106,17 +123,13 @@ cublasStatus_t Offered(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cubla
 // and destroyed after it.
 cublasStatus_t OfferedAt(cublasLtHandle_t handle, int m, int n, int k, DType y_dtype,
                          std::vector<Algo>* out) {
-  cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasStatus_t st = MakeDescriptors(m, n, k, y_dtype, &desc, &a, &b, &c);
-  if (st == CUBLAS_STATUS_SUCCESS) st = Offered(handle, desc, a, b, c, /*none_only=*/true, out);
+  const Descriptors d(m, n, k, y_dtype);
+  cublasStatus_t st = d.status;
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = Offered(handle, d.desc, d.a, d.b, d.c, /*none_only=*/true, out);
   if (st == CUBLAS_STATUS_SUCCESS && out->empty()) {  // the mask filtered everything: by hand
-    st = Offered(handle, desc, a, b, c, /*none_only=*/false, out);
+    st = Offered(handle, d.desc, d.a, d.b, d.c, /*none_only=*/false, out);
   }
-  for (cublasLtMatrixLayout_t l : {a, b, c}) {
-    if (l != nullptr) cublasLtMatrixLayoutDestroy(l);
-  }
-  if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
   return st;
 }
 
@@ -124,18 +137,12 @@ cublasStatus_t OfferedAt(cublasLtHandle_t handle, int m, int n, int k, DType y_d
 // the workspace: the heuristic need not offer an algorithm at an m for it to run there.
 bool RunsAt(cublasLtHandle_t handle, const cublasLtMatmulAlgo_t& algo, int m, int n, int k,
             DType y_dtype) {
-  cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  const Descriptors d(m, n, k, y_dtype);
   cublasLtMatmulHeuristicResult_t result{};
-  bool ok =
-      MakeDescriptors(m, n, k, y_dtype, &desc, &a, &b, &c) == CUBLAS_STATUS_SUCCESS &&
-      cublasLtMatmulAlgoCheck(handle, desc, a, b, c, c, &algo, &result) == CUBLAS_STATUS_SUCCESS &&
-      result.workspaceSize <= LtGemm::kWorkspaceBytes;
-  for (cublasLtMatrixLayout_t l : {a, b, c}) {
-    if (l != nullptr) cublasLtMatrixLayoutDestroy(l);
-  }
-  if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
-  return ok;
+  return d.status == CUBLAS_STATUS_SUCCESS &&
+         cublasLtMatmulAlgoCheck(handle, d.desc, d.a, d.b, d.c, d.c, &algo, &result) ==
+             CUBLAS_STATUS_SUCCESS &&
+         result.workspaceSize <= LtGemm::kWorkspaceBytes;
 }
 
 // True when two algorithms are one kernel configuration: every configuration attribute reads
@@ -361,16 +368,13 @@ std::string LtGemm::Describe(int n, int k, DType y_dtype) {
   std::string out =
       std::to_string(n) + " x " + std::to_string(k) + " offers (m: all / no split-K):";
   for (int m : Buckets(0, kPinMaxM)) {
-    cublasLtMatmulDesc_t desc = nullptr;
-    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    const Descriptors d(m, n, k, y_dtype);
     std::vector<Algo> offered;
     int found = 0;
-    cublasStatus_t st = MakeDescriptors(m, n, k, y_dtype, &desc, &a, &b, &c);
-    if (st == CUBLAS_STATUS_SUCCESS) st = Offered(handle_, desc, a, b, c, false, &offered, &found);
-    for (cublasLtMatrixLayout_t l : {a, b, c}) {
-      if (l != nullptr) cublasLtMatrixLayoutDestroy(l);
+    cublasStatus_t st = d.status;
+    if (st == CUBLAS_STATUS_SUCCESS) {
+      st = Offered(handle_, d.desc, d.a, d.b, d.c, /*none_only=*/false, &offered, &found);
     }
-    if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
     out +=
         " " + std::to_string(m) + ": " +
         (st == CUBLAS_STATUS_SUCCESS ? std::to_string(found) + "/" + std::to_string(offered.size())

@@ -25,16 +25,15 @@ absl::StatusOr<double> CopyBandwidth(int64_t megabytes, int passes) {
   const size_t bytes = static_cast<size_t>(megabytes) << 20;
   void* src = nullptr;
   void* dst = nullptr;
-  if (cudaError_t e = cudaMalloc(&src, bytes); e != cudaSuccess) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("--membw-mb: cannot allocate 2 x ", megabytes,
-                     " MiB on the device: ", cudaGetErrorString(e)));
+  cudaError_t alloc = cudaMalloc(&src, bytes);
+  if (alloc == cudaSuccess) {
+    alloc = cudaMalloc(&dst, bytes);
+    if (alloc != cudaSuccess) cudaFree(src);
   }
-  if (cudaError_t e = cudaMalloc(&dst, bytes); e != cudaSuccess) {
-    cudaFree(src);
+  if (alloc != cudaSuccess) {
     return absl::ResourceExhaustedError(
         absl::StrCat("--membw-mb: cannot allocate 2 x ", megabytes,
-                     " MiB on the device: ", cudaGetErrorString(e)));
+                     " MiB on the device: ", cudaGetErrorString(alloc)));
   }
   absl::Status status = absl::OkStatus();
   double best = 0;
