@@ -41,12 +41,13 @@ __device__ __forceinline__ int64_t PartialIndex(const PartialArgs& w, int row, i
   return (static_cast<int64_t>(row) * n_heads + head) * w.max_chunks + chunk;
 }
 
-// Stores a CTA's fold state (acc, sh.m, sh.l) as the partials of chunk `chunk` of the GQA group
-// of kv head kvh; bad stores a NaN sum, which poisons every output the partial reaches.
+// Stores a CTA's fold state (acc; running max m[g] and sum l[g] per head of the group) as the
+// partials of chunk `chunk` of the GQA group of kv head kvh; bad stores a NaN sum, which
+// poisons every output the partial reaches.
 template <int HD>
 __device__ __forceinline__ void StorePartial(const PartialArgs& w, int row, int n_heads, int kvh,
                                              int group, int chunk, const TileAcc<HD>& acc,
-                                             const TileShared<HD>& sh, bool bad, int tid) {
+                                             const float* m, const float* l, bool bad, int tid) {
 #pragma unroll
   for (int i = 0; i < TileShape<HD>::kOutPerThread; ++i) {
     const int o = tid + i * kThreads;
@@ -56,8 +57,8 @@ __device__ __forceinline__ void StorePartial(const PartialArgs& w, int row, int 
       const int64_t idx = PartialIndex(w, row, n_heads, kvh * group + g, chunk);
       w.acc[idx * HD + d] = acc[i];
       if (d == 0) {
-        w.ml[2 * idx] = sh.m[g];
-        w.ml[2 * idx + 1] = bad ? QuietNan() : sh.l[g];
+        w.ml[2 * idx] = m[g];
+        w.ml[2 * idx + 1] = bad ? QuietNan() : l[g];
       }
     }
   }

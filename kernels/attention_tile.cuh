@@ -337,17 +337,17 @@ __device__ __forceinline__ void FoldTiles(const TileArgs& a, const int32_t* bloc
   }
 }
 
-// out = acc / l per head (0 where l is not positive); NaN where `bad`, or where l is NaN and
-// nan_l_is_bad.
+// out = acc / l[g] per head g (0 where l is not positive); NaN where `bad`, or where l is NaN
+// and nan_l_is_bad.
 template <int HD, typename TO>
 __device__ __forceinline__ void StoreNormalized(TO* out_row, const TileAcc<HD>& acc,
-                                                const TileShared<HD>& sh, int outs, bool bad,
+                                                const float* l_of, int outs, bool bad,
                                                 bool nan_l_is_bad, int tid) {
 #pragma unroll
   for (int i = 0; i < TileShape<HD>::kOutPerThread; ++i) {
     const int o = tid + i * kThreads;
     if (o < outs) {
-      const float l = sh.l[o / HD];
+      const float l = l_of[o / HD];
       const float inv = l > 0.0f ? 1.0f / l : 0.0f;
       StoreF32(out_row, o, (bad || (nan_l_is_bad && isnan(l))) ? QuietNan() : acc[i] * inv);
     }

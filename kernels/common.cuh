@@ -71,5 +71,16 @@ __device__ __forceinline__ void MmaBf16M16N8K16(float d[4], const uint32_t a[4],
         "f"(c[2]), "f"(c[3]));
 }
 
+// An asynchronous 16-byte copy from global to shared memory (cp.async.cg, sm_80+: the data
+// skips the registers and L1), and the wait for every copy this thread issued. Both pointers
+// must be 16-byte aligned. The emulator's pair copies at once and waits for nothing.
+__device__ __forceinline__ void CopyAsync16(void* smem_dst, const void* gmem_src) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem_src) : "memory");
+}
+__device__ __forceinline__ void WaitAsyncCopies() {
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
 }  // namespace morserve::kernels
 #endif  // __CUDACC__

@@ -11,9 +11,15 @@ namespace {
 
 template <int HD, typename TO>
 cudaError_t Launch(const Args& a, int rows, int max_chunks, cudaStream_t stream) {
-  MORSERVE_LAUNCH(dim3(rows, a.n_kv_heads, max_chunks), kThreads, 0, stream,
-                  AttnChunkKernel<HD, TO>)
-  (a);
+  if (a.fold == AttentionFold::kWarp) {
+    MORSERVE_LAUNCH(dim3(rows, a.n_kv_heads, max_chunks), kThreads, 0, stream,
+                    AttnWarpChunkKernel<HD, TO>)
+    (a);
+  } else {
+    MORSERVE_LAUNCH(dim3(rows, a.n_kv_heads, max_chunks), kThreads, 0, stream,
+                    AttnChunkKernel<HD, TO>)
+    (a);
+  }
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || max_chunks == 1) return err;
   MORSERVE_LAUNCH(dim3(rows, a.n_heads), HD, 0, stream, AttnCombineKernel<HD, TO>)(a);
@@ -43,7 +49,8 @@ cudaError_t paged_attention_forward(const PagedAttentionParams& p, cudaStream_t 
       p.n_heads % p.n_kv_heads != 0 || p.n_heads / p.n_kv_heads > kMaxGroup || p.block_size <= 0 ||
       p.num_blocks <= 0 || p.max_kv_len < 0 || p.chunk_len <= 0 || p.chunk_len % kTile != 0 ||
       !std::isfinite(p.scale) || (p.out_dtype != DType::kF32 && p.out_dtype != DType::kBF16) ||
-      (p.extra_k == nullptr) != (p.extra_v == nullptr)) {
+      (p.extra_k == nullptr) != (p.extra_v == nullptr) ||
+      (p.fold != AttentionFold::kCta && p.fold != AttentionFold::kWarp)) {
     return cudaErrorInvalidValue;
   }
   if (p.rows == 0) return cudaSuccess;

@@ -58,6 +58,15 @@ inline constexpr int kAttentionTile = 32;
 // Largest GQA group (query heads per kv head) the kernel holds in one CTA.
 inline constexpr int kAttentionMaxGroup = 8;
 
+// How the split kernel walks a chunk's tiles. Both are fixed-order and batch invariant; their
+// bits differ (a row keeps the same bits only under one fold).
+//   kCta:  the CTA on one tile at a time, pipelined one tile ahead (attention_tile.cuh).
+//          Recurrent layers use it: their ranges must equal recurrent_attention's folds.
+//   kWarp: each of the CTA's 4 warps walks its own tiles (tile index within the chunk mod 4)
+//          with its own softmax state, merged in warp order at the chunk's end
+//          (attention_warp_fold.cuh): a quarter of the serial walk, for small batches.
+enum class AttentionFold : int32_t { kCta = 0, kWarp = 1 };
+
 // The head_dims the attention kernels (this one and recurrent_attention) are built for.
 inline constexpr bool AttentionHeadDimSupported(int head_dim) {
   return head_dim == 64 || head_dim == 96 || head_dim == 128;
@@ -86,6 +95,7 @@ struct PagedAttentionParams {
   int num_blocks = 0;
   int max_kv_len = 0;  // >= every kv_len[r] of the launch; sizes the grid
   int chunk_len = 256;
+  AttentionFold fold = AttentionFold::kCta;
   float scale = 0.0f;  // usually 1 / sqrt(head_dim)
 };
 
@@ -99,8 +109,8 @@ size_t PagedAttentionWorkspaceFloats(int rows, int n_heads, int head_dim, int ma
 // Launches the split kernel and the combine kernel on `stream`. Returns
 // cudaErrorInvalidValue for a null pointer, an unsupported head_dim / out_dtype, a GQA group
 // over kAttentionMaxGroup, n_kv_heads not dividing n_heads, chunk_len not a multiple of
-// kAttentionTile, a missing workspace, a pointer that is not 16-byte aligned, or a grid
-// over the device limits; otherwise the launches' error.
+// kAttentionTile, an unknown fold, a missing workspace, a pointer that is not 16-byte aligned,
+// or a grid over the device limits; otherwise the launches' error.
 cudaError_t paged_attention_forward(const PagedAttentionParams& p, cudaStream_t stream);
 
 }  // namespace morserve::kernels

@@ -6,7 +6,8 @@
 //
 // The per-tile arithmetic (query load, key lookup, scores, online softmax, acc fold) lives in
 // kernels/attention_tile.cuh, the partials' layout, store and chunk-order combine in
-// kernels/attention_combine.cuh; both are shared with the recurrent attention kernel.
+// kernels/attention_combine.cuh; both are shared with the recurrent attention kernel. The
+// warp fold's walk and merge (AttnWarpChunkKernel) are kernels/attention_warp_fold.cuh.
 #pragma once
 
 #include <cmath>
@@ -14,6 +15,7 @@
 
 #include "kernels/attention_combine.cuh"
 #include "kernels/attention_tile.cuh"
+#include "kernels/attention_warp_fold.cuh"
 #include "kernels/paged_attention.cuh"
 
 namespace morserve::kernels {
@@ -24,6 +26,7 @@ struct Args : TileArgs {
   void* out;
   PartialArgs partials;  // the chunks' partials (attention_combine.cuh)
   int chunk_len;
+  AttentionFold fold;
 };
 
 // A row's entry count (visible + extra) and chunk count, or ok = false for a faulty row.
@@ -47,30 +50,58 @@ __device__ __forceinline__ RowInfo GetRow(const Args& a, int row) {
   return info;
 }
 
-// One CTA per (row, kv head, chunk). HD: head_dim; TO: float or uint16_t (bf16 bits). At least
-// 3 CTAs per SM (kMinCtasPerSm): the pipelined fold's next-tile registers fit in 168 or fewer
-// per thread without spills (ptxas -v, sm_90a), the occupancy the unpipelined fold had.
+// What a split CTA (row, kv head, chunk) of either fold works on: keys [begin, end) of its row.
+// Returns false when it has nothing to do: past the row's last chunk, or a faulty row (whose
+// chunk-0 CTA writes the NaN output).
+template <int HD, typename TO>
+__device__ __forceinline__ bool ChunkSpan(const Args& a, RowInfo& info, int& begin, int& end,
+                                          int tid) {
+  const int row = blockIdx.x;
+  const int chunk = blockIdx.z;
+  info = GetRow(a, row);
+  if (!info.ok) {
+    if (chunk == 0) {
+      TO* out_row = GroupRow<HD>(static_cast<TO*>(a.out), row, a.n_heads, blockIdx.y, a.group);
+      for (int o = tid; o < a.group * HD; o += kThreads) StoreF32(out_row, o, QuietNan());
+    }
+    return false;
+  }
+  if (chunk >= info.nchunks) return false;
+  begin = chunk * a.chunk_len;
+  end = min(info.total, begin + a.chunk_len);
+  return true;
+}
+
+// A split CTA's result from its chunk's (m, l, acc): the output itself when the row has one
+// chunk, else the chunk's partial for the combine kernel.
+template <int HD, typename TO>
+__device__ __forceinline__ void StoreChunk(const Args& a, const RowInfo& info,
+                                           const TileAcc<HD>& acc, const float* m, const float* l,
+                                           bool bad, int tid) {
+  const int row = blockIdx.x;
+  const int kvh = blockIdx.y;
+  if (info.nchunks == 1) {
+    TO* out_row = GroupRow<HD>(static_cast<TO*>(a.out), row, a.n_heads, kvh, a.group);
+    StoreNormalized<HD>(out_row, acc, l, a.group * HD, bad, /*nan_l_is_bad=*/false, tid);
+    return;
+  }
+  StorePartial<HD>(a.partials, row, a.n_heads, kvh, a.group, blockIdx.z, acc, m, l, bad, tid);
+}
+
+// One CTA per (row, kv head, chunk), the CTA fold (AttentionFold::kCta). HD: head_dim; TO:
+// float or uint16_t (bf16 bits). At least 3 CTAs per SM (kMinCtasPerSm): the pipelined fold's
+// next-tile registers fit in 168 or fewer per thread without spills (ptxas -v, sm_90a), the
+// occupancy the unpipelined fold had.
 template <int HD, typename TO>
 __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) AttnChunkKernel(const Args a) {
   constexpr int kOutPerThread = TileShape<HD>::kOutPerThread;
   const int row = blockIdx.x;
   const int kvh = blockIdx.y;
-  const int chunk = blockIdx.z;
   const int tid = threadIdx.x;
   const int group = a.group;
-  const int outs = group * HD;  // this CTA's outputs: heads kvh*group .. +group, all dims
-  TO* out_row = GroupRow<HD>(static_cast<TO*>(a.out), row, a.n_heads, kvh, group);
-
-  const RowInfo info = GetRow(a, row);
-  if (!info.ok) {
-    if (chunk == 0) {
-      for (int o = tid; o < outs; o += kThreads) StoreF32(out_row, o, QuietNan());
-    }
-    return;
-  }
-  if (chunk >= info.nchunks) return;
-  const int begin = chunk * a.chunk_len;
-  const int end = min(info.total, begin + a.chunk_len);
+  RowInfo info;
+  int begin = 0, end = 0;
+  if (!ChunkSpan<HD, TO>(a, info, begin, end, tid)) return;
 
   __shared__ TileShared<HD> sh;
   __shared__ int s_bad;
@@ -89,13 +120,40 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) AttnChunkKernel(const
 
   const int32_t* blocks = a.table_blocks + a.table_indptr[row];
   FoldTiles<HD>(a, blocks, row, kvh, info.len, begin, end, qreg, sh, s_bad, acc, tid);
+  StoreChunk<HD, TO>(a, info, acc, sh.m, sh.l, s_bad != 0, tid);
+}
 
-  const bool bad = s_bad != 0;
-  if (info.nchunks == 1) {
-    StoreNormalized<HD>(out_row, acc, sh, outs, bad, /*nan_l_is_bad=*/false, tid);
-    return;
-  }
-  StorePartial<HD>(a.partials, row, a.n_heads, kvh, group, chunk, acc, sh, bad, tid);
+// The warp fold (AttentionFold::kWarp, attention_warp_fold.cuh): the same grid and chunks,
+// each warp walking its own tiles of the chunk, merged in warp order before StoreChunk. At
+// least kWarpFoldMinCtasPerSm CTAs per SM: 197-222 registers per thread, no spills (ptxas -v,
+// sm_90a; at 3 CTAs per SM it spilled 24-424 bytes).
+template <int HD, typename TO>
+__global__ void __launch_bounds__(kThreads, kWarpFoldMinCtasPerSm)
+    AttnWarpChunkKernel(const Args a) {
+  const int row = blockIdx.x;
+  const int kvh = blockIdx.y;
+  const int tid = threadIdx.x;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  RowInfo info;
+  int begin = 0, end = 0;
+  if (!ChunkSpan<HD, TO>(a, info, begin, end, tid)) return;
+
+  __shared__ WarpFoldShared<HD> sh;
+  __shared__ int s_bad;
+  WarpQuery q;
+  LoadWarpQuery<HD>(GroupRow<HD>(a.q, row, a.n_heads, kvh, a.group), a.group, lane, q);
+  WarpFoldState<HD> st;
+  ResetWarpState<HD>(st);
+  if (tid == 0) s_bad = 0;
+  __syncthreads();
+
+  const int32_t* blocks = a.table_blocks + a.table_indptr[row];
+  WarpFoldTiles<HD>(a, blocks, row, kvh, info.len, begin, end, q, sh.warp[warp], s_bad, st, warp,
+                    lane);
+  TileAcc<HD> acc;
+  WarpMerge<HD>(a.group, st, sh, acc, warp, lane, tid);
+  StoreChunk<HD, TO>(a, info, acc, sh.m_all, sh.l_all, s_bad != 0, tid);
 }
 
 // One CTA of HD threads per (row, head) whose row has several chunks: merges the chunk
@@ -119,6 +177,7 @@ inline Args MakeArgs(const PagedAttentionParams& p, int max_chunks) {
   a.out = p.out;
   a.partials = MakePartialArgs(p.workspace, p.rows, p.n_heads, p.head_dim, max_chunks);
   a.chunk_len = p.chunk_len;
+  a.fold = p.fold;
   return a;
 }
 

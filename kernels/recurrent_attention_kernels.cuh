@@ -120,12 +120,12 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm)
 
   const bool bad = s_bad != 0;
   if (!kFinish || (f.ok && f.range > 0)) {
-    StorePartial<HD>(a.partials, row, a.n_heads, kvh, group, f.range, acc, sh, bad, tid);
+    StorePartial<HD>(a.partials, row, a.n_heads, kvh, group, f.range, acc, sh.m, sh.l, bad, tid);
   }
   if constexpr (kFinish) {
     TO* out_row = GroupRow<HD>(static_cast<TO*>(a.out), row, a.n_heads, kvh, group);
     if (!f.ok || f.range == 0) {  // one range: out = acc / l, as paged attention's one chunk
-      StoreNormalized<HD>(out_row, acc, sh, outs, bad, /*nan_l_is_bad=*/true, tid);
+      StoreNormalized<HD>(out_row, acc, sh.l, outs, bad, /*nan_l_is_bad=*/true, tid);
       return;
     }
     __syncthreads();  // the own range's partial is stored: combine the row's ranges in order

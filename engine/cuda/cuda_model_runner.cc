@@ -171,7 +171,8 @@ class CudaModelRunner : public ModelRunner {
   // are captured in CUDA graphs (0: none).
   CudaModelRunner(std::shared_ptr<const ModelWeights> w, int num_blocks, int block_size,
                   RecurrentPrefill recurrent_prefill, int64_t initial_states, int rows,
-                  int logit_rows, int huginn_rows, int graph_rows, CudaGemm gemm_choice)
+                  int logit_rows, int huginn_rows, int graph_rows, CudaGemm gemm_choice,
+                  CudaAttentionFold attention_fold)
       : w_(std::move(w)),
         cfg_(w_->config),
         num_blocks_(num_blocks),
@@ -182,7 +183,9 @@ class CudaModelRunner : public ModelRunner {
         reserve_logit_rows_(logit_rows),
         huginn_rows_(huginn_rows),
         graph_rows_(graph_rows),
-        gemm_choice_(gemm_choice) {}
+        gemm_choice_(gemm_choice),
+        attention_fold_(attention_fold == CudaAttentionFold::kWarp ? k::AttentionFold::kWarp
+                                                                   : k::AttentionFold::kCta) {}
   ~CudaModelRunner() override {
     if (stream_ == nullptr) return;
     cudaStreamSynchronize(stream_);  // no graph is running when it is destroyed
@@ -412,6 +415,8 @@ class CudaModelRunner : public ModelRunner {
   DeviceBuffer graph_meta_;
   int64_t graph_generation_ = -1;
   CudaGemm gemm_choice_ = CudaGemm::kAuto;
+  // --cuda-attention-fold: the non-recurrent layers' attention fold (recurrent layers: kCta).
+  k::AttentionFold attention_fold_ = k::AttentionFold::kCta;
   std::vector<int32_t> pending_ids_, pending_slots_;  // embeddings not yet run (Embed)
   RunnerCounters counters_;  // since construction (device.allocations: StepAllocations)
 };
@@ -1522,6 +1527,8 @@ void CudaModelRunner::FullRowsOnDevice(const DeviceLayer& L, const StagedRows& s
   p.max_kv_len = s.max_kv_len;
   const int chunk_len = recurrent ? k::kRecurrentRange : kAttentionChunk;
   p.chunk_len = chunk_len;
+  // Recurrent layers' rows equal recurrent_attention's folds only under the CTA fold.
+  p.fold = recurrent ? k::AttentionFold::kCta : attention_fold_;
   const size_t ws = k::PagedAttentionWorkspaceFloats(n, cfg_.num_heads, cfg_.head_dim, s.max_kv_len,
                                                      recurrent, chunk_len);
   p.workspace =
@@ -1827,7 +1834,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> CreateCudaModelRunner(
       weights->config.recursion.exit_rule == LoopExitRule::kHuginnKl ? config.max_batch_rows : 0;
   auto runner = std::make_unique<CudaModelRunner>(
       std::move(weights), num_kv_blocks, config.block_size, config.recurrent_prefill, states, rows,
-      logit_rows, huginn_rows, graph_rows, config.cuda_gemm);
+      logit_rows, huginn_rows, graph_rows, config.cuda_gemm, config.cuda_attention_fold);
   if (absl::Status st = runner->Init(); !st.ok()) return st;
   return std::unique_ptr<ModelRunner>(std::move(runner));
 }

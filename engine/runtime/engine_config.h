@@ -46,6 +46,14 @@ enum class CudaGemm {
   kFixed,     // the fixed-order tensor-core kernel for every GEMM
 };
 
+// --device cuda: how the attention of non-recurrent layers walks a split-KV chunk
+// (kernels/paged_attention.cuh AttentionFold). Both give a row the same bits whatever its batch,
+// not the same bits as each other. Recurrent layers always use the CTA fold.
+enum class CudaAttentionFold {
+  kCta,   // the CTA on one tile at a time, pipelined one tile ahead
+  kWarp,  // per-warp keys: each warp its own tiles and softmax state, merged in warp order
+};
+
 struct EngineConfig {
   BatchingMode mode = BatchingMode::kDepthWise;
   int max_batch_rows = 256;    // rows in one pass of the shared block (the "batch size")
@@ -66,6 +74,7 @@ struct EngineConfig {
   // cuda_step_graphs.h); off: every kernel launched from the host (the same bits).
   bool cuda_graphs = true;
   CudaGemm cuda_gemm = CudaGemm::kAuto;
+  CudaAttentionFold cuda_attention_fold = CudaAttentionFold::kCta;
 };
 
 }  // namespace morserve

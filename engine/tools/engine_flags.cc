@@ -9,7 +9,7 @@ const std::set<std::string>& EngineFlagNames() {
   static const std::set<std::string> names = {
       "mode",       "weights",      "max-batch",   "max-step-tokens", "max-running",
       "block-size", "kv-blocks",    "kv-cache-mb", "threads",         "recurrent-prefill",
-      "device",     "prefix-cache", "cuda-graphs", "cuda-gemm"};
+      "device",     "prefix-cache", "cuda-graphs", "cuda-gemm",       "cuda-attention-fold"};
   return names;
 }
 
@@ -95,6 +95,12 @@ absl::StatusOr<EngineConfig> EngineConfigFromFlags(const Flags& flags) {
     return absl::InvalidArgumentError(
         absl::StrCat("--cuda-gemm: auto, cublaslt or fixed, got '", gemm, "'"));
   }
+  const std::string fold = flags.Get("cuda-attention-fold", "cta");
+  if (fold != "cta" && fold != "warp") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--cuda-attention-fold: cta or warp, got '", fold, "'"));
+  }
+  c.cuda_attention_fold = fold == "warp" ? CudaAttentionFold::kWarp : CudaAttentionFold::kCta;
   struct IntFlag {
     const char* name;
     int* out;

@@ -513,6 +513,10 @@ inline void MmaBf16M16N8K16(float d[4], const uint32_t a[4], const uint32_t b[2]
                             const float c[4]) {
   cuda_emu::Mma(d, a, b, c);
 }
+inline void CopyAsync16(void* smem_dst, const void* gmem_src) {
+  std::memcpy(smem_dst, gmem_src, 16);
+}
+inline void WaitAsyncCopies() {}
 inline float Bf16BitsToF32(uint16_t b) { return Bf16ToF32(b); }
 inline uint16_t F32ToBf16Bits(float f) { return F32ToBf16(f); }
 template <typename T>

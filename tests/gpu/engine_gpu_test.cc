@@ -32,7 +32,8 @@
 // With --cuda-gemm fixed (the fixed-order GEMM, kernels/fixed_gemm.cuh, for every projection):
 // the reference comparison, batch invariance and no allocation after start-up; on the emulator,
 // a shape cuBLASLt cannot pin runs on that kernel under --cuda-gemm auto and is an error naming
-// it under --cuda-gemm cublaslt.
+// it under --cuda-gemm cublaslt. With --cuda-attention-fold warp (per-warp keys in attention):
+// the reference comparison, batch invariance and no allocation after start-up.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -597,26 +598,15 @@ INSTANTIATE_TEST_SUITE_P(Families, EngineGpuAllocationTest,
                                            GpuFamily("huginn-adaptive", "huginn_adaptive")),
                          [](const auto& info) { return info.param.name; });
 
-// --cuda-gemm fixed: every projection, router-free LM head included, on the fixed-order GEMM.
-class EngineGpuFixedGemmTest : public ::testing::TestWithParam<FamilyCase> {
- protected:
-  void SetUp() override { MORSERVE_SKIP_WITHOUT_GPU(); }
-};
-
-TEST_P(EngineGpuFixedGemmTest, MatchesReferenceAndIsBatchInvariant) {
-  testing::TempDir dir;
-  auto weights = testing::MakeModel(GetParam().spec, &dir);
-  ASSERT_NE(weights, nullptr);
-  EngineConfig cfg = GpuConfig(BatchingMode::kDepthWise);
-  cfg.cuda_gemm = CudaGemm::kFixed;
+// The engine under `cfg` against the reference (RunAndCompare), then a request alone and inside
+// a mixed batch (rows at other depths, prefill chunks): the same tokens and bitwise the same
+// logits. The device counters around the reference run go to *start and *end.
+void MatchesReferenceAndIsBatchInvariant(const std::shared_ptr<const ModelWeights>& weights,
+                                         EngineConfig cfg, const std::string& label,
+                                         RunnerCounters::Device* start,
+                                         RunnerCounters::Device* end) {
   const Workload w = MakeWorkload(weights->config.vocab_size, testing::EngineGpuRequests());
-  RunnerCounters::Device start, end;
-  RunAndCompare(weights, w, ReferenceRuns(weights, w.requests), cfg, GetParam().name + " fixed",
-                &start, &end);
-  EXPECT_GT(end.fixed_gemm_calls, 0);
-  EXPECT_EQ(end.allocations - start.allocations, 0) << "allocated after start-up";
-  // A request alone and inside a mixed batch (rows at other depths, prefill chunks): the same
-  // tokens and bitwise the same logits.
+  RunAndCompare(weights, w, ReferenceRuns(weights, w.requests), cfg, label, start, end);
   const int vocab = weights->config.vocab_size;
   const GenerateRequest probe = Greedy(testing::MakePrompts(1, 9, 9, vocab, 99)[0], 12);
   cfg.max_batch_rows = 16;
@@ -631,17 +621,62 @@ TEST_P(EngineGpuFixedGemmTest, MatchesReferenceAndIsBatchInvariant) {
   batch.requests.push_back(probe);
   batch.arrivals.push_back(2);
   const RunResult mixed = run(batch.requests, batch.arrivals).back();
-  EXPECT_EQ(mixed.tokens, alone.tokens);
-  ASSERT_EQ(mixed.logits.size(), alone.logits.size());
+  EXPECT_EQ(mixed.tokens, alone.tokens) << label;
+  ASSERT_EQ(mixed.logits.size(), alone.logits.size()) << label;
   for (size_t t = 0; t < alone.logits.size(); ++t) {
-    EXPECT_EQ(mixed.logits[t], alone.logits[t]) << "token " << t;
+    EXPECT_EQ(mixed.logits[t], alone.logits[t]) << label << " token " << t;
   }
+}
+
+// --cuda-gemm fixed: every projection, router-free LM head included, on the fixed-order GEMM.
+class EngineGpuFixedGemmTest : public ::testing::TestWithParam<FamilyCase> {
+ protected:
+  void SetUp() override { MORSERVE_SKIP_WITHOUT_GPU(); }
+};
+
+TEST_P(EngineGpuFixedGemmTest, MatchesReferenceAndIsBatchInvariant) {
+  testing::TempDir dir;
+  auto weights = testing::MakeModel(GetParam().spec, &dir);
+  ASSERT_NE(weights, nullptr);
+  EngineConfig cfg = GpuConfig(BatchingMode::kDepthWise);
+  cfg.cuda_gemm = CudaGemm::kFixed;
+  RunnerCounters::Device start, end;
+  ASSERT_NO_FATAL_FAILURE(
+      MatchesReferenceAndIsBatchInvariant(weights, cfg, GetParam().name + " fixed", &start, &end));
+  EXPECT_GT(end.fixed_gemm_calls, 0);
+  EXPECT_EQ(end.allocations - start.allocations, 0) << "allocated after start-up";
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, EngineGpuFixedGemmTest,
                          ::testing::Values(GpuFamily("vanilla", "vanilla"),
                                            GpuFamily("mor-ec", "mor_ec"),
                                            FamilyCase{"relaxed_lora_r13", RelaxedEveryProjection()},
+                                           FamilyCase{"ouro_adaptive", OuroAdaptive()},
+                                           GpuFamily("huginn-adaptive", "huginn_adaptive")),
+                         [](const auto& info) { return info.param.name; });
+
+// --cuda-attention-fold warp: the non-recurrent layers' attention with per-warp keys
+// (kernels/attention_warp_fold.cuh), in every family whose attention it serves, graphs on.
+class EngineGpuWarpFoldTest : public ::testing::TestWithParam<FamilyCase> {
+ protected:
+  void SetUp() override { MORSERVE_SKIP_WITHOUT_GPU(); }
+};
+
+TEST_P(EngineGpuWarpFoldTest, MatchesReferenceAndIsBatchInvariant) {
+  testing::TempDir dir;
+  auto weights = testing::MakeModel(GetParam().spec, &dir);
+  ASSERT_NE(weights, nullptr);
+  EngineConfig cfg = GpuConfig(BatchingMode::kDepthWise);
+  cfg.cuda_attention_fold = CudaAttentionFold::kWarp;
+  RunnerCounters::Device start, end;
+  ASSERT_NO_FATAL_FAILURE(MatchesReferenceAndIsBatchInvariant(
+      weights, cfg, GetParam().name + " warp fold", &start, &end));
+  EXPECT_EQ(end.allocations - start.allocations, 0) << "allocated after start-up";
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, EngineGpuWarpFoldTest,
+                         ::testing::Values(GpuFamily("vanilla", "vanilla"),
+                                           GpuFamily("mor-ec", "mor_ec"),
                                            FamilyCase{"ouro_adaptive", OuroAdaptive()},
                                            GpuFamily("huginn-adaptive", "huginn_adaptive")),
                          [](const auto& info) { return info.param.name; });

@@ -4,7 +4,8 @@
 // projections on the fixed-order GEMM and on pinned cuBLASLt (a shape cuBLASLt cannot pin has
 // only the fixed row), paged attention (decode at several batch sizes and contexts, and a
 // prefill chunk; SmolLM-360M heads, plus a decode and a prefill at Huginn-0125's 55 heads of
-// 96), and per-loop LoRA on its linears (the segmented shrink/expand kernels against the
+// 96; each with the CTA fold and with per-warp keys, and batch 1 also with chunks of 64 and
+// 128 keys), and per-loop LoRA on its linears (the segmented shrink/expand kernels against the
 // per-loop-group cuBLASLt loop they replaced), each as the median over repeats of event-timed
 // runs that rotate over 8 input sets so the L2 cache does not serve them: "us" replays the
 // runs captured in a CUDA graph (as the engine's decode step runs), "eager us" launches each
@@ -157,11 +158,25 @@ struct AttentionHeads {
 constexpr AttentionHeads kSmolHeads = {15, 5, 64, ""};
 constexpr AttentionHeads kHuginnHeads = {55, 55, 96, " heads=55/55x96"};
 
+// How an attention row walks its chunks: the fold and the chunk length (the engine's: the CTA
+// fold, 256).
+struct AttentionWalk {
+  AttentionFold fold = AttentionFold::kCta;
+  int chunk = 256;
+};
+
+// The result name's suffix for a walk other than the engine's default.
+std::string WalkLabel(const AttentionWalk& w) {
+  std::string label = w.fold == AttentionFold::kWarp ? " fold=warp" : "";
+  if (w.chunk != 256) label += " chunk=" + std::to_string(w.chunk);
+  return label;
+}
+
 // Paged attention over `rows` rows: decode (one row per request, context `ctx`) or a prefill
 // chunk (`rows` rows of one request ending at context ctx).
 Result Attention(int rows, int ctx, bool prefill, std::mt19937_64& rng,
-                 const AttentionHeads& heads = kSmolHeads) {
-  const int n_heads = heads.n_heads, n_kv = heads.n_kv, hd = heads.hd, bs = 16, chunk = 256;
+                 const AttentionHeads& heads = kSmolHeads, const AttentionWalk& walk = {}) {
+  const int n_heads = heads.n_heads, n_kv = heads.n_kv, hd = heads.hd, bs = 16, chunk = walk.chunk;
   const int requests = prefill ? 1 : rows;
   const int blocks_per_req = (ctx + bs - 1) / bs;
   const int num_blocks = requests * blocks_per_req * kRotate;
@@ -217,6 +232,7 @@ Result Attention(int rows, int ctx, bool prefill, std::mt19937_64& rng,
   p.num_blocks = num_blocks;
   p.max_kv_len = ctx;
   p.chunk_len = chunk;
+  p.fold = walk.fold;
   p.scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const Timing ms = TimeMs([&](int i) {
     PagedAttentionParams a = p;
@@ -236,7 +252,7 @@ Result Attention(int rows, int ctx, bool prefill, std::mt19937_64& rng,
   cudaFree(d_len);
   const std::string name =
       std::string(prefill ? "attention prefill rows=" : "attention decode rows=") +
-      std::to_string(rows) + " ctx=" + std::to_string(ctx) + heads.label;
+      std::to_string(rows) + " ctx=" + std::to_string(ctx) + heads.label + WalkLabel(walk);
   const double flops = 4.0 * (kv_bytes / (2.0 * n_kv * hd * 2)) * n_heads * hd;
   return {name, ms.ms, kv_bytes, flops, ms.eager_ms};
 }
@@ -545,11 +561,26 @@ int Main(int argc, char** argv) {
         report.Add(Gemm(gemm, sh.what, m, sh.n, sh.k, rng));
       }
     }
+    // Each attention case with both folds, side by side (--cuda-attention-fold).
+    const AttentionWalk warp{AttentionFold::kWarp, 256};
     for (int rows : {1, 32, 128}) {
-      for (int ctx : {1024, 4096}) report.Add(Attention(rows, ctx, false, rng));
+      for (int ctx : {1024, 4096}) {
+        report.Add(Attention(rows, ctx, false, rng));
+        report.Add(Attention(rows, ctx, false, rng, kSmolHeads, warp));
+      }
+    }
+    // Batch 1 with shorter chunks (more CTAs, a shorter walk each, more partials to combine).
+    for (int ctx : {1024, 4096}) {
+      for (int chunk : {64, 128}) {
+        for (AttentionFold fold : {AttentionFold::kCta, AttentionFold::kWarp}) {
+          report.Add(Attention(1, ctx, false, rng, kSmolHeads, {fold, chunk}));
+        }
+      }
     }
     report.Add(Attention(512, 2048, true, rng));
+    report.Add(Attention(512, 2048, true, rng, kSmolHeads, warp));
     report.Add(Attention(8, 4096, false, rng, kHuginnHeads));  // head_dim 96
+    report.Add(Attention(8, 4096, false, rng, kHuginnHeads, warp));
     report.Add(Attention(512, 2048, true, rng, kHuginnHeads));
   }
   std::vector<Result> lora;

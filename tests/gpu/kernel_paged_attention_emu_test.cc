@@ -2,7 +2,8 @@
 // paged_attention_kernels.cuh) run on the CPU emulator (kernels/emu/cuda_emu.h: one fiber per
 // CUDA thread, real barriers and warp shuffles) against the double reference, so their index
 // arithmetic, tiling, split-KV chunks, combine, extra pair, GQA packing and fault handling are
-// checked on machines without a GPU. Small shapes keep it fast; the GPU test covers the big
+// checked on machines without a GPU, for both folds (AttentionFold: the CTA on one tile at a
+// time, and per-warp keys). Small shapes keep it fast; the GPU test covers the big
 // ones. Not skipped without a device: this test needs none.
 //
 // What it cannot check: the GPU's own rounding (host exp2f), memory-model races beyond the
@@ -43,7 +44,13 @@ void Emulate(const PagedAttentionParams& p, std::vector<uint8_t>* raw) {
   const Args a = MakeArgs(q, max_chunks);
   cuda_emu::Run({static_cast<unsigned>(p.rows), static_cast<unsigned>(p.n_kv_heads),
                  static_cast<unsigned>(max_chunks)},
-                kThreads, [&] { AttnChunkKernel<HD, TO>(a); });
+                kThreads, [&] {
+                  if (p.fold == AttentionFold::kWarp) {
+                    AttnWarpChunkKernel<HD, TO>(a);
+                  } else {
+                    AttnChunkKernel<HD, TO>(a);
+                  }
+                });
   if (max_chunks > 1) {
     cuda_emu::Run({static_cast<unsigned>(p.rows), static_cast<unsigned>(p.n_heads), 1}, HD,
                   [&] { AttnCombineKernel<HD, TO>(a); });
@@ -75,8 +82,8 @@ PagedAttentionParams HostParams(const Problem& pr, DType out) {
 }
 
 // Batched run vs reference (bf16 and fp32 out), then, for bf16 out, every row alone (own
-// table and max_kv_len) bit for bit.
-void Check(const Shape& shape, const std::vector<RequestSpec>& requests) {
+// table and max_kv_len) bit for bit; with shape's fold.
+void CheckFold(const Shape& shape, const std::vector<RequestSpec>& requests) {
   const uint64_t seed = Seed();
   SCOPED_TRACE(Describe(shape) + " seed=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
@@ -101,12 +108,27 @@ void Check(const Shape& shape, const std::vector<RequestSpec>& requests) {
   }
 }
 
+// CheckFold with each fold.
+void Check(const Shape& shape, const std::vector<RequestSpec>& requests) {
+  for (AttentionFold fold : {AttentionFold::kCta, AttentionFold::kWarp}) {
+    ASSERT_NO_FATAL_FAILURE(CheckFold(WithFold(shape, fold), requests));
+  }
+}
+
 TEST(PagedAttentionEmuTest, MixedPrefillDecodeAndChunks) {
   // chunk 32 with contexts up to 100: several chunks and the combine kernel; block 5 and 16.
   const std::vector<RequestSpec> reqs = {{1, 1}, {33, 1}, {70, 5}, {0, 1}, {100, 1}, {9, 9}};
   ASSERT_NO_FATAL_FAILURE(Check({6, 2, 64, 5, 32, false, 1.0f}, reqs));    // group 3
   ASSERT_NO_FATAL_FAILURE(Check({4, 1, 128, 16, 64, false, 3.0f}, reqs));  // group 4, hd 128
   ASSERT_NO_FATAL_FAILURE(Check({8, 8, 64, 7, 256, false, 1.0f}, reqs));   // group 1, one chunk
+}
+
+// The warp fold's tile-to-warp assignment: chunks of 1 to 9 tiles (warps with no tile, one
+// tile, two and three tiles), a partial last tile, one chunk and several.
+TEST(PagedAttentionEmuTest, WarpFoldTileCounts) {
+  const std::vector<RequestSpec> reqs = {{20, 1}, {64, 1}, {130, 1}, {287, 1}, {200, 3}};
+  ASSERT_NO_FATAL_FAILURE(Check({4, 2, 64, 16, 288, false, 2.0f}, reqs));  // one chunk
+  ASSERT_NO_FATAL_FAILURE(Check({2, 1, 128, 5, 96, true, 1.0f}, reqs));    // 3-tile chunks
 }
 
 TEST(PagedAttentionEmuTest, LargestGroup) {  // kAttentionMaxGroup query heads per kv head
@@ -130,7 +152,7 @@ TEST(PagedAttentionEmuTest, HeadDim96) {
 }
 
 // A kv_len beyond the table and a block id outside the pool fill only their row with NaN.
-void CheckFaultyRowsBecomeNan(int hd) {
+void CheckFaultyRowsBecomeNan(int hd, AttentionFold fold) {
   std::mt19937_64 rng(Seed());
   Problem pr = Build({6, 2, hd, 16, 32, false, 1.0f}, {{40, 1}, {50, 1}, {90, 1}, {20, 1}}, rng);
   const std::vector<double> ref = Reference(pr);
@@ -139,7 +161,9 @@ void CheckFaultyRowsBecomeNan(int hd) {
   pr.blocks[pr.indptr[2] + 1] = -3;  // row 2 (three chunks) reads a block id outside the pool
   for (DType t : {DType::kBF16, DType::kF32}) {
     std::vector<uint8_t> raw;
-    EmulateAny(HostParams(pr, t), &raw);
+    PagedAttentionParams p = HostParams(pr, t);
+    p.fold = fold;
+    EmulateAny(p, &raw);
     const std::vector<float> got = Decode(raw, t);
     for (int r : {1, 2}) {
       for (int i = 0; i < pr.q_dim(); ++i) {
@@ -153,8 +177,11 @@ void CheckFaultyRowsBecomeNan(int hd) {
 
 TEST(PagedAttentionEmuTest, FaultyRowsBecomeNan) {
   for (int hd : {64, 96}) {
-    SCOPED_TRACE("head_dim=" + std::to_string(hd));
-    ASSERT_NO_FATAL_FAILURE(CheckFaultyRowsBecomeNan(hd));
+    for (AttentionFold fold : {AttentionFold::kCta, AttentionFold::kWarp}) {
+      SCOPED_TRACE("head_dim=" + std::to_string(hd) +
+                   (fold == AttentionFold::kWarp ? " fold=warp" : " fold=cta"));
+      ASSERT_NO_FATAL_FAILURE(CheckFaultyRowsBecomeNan(hd, fold));
+    }
   }
 }
 

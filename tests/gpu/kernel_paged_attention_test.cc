@@ -9,6 +9,7 @@
 // Tolerance per (row, head): ||got - ref|| / ||ref|| < 1e-2 for bf16 output, 1e-4 for fp32;
 // a row that sees nothing must be exactly zero. Batch invariance is checked bitwise: every
 // row launched alone (own table, own max_kv_len, own workspace) equals its row in the batch.
+// Every case runs with both folds (AttentionFold::kCta and kWarp).
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -108,8 +109,15 @@ class PagedAttentionTest : public ::testing::Test {
  protected:
   void SetUp() override { MORSERVE_SKIP_WITHOUT_GPU(); }
 
-  // Builds, runs (bf16 and fp32 out), compares with the reference, checks batch invariance.
+  // RunFold with each fold (AttentionFold: the CTA on one tile at a time, per-warp keys).
   void Run(const Shape& shape, const std::vector<RequestSpec>& requests) {
+    for (AttentionFold fold : {AttentionFold::kCta, AttentionFold::kWarp}) {
+      ASSERT_NO_FATAL_FAILURE(RunFold(WithFold(shape, fold), requests));
+    }
+  }
+
+  // Builds, runs (bf16 and fp32 out), compares with the reference, checks batch invariance.
+  void RunFold(const Shape& shape, const std::vector<RequestSpec>& requests) {
     const uint64_t seed = FreshSeed();
     SCOPED_TRACE(Describe(shape) + " seed=" + std::to_string(seed));
     std::mt19937_64 rng(seed);
@@ -133,7 +141,8 @@ class PagedAttentionTest : public ::testing::Test {
 
   // Faulty metadata (a kv_len beyond the row's table, a block id outside the pool) fills only
   // the faulty row with NaN; the others stay correct.
-  void CheckFaultyRowsBecomeNan(int hd);
+  void CheckFaultyRowsBecomeNan(int hd, AttentionFold fold);
+  void CheckCapturedInGraph(AttentionFold fold);
 };
 
 // Decode rows, a long-ish decode, a prefill chunk in the middle of a prompt, a prompt's first
@@ -202,10 +211,18 @@ TEST_F(PagedAttentionTest, LongContexts) {
 // direct launch, also after the metadata in those buffers changes between replays (every
 // kv_len shorter), which is how the engine replays one graph per batch size.
 TEST_F(PagedAttentionTest, CapturedInGraphMatchesDirectLaunch) {
+  for (AttentionFold fold : {AttentionFold::kCta, AttentionFold::kWarp}) {
+    ASSERT_NO_FATAL_FAILURE(CheckCapturedInGraph(fold));
+  }
+}
+
+void PagedAttentionTest::CheckCapturedInGraph(AttentionFold fold) {
   const uint64_t seed = FreshSeed();
-  SCOPED_TRACE("seed=" + std::to_string(seed));
+  SCOPED_TRACE("seed=" + std::to_string(seed) +
+               (fold == AttentionFold::kWarp ? " fold=warp" : " fold=cta"));
   std::mt19937_64 rng(seed);
-  Problem p = Build({15, 5, 64, 16, 64, false, 1.0f}, {{300, 3}, {90, 1}, {1, 1}, {700, 2}}, rng);
+  Problem p =
+      Build({15, 5, 64, 16, 64, false, 1.0f, fold}, {{300, 3}, {90, 1}, {1, 1}, {700, 2}}, rng);
   DeviceProblem dev(p);
   ASSERT_NO_FATAL_FAILURE(dev.Upload());
   const size_t out_elems = static_cast<size_t>(p.rows) * p.q_dim();
@@ -250,16 +267,20 @@ TEST_F(PagedAttentionTest, CapturedInGraphMatchesDirectLaunch) {
 
 TEST_F(PagedAttentionTest, FaultyRowsBecomeNan) {
   for (int hd : {64, 96}) {
-    SCOPED_TRACE("head_dim=" + std::to_string(hd));
-    ASSERT_NO_FATAL_FAILURE(CheckFaultyRowsBecomeNan(hd));
+    for (AttentionFold fold : {AttentionFold::kCta, AttentionFold::kWarp}) {
+      SCOPED_TRACE("head_dim=" + std::to_string(hd));
+      ASSERT_NO_FATAL_FAILURE(CheckFaultyRowsBecomeNan(hd, fold));
+    }
   }
 }
 
-void PagedAttentionTest::CheckFaultyRowsBecomeNan(int hd) {
+void PagedAttentionTest::CheckFaultyRowsBecomeNan(int hd, AttentionFold fold) {
   const uint64_t seed = FreshSeed();
-  SCOPED_TRACE("seed=" + std::to_string(seed));
+  SCOPED_TRACE("seed=" + std::to_string(seed) +
+               (fold == AttentionFold::kWarp ? " fold=warp" : " fold=cta"));
   std::mt19937_64 rng(seed);
-  Problem p = Build({15, 5, hd, 16, 64, false, 1.0f}, {{100, 1}, {50, 1}, {300, 1}, {20, 1}}, rng);
+  Problem p =
+      Build({15, 5, hd, 16, 64, false, 1.0f, fold}, {{100, 1}, {50, 1}, {300, 1}, {20, 1}}, rng);
   const std::vector<double> ref = Reference(p);
   p.kv_len[1] = (p.indptr[2] - p.indptr[1]) * 16 + 1;  // beyond the row's table
   p.max_kv_len = std::max(p.max_kv_len, p.kv_len[1]);
@@ -314,6 +335,9 @@ TEST(PagedAttentionParamsTest, RejectsBadParams) {
   EXPECT_EQ(paged_attention_forward(bad, nullptr), cudaErrorInvalidValue);
   bad = p;
   bad.extra_k = reinterpret_cast<const uint16_t*>(&p);  // extra_v missing
+  EXPECT_EQ(paged_attention_forward(bad, nullptr), cudaErrorInvalidValue);
+  bad = p;
+  bad.fold = static_cast<AttentionFold>(2);  // not a fold
   EXPECT_EQ(paged_attention_forward(bad, nullptr), cudaErrorInvalidValue);
   bad = p;
   bad.rows = 2;  // null pointers

@@ -31,13 +31,21 @@ struct Shape {
   int n_heads, n_kv_heads, head_dim, block_size, chunk_len;
   bool extra;
   float q_scale;  // larger values give sharper softmax distributions
+  AttentionFold fold = AttentionFold::kCta;
 };
+
+// The shape with the other fold.
+inline Shape WithFold(Shape s, AttentionFold fold) {
+  s.fold = fold;
+  return s;
+}
 
 inline std::string Describe(const Shape& s) {
   return "heads=" + std::to_string(s.n_heads) + "/" + std::to_string(s.n_kv_heads) +
          " head_dim=" + std::to_string(s.head_dim) + " block=" + std::to_string(s.block_size) +
          " chunk=" + std::to_string(s.chunk_len) + " extra=" + (s.extra ? "yes" : "no") +
-         " q_scale=" + std::to_string(s.q_scale);
+         " q_scale=" + std::to_string(s.q_scale) +
+         (s.fold == AttentionFold::kWarp ? " fold=warp" : " fold=cta");
 }
 
 // Host copy of one launch's inputs.
@@ -240,6 +248,7 @@ inline PagedAttentionParams LaunchParams(const Problem& p, const AttentionInputs
   a.num_blocks = p.num_blocks;
   a.max_kv_len = p.max_kv_len;
   a.chunk_len = p.shape.chunk_len;
+  a.fold = p.shape.fold;
   a.scale = 1.0f / std::sqrt(static_cast<float>(p.shape.head_dim));
   return a;
 }

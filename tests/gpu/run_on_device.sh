@@ -260,6 +260,11 @@ if [ "$part" != sanitize ] && [ "$part" != recurrent ] && [ -x "$bin/morserve" ]
     --models $models/vanilla32,$models/mor3 --batches 1 --requests 4 --mean-tokens 64 --std-tokens 0 \
     --prompt-len "${BENCH_B1_PROMPT:-512}" --warmup 1 --modes depth --kv-cache-mb 4096 --membw-mb 1024 \
     --cuda-gemm fixed --out "$out/engine-bench-b1-fixed.json"
+  # The same with per-warp keys in attention (--cuda-attention-fold warp) against the CTA fold.
+  run 90 "engine bench batch 1 warp fold" "$bin/morserve" bench --device cuda \
+    --models $models/vanilla32,$models/mor3 --batches 1 --requests 4 --mean-tokens 64 --std-tokens 0 \
+    --prompt-len "${BENCH_B1_PROMPT:-512}" --warmup 1 --modes depth --kv-cache-mb 4096 --membw-mb 1024 \
+    --cuda-attention-fold warp --out "$out/engine-bench-b1-warp.json"
   # The same with every kernel launched from the host (--cuda-graphs off): what the graphs save.
   run 90 "engine bench batch 1 graphs off" "$bin/morserve" bench --device cuda \
     --models $models/vanilla32,$models/mor3 --batches 1 --requests 4 --mean-tokens 64 --std-tokens 0 \

@@ -1,7 +1,8 @@
 // The engine's on|off flags (every command that takes the engine flags: serve, generate,
 // bench, morserve_grpc_bench): `--prefix-cache` (EngineConfig::prefix_cache) and
 // `--cuda-graphs` (EngineConfig::cuda_graphs), both on by default; any other value is an error
-// naming the flag. Also `--cuda-gemm auto|cublaslt|fixed` (EngineConfig::cuda_gemm).
+// naming the flag. Also `--cuda-gemm auto|cublaslt|fixed` (EngineConfig::cuda_gemm) and
+// `--cuda-attention-fold cta|warp` (EngineConfig::cuda_attention_fold).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -79,6 +80,24 @@ TEST(CudaGemmFlagTest, AutoByDefaultParsesEachChoiceAndNamesTheFlagOnBadValues) 
     auto r = Parse({"--cuda-gemm", bad});
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_THAT(std::string(r.status().message()), HasSubstr("--cuda-gemm")) << bad;
+  }
+}
+
+TEST(CudaAttentionFoldFlagTest, CtaByDefaultParsesEachChoiceAndNamesTheFlagOnBadValues) {
+  EXPECT_TRUE(EngineFlagNames().count("cuda-attention-fold"));
+  auto def = Parse({});
+  ASSERT_TRUE(def.ok()) << def.status();
+  EXPECT_EQ(def->cuda_attention_fold, CudaAttentionFold::kCta);
+  for (auto [value, want] :
+       {std::pair{"cta", CudaAttentionFold::kCta}, std::pair{"warp", CudaAttentionFold::kWarp}}) {
+    auto got = Parse({"--cuda-attention-fold", value});
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->cuda_attention_fold, want) << value;
+  }
+  for (const char* bad : {"warps", "", "CTA", "on"}) {
+    auto r = Parse({"--cuda-attention-fold", bad});
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr("--cuda-attention-fold")) << bad;
   }
 }
 
