@@ -11,8 +11,8 @@
 // keeps its old contents (unlike kv_copy and embedding, which write NaN).
 //
 // Grid: a grid-stride loop over the rows, one CTA per row at a time (at most 4096 CTAs, so
-// any n is covered), 16-byte (float4) loads and stores: dim is a multiple of 4 and both
-// buffers are 16-byte aligned.
+// any n is covered), 16-byte (float4) loads and stores when dim is a multiple of 4 and both
+// buffers are 16-byte aligned (states, most vocabularies), 4-byte ones otherwise.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -22,19 +22,18 @@
 namespace morserve::kernels {
 
 struct RowCopyParams {
-  const float* src = nullptr;         // [src_capacity, dim] fp32, 16-byte aligned
-  float* dst = nullptr;               // [dst_capacity, dim] fp32, 16-byte aligned
+  const float* src = nullptr;         // [src_capacity, dim] fp32
+  float* dst = nullptr;               // [dst_capacity, dim] fp32
   const int32_t* src_rows = nullptr;  // [n] device, or null: row i
   const int32_t* dst_rows = nullptr;  // [n] device, or null: row i
   int64_t src_capacity = 0;  // rows src holds: an index outside [0, capacity) copies nothing
   int64_t dst_capacity = 0;  // rows dst holds: likewise
   int n = 0;                 // 0 is allowed (nothing is launched)
-  int dim = 0;               // > 0, a multiple of 4 (float4 loads)
+  int dim = 0;               // > 0
 };
 
-// Launches on `stream`. Returns cudaErrorInvalidValue for a negative n, dim <= 0 or not a
-// multiple of 4, and (when n > 0) a null src / dst, src or dst not 16-byte aligned, or a
-// capacity < 1; otherwise the launch's error.
+// Launches on `stream`. Returns cudaErrorInvalidValue for a negative n, dim <= 0, and (when
+// n > 0) a null src / dst or a capacity < 1; otherwise the launch's error.
 cudaError_t row_copy_forward(const RowCopyParams& p, cudaStream_t stream);
 
 }  // namespace morserve::kernels

@@ -111,7 +111,7 @@ class CpuModelRunner : public ModelRunner {
     LoadLayers();
     LoadHeadAndRouters();
     if (cfg_.recursion.exit_rule == LoopExitRule::kHuginnKl)
-      huginn_kept_.resize(static_cast<size_t>(config.max_batch_rows));
+      huginn_kept_.resize(static_cast<size_t>(HuginnKeptRows(config)));
   }
 
   int block_size() const override { return kv_.block_size; }
@@ -175,10 +175,20 @@ class CpuModelRunner : public ModelRunner {
     Logits(slots, static_cast<int>(n), logits.data());
     std::vector<SampleInput> in(rows.begin(), rows.end());
     for (size_t i = 0; i < n; ++i) in[i].logits = absl::MakeConstSpan(&logits[i * vocab], vocab);
-    std::vector<SampleResult> results;
-    row_sampler_.SampleRows(in, &results);
-    std::move(results.begin(), results.end(), out);
-    counters_.sampled_rows += static_cast<int64_t>(n);
+    SampleFrom(in, out);
+  }
+  void KeptLogits(const int32_t* kept, int n, float* logits) override {
+    const size_t vocab = static_cast<size_t>(cfg_.vocab_size);
+    for (int i = 0; i < n; ++i) std::copy_n(Kept(kept[i]).data(), vocab, logits + i * vocab);
+    counters_.kept_logit_rows += n;
+  }
+  void SampleKept(const int32_t* kept, absl::Span<const SampleInput> rows,
+                  SampleResult* out) override {
+    if (rows.empty()) return;
+    std::vector<SampleInput> in(rows.begin(), rows.end());
+    for (size_t i = 0; i < in.size(); ++i) in[i].logits = Kept(kept[i]);
+    SampleFrom(in, out);
+    counters_.kept_logit_rows += static_cast<int64_t>(rows.size());
   }
   void InjectInput(const int32_t* s, const int32_t* e, int n) override {
     MORSERVE_CHECK(adapter_ != nullptr, "InjectInput: the model has no Huginn adapter");
@@ -252,6 +262,20 @@ class CpuModelRunner : public ModelRunner {
         kept = std::move(cur);
       }
     });
+  }
+  // The host sampler on rows whose logits are set.
+  void SampleFrom(const std::vector<SampleInput>& in, SampleResult* out) {
+    std::vector<SampleResult> results;
+    row_sampler_.SampleRows(in, &results);
+    std::move(results.begin(), results.end(), out);
+    counters_.sampled_rows += static_cast<int64_t>(in.size());
+  }
+  // The logits an exit check kept in previous-logits row `row`.
+  absl::Span<const float> Kept(int32_t row) const {
+    MORSERVE_CHECK(row >= 0 && row < static_cast<int32_t>(huginn_kept_.size()) &&
+                       huginn_kept_[row].logits.size() == static_cast<size_t>(cfg_.vocab_size),
+                   "KeptLogits: a previous-logits row that holds no check's logits");
+    return huginn_kept_[row].logits;
   }
   void CopyStates(const int32_t* src, const int32_t* dst, int n) override {
     const size_t hs = static_cast<size_t>(cfg_.hidden_size);

@@ -202,6 +202,9 @@ class CudaModelRunner : public ModelRunner {
   void TokenChoiceRouter(const int32_t* slots, int n, float* scores) override;
   void Logits(const int32_t* slots, int n, float* logits) override;
   void Sample(const int32_t* slots, absl::Span<const SampleInput> rows, SampleResult* out) override;
+  void KeptLogits(const int32_t* kept, int n, float* logits) override;
+  void SampleKept(const int32_t* kept, absl::Span<const SampleInput> rows,
+                  SampleResult* out) override;
   void InjectInput(const int32_t* s, const int32_t* e, int n) override;
   void ReadStates(const int32_t* slots, int n, float* h) override;
   void WriteStates(const int32_t* slots, int n, const float* h) override;
@@ -289,6 +292,12 @@ class CudaModelRunner : public ModelRunner {
   void ScatterStates(const float* in, const int32_t* dev_slots, int n);
   // scratch_.logits [n, vocab] fp32 = lm_head(RMSNorm_final(h)) of the states dev_slots.
   void LogitsOnDevice(const int32_t* dev_slots, int n);
+  // scratch_.logits [n, vocab] fp32 = the previous-logits rows dev_kept (SampleKept).
+  void KeptLogitsOnDevice(const int32_t* dev_kept, int n);
+  // Logits / Sample of rows named by ids: state slots, or previous-logits rows when `kept`.
+  void LogitsOf(const int32_t* ids, bool kept, int n, float* logits);
+  void SampleRows(const int32_t* ids, bool kept, absl::Span<const SampleInput> rows,
+                  SampleResult* out);
   // Copies `bytes` of device `src` to host `dst` through the pinned buffer, then waits.
   void Download(const void* src, size_t bytes, void* dst);
   // Every launch, copy and stream synchronisation of the step path goes through these, which
@@ -1638,14 +1647,53 @@ void CudaModelRunner::LogitsOnDevice(const int32_t* dev_slots, int n) {
        hs);
 }
 
-void CudaModelRunner::Logits(const int32_t* slots, int n, float* logits) {
+void CudaModelRunner::KeptLogitsOnDevice(const int32_t* dev_kept, int n) {
+  Ensure(scratch_.logits, static_cast<size_t>(n) * cfg_.vocab_size * sizeof(float));
+  k::RowCopyParams p;
+  p.src = huginn_kept_.as<float>();
+  p.dst = scratch_.logits.as<float>();
+  p.src_rows = dev_kept;
+  p.src_capacity = huginn_rows_;
+  p.dst_capacity = n;
+  p.n = n;
+  p.dim = cfg_.vocab_size;
+  Launched(k::row_copy_forward(p, stream_), "row_copy (kept logits)");
+  counters_.kept_logit_rows += n;
+}
+
+// Previous-logits row ids as the host passed them: each must be one of the runner's.
+void CheckKeptRows(const int32_t* kept, int n, int capacity) {
+  for (int i = 0; i < n; ++i) {
+    MORSERVE_CHECK(kept[i] >= 0 && kept[i] < capacity,
+                   "KeptLogits: a previous-logits row outside the runner's");
+  }
+}
+
+void CudaModelRunner::LogitsOf(const int32_t* ids, bool kept, int n, float* logits) {
   FlushEmbeds();
   if (n == 0) return;
-  EnsureStates(slots, n);
+  if (kept) {
+    CheckKeptRows(ids, n, huginn_rows_);
+  } else {
+    EnsureStates(ids, n);
+  }
   BeginUploads({n * sizeof(int32_t)});
-  LogitsOnDevice(UploadSlots(slots, n), n);
+  const int32_t* dev = UploadSlots(ids, n);
+  if (kept) {
+    KeptLogitsOnDevice(dev, n);
+  } else {
+    LogitsOnDevice(dev, n);
+  }
   Download(scratch_.logits.as<void>(), static_cast<size_t>(n) * cfg_.vocab_size * sizeof(float),
            logits);
+}
+
+void CudaModelRunner::Logits(const int32_t* slots, int n, float* logits) {
+  LogitsOf(slots, /*kept=*/false, n, logits);
+}
+
+void CudaModelRunner::KeptLogits(const int32_t* kept, int n, float* logits) {
+  LogitsOf(kept, /*kept=*/true, n, logits);
 }
 
 namespace {
@@ -1701,6 +1749,17 @@ size_t SampleBytes(size_t rows) { return SampleLayout(rows).end; }
 // results.
 void CudaModelRunner::Sample(const int32_t* slots, absl::Span<const SampleInput> rows,
                              SampleResult* out) {
+  SampleRows(slots, /*kept=*/false, rows, out);
+}
+
+// Sample on the logits a Huginn exit check kept (KeptLogitsOnDevice instead of the LM head).
+void CudaModelRunner::SampleKept(const int32_t* kept, absl::Span<const SampleInput> rows,
+                                 SampleResult* out) {
+  SampleRows(kept, /*kept=*/true, rows, out);
+}
+
+void CudaModelRunner::SampleRows(const int32_t* ids, bool kept, absl::Span<const SampleInput> rows,
+                                 SampleResult* out) {
   FlushEmbeds();
   const int n = static_cast<int>(rows.size());
   if (n == 0) return;
@@ -1718,7 +1777,7 @@ void CudaModelRunner::Sample(const int32_t* slots, absl::Span<const SampleInput>
     Field<float>(host, L.top_p)[i] = p.top_p;
     Field<float>(host, L.min_p)[i] = p.min_p;
     Field<float>(host, L.threshold)[i] = 0.0f;
-    Field<int32_t>(host, L.slots)[i] = slots[i];
+    Field<int32_t>(host, L.slots)[i] = ids[i];
     Field<int32_t>(host, L.processed_row)[i] = -1;
     if (Sampler::ChangesLogits(rows[i])) {
       Field<int32_t>(host, L.processed_row)[i] = static_cast<int32_t>(processed.size());
@@ -1734,12 +1793,20 @@ void CudaModelRunner::Sample(const int32_t* slots, absl::Span<const SampleInput>
   if (!processed.empty()) {
     std::memcpy(blob.data() + ops_bytes, processed.data(), blob_bytes - ops_bytes);
   }
-  EnsureStates(slots, n);
+  if (kept) {
+    CheckKeptRows(ids, n, huginn_rows_);
+  } else {
+    EnsureStates(ids, n);
+  }
   void* dev = scratch_.sample_io.Reserve(L.end);
   BeginUploads({L.inputs_end, blob_bytes});
   Stage(host, L.inputs_end, dev);
   char* blob_dev = processed.empty() ? nullptr : static_cast<char*>(Stage(blob.data(), blob_bytes));
-  LogitsOnDevice(Field<int32_t>(dev, L.slots), n);
+  if (kept) {
+    KeptLogitsOnDevice(Field<int32_t>(dev, L.slots), n);
+  } else {
+    LogitsOnDevice(Field<int32_t>(dev, L.slots), n);
+  }
   const float* logits = scratch_.logits.as<float>();
   if (!processed.empty()) {
     k::LogitProcessParams lp;
@@ -1829,9 +1896,9 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> CreateCudaModelRunner(
   // Decode-sized passes are captured in CUDA graphs (cuda_step_graphs.h); larger ones (prefill)
   // launch eagerly, as vLLM's do beyond its largest captured batch.
   const int graph_rows = config.cuda_graphs ? std::min(kMaxGraphRows, config.max_batch_rows) : 0;
-  // Huginn adaptive: a previous-logits row per row in the loop (HuginnExitKl).
+  // Huginn adaptive: the previous-logits rows (HuginnExitKl, SampleKept).
   const int huginn_rows =
-      weights->config.recursion.exit_rule == LoopExitRule::kHuginnKl ? config.max_batch_rows : 0;
+      weights->config.recursion.exit_rule == LoopExitRule::kHuginnKl ? HuginnKeptRows(config) : 0;
   auto runner = std::make_unique<CudaModelRunner>(
       std::move(weights), num_kv_blocks, config.block_size, config.recurrent_prefill, states, rows,
       logit_rows, huginn_rows, graph_rows, config.cuda_gemm, config.cuda_attention_fold);

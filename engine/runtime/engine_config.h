@@ -77,4 +77,9 @@ struct EngineConfig {
   CudaAttentionFold cuda_attention_fold = CudaAttentionFold::kCta;
 };
 
+// Huginn adaptive: the previous-logits rows a runner keeps (ModelRunner::HuginnExitKl). One per
+// row in the loop, plus one per running request for a last known token that left the loop at
+// an exit check and keeps its logits until its tail samples it (ModelRunner::SampleKept).
+inline int HuginnKeptRows(const EngineConfig& c) { return c.max_batch_rows + c.max_running; }
+
 }  // namespace morserve

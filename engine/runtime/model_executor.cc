@@ -46,6 +46,11 @@ std::vector<int32_t> ModelExecutor::Slots(const std::vector<Row*>& rows, StateSl
   return ids;
 }
 
+// Whether the row is its sequence's last known token: the one whose tail samples the next.
+bool ModelExecutor::IsLastKnown(const Row& row) {
+  return row.position == static_cast<int>(row.seq->tokens.size()) - 1;
+}
+
 void ModelExecutor::Write(const std::vector<Row*>& rows, const std::vector<float>& h) {
   if (!rows.empty())
     runner_->WriteStates(Slots(rows).data(), static_cast<int>(rows.size()), h.data());
@@ -454,7 +459,9 @@ void ModelExecutor::GatedResiduals(const std::vector<Row*>& rows,
 // runner keeps each row's logits from one check to the next (HuginnExitKl, in the row's
 // previous-logits row) and returns only the statistic. An exiting row keeps its coda entries,
 // and its coda output becomes its state, from which the tail only samples it (tail_done); it
-// goes to `exited` to copy its entries into the later recurrences' slots.
+// goes to `exited` to copy its entries into the later recurrences' slots. The last known
+// token also keeps its previous-logits row: its check's logits are the ones the tail samples
+// (ModelRunner::SampleKept), so no second final norm and LM head runs for it.
 void ModelExecutor::HuginnKlExits(std::vector<Row*>& rows, std::vector<Row*>* exited,
                                   std::vector<KvWrite>* writes) {
   const int n = static_cast<int>(rows.size());
@@ -480,7 +487,8 @@ void ModelExecutor::HuginnKlExits(std::vector<Row*>& rows, std::vector<Row*>* ex
     if (kl[i] >= threshold) continue;
     r.exited = true;
     r.tail_done = true;
-    r.h = std::move(coda[i]);  // sampled from it if it is the last known token
+    r.h = std::move(coda[i]);
+    if (!IsLastKnown(r)) r.huginn_prev.Reset();  // no token is sampled from this row
     exited->push_back(&r);
   }
 }
@@ -535,8 +543,8 @@ void ModelExecutor::BlockPass(std::vector<Row>* rows, std::vector<Row>* kv_only,
   }
   NormAfterLoop(norm, &copy_on_exit);
   if (!kl_check.empty()) HuginnKlExits(kl_check, &copy_on_exit, writes);
-  for (Row* r : ptrs)  // a row that left the loop checks no more
-    if (r->exited) r->huginn_prev.Reset();
+  for (Row* r : ptrs)  // a row that left the loop checks no more (an exit check's keeps its logits)
+    if (r->exited && !r->tail_done) r->huginn_prev.Reset();
   for (Row* r : copy_on_exit) {  // rides the later loops, copying its exit loop's entries
     Row ghost;
     ghost.seq = r->seq;
@@ -587,40 +595,66 @@ void ModelExecutor::Tail(std::vector<Row>* rows) {
   std::vector<Row*> sampled, scored;
   for (Row* r : ptrs) {
     const Sequence& s = *r->seq;
-    const bool last = r->position == static_cast<int>(s.tokens.size()) - 1;
-    if (last && s.request.params.max_tokens > 0) sampled.push_back(r);
+    if (IsLastKnown(*r) && s.request.params.max_tokens > 0) sampled.push_back(r);
     if (s.request.params.prompt_logprobs && !s.prompt_logprobs_sent &&
         r->position + 1 < s.num_prompt) {
       scored.push_back(r);
     }
   }
   ScorePrompt(scored);
-  std::vector<Row*> with_logits, by_runner;
+  // Each kind of sampled row twice over: from its state (the LM head runs) or from the logits
+  // its Huginn exit check kept (HuginnKlExits).
+  std::vector<Row*> with_logits[2], by_runner[2];
   for (Row* r : sampled) {
     const Sequence& s = *r->seq;
     const bool runner = !s.request.return_logits && RunnerSamples(s.request.params);
-    (runner ? by_runner : with_logits).push_back(r);
+    const bool kept = r->huginn_prev.id() >= 0;
+    (runner ? by_runner : with_logits)[kept].push_back(r);
   }
-  SampleOnRunner(by_runner);
-  if (with_logits.empty()) return;
-  const int vocab = cfg_.vocab_size, n = static_cast<int>(with_logits.size());
-  std::vector<float> logits(static_cast<size_t>(n) * vocab);
-  runner_->Logits(Slots(with_logits).data(), n, logits.data());
-  for (int i = 0; i < n; ++i) {
-    with_logits[i]->logits.assign(&logits[static_cast<size_t>(i) * vocab],
-                                  &logits[static_cast<size_t>(i + 1) * vocab]);
+  for (bool kept : {false, true}) {
+    SampleOnRunner(by_runner[kept], kept);
+    HostLogits(with_logits[kept], kept);
   }
+  for (Row* r : ptrs) r->huginn_prev.Reset();
+}
+
+// The rows' ids for the runner: their state slots, or their kept previous-logits rows.
+std::vector<int32_t> ModelExecutor::LogitIds(const std::vector<Row*>& rows, bool kept) {
+  return kept ? Slots(rows, &Row::huginn_prev) : Slots(rows);
 }
 
 // Rows whose next token needs no logits on the host: the runner samples them where the logits
 // are (on the GPU, only the results come back).
-void ModelExecutor::SampleOnRunner(const std::vector<Row*>& rows) {
+void ModelExecutor::SampleOnRunner(const std::vector<Row*>& rows, bool kept) {
   if (rows.empty()) return;
   std::vector<SampleInput> inputs;
   for (const Row* r : rows) inputs.push_back(NextTokenInput(*r->seq, cfg_.eos_token_ids));
   std::vector<SampleResult> out(rows.size());
-  runner_->Sample(Slots(rows).data(), inputs, out.data());
+  const std::vector<int32_t> ids = LogitIds(rows, kept);
+  if (kept) {
+    runner_->SampleKept(ids.data(), inputs, out.data());
+  } else {
+    runner_->Sample(ids.data(), inputs, out.data());
+  }
   for (size_t i = 0; i < rows.size(); ++i) rows[i]->sample = std::move(out[i]);
+}
+
+// Rows sampled on the host (their requests return logits or ask for top-n alternatives): their
+// logits come back.
+void ModelExecutor::HostLogits(const std::vector<Row*>& rows, bool kept) {
+  if (rows.empty()) return;
+  const int vocab = cfg_.vocab_size, n = static_cast<int>(rows.size());
+  std::vector<float> logits(static_cast<size_t>(n) * vocab);
+  const std::vector<int32_t> ids = LogitIds(rows, kept);
+  if (kept) {
+    runner_->KeptLogits(ids.data(), n, logits.data());
+  } else {
+    runner_->Logits(ids.data(), n, logits.data());
+  }
+  for (int i = 0; i < n; ++i) {
+    rows[i]->logits.assign(&logits[static_cast<size_t>(i) * vocab],
+                           &logits[static_cast<size_t>(i + 1) * vocab]);
+  }
 }
 
 // Final norm and lm_head over prompt rows, a bounded number of rows at a time (the logits

@@ -64,7 +64,10 @@ class ModelExecutor {
   void CopyOnExitEntries(int segment, int k, const std::vector<Row*>& rows, const LayerKvPlan& kv,
                          std::vector<KvCopy>* copies) const;
   void ScorePrompt(const std::vector<Row*>& rows);
-  void SampleOnRunner(const std::vector<Row*>& rows);
+  void SampleOnRunner(const std::vector<Row*>& rows, bool kept);
+  void HostLogits(const std::vector<Row*>& rows, bool kept);
+  static std::vector<int32_t> LogitIds(const std::vector<Row*>& rows, bool kept);
+  static bool IsLastKnown(const Row& row);
   static std::vector<int32_t> Slots(const std::vector<Row*>& rows, StateSlot Row::*state = &Row::h);
   void Write(const std::vector<Row*>& rows, const std::vector<float>& h);
   void CopyState(const std::vector<Row*>& rows, StateSlot Row::*from, StateSlot Row::*state);

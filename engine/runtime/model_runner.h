@@ -93,6 +93,9 @@ struct RunnerCounters {
   int64_t weight_bytes = 0;
   // Rows whose next token the runner sampled (Sample): their logits never left it.
   int64_t sampled_rows = 0;
+  // Huginn adaptive: rows sampled or given logits from the logits their last exit check kept
+  // (SampleKept, KeptLogits), with no second final norm and LM head.
+  int64_t kept_logit_rows = 0;
   // The CUDA runner's step path (zero on the CPU): kernel launcher calls made directly (a
   // cuBLASLt GEMM, or split attention with its combine, counts one; those inside a CUDA graph
   // do not), CUDA graph launches and captures, host<->device copies and their bytes, stream
@@ -161,6 +164,13 @@ class ModelRunner {
   // huginn_kl kernel sums the same fp64 terms in a fixed tree order (kernels/huginn_kl.cuh).
   virtual void HuginnExitKl(const int32_t* slots, const int32_t* prev, const int32_t* has_prev,
                             int n, double* kl) = 0;
+  // Logits and Sample for rows that left Huginn's loop at an exit check: their logits are the
+  // ones that check kept in previous-logits row kept[i], bit for bit lm_head(RMSNorm_final(h))
+  // of the row's state (its coda output; the same kernels on the same row), so no second final
+  // norm and LM head runs. A kept row is read before any later HuginnExitKl writes it.
+  virtual void KeptLogits(const int32_t* kept, int n, float* logits) = 0;
+  virtual void SampleKept(const int32_t* kept, absl::Span<const SampleInput> rows,
+                          SampleResult* out) = 0;
   virtual int block_size() const = 0;
   virtual RunnerCounters counters() const = 0;
   // Copies the K and V ([kv_dim] each, keys after RoPE) stored at a flat KV slot (block *

@@ -530,16 +530,24 @@ TEST(EngineGpuLoopedStepTest, NormBetweenLoopsStaysOnTheDevice) {
 // Huginn's adaptive exit check stays on the device too (ModelRunner::HuginnExitKl): each check
 // of a decode token (every recurrence but its last) downloads its KL statistic (8 bytes) and
 // synchronises once for it, never a row of logits (vocab * 4 bytes), and the token is sampled on
-// the device whether it exits early or not (one download of the sampled token). Seeds 13, 5
-// and 3 give a 4th token that runs all 4 recurrences (3 checks), exits at the 2nd check, and
-// exits at the 3rd (before the device check: 3120, 2048 and 3072 bytes down, 4, 2 and 3 syncs).
+// the device whether it exits early or not (one download of the sampled token); a token that
+// exits at a check is sampled from the logits that check kept (SampleKept: no second LM head).
+// Seeds 13, 5 and 3 give a 4th token that runs all 4 recurrences (3 checks), exits at the 2nd
+// check, and exits at the 3rd (before the device check: 3120, 2048 and 3072 bytes down, 4, 2
+// and 3 syncs).
 TEST(EngineGpuLoopedStepTest, HuginnExitCheckStaysOnTheDevice) {
   MORSERVE_SKIP_WITHOUT_GPU();
   testing::TempDir dir;
   auto weights = testing::MakeModel(GpuFamily("huginn-adaptive", "huginn_adaptive").spec, &dir);
   ASSERT_NE(weights, nullptr);
   const int64_t max_checks = weights->config.recursion.num_recursions - 1;
-  for (const auto [seed, checks] : {std::pair<uint64_t, int64_t>{13, 3}, {5, 2}, {3, 3}}) {
+  struct Case {
+    uint64_t seed;
+    int64_t checks;
+    bool exits;  // at its last check, so sampled from the kept logits
+  };
+  for (const auto [seed, checks, exits] :
+       {Case{13, 3, false}, Case{5, 2, true}, Case{3, 3, true}}) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     ASSERT_LE(checks, max_checks);
     auto engine = Engine::Create(weights, GpuConfig(BatchingMode::kDepthWise));
@@ -556,6 +564,7 @@ TEST(EngineGpuLoopedStepTest, HuginnExitCheckStaysOnTheDevice) {
         static_cast<long long>(a.d2h_bytes - b.d2h_bytes),
         static_cast<long long>(a.syncs - b.syncs));
     EXPECT_EQ(after.sampled_rows - before.sampled_rows, 1);  // early exit or not
+    EXPECT_EQ(after.kept_logit_rows - before.kept_logit_rows, exits ? 1 : 0);
     EXPECT_EQ(a.syncs - b.syncs, 1 + checks);
     EXPECT_EQ(a.d2h_copies - b.d2h_copies, 1 + checks);
     EXPECT_LE(a.d2h_bytes - b.d2h_bytes, 64 + 8 * checks);

@@ -1,6 +1,7 @@
 // row_copy_forward against the same copies made by a host loop, bitwise, on fresh random rows:
 // gathers (src_rows set, dst_rows null), scatters (src_rows null, dst_rows set), permutations
-// (both set, also within one buffer), dims 4, 8 and 2052, up to 300 rows and one launch of
+// (both set, also within one buffer), dims 4, 8 and 2052 (float4 copies) and 5 and 2051
+// (float copies, as for a vocabulary that is not a multiple of 4), up to 300 rows and one launch of
 // more rows than CTAs (the grid-stride loop); every row outside the destinations unchanged.
 // An index outside its buffer (negative or >= capacity) copies nothing; n = 0 launches
 // nothing; the launcher's validation. Also built as kernel_row_copy_emu_test: the same checks
@@ -100,7 +101,7 @@ std::vector<int32_t> DistinctRows(int count, int64_t capacity, std::mt19937_64& 
 }
 
 TEST_F(RowCopyTest, GathersScattersAndPermutesExactly) {
-  for (int dim : {4, 8, 2052}) {
+  for (int dim : {4, 8, 2052, 5, 2051}) {
     for (int n : {1, 37, 300}) {
       const uint64_t seed = FreshSeed();
       SCOPED_TRACE("dim=" + std::to_string(dim) + " n=" + std::to_string(n) +
@@ -174,7 +175,7 @@ TEST_F(RowCopyTest, MoreRowsThanCtas) {
 }
 
 TEST_F(RowCopyTest, OutOfRangeIndicesCopyNothing) {
-  for (int dim : {4, 8, 2052}) {
+  for (int dim : {4, 8, 2052, 7}) {
     const uint64_t seed = FreshSeed();
     SCOPED_TRACE("dim=" + std::to_string(dim) + " seed=" + std::to_string(seed));
     std::mt19937_64 rng(seed);
@@ -242,20 +243,12 @@ TEST(RowCopyParamsTest, RejectsBadParams) {
   p.n = -1;
   EXPECT_EQ(row_copy_forward(p, nullptr), cudaErrorInvalidValue);
   p.n = 0;
-  for (int dim : {6, 0, -4, 2}) {
+  for (int dim : {0, -4}) {
     p.dim = dim;  // invalid even with n 0
     EXPECT_EQ(row_copy_forward(p, nullptr), cudaErrorInvalidValue) << "dim " << dim;
   }
   p.n = 1;
-  p.dim = 6;
-  EXPECT_EQ(row_copy_forward(p, nullptr), cudaErrorInvalidValue);
   p.dim = 4;
-  p.src = a + 1;  // 4 bytes off
-  EXPECT_EQ(row_copy_forward(p, nullptr), cudaErrorInvalidValue);
-  p.src = a;
-  p.dst = b + 2;  // 8 bytes off
-  EXPECT_EQ(row_copy_forward(p, nullptr), cudaErrorInvalidValue);
-  p.dst = b;
   p.src = nullptr;
   EXPECT_EQ(row_copy_forward(p, nullptr), cudaErrorInvalidValue);
   p.src = a;

@@ -3,7 +3,8 @@
 // the reference's and its copies on exit equal the exit recurrence's entries bit for bit (made by
 // copying: the runner computes no row for them), its coda entries hold the last exit check's
 // values; a request's mode, exit_threshold, num_steps and init_scale (with its seed) override
-// looped.json and change only that request; bad parameters are errors that name them. The CUDA
+// looped.json and change only that request; bad parameters are errors that name them; a token
+// that leaves at an exit check is sampled from the logits that check kept. The CUDA
 // runner's Huginn is checked by tests/gpu/engine_gpu_test (also on the emulator).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -73,6 +74,7 @@ void ExpectMatchesReference(const std::shared_ptr<const ModelWeights>& w,
     for (size_t t = 0; t < got[i].tokens.size(); ++t) {
       const StepOutput& o = outs[r.prompt.size() - 1 + t];
       EXPECT_EQ(got[i].loops[t], o.trace.loops) << label << " request " << i << " token " << t;
+      if (!r.return_logits) continue;  // sampled on the runner: only its token comes back
       EXPECT_LE(testing::MaxRelDiff(got[i].logits[t], o.logits), kLogitTolerance)
           << label << " request " << i << " token " << t;
     }
@@ -116,23 +118,32 @@ TEST(HuginnEngineTest, AdaptiveExitsAtSeveralDepthsAndCopiesEntriesOnExit) {
     for (int i = 0; i < 30; ++i) (*engine)->Step();
     const auto& running = (*engine)->scheduler().running();
     ASSERT_EQ(running.size(), prompts.size()) << "a request finished or was preempted early";
-    int copies = 0;
+    int copies = 0, early = 0;
     std::map<int, int> depths;
     for (const auto& seq : running) {
       copies += ExpectSlotsMatchReference(**engine, *seq, Name(mode));
-      for (int p = seq->num_prompt; p < seq->num_done; ++p) ++depths[seq->token_loops[p]];
+      for (int p = seq->num_prompt; p < seq->num_done; ++p) {
+        ++depths[seq->token_loops[p]];
+        early += seq->token_loops[p] < kSteps ? 1 : 0;
+      }
       for (int p = 0; p < seq->num_prompt; ++p)
         EXPECT_EQ(seq->token_loops[p], kSteps) << "prompt at full depth";
     }
     EXPECT_GT(copies, 0) << Name(mode);
     EXPECT_GE(depths.size(), 3u) << Name(mode) << ": decode tokens should exit at several depths";
-    EXPECT_EQ((*engine)->stats().layer_rows.kv_only_rows, 0) << Name(mode);
+    const RunnerCounters rows = (*engine)->stats().layer_rows;
+    EXPECT_EQ(rows.kv_only_rows, 0) << Name(mode);
+    // Every decode token that left at an exit check was sampled from the logits that check
+    // kept (no second LM head); the others from their state.
+    EXPECT_GT(early, 0) << Name(mode);
+    EXPECT_EQ(rows.kept_logit_rows, early) << Name(mode);
   }
 }
 
 // looped.json says adaptive (or full); requests ask for the other mode, their own threshold,
 // fewer recurrences, a nonzero initial state drawn from their seed. Each gets the reference's
-// tokens, loop counts and logits for its own parameters, whatever its neighbours asked for.
+// tokens, loop counts and logits (for those that return logits; the others are sampled on the
+// runner) for its own parameters, whatever its neighbours asked for.
 TEST(HuginnEngineTest, RequestParametersOverrideTheModelDefault) {
   testing::TempDir dir;
   for (const char* model_mode : {"adaptive", "full"}) {
@@ -143,6 +154,8 @@ TEST(HuginnEngineTest, RequestParametersOverrideTheModelDefault) {
     std::vector<int> arrivals;
     for (size_t i = 0; i < prompts.size(); ++i) {
       GenerateRequest r = Greedy(prompts[i], 8);
+      // Half sampled on the runner (a token leaving at an exit check: from the logits it kept).
+      r.return_logits = i % 2 == 1;
       if (i % 4 == 1) r.loop_mode = LoopMode::kFull;
       if (i % 4 == 2) r.loop_mode = LoopMode::kAdaptive;
       if (i == 3) r.exit_threshold = 10 * kThreshold;
