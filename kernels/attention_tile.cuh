@@ -124,24 +124,33 @@ __device__ __forceinline__ T* GroupRow(T* base, int row, int n_heads, int kvh, i
   return base + row * q_stride + static_cast<int64_t>(kvh) * group * HD;
 }
 
-// This thread's slice of the group's query vectors: key lane `tid % kLanes` covers elements
-// [8 * lane, 8 * lane + 8) of every head (zeros on a lane that holds no part).
+// This thread's slice of the group's query vectors as bf16 bits: key lane `tid % kLanes`
+// covers elements [8 * lane, 8 * lane + 8) of every head (zeros on a lane that holds no part,
+// and for the heads past the group).
+using QueryBits = uint4[kMaxGroup];
+
 template <int HD>
-__device__ __forceinline__ void LoadGroupQuery(const uint16_t* q_row, int group, int tid,
-                                               GroupQuery& qreg) {
+__device__ __forceinline__ void LoadQueryBits(const uint16_t* q_row, int group, int tid,
+                                              QueryBits& q) {
   using S = TileShape<HD>;
   const int lane_in_key = tid % S::kLanes;
 #pragma unroll
   for (int g = 0; g < kMaxGroup; ++g) {
-    if (g < group) {
-      if (S::HoldsPart(lane_in_key)) {
-        const uint4 v = reinterpret_cast<const uint4*>(q_row + g * HD)[lane_in_key];
-        Widen8(v, qreg[g]);
-      } else {
+    q[g] = g < group && S::HoldsPart(lane_in_key)
+               ? reinterpret_cast<const uint4*>(q_row + g * HD)[lane_in_key]
+               : uint4{0u, 0u, 0u, 0u};
+  }
+}
+
+// The same slice widened (exactly) to fp32, for the group's heads.
+template <int HD>
+__device__ __forceinline__ void LoadGroupQuery(const uint16_t* q_row, int group, int tid,
+                                               GroupQuery& qreg) {
+  QueryBits bits;
+  LoadQueryBits<HD>(q_row, group, tid, bits);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) qreg[g][e] = 0.0f;
-      }
-    }
+  for (int g = 0; g < kMaxGroup; ++g) {
+    if (g < group) Widen8(bits[g], qreg[g]);
   }
 }
 

@@ -76,23 +76,6 @@ struct WarpFoldShared {
   float l_all[kMaxGroup];
 };
 
-// A lane's slice of the group's query vectors, kept as bf16 bits (widened exactly when used:
-// half the registers of GroupQuery): 8 elements of each head, zeros on a lane without a part.
-using WarpQuery = uint4[kMaxGroup];
-
-template <int HD>
-__device__ __forceinline__ void LoadWarpQuery(const uint16_t* q_row, int group, int lane,
-                                              WarpQuery& q) {
-  using S = TileShape<HD>;
-  const int lane_in_key = lane % S::kLanes;
-#pragma unroll
-  for (int g = 0; g < kMaxGroup; ++g) {
-    q[g] = g < group && S::HoldsPart(lane_in_key)
-               ? reinterpret_cast<const uint4*>(q_row + g * HD)[lane_in_key]
-               : uint4{0u, 0u, 0u, 0u};
-  }
-}
-
 // One warp's running state, in registers (the same value in every lane for m, l and corr).
 template <int HD>
 struct WarpFoldState {
@@ -129,7 +112,7 @@ __device__ __forceinline__ void CopyTileValuesAsync(int valid, WarpTileShared<HD
 // flight together), then each pass's kLanes lanes per key dot their 8 elements and reduce by a
 // lane butterfly.
 template <int HD>
-__device__ __forceinline__ void WarpScoreTile(const WarpQuery& q, int group, int valid,
+__device__ __forceinline__ void WarpScoreTile(const QueryBits& q, int group, int valid,
                                               float score_scale, WarpTileShared<HD>& ws, int lane) {
   using S = TileShape<HD>;
   using W = WarpTileShape<HD>;
@@ -218,7 +201,7 @@ __device__ __forceinline__ void WarpAccumulateTile(int group, int valid,
 template <int HD>
 __device__ __forceinline__ void WarpFoldTiles(const TileArgs& a, const int32_t* blocks, int row,
                                               int kvh, int len, int begin, int end,
-                                              const WarpQuery& q, WarpTileShared<HD>& ws, int& bad,
+                                              const QueryBits& q, WarpTileShared<HD>& ws, int& bad,
                                               WarpFoldState<HD>& st, int warp, int lane) {
   for (int tile = begin + warp * kTile; tile < end; tile += kWarps * kTile) {
     const int valid = min(kTile, end - tile);

@@ -141,8 +141,8 @@ __global__ void __launch_bounds__(kThreads, kWarpFoldMinCtasPerSm)
 
   __shared__ WarpFoldShared<HD> sh;
   __shared__ int s_bad;
-  WarpQuery q;
-  LoadWarpQuery<HD>(GroupRow<HD>(a.q, row, a.n_heads, kvh, a.group), a.group, lane, q);
+  QueryBits q;  // kept as bf16 bits (widened when used): half the registers of GroupQuery
+  LoadQueryBits<HD>(GroupRow<HD>(a.q, row, a.n_heads, kvh, a.group), a.group, lane, q);
   WarpFoldState<HD> st;
   ResetWarpState<HD>(st);
   if (tid == 0) s_bad = 0;
